@@ -1,0 +1,7 @@
+//! Adapters behind the ports: embedded ones for the local run and tests, AWS ones behind the `aws` feature.
+
+pub mod memory_queue;
+pub mod memory_store;
+
+pub use memory_queue::{InMemoryQueue, QueueSettings};
+pub use memory_store::{ConversationChange, InMemoryConversationStore};

@@ -1,0 +1,503 @@
+//! Domain values of the swarm: conversations, plans, subtasks, results, usage, and the status machines.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Upper bound on subtasks in one plan (DESIGN.md "up to 100 independent subtasks").
+pub const MAX_SUBTASKS: usize = 100;
+/// Default message limit in characters (DESIGN.md API section).
+pub const MAX_MESSAGE_CHARS: usize = 8_000;
+/// Default deadline of a conversation, in seconds after creation.
+pub const DEFAULT_DEADLINE_SECS: u64 = 120;
+/// Longest text kept inline in a result; longer text is truncated so items stay
+/// far below DynamoDB's 400 KB item limit.
+pub const MAX_RESULT_CHARS: usize = 16_000;
+
+/// Conversation id: a UUIDv7 string (time-ordered, so ids sort by creation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ConversationId(String);
+
+impl ConversationId {
+    /// A fresh UUIDv7.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    /// Parses a client-supplied id; only canonical UUIDs are accepted, so an
+    /// id can never smuggle key separators (`#`) into a DynamoDB key.
+    pub fn parse(s: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(s)
+            .ok()
+            .map(|u| Self(u.hyphenated().to_string()))
+    }
+
+    /// Wraps an id read back from our own storage without re-validation.
+    pub fn from_trusted(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for ConversationId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for ConversationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lifecycle of a conversation: `PLANNING → RUNNING → AGGREGATING → DONE`, or `FAILED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConversationStatus {
+    Planning,
+    Running,
+    Aggregating,
+    Done,
+    Failed,
+}
+
+impl ConversationStatus {
+    /// Whether `self → next` is an allowed transition.
+    pub fn can_become(self, next: Self) -> bool {
+        use ConversationStatus::*;
+        matches!(
+            (self, next),
+            (Planning, Running)
+                | (Planning, Failed)
+                | (Running, Aggregating)
+                | (Running, Failed)
+                | (Aggregating, Done)
+                | (Aggregating, Failed)
+        )
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Done | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Planning => "PLANNING",
+            Self::Running => "RUNNING",
+            Self::Aggregating => "AGGREGATING",
+            Self::Done => "DONE",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "PLANNING" => Self::Planning,
+            "RUNNING" => Self::Running,
+            "AGGREGATING" => Self::Aggregating,
+            "DONE" => Self::Done,
+            "FAILED" => Self::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// Lifecycle of a subtask: `PENDING` (waits for dependencies) or `QUEUED` →
+/// `RUNNING` → `SUCCEEDED | FAILED | SKIPPED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SubtaskStatus {
+    Pending,
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+impl SubtaskStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Skipped)
+    }
+
+    /// Whether `self → next` is an allowed transition.
+    pub fn can_become(self, next: Self) -> bool {
+        use SubtaskStatus::*;
+        match (self, next) {
+            (Pending, Queued) | (Queued, Running) | (Running, Running) | (Pending, Running) => true,
+            (from, to) if !from.is_terminal() && to.is_terminal() => true,
+            _ => false,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Queued => "QUEUED",
+            Self::Running => "RUNNING",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Failed => "FAILED",
+            Self::Skipped => "SKIPPED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "PENDING" => Self::Pending,
+            "QUEUED" => Self::Queued,
+            "RUNNING" => Self::Running,
+            "SUCCEEDED" => Self::Succeeded,
+            "FAILED" => Self::Failed,
+            "SKIPPED" => Self::Skipped,
+            _ => return None,
+        })
+    }
+}
+
+/// One independent piece of the customer's message, as planned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtask {
+    /// Short id unique within the conversation (`w01`, `w02`, …).
+    pub id: String,
+    /// What the worker should find out or do, in the customer's language.
+    pub instruction: String,
+    /// Allowlist of tool names (as listed by the gateway) this subtask may use.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Ids of subtasks whose results this one needs first.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// A validated plan: at most [`MAX_SUBTASKS`] subtasks, plus notes for the reply
+/// (e.g. subtasks dropped over the limit).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub subtasks: Vec<Subtask>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// One tool call a worker made, for the record (never the tool's output).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    pub name: String,
+    /// `true` when the tool answered without error.
+    pub ok: bool,
+    /// Why the call failed or was refused (denied, timed out, bad arguments…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A subtask's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SubtaskResult {
+    Succeeded {
+        text: String,
+        #[serde(default)]
+        tool_calls: Vec<ToolCallRecord>,
+    },
+    Failed {
+        reason: String,
+    },
+    Skipped {
+        dependency: String,
+    },
+}
+
+impl SubtaskResult {
+    pub fn status(&self) -> SubtaskStatus {
+        match self {
+            Self::Succeeded { .. } => SubtaskStatus::Succeeded,
+            Self::Failed { .. } => SubtaskStatus::Failed,
+            Self::Skipped { .. } => SubtaskStatus::Skipped,
+        }
+    }
+
+    /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters.
+    pub fn bounded(self) -> Self {
+        match self {
+            Self::Succeeded { text, tool_calls } => Self::Succeeded {
+                text: truncate_chars(&text, MAX_RESULT_CHARS),
+                tool_calls,
+            },
+            Self::Failed { reason } => Self::Failed {
+                reason: truncate_chars(&reason, 2_000),
+            },
+            other => other,
+        }
+    }
+}
+
+/// Cuts `s` to at most `max` characters (not bytes), marking the cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(14)).collect();
+    out.push_str(" …[truncated]");
+    out
+}
+
+/// Token usage and cost. A field the provider did not report stays `None`
+/// (shown as `null`), never 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+}
+
+impl Usage {
+    /// Field-wise sum; unknown + unknown stays unknown, unknown + n is n.
+    pub fn add(&self, other: &Usage) -> Usage {
+        fn add_u(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+            }
+        }
+        Usage {
+            prompt_tokens: add_u(self.prompt_tokens, other.prompt_tokens),
+            completion_tokens: add_u(self.completion_tokens, other.completion_tokens),
+            cached_tokens: add_u(self.cached_tokens, other.cached_tokens),
+            cost_usd: match (self.cost_usd, other.cost_usd) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+            },
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prompt_tokens.is_none()
+            && self.completion_tokens.is_none()
+            && self.cached_tokens.is_none()
+            && self.cost_usd.is_none()
+    }
+
+    /// Total tokens known (prompt + completion).
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens.unwrap_or(0) + self.completion_tokens.unwrap_or(0)
+    }
+}
+
+/// The conversation item (`PK = CONV#<id>`, `SK = META`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    pub id: ConversationId,
+    pub customer_id: String,
+    pub status: ConversationStatus,
+    /// The customer's message.
+    pub query: String,
+    /// Creation time, Unix epoch milliseconds.
+    pub created_at_ms: i64,
+    /// After this instant (Unix epoch milliseconds) the conversation is aggregated with what it has.
+    pub deadline_ms: i64,
+    /// Subtasks planned.
+    pub total: u32,
+    /// Subtasks not yet finished; 0 triggers the aggregator.
+    pub remaining: u32,
+    /// Ids of subtasks already counted (the exactly-once guard).
+    #[serde(default)]
+    pub finished: BTreeSet<String>,
+    #[serde(default)]
+    pub reply: Option<String>,
+    #[serde(default)]
+    pub usage: Usage,
+    /// Plan notes for the reply (e.g. subtasks dropped over the limit).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Why the conversation failed, when it did.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The `Idempotency-Key` it was created with, if any.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
+    pub ttl: i64,
+}
+
+impl Conversation {
+    /// A new conversation in `PLANNING`, with the default deadline and a 7-day TTL.
+    pub fn new(customer_id: &str, query: &str, now_ms: i64, deadline_secs: u64) -> Self {
+        Self {
+            id: ConversationId::new(),
+            customer_id: customer_id.to_owned(),
+            status: ConversationStatus::Planning,
+            query: query.to_owned(),
+            created_at_ms: now_ms,
+            deadline_ms: now_ms + (deadline_secs as i64) * 1000,
+            total: 0,
+            remaining: 0,
+            finished: BTreeSet::new(),
+            reply: None,
+            usage: Usage::default(),
+            notes: Vec::new(),
+            error: None,
+            idempotency_key: None,
+            ttl: now_ms / 1000 + 7 * 24 * 3600,
+        }
+    }
+}
+
+/// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskRecord {
+    pub conversation_id: ConversationId,
+    pub subtask: Subtask,
+    /// Worker role, decided by code from the tool → role table, never by the model.
+    pub role: String,
+    pub status: SubtaskStatus,
+    /// Worker attempts started (each delivery that began work).
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub result: Option<SubtaskResult>,
+    #[serde(default)]
+    pub usage: Usage,
+    /// Names of the tools called, in call order.
+    #[serde(default)]
+    pub tools_used: Vec<String>,
+    /// Saved progress of an interrupted attempt (JSON), bounded in size.
+    #[serde(default)]
+    pub checkpoint: Option<String>,
+    #[serde(default)]
+    pub started_at_ms: Option<i64>,
+    #[serde(default)]
+    pub finished_at_ms: Option<i64>,
+    /// Same as the conversation's TTL.
+    pub ttl: i64,
+}
+
+impl SubtaskRecord {
+    /// A fresh record: `QUEUED` when it has no dependencies, else `PENDING`.
+    pub fn new(conversation: &Conversation, subtask: Subtask, role: String) -> Self {
+        let status = if subtask.depends_on.is_empty() {
+            SubtaskStatus::Queued
+        } else {
+            SubtaskStatus::Pending
+        };
+        Self {
+            conversation_id: conversation.id.clone(),
+            subtask,
+            role,
+            status,
+            attempts: 0,
+            result: None,
+            usage: Usage::default(),
+            tools_used: Vec::new(),
+            checkpoint: None,
+            started_at_ms: None,
+            finished_at_ms: None,
+            ttl: conversation.ttl,
+        }
+    }
+}
+
+/// The body of a tasks-queue message: ids only, never results (SQS 256 KB limit).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskMessage {
+    /// Run one subtask.
+    Run {
+        conversation_id: ConversationId,
+        subtask_id: String,
+        /// How often this subtask was handed back for lack of time (0 on first send).
+        #[serde(default)]
+        handbacks: u32,
+    },
+    /// The conversation's deadline passed: aggregate with what it has.
+    Deadline { conversation_id: ConversationId },
+}
+
+impl TaskMessage {
+    pub fn run(conversation_id: &ConversationId, subtask_id: &str) -> Self {
+        Self::Run {
+            conversation_id: conversation_id.clone(),
+            subtask_id: subtask_id.to_owned(),
+            handbacks: 0,
+        }
+    }
+
+    pub fn conversation_id(&self) -> &ConversationId {
+        match self {
+            Self::Run { conversation_id, .. } | Self::Deadline { conversation_id } => {
+                conversation_id
+            }
+        }
+    }
+}
+
+/// Current time, Unix epoch milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversation_status_allows_only_forward_transitions() {
+        use ConversationStatus::*;
+        assert!(Planning.can_become(Running));
+        assert!(Running.can_become(Aggregating));
+        assert!(Aggregating.can_become(Done));
+        assert!(!Done.can_become(Running));
+        assert!(!Running.can_become(Planning));
+        assert!(!Aggregating.can_become(Running));
+        assert!(!Planning.can_become(Done));
+    }
+
+    #[test]
+    fn terminal_subtask_never_changes() {
+        use SubtaskStatus::*;
+        for t in [Succeeded, Failed, Skipped] {
+            for n in [Pending, Queued, Running, Succeeded, Failed, Skipped] {
+                assert!(!t.can_become(n), "{t:?} -> {n:?}");
+            }
+        }
+        assert!(Pending.can_become(Queued));
+        assert!(Queued.can_become(Failed));
+    }
+
+    #[test]
+    fn usage_sum_keeps_unknown_as_none() {
+        let a = Usage { prompt_tokens: Some(10), ..Default::default() };
+        let b = Usage::default();
+        let s = a.add(&b);
+        assert_eq!(s.prompt_tokens, Some(10));
+        assert_eq!(s.completion_tokens, None);
+        assert_eq!(s.cost_usd, None);
+    }
+
+    #[test]
+    fn conversation_id_rejects_key_separators() {
+        assert!(ConversationId::parse("CONV#x").is_none());
+        let id = ConversationId::new();
+        assert_eq!(ConversationId::parse(id.as_str()), Some(id));
+    }
+
+    #[test]
+    fn task_message_carries_ids_only() {
+        let m = TaskMessage::run(&ConversationId::from_trusted("c1"), "w01");
+        let j = serde_json::to_string(&m).unwrap();
+        assert_eq!(j, r#"{"kind":"run","conversation_id":"c1","subtask_id":"w01","handbacks":0}"#);
+    }
+
+    #[test]
+    fn truncation_counts_characters_not_bytes() {
+        let s = "订".repeat(50);
+        let t = truncate_chars(&s, 20);
+        assert!(t.chars().count() <= 20);
+        assert!(t.ends_with("[truncated]"));
+    }
+}

@@ -1,0 +1,1 @@
+//! Lenient JSON recovery for model output: prose, code fences, trailing commas.

@@ -1,0 +1,9 @@
+//! Shared crate of lambda-swarm: domain, ports (traits) and their adapters, config and telemetry.
+
+pub mod adapters;
+pub mod domain;
+pub mod jsonfix;
+pub mod llm;
+pub mod plan;
+pub mod ports;
+pub mod roles;

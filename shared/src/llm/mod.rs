@@ -1,0 +1,1 @@
+//! Chat-model adapters: the OpenAI-compatible HTTP client and the deterministic offline model.

@@ -1,0 +1,1 @@
+//! Plan parsing and validation.

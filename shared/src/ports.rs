@@ -1,0 +1,392 @@
+//! Port traits: the conversation store, the task queue, the chat model and the tool gateway.
+//!
+//! The function cores talk only to these traits (`Arc<dyn Trait>`), so the same
+//! code runs on Lambda (AWS adapters), in the local stack (embedded adapters)
+//! and in tests. Every error says whether it is transient (retry may help) or
+//! permanent.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    TaskMessage, Usage,
+};
+
+/// Errors of a [`ConversationStore`].
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Throttling, contention (`TransactionConflict`), timeouts: retry with backoff.
+    #[error("store temporarily unavailable: {0}")]
+    Transient(String),
+    /// Validation, missing table, access denied, corrupt item: retrying will not help.
+    #[error("store error: {0}")]
+    Permanent(String),
+}
+
+impl StoreError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient(_))
+    }
+}
+
+/// Outcome of [`ConversationStore::create_conversation`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateOutcome {
+    Created,
+    /// The customer's `Idempotency-Key` was already used: this is the conversation it created.
+    Existing(ConversationId),
+}
+
+/// Outcome of [`ConversationStore::begin_attempt`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptStart {
+    /// The subtask is now `RUNNING` with `attempts` incremented; the record after the update.
+    Started(SubtaskRecord),
+    /// The subtask already has a terminal result (a duplicate delivery); the stored record.
+    AlreadyFinished(SubtaskRecord),
+    /// No such conversation or subtask (a poison message).
+    Missing,
+}
+
+/// Outcome of [`ConversationStore::record_result`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordOutcome {
+    Recorded,
+    /// Another delivery (or the deadline path) recorded a result first; the stored record.
+    AlreadyFinished(SubtaskRecord),
+    Missing,
+}
+
+/// Outcome of [`ConversationStore::count_finished`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountOutcome {
+    /// This call counted the subtask; `remaining` after the decrement.
+    Counted { remaining: u32 },
+    /// The subtask id was already in the finished set: nothing changed.
+    AlreadyCounted,
+    Missing,
+}
+
+/// The single table keyed by conversation (DESIGN.md "Data").
+///
+/// Every mutating call is one conditional write (or one transaction), so the
+/// invariants hold under at-least-once delivery and concurrent workers.
+#[async_trait]
+pub trait ConversationStore: Send + Sync {
+    /// Writes the conversation item, conditional on the id being new. When
+    /// `conversation.idempotency_key` is set, atomically claims
+    /// `(customer_id, key)`; a key already claimed returns
+    /// [`CreateOutcome::Existing`] and writes nothing.
+    async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError>;
+
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError>;
+
+    /// Writes all subtask items and flips the conversation `PLANNING → RUNNING`
+    /// with `total = remaining = subtasks.len()`, `notes`, and `usage` added.
+    /// Returns `false` (and writes nothing) when the conversation is not in `PLANNING`.
+    /// DynamoDB: at most 100 items per transaction, so large plans write the
+    /// subtasks first and flip the conversation last.
+    async fn start_run(
+        &self,
+        id: &ConversationId,
+        subtasks: &[SubtaskRecord],
+        notes: &[String],
+        usage: &Usage,
+    ) -> Result<bool, StoreError>;
+
+    /// Flips a conversation `from → to` if it is in `from`. Returns whether this call made the flip.
+    async fn transition_conversation(
+        &self,
+        id: &ConversationId,
+        from: ConversationStatus,
+        to: ConversationStatus,
+    ) -> Result<bool, StoreError>;
+
+    /// `AGGREGATING → DONE` with the reply, adding `usage`. Returns whether this call made the flip.
+    async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError>;
+
+    /// `PLANNING | RUNNING | AGGREGATING → FAILED` with a reason. Returns whether this call made the flip.
+    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError>;
+
+    async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError>;
+
+    /// All subtasks of a conversation, strongly consistent, in id order.
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError>;
+
+    /// Flips a subtask's status if it is currently one of `from`. Returns whether this call made the flip.
+    async fn transition_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        from: &[SubtaskStatus],
+        to: SubtaskStatus,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks a non-terminal subtask `RUNNING`, increments `attempts` and sets
+    /// `started_at_ms` on the first attempt.
+    async fn begin_attempt(&self, id: &ConversationId, subtask_id: &str, now_ms: i64) -> Result<AttemptStart, StoreError>;
+
+    /// Saves an interrupted attempt's progress (JSON) on a non-terminal subtask.
+    async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError>;
+
+    /// Writes the subtask's terminal result, usage and tools used, conditional
+    /// on the subtask not being terminal yet.
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: &SubtaskResult,
+        usage: &Usage,
+        tools_used: &[String],
+        now_ms: i64,
+    ) -> Result<RecordOutcome, StoreError>;
+
+    /// Exactly-once accounting: one conditional update of the conversation
+    /// item adds `subtask_id` to the finished set, decrements `remaining` and
+    /// adds `usage`, guarded by "id not yet in the set" (DESIGN.md invariant 1).
+    async fn count_finished(&self, id: &ConversationId, subtask_id: &str, usage: &Usage) -> Result<CountOutcome, StoreError>;
+}
+
+/// Errors of a [`TaskQueue`].
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue temporarily unavailable: {0}")]
+    Transient(String),
+    #[error("queue error: {0}")]
+    Permanent(String),
+}
+
+impl QueueError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient(_))
+    }
+}
+
+/// Longest SQS `DelaySeconds` (15 minutes).
+pub const MAX_DELAY_SECONDS: u32 = 900;
+/// Most entries in one `SendMessageBatch` call.
+pub const SQS_BATCH_LIMIT: usize = 10;
+
+/// The sending side of a tasks queue (SQS on AWS).
+#[async_trait]
+pub trait TaskQueue: Send + Sync {
+    /// Sends every message, delayed by `delay_seconds` (0..=900, SQS `DelaySeconds`).
+    /// Adapters send in chunks of at most 10 ([`SQS_BATCH_LIMIT`]) and retry
+    /// failed entries; an error means some message may not have been sent.
+    async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError>;
+}
+
+/// One received message, as an event source mapping hands it to a function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    /// `ApproximateReceiveCount`, 1 on first delivery.
+    pub receive_count: u32,
+    /// When the message was first sent, Unix epoch milliseconds.
+    pub sent_at_ms: i64,
+}
+
+/// The receiving side of a queue: what an event source mapping (or the local
+/// stack's poller) uses. Semantics as SQS: a received message is invisible for
+/// the visibility timeout, reappears unless deleted, and after `maxReceiveCount`
+/// receives moves to the DLQ (redrive policy).
+#[async_trait]
+pub trait QueueConsumer: Send + Sync {
+    /// Receives up to `max` (1..=10) messages, waiting up to `wait` for the first (long poll).
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, QueueError>;
+    /// Deletes a received message (acknowledge).
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
+    /// Makes a received message visible again after `seconds` (0..=43200).
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError>;
+}
+
+// ---------------------------------------------------------------- chat model
+
+/// What a chat request is for; lets a client pick a model (the sub model compresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// Split the customer's message into subtasks (answer: a JSON plan).
+    Plan,
+    /// One round of a worker's tool loop.
+    Work,
+    /// Write the customer's reply from the subtask results.
+    Reply,
+    /// Summarise older transcript rounds.
+    Compress,
+}
+
+/// A tool call the model asked for. `id` is echoed back verbatim as `tool_call_id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The raw JSON text the model produced; may be invalid.
+    pub arguments: String,
+}
+
+/// A chat message in OpenAI chat-completions shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        #[serde(default)]
+        content: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// Provider reasoning text (DeepSeek/Kimi thinking); never shown to the customer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning_content: Option<String>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+/// A tool as offered to the model: name, description, JSON Schema of the arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub input_schema: serde_json::Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub purpose: Purpose,
+    pub messages: Vec<ChatMessage>,
+    /// Tools offered, in a stable order (prefix caching); empty for no tools.
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    /// Upper bound on completion tokens.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// Why the model stopped. Unknown values are kept, not rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Other(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// Text for the customer; `None` when empty or absent.
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: FinishReason,
+    /// Kept aside; sent back in the assistant message where a provider requires it.
+    pub reasoning_content: Option<String>,
+    pub usage: Usage,
+    /// The model that answered (as reported, else as configured).
+    pub model: String,
+}
+
+/// Errors of a [`ChatModel`], classified as the retry rules need them.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// HTTP 429 and the like. `retry_after` from `Retry-After` / `retry-after-ms`.
+    #[error("rate limited (HTTP {status}): {message}")]
+    RateLimited { status: u16, retry_after: Option<Duration>, message: String },
+    /// 5xx, timeouts, overload, non-JSON bodies, unknown finish reasons.
+    #[error("transient LLM failure{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+    Transient { status: Option<u16>, message: String },
+    /// The request is too long for the model: compress and retry once, else fail.
+    #[error("context length exceeded (HTTP {status}): {message}")]
+    ContextLength { status: u16, message: String },
+    /// Auth, balance, bad request: no retry.
+    #[error("permanent LLM failure (HTTP {status}): {message}")]
+    Permanent { status: u16, message: String },
+}
+
+impl LlmError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
+    }
+}
+
+/// An OpenAI-compatible chat-completions model (or the offline stand-in).
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
+    /// Human-readable label, e.g. `kimi-k2 @ api.moonshot.cn` or `offline model`.
+    fn label(&self) -> String;
+    /// `true` for the deterministic offline model; replies then say so.
+    fn is_offline(&self) -> bool {
+        false
+    }
+}
+
+// ---------------------------------------------------------------- tool gateway
+
+/// Who is calling: decides which tools are visible and whose data they act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolContext {
+    /// Worker role; the gateway credential is chosen from it.
+    pub role: String,
+    /// Sent to the gateway as a header the model cannot write; overrides any
+    /// customer id in the arguments of customer-scoped tools.
+    pub customer_id: String,
+    pub conversation_id: ConversationId,
+    pub subtask_id: String,
+}
+
+/// What a tool returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Text content (JSON text for structured results).
+    pub text: String,
+    /// The tool (or the gateway, for refusals and fallbacks) reported an error.
+    pub is_error: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("tool call timed out after {0:?}")]
+    Timeout(Duration),
+    /// Gateway or upstream unreachable, 5xx, session lost: retry may help.
+    #[error("tool gateway unavailable: {0}")]
+    Unavailable(String),
+    /// Bad credential, protocol error, unknown tool: retry will not help.
+    #[error("tool gateway error: {0}")]
+    Permanent(String),
+}
+
+impl ToolError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Timeout(_) | Self::Unavailable(_))
+    }
+}
+
+/// The MCP tool gateway as a worker sees it (`tools/list`, `tools/call`).
+#[async_trait]
+pub trait ToolGateway: Send + Sync {
+    /// Tools visible to `ctx.role`, in a stable order.
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError>;
+    /// Calls one tool with JSON-object `arguments`, giving up after `timeout`.
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError>;
+}
