@@ -1,0 +1,1 @@
+//! Tolerant OpenAI-compatible chat-completions client over reqwest.

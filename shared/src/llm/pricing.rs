@@ -1,0 +1,1 @@
+//! Per-model token prices and cost of a call.

@@ -1,0 +1,1 @@
+//! Transcript care: the tool-call/result pairing check and context compression at turn boundaries.
