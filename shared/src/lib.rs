@@ -6,4 +6,5 @@ pub mod jsonfix;
 pub mod llm;
 pub mod plan;
 pub mod ports;
+pub mod prompts;
 pub mod roles;
