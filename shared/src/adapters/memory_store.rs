@@ -14,12 +14,13 @@ use crate::ports::{
     AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError,
 };
 
-/// A change of a conversation item, as a DynamoDB stream (`NEW_IMAGE`) would carry it.
+/// A change of an item, as a DynamoDB stream (`NEW_AND_OLD_IMAGES` of the new image) would carry it.
 #[derive(Clone, Debug)]
-pub struct ConversationChange {
-    /// `INSERT` or `MODIFY`.
-    pub event_name: &'static str,
-    pub new_image: Conversation,
+pub enum ItemChange {
+    /// The conversation item (`SK = META`) after an `INSERT` or `MODIFY`.
+    Conversation(Conversation),
+    /// A subtask item (`SK = TASK#…`) after a write.
+    Subtask(SubtaskRecord),
 }
 
 #[derive(Default)]
@@ -34,7 +35,7 @@ struct Tables {
 /// [`subscribe`](Self::subscribe) gives the conversation items' stream.
 pub struct InMemoryConversationStore {
     tables: Mutex<Tables>,
-    stream: broadcast::Sender<ConversationChange>,
+    stream: broadcast::Sender<ItemChange>,
 }
 
 impl Default for InMemoryConversationStore {
@@ -49,8 +50,8 @@ impl InMemoryConversationStore {
         Self { tables: Mutex::new(Tables::default()), stream }
     }
 
-    /// The stream of conversation-item changes (like a DynamoDB stream with `NEW_IMAGE`).
-    pub fn subscribe(&self) -> broadcast::Receiver<ConversationChange> {
+    /// The stream of item changes (like a DynamoDB stream with `NEW_IMAGE`), in write order.
+    pub fn subscribe(&self) -> broadcast::Receiver<ItemChange> {
         self.stream.subscribe()
     }
 
@@ -65,9 +66,13 @@ impl InMemoryConversationStore {
             .map_err(|_| StoreError::Permanent("store lock poisoned".into()))
     }
 
-    fn emit(&self, event_name: &'static str, conv: &Conversation) {
+    fn emit(&self, conv: &Conversation) {
         // No subscriber is fine: nobody listens to the stream in some tests.
-        let _ = self.stream.send(ConversationChange { event_name, new_image: conv.clone() });
+        let _ = self.stream.send(ItemChange::Conversation(conv.clone()));
+    }
+
+    fn emit_subtask(&self, rec: &SubtaskRecord) {
+        let _ = self.stream.send(ItemChange::Subtask(rec.clone()));
     }
 }
 
@@ -94,7 +99,7 @@ impl ConversationStore for InMemoryConversationStore {
             );
         }
         t.conversations.insert(conversation.id.clone(), conversation.clone());
-        self.emit("INSERT", conversation);
+        self.emit(conversation);
         Ok(CreateOutcome::Created)
     }
 
@@ -124,7 +129,7 @@ impl ConversationStore for InMemoryConversationStore {
         for s in subtasks {
             map.insert(s.subtask.id.clone(), s.clone());
         }
-        self.emit("MODIFY", &snapshot);
+        self.emit(&snapshot);
         Ok(true)
     }
 
@@ -141,7 +146,7 @@ impl ConversationStore for InMemoryConversationStore {
         }
         conv.status = to;
         let snapshot = conv.clone();
-        self.emit("MODIFY", &snapshot);
+        self.emit(&snapshot);
         Ok(true)
     }
 
@@ -155,7 +160,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.reply = Some(reply.to_owned());
         conv.usage = conv.usage.add(usage);
         let snapshot = conv.clone();
-        self.emit("MODIFY", &snapshot);
+        self.emit(&snapshot);
         Ok(true)
     }
 
@@ -168,7 +173,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.status = ConversationStatus::Failed;
         conv.error = Some(reason.to_owned());
         let snapshot = conv.clone();
-        self.emit("MODIFY", &snapshot);
+        self.emit(&snapshot);
         Ok(true)
     }
 
@@ -205,6 +210,8 @@ impl ConversationStore for InMemoryConversationStore {
             return Ok(false);
         }
         rec.status = to;
+        let snapshot = rec.clone();
+        self.emit_subtask(&snapshot);
         Ok(true)
     }
 
@@ -221,7 +228,9 @@ impl ConversationStore for InMemoryConversationStore {
         if rec.started_at_ms.is_none() {
             rec.started_at_ms = Some(now_ms);
         }
-        Ok(AttemptStart::Started(rec.clone()))
+        let snapshot = rec.clone();
+        self.emit_subtask(&snapshot);
+        Ok(AttemptStart::Started(snapshot))
     }
 
     async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
@@ -256,6 +265,8 @@ impl ConversationStore for InMemoryConversationStore {
         rec.tools_used = tools_used.to_vec();
         rec.finished_at_ms = Some(now_ms);
         rec.checkpoint = None;
+        let snapshot = rec.clone();
+        self.emit_subtask(&snapshot);
         Ok(RecordOutcome::Recorded)
     }
 
@@ -274,7 +285,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.usage = conv.usage.add(usage);
         let remaining = conv.remaining;
         let snapshot = conv.clone();
-        self.emit("MODIFY", &snapshot);
+        self.emit(&snapshot);
         Ok(CountOutcome::Counted { remaining })
     }
 }

@@ -4,4 +4,4 @@ pub mod memory_queue;
 pub mod memory_store;
 
 pub use memory_queue::{InMemoryQueue, QueueSettings};
-pub use memory_store::{ConversationChange, InMemoryConversationStore};
+pub use memory_store::{InMemoryConversationStore, ItemChange};
