@@ -1,1 +1,30 @@
-//! placeholder
+//! shop-tools: the demo e-commerce MCP tool server (orders, shipments, products, coupons, refunds).
+//!
+//! [`Shop`] holds the rules as plain Rust over the embedded data set; [`ShopTools`] exposes
+//! them as seven MCP tools; [`router`] / [`serve`] put them on stateless Streamable HTTP.
+
+pub mod args;
+pub mod config;
+pub mod data;
+pub mod error;
+mod matching;
+pub mod server;
+pub mod shop;
+#[cfg(test)]
+mod shop_tests;
+
+pub use config::Config;
+pub use error::{Refusal, ShopError};
+pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve, serve_with_hosts};
+pub use shop::{RefundRecord, Shop};
+
+/// The seven tool names, in the order `tools/list` is expected to contain them (any order is valid MCP).
+pub const TOOL_NAMES: [&str; 7] = [
+    "get_order",
+    "list_customer_orders",
+    "track_shipment",
+    "get_product",
+    "check_coupon",
+    "get_refund_policy",
+    "refund",
+];

@@ -1,0 +1,89 @@
+//! Tool arguments: one struct per tool; doc comments become the JSON Schema the model sees.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// Arguments of `get_order`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct GetOrderArgs {
+    /// Id of the customer asking (set by the tool gateway; only this customer's orders are visible).
+    pub customer_id: String,
+    /// Order id, e.g. "A1029" (case-insensitive).
+    pub order_id: String,
+}
+
+/// Arguments of `list_customer_orders`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct ListOrdersArgs {
+    /// Id of the customer asking (set by the tool gateway).
+    pub customer_id: String,
+}
+
+/// Arguments of `track_shipment`: give `order_id` or `tracking_no`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct TrackShipmentArgs {
+    /// Id of the customer asking (set by the tool gateway; only this customer's parcels are visible).
+    pub customer_id: String,
+    /// Order id whose parcel to track, e.g. "A1031".
+    #[serde(default)]
+    pub order_id: Option<String>,
+    /// Carrier tracking number, e.g. "SF250638245935" (alternative to order_id).
+    #[serde(default)]
+    pub tracking_no: Option<String>,
+}
+
+/// Arguments of `get_product`: give `sku`, `skus` or `name`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct GetProductArgs {
+    /// Exact SKU, e.g. "SKU-1016" (case-insensitive).
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// Several SKUs at once, e.g. ["SKU-1016", "SKU-1011"].
+    #[serde(default)]
+    pub skus: Option<Vec<String>>,
+    /// Product name or description in English or Chinese, e.g. "Navy Down Jacket L" or "羽绒服"; fuzzy match, best first, at most 5.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Arguments of `check_coupon`. Give the basket as `order_total`, or as a product (`sku` or
+/// `product_name`) and `quantity`, to learn whether the coupon applies and the discount.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct CheckCouponArgs {
+    /// Id of the customer asking (set by the tool gateway).
+    pub customer_id: String,
+    /// Coupon / promo code, e.g. "SAVE20" (case-insensitive).
+    pub code: String,
+    /// Basket total in the shop currency (CNY), if known.
+    #[serde(default)]
+    pub order_total: Option<f64>,
+    /// SKU of the product the coupon is for, e.g. "SKU-1022".
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// Name of the product the coupon is for, e.g. "Green Tea 250g" (fuzzy match).
+    #[serde(default)]
+    pub product_name: Option<String>,
+    /// How many units of that product (default 1).
+    #[serde(default)]
+    pub quantity: Option<u32>,
+    /// Product category, e.g. "apparel", "shoes", "electronics", "home", "grocery".
+    #[serde(default)]
+    pub category: Option<String>,
+}
+
+/// Arguments of `refund`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct RefundArgs {
+    /// Id of the customer asking (set by the tool gateway; only this customer's orders can be refunded).
+    pub customer_id: String,
+    /// Order id to refund, e.g. "A1016".
+    pub order_id: String,
+    /// Amount to refund in the order currency (CNY); default: everything still refundable (paid minus already refunded).
+    #[serde(default)]
+    pub amount: Option<f64>,
+    /// Customer's reason for the refund, in a few words.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Unique key for this refund request (at most 200 characters); repeating a call with the same key returns the first result and never refunds twice.
+    pub idempotency_key: String,
+}

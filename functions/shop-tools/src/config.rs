@@ -1,0 +1,104 @@
+//! Typed configuration of the shop-tools binary, read once from the environment.
+
+use std::net::SocketAddr;
+
+use crate::error::ShopError;
+
+/// Listening address when `SHOP_TOOLS_ADDR` is not set.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8931";
+
+/// Where and how the binary serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// True when running inside AWS Lambda (`AWS_LAMBDA_RUNTIME_API` is set).
+    pub on_lambda: bool,
+    /// Local listening address (`SHOP_TOOLS_ADDR`, default [`DEFAULT_ADDR`]); unused on Lambda.
+    pub addr: SocketAddr,
+    /// Accepted `Host` headers (`SHOP_TOOLS_ALLOWED_HOSTS`, comma-separated; `*` turns the
+    /// check off). `None`: loopback (plus the listening IP) locally, `*` on Lambda.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Logs as JSON lines (on Lambda, or `AWS_LAMBDA_LOG_FORMAT=JSON`).
+    pub json_logs: bool,
+}
+
+impl Config {
+    /// Reads the process environment.
+    ///
+    /// Errors: [`ShopError::Config`] when `SHOP_TOOLS_ADDR` is not a socket address.
+    pub fn from_env() -> Result<Self, ShopError> {
+        Self::from_lookup(|key| std::env::var(key).ok())
+    }
+
+    /// Reads variables through `lookup` (tests pass a map).
+    ///
+    /// Errors: [`ShopError::Config`] when `SHOP_TOOLS_ADDR` is not a socket address such as
+    /// "127.0.0.1:8931".
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ShopError> {
+        let set = |key: &str| lookup(key).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let on_lambda = set("AWS_LAMBDA_RUNTIME_API").is_some();
+        let addr_text = set("SHOP_TOOLS_ADDR").unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        let addr = addr_text.parse().map_err(|_| {
+            ShopError::Config(format!("SHOP_TOOLS_ADDR must be an address like {DEFAULT_ADDR}, got '{addr_text}'"))
+        })?;
+        let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS").map(|v| {
+            v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>()
+        });
+        let json_logs = on_lambda || set("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
+        Ok(Config { on_lambda, addr, allowed_hosts, json_logs })
+    }
+}
+
+/// Installs the global `tracing` subscriber: `RUST_LOG` (or `AWS_LAMBDA_LOG_LEVEL`) filter,
+/// default `info`; JSON lines when `json`. A second call does nothing.
+pub fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(std::env::var("AWS_LAMBDA_LOG_LEVEL").unwrap_or_default().to_lowercase()))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().with_ansi(false).without_time().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ShopError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn an_empty_environment_listens_on_the_default_local_address() -> anyhow::Result<()> {
+        let c = config(&[])?;
+        assert_eq!(c.addr, "127.0.0.1:8931".parse()?);
+        assert!(!c.on_lambda);
+        assert_eq!(c.allowed_hosts, None);
+        assert!(!c.json_logs);
+        Ok(())
+    }
+
+    #[test]
+    fn lambda_runtime_variable_selects_lambda_mode_with_json_logs() -> anyhow::Result<()> {
+        let c = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"), ("SHOP_TOOLS_ALLOWED_HOSTS", " a.example.com, b:8080 ,")])?;
+        assert!(c.on_lambda);
+        assert!(c.json_logs);
+        assert_eq!(c.allowed_hosts, Some(vec!["a.example.com".to_string(), "b:8080".to_string()]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_malformed_address_is_a_clear_error() {
+        let err = config(&[("SHOP_TOOLS_ADDR", "localhost")]).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("invalid configuration: SHOP_TOOLS_ADDR must be an address like 127.0.0.1:8931, got 'localhost'")
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! The MCP face of the shop: the rmcp tool router, the stateless Streamable HTTP app and a
+//! background server for local runs and tests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use serde::Serialize;
+
+use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
+use crate::error::{Refusal, ShopError};
+use crate::shop::Shop;
+
+/// Path the MCP endpoint is served at.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Hosts accepted by default (rmcp's DNS-rebinding guard): loopback only.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The rmcp server handler: seven tools over one [`Shop`].
+#[derive(Debug, Clone)]
+pub struct ShopTools {
+    shop: Arc<Shop>,
+    tool_router: ToolRouter<ShopTools>,
+}
+
+/// A tool answer: one text content holding a JSON object; a refusal is
+/// `{"error": "<reason>"}` with `is_error = true`.
+fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: Result<T, Refusal>) -> CallToolResult {
+    let customer_id = customer_id.unwrap_or("-");
+    match result {
+        Ok(value) => match serde_json::to_string(&value) {
+            Ok(json) => {
+                tracing::info!(tool, customer_id, outcome = "ok", "tool call answered");
+                CallToolResult::success(vec![ContentBlock::text(json)])
+            }
+            Err(e) => {
+                tracing::error!(tool, error = %e, "tool result did not serialize");
+                refusal_result(&format!("internal error: the {tool} result could not be encoded"))
+            }
+        },
+        Err(refusal) => {
+            tracing::info!(tool, customer_id, outcome = "refused", "tool call refused");
+            tracing::debug!(tool, reason = %refusal, "refusal reason");
+            refusal_result(&refusal.to_string())
+        }
+    }
+}
+
+fn refusal_result(reason: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
+}
+
+#[tool_router]
+impl ShopTools {
+    /// A handler over `shop` (the tool table is built here, once per handler).
+    pub fn new(shop: Arc<Shop>) -> Self {
+        Self { shop, tool_router: Self::tool_router() }
+    }
+
+    /// The shop behind the tools.
+    pub fn shop(&self) -> &Arc<Shop> {
+        &self.shop
+    }
+
+    #[tool(
+        description = "Look up one of the customer's orders by order id: order status (paid, shipped, delivered, cancelled, refunded), items, total, amount paid and refunded, delivery date, tracking number and a shipment summary (carrier, latest parcel event, ETA).",
+        annotations(read_only_hint = true)
+    )]
+    fn get_order(&self, Parameters(args): Parameters<GetOrderArgs>) -> CallToolResult {
+        answer("get_order", Some(&args.customer_id), self.shop.get_order(&args.customer_id, &args.order_id))
+    }
+
+    #[tool(
+        description = "List the customer's orders (my orders, order history, recent purchases), newest first, with order id, date, status and total.",
+        annotations(read_only_hint = true)
+    )]
+    fn list_customer_orders(&self, Parameters(args): Parameters<ListOrdersArgs>) -> CallToolResult {
+        answer("list_customer_orders", Some(&args.customer_id), self.shop.list_customer_orders(&args.customer_id))
+    }
+
+    #[tool(
+        description = "Track a parcel / shipment / delivery by order id or tracking number: where is my package, carrier, logistics events, customs hold or delay, estimated delivery date (ETA) and whether it is late.",
+        annotations(read_only_hint = true)
+    )]
+    fn track_shipment(&self, Parameters(args): Parameters<TrackShipmentArgs>) -> CallToolResult {
+        answer(
+            "track_shipment",
+            Some(&args.customer_id),
+            self.shop.track_shipment(&args.customer_id, args.order_id.as_deref(), args.tracking_no.as_deref()),
+        )
+    }
+
+    #[tool(
+        description = "Find a product by SKU or by name (English or Chinese, fuzzy): price, stock / inventory, whether it is in stock or sold out, and the restock date when it is back in stock.",
+        annotations(read_only_hint = true)
+    )]
+    fn get_product(&self, Parameters(args): Parameters<GetProductArgs>) -> CallToolResult {
+        answer(
+            "get_product",
+            None,
+            self.shop.get_product(args.sku.as_deref(), args.skus.as_deref().unwrap_or_default(), args.name.as_deref()),
+        )
+    }
+
+    #[tool(
+        description = "Check a coupon / discount / promo / voucher code: whether it exists, has expired, its minimum spend, eligible categories, first-order-only and one-use rules, and the discount for a basket (order total, or a product and quantity).",
+        annotations(read_only_hint = true)
+    )]
+    fn check_coupon(&self, Parameters(args): Parameters<CheckCouponArgs>) -> CallToolResult {
+        answer("check_coupon", Some(&args.customer_id), self.shop.check_coupon(&args))
+    }
+
+    #[tool(
+        description = "The refund policy / return policy: how many days after delivery a refund is accepted, which orders qualify, and the maximum refundable amount.",
+        annotations(read_only_hint = true)
+    )]
+    fn get_refund_policy(&self) -> CallToolResult {
+        answer("get_refund_policy", None, Ok::<_, Refusal>(self.shop.refund_policy()))
+    }
+
+    #[tool(
+        description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
+    )]
+    fn refund(&self, Parameters(args): Parameters<RefundArgs>) -> CallToolResult {
+        answer("refund", Some(&args.customer_id), self.shop.refund(&args))
+    }
+}
+
+#[tool_handler(
+    router = self.tool_router,
+    name = "shop-tools",
+    instructions = "Demo e-commerce shop: orders, shipments, products and stock, coupons, refund policy and refunds. Customer-scoped tools act only on the given customer's data."
+)]
+impl ServerHandler for ShopTools {}
+
+/// The MCP app: stateless Streamable HTTP at [`MCP_PATH`] with JSON responses (no session,
+/// so any instance, e.g. any Lambda, can answer any request), plus `GET /health`.
+///
+/// `allowed_hosts` are the `Host` header values accepted (names or `host:port`); an empty
+/// list means [`LOOPBACK_HOSTS`]; `["*"]` turns the check off (behind API Gateway, where the
+/// host is the API's domain and the gateway authenticates callers).
+pub fn router(shop: Arc<Shop>, allowed_hosts: Vec<String>) -> axum::Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None);
+    let config = if allowed_hosts.iter().any(|h| h == "*") {
+        config.disable_allowed_hosts()
+    } else if allowed_hosts.is_empty() {
+        config.with_allowed_hosts(LOOPBACK_HOSTS)
+    } else {
+        config.with_allowed_hosts(allowed_hosts)
+    };
+    let tools = ShopTools::new(shop);
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    axum::Router::new()
+        .route("/health", axum::routing::get(|| async { "ok" }))
+        .nest_service(MCP_PATH, service)
+}
+
+/// Binds `addr` (port 0 picks a free port) and serves [`router`] in the background with
+/// the loopback hosts plus `addr`'s own IP allowed. Returns the bound address and the
+/// server task (abort it to stop).
+///
+/// Errors: [`ShopError::Bind`] when the address cannot be bound.
+pub async fn serve(addr: SocketAddr, shop: Arc<Shop>) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ShopError> {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+    if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
+        hosts.push(addr.ip().to_string());
+    }
+    serve_with_hosts(addr, shop, hosts).await
+}
+
+/// [`serve`] with an explicit `Host` allow-list (see [`router`] for its meaning).
+///
+/// Errors: [`ShopError::Bind`] when the address cannot be bound.
+pub async fn serve_with_hosts(
+    addr: SocketAddr,
+    shop: Arc<Shop>,
+    allowed_hosts: Vec<String>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ShopError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ShopError::Bind { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| ShopError::Bind { addr, source })?;
+    let app = router(shop, allowed_hosts);
+    let handle = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "shop-tools server stopped");
+        }
+    });
+    tracing::info!(addr = %bound, path = MCP_PATH, "shop-tools MCP server listening");
+    Ok((bound, handle))
+}
