@@ -7,4 +7,9 @@ pub mod llm;
 pub mod plan;
 pub mod ports;
 pub mod prompts;
+pub mod reply;
 pub mod roles;
+pub mod telemetry;
+pub mod view;
+#[cfg(feature = "aws")]
+pub mod wiring;

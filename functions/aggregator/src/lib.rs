@@ -1,1 +1,6 @@
-//! placeholder
+//! The aggregator function: triggered from the DynamoDB stream when a conversation's `remaining` reaches 0.
+
+pub mod core;
+pub mod handler;
+
+pub use core::{AggregateOutcome, Aggregator, AggregatorSettings};

@@ -1,1 +1,7 @@
-//! placeholder
+//! The worker function: one LLM ↔ MCP-tool loop per subtask, fed by the SQS event source mapping.
+
+pub mod core;
+pub mod handler;
+
+pub use core::{Outcome, Worker, WorkerSettings};
+pub use handler::WorkerMode;

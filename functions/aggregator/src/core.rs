@@ -1,0 +1,101 @@
+//! The aggregator's logic: win the `RUNNING → AGGREGATING` flip once, write one reply from every result, finish the conversation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::domain::{ConversationId, ConversationStatus, Usage};
+use shared::llm::retry::{RetryPolicy, complete_with_retry};
+use shared::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
+use shared::prompts::reply_messages;
+use shared::reply::{compose_reply, reply_input};
+
+/// Aggregator settings.
+#[derive(Clone, Debug)]
+pub struct AggregatorSettings {
+    /// Longest wait for the reply model, retries included; past it the model-free reply is written.
+    pub reply_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for AggregatorSettings {
+    fn default() -> Self {
+        Self { reply_timeout: Duration::from_secs(45), retry: RetryPolicy::default() }
+    }
+}
+
+/// What one trigger did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AggregateOutcome {
+    /// This call won the flip and wrote the reply.
+    Replied { by_model: bool },
+    /// Another trigger won the flip, or the conversation is already over: nothing done.
+    AlreadyHandled,
+    /// Subtasks still open: not ready (a filter mismatch or an early trigger).
+    NotReady { remaining: u32 },
+    Unknown,
+}
+
+pub struct Aggregator {
+    store: Arc<dyn ConversationStore>,
+    model: Arc<dyn ChatModel>,
+    settings: AggregatorSettings,
+}
+
+impl Aggregator {
+    pub fn new(store: Arc<dyn ConversationStore>, model: Arc<dyn ChatModel>, settings: AggregatorSettings) -> Self {
+        Self { store, model, settings }
+    }
+
+    /// Aggregates a conversation whose `remaining` reached 0. Runs once per
+    /// conversation: it starts from the conditional flip `RUNNING → AGGREGATING`
+    /// and any second trigger loses the flip and stops (DESIGN.md invariant 2).
+    pub async fn aggregate(&self, id: &ConversationId) -> Result<AggregateOutcome, StoreError> {
+        let Some(conversation) = self.store.get_conversation(id).await? else {
+            return Ok(AggregateOutcome::Unknown);
+        };
+        if conversation.status != ConversationStatus::Running {
+            return Ok(AggregateOutcome::AlreadyHandled);
+        }
+        if conversation.remaining > 0 {
+            return Ok(AggregateOutcome::NotReady { remaining: conversation.remaining });
+        }
+        if !self
+            .store
+            .transition_conversation(id, ConversationStatus::Running, ConversationStatus::Aggregating)
+            .await?
+        {
+            tracing::info!(conversation_id = %id, "lost the aggregation flip: another trigger aggregates");
+            return Ok(AggregateOutcome::AlreadyHandled);
+        }
+        let subtasks = self.store.list_subtasks(id).await?;
+        let input = reply_input(&subtasks, &conversation.notes);
+        let request = ChatRequest {
+            purpose: Purpose::Reply,
+            messages: reply_messages(&conversation.query, &input),
+            tools: Vec::new(),
+            max_tokens: Some(2048),
+        };
+        let deadline = tokio::time::Instant::now() + self.settings.reply_timeout;
+        let (reply, usage, by_model) = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
+            Ok(r) if r.content.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
+                (r.content.unwrap_or_default(), r.usage, true)
+            }
+            Ok(r) => {
+                tracing::warn!(conversation_id = %id, finish_reason = ?r.finish_reason, "reply model gave no text; writing the model-free reply");
+                (compose_reply(&input), r.usage, false)
+            }
+            Err(e) => {
+                tracing::warn!(conversation_id = %id, error = %e, "reply model failed; writing the model-free reply");
+                (compose_reply(&input), Usage::default(), false)
+            }
+        };
+        let reply = if by_model || !self.model.is_offline() {
+            reply
+        } else {
+            format!("{reply}\n\n— Written without a language model (offline mode).")
+        };
+        self.store.finish_conversation(id, &reply, &usage).await?;
+        tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
+        Ok(AggregateOutcome::Replied { by_model })
+    }
+}

@@ -1,0 +1,40 @@
+//! DynamoDB stream events ⇄ aggregator calls: each conversation item that reached `remaining = 0` is aggregated.
+
+use aws_lambda_events::event::dynamodb::Event;
+use lambda_runtime::LambdaEvent;
+use shared::domain::ConversationId;
+
+use crate::core::{AggregateOutcome, Aggregator};
+
+/// The conversation id of a stream record's keys (`PK = CONV#<id>`, `SK = META`), if it is a conversation item.
+pub fn conversation_of(record: &aws_lambda_events::event::dynamodb::EventRecord) -> Option<ConversationId> {
+    let keys = serde_json::to_value(&record.change.keys).ok()?;
+    let pk = keys.get("PK")?.get("S")?.as_str()?;
+    let sk = keys.get("SK").and_then(|v| v.get("S")).and_then(|v| v.as_str());
+    if sk.is_some_and(|s| s != "META") {
+        return None;
+    }
+    ConversationId::parse(pk.strip_prefix("CONV#")?)
+}
+
+/// Handles one stream batch (already narrowed by the event filter to
+/// conversation items with `remaining = 0` and `status = RUNNING`). A transient
+/// store error fails the invocation so Lambda retries the batch; aggregation
+/// itself is guarded by the conditional flip, so a retry never replies twice.
+pub async fn handle(aggregator: &Aggregator, event: LambdaEvent<Event>) -> Result<(), lambda_runtime::Error> {
+    for record in &event.payload.records {
+        let Some(id) = conversation_of(record) else {
+            tracing::debug!(event_id = %record.event_id, "not a conversation item; ignored");
+            continue;
+        };
+        match aggregator.aggregate(&id).await {
+            Ok(AggregateOutcome::NotReady { remaining }) => {
+                tracing::warn!(conversation_id = %id, remaining, "triggered before all subtasks finished; ignored");
+            }
+            Ok(outcome) => tracing::debug!(conversation_id = %id, ?outcome, "aggregation trigger handled"),
+            Err(e) if e.is_transient() => return Err(Box::new(e)),
+            Err(e) => tracing::error!(conversation_id = %id, error = %e, "aggregation failed permanently"),
+        }
+    }
+    Ok(())
+}

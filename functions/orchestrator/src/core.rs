@@ -1,0 +1,333 @@
+//! The orchestrator's logic: validate the request, write the conversation, plan, persist and enqueue the subtasks.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::domain::{
+    Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord,
+    TaskMessage, Usage, now_ms,
+};
+use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::plan::{fallback_plan, parse_plan, validate_plan};
+use shared::ports::{
+    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS,
+    Purpose, StoreError, ToolContext, ToolGateway,
+};
+use shared::prompts::{plan_messages, plan_retry_message};
+use shared::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use shared::view::ConversationView;
+
+/// Orchestrator settings, read once at cold start.
+#[derive(Clone, Debug)]
+pub struct OrchestratorSettings {
+    /// Longest message accepted, in characters (default 8,000).
+    pub max_message_chars: usize,
+    /// Seconds from creation to the deadline (default 120).
+    pub deadline_secs: u64,
+    /// Whole planning budget, model retries included; below API Gateway's 30 s limit.
+    pub plan_timeout: Duration,
+}
+
+impl Default for OrchestratorSettings {
+    fn default() -> Self {
+        Self {
+            max_message_chars: MAX_MESSAGE_CHARS,
+            deadline_secs: shared::domain::DEFAULT_DEADLINE_SECS,
+            plan_timeout: Duration::from_secs(25),
+        }
+    }
+}
+
+/// A validated `POST /conversations`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateRequest {
+    pub message: String,
+    pub customer_id: String,
+    pub idempotency_key: Option<String>,
+}
+
+/// Errors as the API shows them: `{"error": {"code", "message"}}` with an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed or out of limits; nothing was written.
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// 404: no such conversation for this customer.
+    #[error("conversation not found")]
+    NotFound,
+    /// 503: storage or queue unavailable; the client may retry (with the same Idempotency-Key).
+    #[error("service temporarily unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::BadRequest { .. } => 400,
+            Self::NotFound => 404,
+            Self::Unavailable(_) => 503,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest { code, .. } => code,
+            Self::NotFound => "not_found",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest { code, message: message.into() }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        Self::Unavailable(e.to_string())
+    }
+}
+
+/// What `POST /conversations` answers (202).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Created {
+    pub conversation_id: ConversationId,
+    /// `false` when an `Idempotency-Key` returned an earlier conversation.
+    pub new: bool,
+}
+
+/// Checks a create request against the limits. Pure: nothing is written.
+pub fn validate_request(
+    message: &str,
+    customer_id: &str,
+    idempotency_key: Option<&str>,
+    max_chars: usize,
+) -> Result<CreateRequest, ApiError> {
+    let message = message.trim();
+    if message.is_empty() {
+        return Err(ApiError::bad("empty_message", "message must not be empty"));
+    }
+    let chars = message.chars().count();
+    if chars > max_chars {
+        return Err(ApiError::bad(
+            "message_too_long",
+            format!("message has {chars} characters; the limit is {max_chars}"),
+        ));
+    }
+    let customer_id = customer_id.trim();
+    if customer_id.is_empty() || customer_id.len() > 64 || !customer_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(ApiError::bad(
+            "bad_customer_id",
+            "customer_id must be 1-64 characters of letters, digits, '-' or '_'",
+        ));
+    }
+    let idempotency_key = match idempotency_key.map(str::trim) {
+        None | Some("") => None,
+        Some(k) if k.len() > 128 || !k.chars().all(|c| c.is_ascii_graphic()) => {
+            return Err(ApiError::bad(
+                "bad_idempotency_key",
+                "Idempotency-Key must be 1-128 printable ASCII characters",
+            ));
+        }
+        Some(k) => Some(k.to_owned()),
+    };
+    Ok(CreateRequest { message: message.to_owned(), customer_id: customer_id.to_owned(), idempotency_key })
+}
+
+/// The orchestrator: everything behind `POST` and `GET /conversations`.
+pub struct Orchestrator {
+    store: Arc<dyn ConversationStore>,
+    queues: TaskQueues,
+    model: Arc<dyn ChatModel>,
+    tools: Arc<dyn ToolGateway>,
+    roles: RoleTable,
+    settings: OrchestratorSettings,
+}
+
+impl Orchestrator {
+    pub fn new(
+        store: Arc<dyn ConversationStore>,
+        queues: TaskQueues,
+        model: Arc<dyn ChatModel>,
+        tools: Arc<dyn ToolGateway>,
+        roles: RoleTable,
+        settings: OrchestratorSettings,
+    ) -> Self {
+        Self { store, queues, model, tools, roles, settings }
+    }
+
+    pub fn settings(&self) -> &OrchestratorSettings {
+        &self.settings
+    }
+
+    /// `POST /conversations`: write the conversation (`PLANNING`) first, arm the
+    /// deadline, plan within the time limit, persist the subtasks and flip to
+    /// `RUNNING`, enqueue the subtasks with no pending dependencies.
+    pub async fn create(&self, request: CreateRequest) -> Result<Created, ApiError> {
+        let now = now_ms();
+        let mut conversation = Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
+        conversation.idempotency_key = request.idempotency_key.clone();
+        let id = conversation.id.clone();
+        match self.store.create_conversation(&conversation).await? {
+            CreateOutcome::Existing(existing) => {
+                tracing::info!(conversation_id = %existing, "idempotency key reused: returning the earlier conversation");
+                return Ok(Created { conversation_id: existing, new: false });
+            }
+            CreateOutcome::Created => {}
+        }
+        let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
+        let _guard = span.enter();
+        // The deadline message goes out before planning: a crash after the
+        // write above still ends in the deadline path, never a hang.
+        let delay = self.settings.deadline_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
+        if let Err(e) = self
+            .queues
+            .default_queue()
+            .send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay)
+            .await
+        {
+            tracing::error!(error = %e, "could not arm the deadline; failing the conversation");
+            let _ = self.store.fail_conversation(&id, "could not schedule the conversation").await;
+            return Err(ApiError::Unavailable(e.to_string()));
+        }
+
+        let (plan, usage) = self.plan(&conversation).await;
+        let records: Vec<SubtaskRecord> = plan
+            .subtasks
+            .iter()
+            .map(|s| SubtaskRecord::new(&conversation, s.clone(), self.roles.role_for(&s.tools)))
+            .collect();
+        if !self.store.start_run(&id, &records, &plan.notes, &usage).await? {
+            // Another request (or the deadline path) moved it on; nothing more to do.
+            return Ok(Created { conversation_id: id, new: true });
+        }
+        self.enqueue_ready(&id, &records).await?;
+        tracing::info!(subtasks = records.len(), "conversation planned and queued");
+        Ok(Created { conversation_id: id, new: true })
+    }
+
+    async fn enqueue_ready(&self, id: &ConversationId, records: &[SubtaskRecord]) -> Result<(), ApiError> {
+        let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
+        for r in records.iter().filter(|r| r.subtask.depends_on.is_empty()) {
+            by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
+        }
+        for (role, messages) in by_role {
+            if let Err(e) = self.queues.for_role(role).send(&messages, 0).await {
+                // The deadline path will fail the unsent subtasks; the client sees progress stall, not a hang.
+                tracing::error!(error = %e, role, "could not enqueue subtasks");
+                return Err(ApiError::Unavailable(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the model for a plan; one retry with the validation error shown,
+    /// then a single-subtask fallback. Never fails: planning problems degrade.
+    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage) {
+        let deadline = tokio::time::Instant::now() + self.settings.plan_timeout;
+        let ctx = ToolContext {
+            role: PLANNER_ROLE.into(),
+            customer_id: conversation.customer_id.clone(),
+            conversation_id: conversation.id.clone(),
+            subtask_id: "plan".into(),
+        };
+        let catalogue = match tokio::time::timeout_at(deadline, self.tools.list_tools(&ctx)).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "tool catalogue unavailable; planning without tools");
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::warn!("tool catalogue timed out; planning without tools");
+                Vec::new()
+            }
+        };
+        let known: HashSet<String> = catalogue.iter().map(|t| t.name.clone()).collect();
+        let all_tools: Vec<String> = catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
+        let mut messages = plan_messages(&conversation.query, &catalogue);
+        let mut usage = Usage::default();
+        let policy = RetryPolicy { max_attempts: 3, ..RetryPolicy::default() };
+        let mut last_error;
+        for attempt in 0..2 {
+            let request = ChatRequest { purpose: Purpose::Plan, messages: messages.clone(), tools: catalogue.clone(), max_tokens: Some(4096) };
+            let response = match complete_with_retry(self.model.as_ref(), &request, &policy, deadline).await {
+                Ok(r) => r,
+                Err(e) => {
+                    last_error = match e {
+                        CallError::OutOfTime { .. } => "planning ran out of time".to_owned(),
+                        CallError::Failed(err) => format!("the planning model failed: {err}"),
+                    };
+                    tracing::warn!(attempt, error = %last_error, "planning call failed");
+                    break;
+                }
+            };
+            usage = usage.add(&response.usage);
+            let text = response.content.clone().unwrap_or_default();
+            match parse_plan(&text).and_then(|raw| validate_plan(raw, &known)) {
+                Ok(plan) if !plan.subtasks.is_empty() => return (plan, usage),
+                Ok(_) => last_error = "the plan has no subtasks".into(),
+                Err(e) => last_error = e.to_string(),
+            }
+            tracing::warn!(attempt, error = %last_error, "unusable plan");
+            messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
+            messages.push(plan_retry_message(&last_error));
+        }
+        (fallback_plan(&conversation.query, &all_tools, "the plan could not be made"), usage)
+    }
+
+    /// `GET /conversations/{id}` for `customer_id`; another customer's
+    /// conversation is answered as not found.
+    pub async fn status(&self, id: &str, customer_id: Option<&str>) -> Result<ConversationView, ApiError> {
+        let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
+        let conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+        if let Some(c) = customer_id
+            && c != conversation.customer_id
+        {
+            return Err(ApiError::NotFound);
+        }
+        let subtasks = if conversation.status == ConversationStatus::Planning {
+            Vec::new()
+        } else {
+            self.store.list_subtasks(&id).await?
+        };
+        Ok(ConversationView::build(&conversation, &subtasks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_blank_messages_are_refused() {
+        for m in ["", "   \n"] {
+            let e = validate_request(m, "C104", None, 8000).unwrap_err();
+            assert_eq!(e.code(), "empty_message");
+            assert_eq!(e.status(), 400);
+        }
+    }
+
+    #[test]
+    fn message_over_the_limit_is_refused_counting_characters() {
+        let ok = "订".repeat(8000);
+        assert!(validate_request(&ok, "C104", None, 8000).is_ok());
+        let long = "订".repeat(8001);
+        let e = validate_request(&long, "C104", None, 8000).unwrap_err();
+        assert_eq!(e.code(), "message_too_long");
+        assert!(e.to_string().contains("8001"));
+    }
+
+    #[test]
+    fn customer_id_with_key_separators_is_refused() {
+        assert_eq!(validate_request("hi", "C1#META", None, 8000).unwrap_err().code(), "bad_customer_id");
+        assert_eq!(validate_request("hi", "", None, 8000).unwrap_err().code(), "bad_customer_id");
+    }
+
+    #[test]
+    fn idempotency_key_is_trimmed_and_bounded() {
+        let r = validate_request("hi", "C104", Some(" k1 "), 8000).unwrap();
+        assert_eq!(r.idempotency_key.as_deref(), Some("k1"));
+        assert!(validate_request("hi", "C104", Some(&"k".repeat(129)), 8000).is_err());
+    }
+}

@@ -1,0 +1,737 @@
+//! The worker's logic: one LLM ↔ tool loop per subtask, exactly-once accounting, dependent release, hand-back, dead letters and the deadline path.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use shared::domain::{
+    ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
+};
+use shared::jsonfix::parse_tool_arguments;
+use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::llm::transcript::{check_pairing, compress, estimate_tokens};
+use shared::ports::{
+    AttemptStart, ChatMessage, ChatModel, MAX_DELAY_SECONDS, ChatRequest, ConversationStore, CountOutcome, FinishReason,
+    LlmError, Purpose, RecordOutcome, StoreError, ToolCall, ToolContext, ToolGateway, ToolSpec,
+};
+use shared::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
+use shared::reply::{compose_reply, reply_input};
+use shared::roles::TaskQueues;
+
+/// Worker settings, read once at cold start.
+#[derive(Clone, Debug)]
+pub struct WorkerSettings {
+    /// Most LLM rounds per subtask; the last one offers no tools, forcing an answer.
+    pub max_rounds: u32,
+    /// Longest wait for one tool call.
+    pub tool_timeout: Duration,
+    /// Time that must remain before starting an LLM round; less hands the work back.
+    pub min_round_time: Duration,
+    /// `DelaySeconds` of a handed-back message.
+    pub handback_delay_secs: u32,
+    /// Hand-backs allowed before a partial result is recorded.
+    pub max_handbacks: u32,
+    pub retry: RetryPolicy,
+    /// Conversation-wide token budget; past it remaining subtasks stop with that reason.
+    pub token_budget: Option<u64>,
+    /// Transcript size (estimated tokens) above which older rounds are compressed.
+    pub compress_above_tokens: u64,
+    /// Characters of one tool output kept in the transcript.
+    pub max_tool_output_chars: usize,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            max_rounds: 8,
+            tool_timeout: Duration::from_secs(10),
+            min_round_time: Duration::from_secs(5),
+            handback_delay_secs: 5,
+            max_handbacks: 1,
+            retry: RetryPolicy::default(),
+            token_budget: None,
+            compress_above_tokens: 24_000,
+            max_tool_output_chars: 8_000,
+        }
+    }
+}
+
+/// What became of one message; the handler turns it into the batch response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The subtask reached a terminal status now.
+    Finished(SubtaskStatus),
+    /// A duplicate delivery: the result was already recorded (its bookkeeping is completed if a crash interrupted it).
+    AlreadyFinished,
+    /// Too little time left: progress saved and a delayed copy of the message sent.
+    HandedBack,
+    /// Nothing to do (deadline not yet due, conversation already over…).
+    Ignored(String),
+    /// Unusable message (unknown conversation or subtask): acknowledged, not retried.
+    Poison(String),
+    /// A transient failure: report the message in `batchItemFailures` so SQS redelivers it.
+    Retry(String),
+}
+
+impl Outcome {
+    pub fn should_retry(&self) -> bool {
+        matches!(self, Self::Retry(_))
+    }
+}
+
+impl From<StoreError> for Outcome {
+    fn from(e: StoreError) -> Self {
+        Self::Retry(e.to_string())
+    }
+}
+
+/// Saved progress of an interrupted attempt (stored as JSON on the subtask item).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    messages: Vec<ChatMessage>,
+    tool_calls: Vec<ToolCallRecord>,
+    usage: Usage,
+}
+
+/// Largest checkpoint stored, in bytes; a larger transcript restarts the subtask instead.
+const MAX_CHECKPOINT_BYTES: usize = 100_000;
+
+/// Result of running the loop.
+enum LoopEnd {
+    Done(SubtaskResult),
+    OutOfTime,
+}
+
+struct LoopState {
+    messages: Vec<ChatMessage>,
+    tool_calls: Vec<ToolCallRecord>,
+    usage: Usage,
+}
+
+/// The worker: runs subtasks from the tasks queue (and records dead letters).
+pub struct Worker {
+    store: Arc<dyn ConversationStore>,
+    queues: TaskQueues,
+    model: Arc<dyn ChatModel>,
+    sub_model: Arc<dyn ChatModel>,
+    tools: Arc<dyn ToolGateway>,
+    settings: WorkerSettings,
+    validators: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+impl Worker {
+    pub fn new(
+        store: Arc<dyn ConversationStore>,
+        queues: TaskQueues,
+        model: Arc<dyn ChatModel>,
+        sub_model: Arc<dyn ChatModel>,
+        tools: Arc<dyn ToolGateway>,
+        settings: WorkerSettings,
+    ) -> Self {
+        Self { store, queues, model, sub_model, tools, settings, validators: Mutex::new(HashMap::new()) }
+    }
+
+    /// Handles one tasks-queue message; `deadline` is when the invocation must
+    /// have returned (the Lambda's deadline minus a safety margin).
+    pub async fn handle(&self, message: TaskMessage, deadline: Instant) -> Outcome {
+        match message {
+            TaskMessage::Run { conversation_id, subtask_id, handbacks } => {
+                let span = tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id);
+                let _g = span.enter();
+                self.run(&conversation_id, &subtask_id, handbacks, deadline)
+                    .await
+                    .unwrap_or_else(Outcome::from)
+            }
+            TaskMessage::Deadline { conversation_id } => {
+                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
+            }
+        }
+    }
+
+    /// Handles a message that reached the DLQ: the subtask is recorded as
+    /// failed and counted, so the conversation still completes.
+    pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
+        match message {
+            TaskMessage::Run { conversation_id, subtask_id, .. } => {
+                tracing::warn!(conversation_id = %conversation_id, subtask_id = %subtask_id, "dead letter: recording the subtask as failed");
+                let result = SubtaskResult::Failed {
+                    reason: "gave up after repeated failures (the message reached the dead-letter queue)".into(),
+                };
+                self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[])
+                    .await
+                    .unwrap_or_else(Outcome::from)
+            }
+            TaskMessage::Deadline { conversation_id } => {
+                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
+            }
+        }
+    }
+
+    async fn run(&self, id: &ConversationId, subtask_id: &str, handbacks: u32, deadline: Instant) -> Result<Outcome, StoreError> {
+        let Some(conversation) = self.store.get_conversation(id).await? else {
+            return Ok(Outcome::Poison(format!("unknown conversation {id}")));
+        };
+        if conversation.status.is_terminal() {
+            return Ok(Outcome::Ignored(format!("conversation is {}", conversation.status.as_str())));
+        }
+        let record = match self.store.begin_attempt(id, subtask_id, now_ms()).await? {
+            AttemptStart::Missing => return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
+            AttemptStart::AlreadyFinished(rec) => {
+                // A duplicate, or a retry after a crash between the result
+                // write and the count: finish the bookkeeping, never the LLM work.
+                self.count_and_release(id, &rec).await?;
+                return Ok(Outcome::AlreadyFinished);
+            }
+            AttemptStart::Started(rec) => rec,
+        };
+        tracing::info!(attempt = record.attempts, role = %record.role, "subtask started");
+
+        if let Some(budget) = self.settings.token_budget
+            && conversation.usage.total_tokens() >= budget
+        {
+            let result = SubtaskResult::Failed { reason: format!("the conversation's token budget ({budget} tokens) was used up") };
+            return self.finish(id, subtask_id, result, Usage::default(), &[]).await;
+        }
+
+        let dependencies = if record.subtask.depends_on.is_empty() {
+            Vec::new()
+        } else {
+            let all = self.store.list_subtasks(id).await?;
+            match dependency_results(&record, &all) {
+                DependencyState::Ready(d) => d,
+                DependencyState::Failed(dep) => {
+                    return self.finish(id, subtask_id, SubtaskResult::Skipped { dependency: dep }, Usage::default(), &[]).await;
+                }
+                DependencyState::Waiting(dep) => {
+                    // Should not happen (released only when all are done): give it back for later.
+                    return Ok(Outcome::Retry(format!("dependency {dep} not finished yet")));
+                }
+            }
+        };
+
+        let ctx = ToolContext {
+            role: record.role.clone(),
+            customer_id: conversation.customer_id.clone(),
+            conversation_id: id.clone(),
+            subtask_id: subtask_id.to_owned(),
+        };
+        let mut state = match record.checkpoint.as_deref().and_then(|c| serde_json::from_str::<Checkpoint>(c).ok()) {
+            Some(cp) => {
+                tracing::info!(messages = cp.messages.len(), "resuming from checkpoint");
+                LoopState { messages: cp.messages, tool_calls: cp.tool_calls, usage: cp.usage }
+            }
+            None => LoopState {
+                messages: work_messages(&conversation.query, subtask_id, &record.subtask.instruction, &dependencies),
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+            },
+        };
+
+        match self.tool_loop(&ctx, &record, &mut state, deadline).await {
+            LoopEnd::Done(result) => {
+                let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
+                self.finish(id, subtask_id, result, state.usage, &tools_used).await
+            }
+            LoopEnd::OutOfTime if handbacks < self.settings.max_handbacks => {
+                let cp = Checkpoint { messages: state.messages, tool_calls: state.tool_calls, usage: state.usage };
+                let json = serde_json::to_string(&cp).unwrap_or_default();
+                if json.len() <= MAX_CHECKPOINT_BYTES {
+                    self.store.save_checkpoint(id, subtask_id, &json).await?;
+                }
+                let again = TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks: handbacks + 1 };
+                let delay = self.settings.handback_delay_secs.min(MAX_DELAY_SECONDS);
+                if let Err(e) = self.queues.for_role(&record.role).send(&[again], delay).await {
+                    return Ok(Outcome::Retry(format!("could not hand the subtask back: {e}")));
+                }
+                tracing::info!(delay_secs = delay, "out of time: progress saved, subtask handed back");
+                Ok(Outcome::HandedBack)
+            }
+            LoopEnd::OutOfTime => {
+                let result = partial_result(&state);
+                let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
+                self.finish(id, subtask_id, result, state.usage, &tools_used).await
+            }
+        }
+    }
+
+    /// Records a terminal result (conditionally), counts it exactly once and releases dependents.
+    async fn finish(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: SubtaskResult,
+        usage: Usage,
+        tools_used: &[String],
+    ) -> Result<Outcome, StoreError> {
+        let status = result.status();
+        let result = result.bounded();
+        match self.store.record_result(id, subtask_id, &result, &usage, tools_used, now_ms()).await? {
+            RecordOutcome::Missing => Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
+            RecordOutcome::AlreadyFinished(rec) => {
+                self.count_and_release(id, &rec).await?;
+                Ok(Outcome::AlreadyFinished)
+            }
+            RecordOutcome::Recorded => {
+                if let SubtaskResult::Failed { reason } = &result {
+                    tracing::warn!(reason = %reason, "subtask failed");
+                }
+                tracing::info!(status = status.as_str(), tool_calls = tools_used.len(), tokens = usage.total_tokens(), "subtask finished");
+                let rec = self.store.get_subtask(id, subtask_id).await?;
+                match rec {
+                    Some(rec) => self.count_and_release(id, &rec).await?,
+                    None => return Ok(Outcome::Poison(format!("subtask {subtask_id} vanished"))),
+                }
+                Ok(Outcome::Finished(status))
+            }
+        }
+    }
+
+    /// Exactly-once count of a finished subtask, then the release of its dependents.
+    /// Safe to repeat: counting is guarded by the finished set, release by conditional flips.
+    async fn count_and_release(&self, id: &ConversationId, rec: &SubtaskRecord) -> Result<(), StoreError> {
+        let mut stack = vec![rec.clone()];
+        while let Some(done) = stack.pop() {
+            match self.store.count_finished(id, &done.subtask.id, &done.usage).await? {
+                CountOutcome::Counted { remaining } => {
+                    tracing::info!(subtask_id = %done.subtask.id, remaining, "subtask counted");
+                }
+                CountOutcome::AlreadyCounted => {
+                    tracing::debug!(subtask_id = %done.subtask.id, "already counted");
+                }
+                CountOutcome::Missing => return Ok(()),
+            }
+            // Consistent read of the siblings after our own result is written.
+            let all = self.store.list_subtasks(id).await?;
+            for decision in release_decisions(&all, &done.subtask.id) {
+                match decision {
+                    Release::Enqueue(sid) => {
+                        if self
+                            .store
+                            .transition_subtask(id, &sid, &[SubtaskStatus::Pending], SubtaskStatus::Queued)
+                            .await?
+                        {
+                            let role = all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
+                            if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {
+                                // Put it back to PENDING so a retry of this message or the deadline path releases it.
+                                let _ = self.store.transition_subtask(id, &sid, &[SubtaskStatus::Queued], SubtaskStatus::Pending).await;
+                                return Err(StoreError::Transient(format!("could not enqueue dependent {sid}: {e}")));
+                            }
+                            tracing::info!(dependent = %sid, "dependent released");
+                        }
+                    }
+                    Release::Skip(sid, dependency) => {
+                        let result = SubtaskResult::Skipped { dependency };
+                        match self.store.record_result(id, &sid, &result, &Usage::default(), &[], now_ms()).await? {
+                            RecordOutcome::Recorded | RecordOutcome::AlreadyFinished(_) => {
+                                if let Some(r) = self.store.get_subtask(id, &sid).await? {
+                                    stack.push(r);
+                                }
+                            }
+                            RecordOutcome::Missing => {}
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The deadline path: a conversation past its deadline is aggregated with what it has.
+    async fn deadline(&self, id: &ConversationId) -> Result<Outcome, StoreError> {
+        let Some(conversation) = self.store.get_conversation(id).await? else {
+            return Ok(Outcome::Poison(format!("unknown conversation {id}")));
+        };
+        let now = now_ms();
+        if now < conversation.deadline_ms && !conversation.status.is_terminal() {
+            // SQS delays are at most 15 minutes: re-arm for the rest.
+            let left = ((conversation.deadline_ms - now) / 1000 + 1).clamp(1, i64::from(MAX_DELAY_SECONDS)) as u32;
+            if let Err(e) = self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], left).await {
+                return Ok(Outcome::Retry(e.to_string()));
+            }
+            return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
+        }
+        let span = tracing::info_span!("deadline", conversation_id = %id, status = conversation.status.as_str());
+        let _g = span.enter();
+        match conversation.status {
+            ConversationStatus::Planning => {
+                tracing::warn!("planning never finished: failing the conversation");
+                self.store.fail_conversation(id, "planning did not finish before the deadline").await?;
+                Ok(Outcome::Finished(SubtaskStatus::Failed))
+            }
+            ConversationStatus::Running => {
+                let all = self.store.list_subtasks(id).await?;
+                let mut closed = 0;
+                // Dependents of failed parents are skipped by count_and_release; everything else still open fails.
+                for rec in all.iter().filter(|r| !r.status.is_terminal()) {
+                    let result = SubtaskResult::Failed { reason: "the conversation's deadline passed before it finished".into() };
+                    match self.store.record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now).await? {
+                        RecordOutcome::Recorded => closed += 1,
+                        RecordOutcome::AlreadyFinished(_) | RecordOutcome::Missing => {}
+                    }
+                }
+                // Count every terminal subtask (a crash may have left some uncounted).
+                for rec in self.store.list_subtasks(id).await? {
+                    self.store.count_finished(id, &rec.subtask.id, &Usage::default()).await?;
+                }
+                tracing::warn!(closed, "deadline passed: open subtasks closed as failed");
+                Ok(Outcome::Finished(SubtaskStatus::Failed))
+            }
+            ConversationStatus::Aggregating => {
+                // The aggregator died after its flip: write the model-free reply.
+                let all = self.store.list_subtasks(id).await?;
+                let reply = compose_reply(&reply_input(&all, &conversation.notes));
+                self.store.finish_conversation(id, &reply, &Usage::default()).await?;
+                tracing::warn!("aggregation never finished: wrote the fallback reply");
+                Ok(Outcome::Finished(SubtaskStatus::Succeeded))
+            }
+            ConversationStatus::Done | ConversationStatus::Failed => Ok(Outcome::Ignored("conversation already over".into())),
+        }
+    }
+
+    /// The LLM ↔ tool loop. Every assistant tool call gets exactly one tool
+    /// message, in call order, whatever happens to the call.
+    async fn tool_loop(&self, ctx: &ToolContext, record: &SubtaskRecord, state: &mut LoopState, deadline: Instant) -> LoopEnd {
+        let tools: Vec<ToolSpec> = if record.subtask.tools.is_empty() {
+            Vec::new()
+        } else {
+            let listed = match tokio::time::timeout_at(deadline, self.tools.list_tools(ctx)).await {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) if e.is_transient() => {
+                    tracing::warn!(error = %e, "tool list unavailable");
+                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway is unavailable: {e}") });
+                }
+                Ok(Err(e)) => return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway refused: {e}") }),
+                Err(_) => return LoopEnd::OutOfTime,
+            };
+            // The plan's allowlist narrows the role's tools; the gateway's allowlist is the hard limit.
+            let wanted: HashSet<&str> = record.subtask.tools.iter().map(String::as_str).collect();
+            listed.into_iter().filter(|t| wanted.contains(t.name.as_str())).collect()
+        };
+        let allowed: HashMap<&str, &ToolSpec> = tools.iter().map(|t| (t.name.as_str(), t)).collect();
+        let mut compressed_for_length = false;
+        let mut round = 0;
+        while round < self.settings.max_rounds {
+            if deadline.saturating_duration_since(Instant::now()) < self.settings.min_round_time {
+                return LoopEnd::OutOfTime;
+            }
+            let last_round = round + 1 == self.settings.max_rounds;
+            if estimate_tokens(&state.messages) > self.settings.compress_above_tokens
+                && let Err(end) = self.compress(state, deadline).await
+            {
+                return end;
+            }
+            if let Err(e) = check_pairing(&state.messages) {
+                return LoopEnd::Done(SubtaskResult::Failed { reason: format!("internal transcript error: {e}") });
+            }
+            let request = ChatRequest {
+                purpose: Purpose::Work,
+                messages: state.messages.clone(),
+                tools: if last_round { Vec::new() } else { tools.clone() },
+                max_tokens: Some(2048),
+            };
+            let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
+                Ok(r) => r,
+                Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
+                Err(CallError::Failed(LlmError::ContextLength { .. })) if !compressed_for_length => {
+                    compressed_for_length = true;
+                    if let Err(end) = self.compress_forced(state, deadline).await {
+                        return end;
+                    }
+                    continue;
+                }
+                Err(CallError::Failed(e)) => {
+                    tracing::warn!(error = %e, "language model failed");
+                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the language model failed: {e}") });
+                }
+            };
+            state.usage = state.usage.add(&response.usage);
+            round += 1;
+            if response.tool_calls.is_empty() {
+                let text = response.content.clone().unwrap_or_default();
+                if text.trim().is_empty() {
+                    return LoopEnd::Done(SubtaskResult::Failed {
+                        reason: format!("the model returned no answer (finish_reason {:?})", response.finish_reason),
+                    });
+                }
+                let text = if response.finish_reason == FinishReason::Length { format!("{text} …(answer cut off)") } else { text };
+                return LoopEnd::Done(SubtaskResult::Succeeded { text, tool_calls: state.tool_calls.clone() });
+            }
+            let truncated = response.finish_reason == FinishReason::Length;
+            state.messages.push(ChatMessage::Assistant {
+                content: response.content.clone(),
+                tool_calls: response.tool_calls.clone(),
+                reasoning_content: response.reasoning_content.clone(),
+            });
+            let calls = response.tool_calls.iter().map(|call| self.run_call(ctx, &allowed, call, truncated, deadline));
+            // Concurrent, answered in call order.
+            for (call, (content, rec)) in response.tool_calls.iter().zip(join_all(calls).await) {
+                state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
+                state.tool_calls.push(rec);
+            }
+        }
+        LoopEnd::Done(SubtaskResult::Failed { reason: format!("no answer after {} rounds", self.settings.max_rounds) })
+    }
+
+    async fn compress(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
+        self.compress_to(state, self.settings.compress_above_tokens, deadline).await
+    }
+
+    async fn compress_forced(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
+        let target = (estimate_tokens(&state.messages) / 2).max(1);
+        self.compress_to(state, target, deadline).await
+    }
+
+    async fn compress_to(&self, state: &mut LoopState, budget: u64, deadline: Instant) -> Result<(), LoopEnd> {
+        match compress(&state.messages, WORK_LEADING_MESSAGES, budget, self.sub_model.as_ref(), deadline).await {
+            Ok(messages) => {
+                state.messages = messages;
+                Ok(())
+            }
+            Err(CallError::OutOfTime { .. }) => Err(LoopEnd::OutOfTime),
+            Err(CallError::Failed(e)) => Err(LoopEnd::Done(SubtaskResult::Failed { reason: format!("context compression failed: {e}") })),
+        }
+    }
+
+    /// Runs one tool call; always returns the tool message content and its record.
+    async fn run_call(
+        &self,
+        ctx: &ToolContext,
+        allowed: &HashMap<&str, &ToolSpec>,
+        call: &ToolCall,
+        truncated: bool,
+        deadline: Instant,
+    ) -> (String, ToolCallRecord) {
+        let refuse = |why: String| {
+            let content = serde_json::json!({ "error": why }).to_string();
+            (content, ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why) })
+        };
+        if truncated {
+            return refuse("the model's answer was cut off (finish_reason length) before this call was complete; it was not executed".into());
+        }
+        let Some(spec) = allowed.get(call.name.as_str()) else {
+            return refuse(format!("tool {} is not available to this subtask", call.name));
+        };
+        let args = match parse_tool_arguments(&call.arguments) {
+            Ok(a) => serde_json::Value::Object(a),
+            Err(e) => return refuse(format!("the arguments are not valid JSON ({e}); the call was not executed")),
+        };
+        if let Some(err) = self.schema_error(spec, &args) {
+            return refuse(format!("the arguments do not match the tool's schema ({err}); the call was not executed"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return refuse("no time left to call the tool".into());
+        }
+        let timeout = self.settings.tool_timeout.min(left);
+        let mut with_key = args.clone();
+        if let serde_json::Value::Object(m) = &mut with_key {
+            // Side-effecting tools are idempotent by key: the same call of the same subtask gets the same key on every delivery.
+            m.insert("_idempotency_key".into(), serde_json::Value::String(idempotency_key(ctx, &call.name, &args)));
+        }
+        match self.tools.call_tool(ctx, &call.name, with_key, timeout).await {
+            Ok(out) => {
+                let text = truncate_chars(&out.text, self.settings.max_tool_output_chars);
+                let rec = ToolCallRecord {
+                    name: call.name.clone(),
+                    ok: !out.is_error,
+                    error: out.is_error.then(|| truncate_chars(&out.text, 200)),
+                };
+                (text, rec)
+            }
+            Err(e) => {
+                tracing::warn!(tool = %call.name, error = %e, "tool call failed");
+                refuse(format!("the tool call failed: {e}"))
+            }
+        }
+    }
+
+    fn schema_error(&self, spec: &ToolSpec, args: &serde_json::Value) -> Option<String> {
+        let validator = {
+            let mut cache = self.validators.lock().ok()?;
+            match cache.get(&spec.name) {
+                Some(v) => v.clone(),
+                None => {
+                    let v = Arc::new(jsonschema::validator_for(&spec.input_schema).ok()?);
+                    cache.insert(spec.name.clone(), v.clone());
+                    v
+                }
+            }
+        };
+        validator.iter_errors(args).next().map(|e| e.to_string())
+    }
+}
+
+/// A stable key for one tool call of one subtask (FNV-1a over the canonical arguments).
+fn idempotency_key(ctx: &ToolContext, tool: &str, args: &serde_json::Value) -> String {
+    let canonical = format!("{}|{}|{}|{}", ctx.conversation_id, ctx.subtask_id, tool, args);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{}-{}-{h:016x}", ctx.conversation_id, ctx.subtask_id)
+}
+
+/// What the loop had when time ran out for good.
+fn partial_result(state: &LoopState) -> SubtaskResult {
+    let facts: Vec<&str> = state
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content, .. } if !content.contains("\"error\"") => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    if facts.is_empty() {
+        SubtaskResult::Failed { reason: "ran out of time twice before any result".into() }
+    } else {
+        SubtaskResult::Succeeded {
+            text: format!("(partial: ran out of time) Facts found so far: {}", facts.join("; ")),
+            tool_calls: state.tool_calls.clone(),
+        }
+    }
+}
+
+/// Where a subtask's dependencies stand.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DependencyState {
+    Ready(Vec<DependencyResult>),
+    /// This dependency ended failed or skipped.
+    Failed(String),
+    /// This dependency is not finished.
+    Waiting(String),
+}
+
+/// Pure: the results of `record`'s dependencies among `all`.
+pub fn dependency_results(record: &SubtaskRecord, all: &[SubtaskRecord]) -> DependencyState {
+    let mut out = Vec::new();
+    for dep in &record.subtask.depends_on {
+        let Some(r) = all.iter().find(|r| &r.subtask.id == dep) else {
+            return DependencyState::Failed(dep.clone());
+        };
+        match &r.result {
+            Some(SubtaskResult::Succeeded { text, .. }) => out.push(DependencyResult {
+                id: dep.clone(),
+                instruction: r.subtask.instruction.clone(),
+                answer: text.clone(),
+            }),
+            Some(_) => return DependencyState::Failed(dep.clone()),
+            None => return DependencyState::Waiting(dep.clone()),
+        }
+    }
+    DependencyState::Ready(out)
+}
+
+/// What to do with a `PENDING` dependent once a parent finished.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Release {
+    /// All its dependencies succeeded: flip `PENDING → QUEUED` and enqueue.
+    Enqueue(String),
+    /// A dependency failed or was skipped: record it skipped, naming that dependency.
+    Skip(String, String),
+}
+
+/// Pure: the dependents of `finished` that can now be decided. One whose
+/// other dependencies are still open is left for the last parent to finish.
+pub fn release_decisions(all: &[SubtaskRecord], finished: &str) -> Vec<Release> {
+    let by_id: HashMap<&str, &SubtaskRecord> = all.iter().map(|r| (r.subtask.id.as_str(), r)).collect();
+    let mut out = Vec::new();
+    for r in all {
+        if r.status != SubtaskStatus::Pending || !r.subtask.depends_on.iter().any(|d| d == finished) {
+            continue;
+        }
+        let mut open = false;
+        let mut failed = None;
+        for d in &r.subtask.depends_on {
+            match by_id.get(d.as_str()).map(|x| x.status) {
+                Some(SubtaskStatus::Succeeded) => {}
+                Some(s) if s.is_terminal() => {
+                    failed.get_or_insert_with(|| d.clone());
+                }
+                None => {
+                    failed.get_or_insert_with(|| d.clone());
+                }
+                Some(_) => open = true,
+            }
+        }
+        match failed {
+            Some(dep) => out.push(Release::Skip(r.subtask.id.clone(), dep)),
+            None if !open => out.push(Release::Enqueue(r.subtask.id.clone())),
+            None => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::domain::{Conversation, Subtask};
+
+    fn rec(id: &str, deps: &[&str], status: SubtaskStatus) -> SubtaskRecord {
+        let c = Conversation::new("C1", "q", 0, 120);
+        let mut r = SubtaskRecord::new(
+            &c,
+            Subtask { id: id.into(), instruction: id.into(), tools: vec![], depends_on: deps.iter().map(|d| d.to_string()).collect() },
+            "support".into(),
+        );
+        r.status = status;
+        r.result = match status {
+            SubtaskStatus::Succeeded => Some(SubtaskResult::Succeeded { text: format!("{id} ok"), tool_calls: vec![] }),
+            SubtaskStatus::Failed => Some(SubtaskResult::Failed { reason: "x".into() }),
+            SubtaskStatus::Skipped => Some(SubtaskResult::Skipped { dependency: "y".into() }),
+            _ => None,
+        };
+        r
+    }
+
+    #[test]
+    fn dependent_is_released_only_when_all_parents_succeeded() {
+        use SubtaskStatus::*;
+        let all = vec![rec("a", &[], Succeeded), rec("b", &[], Running), rec("c", &["a", "b"], Pending)];
+        assert!(release_decisions(&all, "a").is_empty());
+        let all = vec![rec("a", &[], Succeeded), rec("b", &[], Succeeded), rec("c", &["a", "b"], Pending)];
+        assert_eq!(release_decisions(&all, "b"), vec![Release::Enqueue("c".into())]);
+    }
+
+    #[test]
+    fn dependent_of_a_failed_parent_is_skipped_naming_it() {
+        use SubtaskStatus::*;
+        let all = vec![rec("a", &[], Failed), rec("b", &["a"], Pending), rec("c", &["b"], Pending)];
+        assert_eq!(release_decisions(&all, "a"), vec![Release::Skip("b".into(), "a".into())]);
+        // c waits for b's decision, not a's.
+        assert!(release_decisions(&all, "x").is_empty());
+    }
+
+    #[test]
+    fn already_queued_dependent_is_not_released_twice() {
+        use SubtaskStatus::*;
+        let all = vec![rec("a", &[], Succeeded), rec("b", &["a"], Queued)];
+        assert!(release_decisions(&all, "a").is_empty());
+    }
+
+    #[test]
+    fn dependency_results_carry_parent_answers() {
+        use SubtaskStatus::*;
+        let all = vec![rec("a", &[], Succeeded), rec("b", &["a"], Running)];
+        match dependency_results(&all[1], &all) {
+            DependencyState::Ready(d) => assert_eq!(d[0].answer, "a ok"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn idempotency_key_is_stable_per_call_and_differs_per_arguments() {
+        let ctx = ToolContext { role: "refund".into(), customer_id: "C1".into(), conversation_id: ConversationId::from_trusted("c"), subtask_id: "w01".into() };
+        let a = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
+        let b = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
+        let c = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A2"}));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
