@@ -2,6 +2,7 @@
 
 pub mod memory_queue;
 pub mod memory_store;
+pub mod mcp_gateway;
 
 pub use memory_queue::{InMemoryQueue, QueueSettings};
 pub use memory_store::{InMemoryConversationStore, ItemChange};

@@ -1,0 +1,2 @@
+//! Benchmark placeholder (filled in later).
+fn main() {}

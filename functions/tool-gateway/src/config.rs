@@ -1,0 +1,562 @@
+//! Gateway configuration: upstreams, roles, limits; read once from `GATEWAY_CONFIG` (a path or inline JSON), secrets resolved from `${env:NAME}`.
+
+use std::{collections::BTreeMap, collections::HashMap, time::Duration};
+
+use serde::Deserialize;
+use shared::adapters::mcp_gateway::GatewayToken;
+
+use crate::error::GatewayError;
+
+/// A configuration value that may hold a secret (token, header). `Debug`
+/// prints `***`; `${env:NAME}` references inside it are resolved at start-up.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The raw value, for the wire only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Replaces every `${env:NAME}` with `lookup(NAME)`.
+    /// Errors: [`GatewayError::Config`] naming a variable that is unset or a
+    /// reference that is not closed (never the value).
+    fn resolve(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Secret, GatewayError> {
+        let mut out = String::with_capacity(self.0.len());
+        let mut rest = self.0.as_str();
+        while let Some(start) = rest.find("${env:") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 6..];
+            let end = after
+                .find('}')
+                .ok_or_else(|| GatewayError::Config("unterminated ${env:...} reference".into()))?;
+            let name = &after[..end];
+            let value = lookup(name).ok_or_else(|| {
+                GatewayError::Config(format!("environment variable {name} (referenced by the gateway config) is not set"))
+            })?;
+            out.push_str(&value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(Secret(out))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// How an upstream's tool names are prefixed: `"<name>__"` by default, a
+/// custom string, or off (`false` in JSON).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Prefix {
+    #[default]
+    Default,
+    Off,
+    Custom(String),
+}
+
+impl<'de> Deserialize<'de> for Prefix {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Bool(bool),
+            Str(String),
+        }
+        Ok(match Repr::deserialize(d)? {
+            Repr::Bool(true) => Prefix::Default,
+            Repr::Bool(false) => Prefix::Off,
+            Repr::Str(s) => Prefix::Custom(s),
+        })
+    }
+}
+
+/// Circuit breaker of one upstream: opens after `failures` failures or
+/// timeouts within `window_secs`, stays open `open_secs`, then lets one probe through.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    #[serde(default = "default_breaker_failures")]
+    pub failures: u32,
+    /// Window in seconds.
+    #[serde(default = "default_breaker_window")]
+    pub window_secs: f64,
+    /// Time open before the half-open probe, seconds.
+    #[serde(default = "default_breaker_open")]
+    pub open_secs: f64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: default_breaker_failures(),
+            window_secs: default_breaker_window(),
+            open_secs: default_breaker_open(),
+        }
+    }
+}
+
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_window() -> f64 {
+    30.0
+}
+fn default_breaker_open() -> f64 {
+    15.0
+}
+fn default_call_timeout() -> f64 {
+    10.0
+}
+fn default_discovery_timeout() -> f64 {
+    5.0
+}
+fn default_customer_arg() -> String {
+    "customer_id".into()
+}
+fn default_idempotency_arg() -> String {
+    "idempotency_key".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_list_ttl() -> f64 {
+    60.0
+}
+fn default_discovery_retry() -> f64 {
+    1.0
+}
+fn default_allowed_hosts() -> Vec<String> {
+    vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
+}
+
+/// One upstream MCP server (Streamable HTTP).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `[a-zA-Z0-9_-]+`; appears in logs, metrics and the default prefix.
+    pub name: String,
+    /// The upstream's MCP endpoint, e.g. `http://127.0.0.1:8791/mcp`.
+    pub url: String,
+    #[serde(default)]
+    pub prefix: Prefix,
+    /// Extra HTTP headers sent upstream (values may hold `${env:NAME}`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// Deadline of one `tools/call`, seconds; on expiry an MCP cancellation is sent upstream.
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout_secs: f64,
+    /// Deadline of one discovery attempt (session set-up + `tools/list`), seconds.
+    #[serde(default = "default_discovery_timeout")]
+    pub discovery_timeout_secs: f64,
+    /// Calls per second allowed per tool of this upstream; `None` = unlimited.
+    #[serde(default)]
+    pub rate_limit_per_sec: Option<f64>,
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+    /// Glob patterns (`*` wildcard) on the upstream's own tool names; absent = all.
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny: Option<Vec<String>>,
+    /// Argument the gateway fills from `x-swarm-customer-id` and hides from the model.
+    #[serde(default = "default_customer_arg")]
+    pub customer_scoped_arg: String,
+    /// Argument the gateway fills from `x-swarm-idempotency-key` and hides; a
+    /// tool that has it is side-effecting (never retried, refused without a key).
+    #[serde(default = "default_idempotency_arg")]
+    pub idempotency_arg: String,
+}
+
+impl UpstreamConfig {
+    /// The prefix put before this upstream's tool names ("" when off).
+    pub fn prefix_str(&self) -> String {
+        match &self.prefix {
+            Prefix::Default => format!("{}__", self.name),
+            Prefix::Off => String::new(),
+            Prefix::Custom(p) => p.clone(),
+        }
+    }
+
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.call_timeout_secs)
+    }
+
+    pub fn discovery_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.discovery_timeout_secs)
+    }
+
+    /// An upstream with the defaults for everything but name and URL.
+    pub fn new(name: &str, url: &str) -> Self {
+        Self {
+            name: name.into(),
+            url: url.into(),
+            prefix: Prefix::Default,
+            headers: BTreeMap::new(),
+            call_timeout_secs: default_call_timeout(),
+            discovery_timeout_secs: default_discovery_timeout(),
+            rate_limit_per_sec: None,
+            breaker: BreakerConfig::default(),
+            allow: None,
+            deny: None,
+            customer_scoped_arg: default_customer_arg(),
+            idempotency_arg: default_idempotency_arg(),
+        }
+    }
+}
+
+/// A worker role: its credential and what it may see and call.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    /// Bearer token (may be a `${env:NAME}` reference).
+    pub token: Secret,
+    /// Glob allowlist (`*` wildcard) on exposed tool names.
+    pub tools: Vec<String>,
+    /// Globs removed from the allowlist.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// `false`: the role may list its tools but call none.
+    #[serde(default = "default_true")]
+    pub call: bool,
+}
+
+/// The whole gateway configuration (JSON).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    pub upstreams: Vec<UpstreamConfig>,
+    pub roles: BTreeMap<String, RoleConfig>,
+    /// How long a successful `tools/list` of one upstream is reused, seconds.
+    #[serde(default = "default_list_ttl")]
+    pub list_ttl_secs: f64,
+    /// Least time between two discovery attempts of an upstream that failed, seconds.
+    #[serde(default = "default_discovery_retry")]
+    pub discovery_retry_secs: f64,
+    /// Calls per second over all tools; `None` = unlimited.
+    #[serde(default)]
+    pub global_rate_limit_per_sec: Option<f64>,
+    /// Accepted `Host` values (DNS-rebinding protection); `["*"]` accepts any.
+    #[serde(default = "default_allowed_hosts")]
+    pub allowed_hosts: Vec<String>,
+    /// Role used for requests without an `Authorization` header. Off (`None`)
+    /// by default; meant only for running the MCP conformance suite, which
+    /// cannot send a credential.
+    #[serde(default)]
+    pub anonymous_role: Option<String>,
+}
+
+/// Whether `name` fits the LLM function-name rule `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn positive(what: &str, value: f64) -> Result<(), GatewayError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(GatewayError::Config(format!("{what} must be a positive number of seconds/calls, got {value}")))
+    }
+}
+
+impl GatewayConfig {
+    /// Reads `GATEWAY_CONFIG` through `lookup` (a file path, or inline JSON
+    /// when it starts with `{`), resolves `${env:NAME}` references through the
+    /// same `lookup`, and validates.
+    /// Errors: [`GatewayError::Config`] for a missing variable, an unreadable
+    /// file, bad JSON or an invalid setting.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
+        let raw = lookup("GATEWAY_CONFIG")
+            .ok_or_else(|| GatewayError::Config("GATEWAY_CONFIG is not set (a path or inline JSON)".into()))?;
+        let text = if raw.trim_start().starts_with('{') {
+            raw
+        } else {
+            std::fs::read_to_string(raw.trim())
+                .map_err(|e| GatewayError::Config(format!("cannot read GATEWAY_CONFIG file {raw:?}: {e}")))?
+        };
+        let config: GatewayConfig = serde_json::from_str(&text)
+            .map_err(|e| GatewayError::Config(format!("GATEWAY_CONFIG is not valid gateway JSON: {e}")))?;
+        let config = config.resolve_secrets(&lookup)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Self::from_lookup`] over the process environment.
+    pub fn from_env() -> Result<Self, GatewayError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Resolves `${env:NAME}` in role tokens and upstream headers.
+    pub fn resolve_secrets(mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
+        for role in self.roles.values_mut() {
+            role.token = role.token.resolve(lookup)?;
+        }
+        for upstream in &mut self.upstreams {
+            for value in upstream.headers.values_mut() {
+                *value = value.resolve(lookup)?;
+            }
+        }
+        Ok(self)
+    }
+
+    /// Checks every setting; the error names the field and the fix.
+    pub fn validate(&self) -> Result<(), GatewayError> {
+        if self.upstreams.is_empty() {
+            return Err(GatewayError::Config("at least one upstream is required".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for u in &self.upstreams {
+            if !is_valid_tool_name(&u.name) {
+                return Err(GatewayError::Config(format!(
+                    "upstream name {:?} must match ^[a-zA-Z0-9_-]{{1,64}}$",
+                    u.name
+                )));
+            }
+            if !names.insert(u.name.as_str()) {
+                return Err(GatewayError::Config(format!("upstream name {:?} is used twice", u.name)));
+            }
+            let prefix = u.prefix_str();
+            if !prefix.is_empty() && !is_valid_tool_name(&prefix) {
+                return Err(GatewayError::Config(format!(
+                    "prefix {prefix:?} of upstream {} must be made of [a-zA-Z0-9_-]",
+                    u.name
+                )));
+            }
+            let url = reqwest::Url::parse(&u.url)
+                .map_err(|e| GatewayError::Config(format!("upstream {} url {:?} is invalid: {e}", u.name, u.url)))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(GatewayError::Config(format!("upstream {} url must be http(s)", u.name)));
+            }
+            positive(&format!("upstream {} call_timeout_secs", u.name), u.call_timeout_secs)?;
+            positive(&format!("upstream {} discovery_timeout_secs", u.name), u.discovery_timeout_secs)?;
+            if let Some(rate) = u.rate_limit_per_sec {
+                positive(&format!("upstream {} rate_limit_per_sec", u.name), rate)?;
+            }
+            if u.breaker.failures == 0 {
+                return Err(GatewayError::Config(format!("upstream {} breaker.failures must be at least 1", u.name)));
+            }
+            positive(&format!("upstream {} breaker.window_secs", u.name), u.breaker.window_secs)?;
+            positive(&format!("upstream {} breaker.open_secs", u.name), u.breaker.open_secs)?;
+            for (header, value) in &u.headers {
+                http::HeaderName::from_bytes(header.as_bytes())
+                    .map_err(|_| GatewayError::Config(format!("upstream {} header name {header:?} is invalid", u.name)))?;
+                http::HeaderValue::from_str(value.expose()).map_err(|_| {
+                    GatewayError::Config(format!("upstream {} header {header} has a value that is not a valid header value", u.name))
+                })?;
+            }
+        }
+        if self.roles.is_empty() {
+            return Err(GatewayError::Config("at least one role is required".into()));
+        }
+        let mut tokens = std::collections::HashSet::new();
+        for (name, role) in &self.roles {
+            if role.token.expose().len() < 16 {
+                return Err(GatewayError::Config(format!(
+                    "token of role {name} must be at least 16 characters (use a random value)"
+                )));
+            }
+            if !tokens.insert(role.token.expose()) {
+                return Err(GatewayError::Config(format!("role {name} shares its token with another role")));
+            }
+            if role.tools.iter().chain(&role.deny).any(|p| p.is_empty()) {
+                return Err(GatewayError::Config(format!("role {name} has an empty tool pattern")));
+            }
+        }
+        if let Some(anon) = &self.anonymous_role
+            && !self.roles.contains_key(anon)
+        {
+            return Err(GatewayError::Config(format!("anonymous_role {anon:?} is not a configured role")));
+        }
+        positive("list_ttl_secs", self.list_ttl_secs)?;
+        positive("discovery_retry_secs", self.discovery_retry_secs)?;
+        if let Some(rate) = self.global_rate_limit_per_sec {
+            positive("global_rate_limit_per_sec", rate)?;
+        }
+        Ok(())
+    }
+}
+
+/// One random bearer token per demo role (`support`, `refund`, `planner`).
+/// `Debug` prints `***`.
+#[derive(Clone)]
+pub struct DemoTokens {
+    tokens: BTreeMap<String, GatewayToken>,
+}
+
+impl std::fmt::Debug for DemoTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DemoTokens(***)")
+    }
+}
+
+/// The demo roles, in the order [`demo_config`] defines them.
+pub const DEMO_ROLES: [&str; 3] = ["support", "refund", "planner"];
+
+impl DemoTokens {
+    /// Fresh tokens: 32 random bytes as hex, one per demo role.
+    pub fn generate() -> Self {
+        use rand::RngCore;
+        let mut rng = rand::rng();
+        let tokens = DEMO_ROLES
+            .iter()
+            .map(|role| {
+                let mut bytes = [0u8; 32];
+                rng.fill_bytes(&mut bytes);
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                (role.to_string(), GatewayToken::new(hex))
+            })
+            .collect();
+        Self { tokens }
+    }
+
+    /// The token of `role`, if it is a demo role.
+    pub fn token(&self, role: &str) -> Option<&GatewayToken> {
+        self.tokens.get(role)
+    }
+
+    /// role → token, as `McpToolGateway::new` takes it.
+    pub fn role_tokens(&self) -> HashMap<String, GatewayToken> {
+        self.tokens.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`;
+/// roles `support` (every shop tool but `shop__refund`), `refund`
+/// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
+/// `shop__list_customer_orders`) and `planner` (lists every tool, calls none).
+pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
+    let token = |role: &str| Secret::new(tokens.token(role).map(|t| t.expose().to_owned()).unwrap_or_default());
+    let mut shop = UpstreamConfig::new("shop", shop_url);
+    shop.call_timeout_secs = 10.0;
+    shop.discovery_timeout_secs = 5.0;
+    let mut roles = BTreeMap::new();
+    roles.insert(
+        "support".to_owned(),
+        RoleConfig {
+            token: token("support"),
+            tools: vec!["shop__*".into()],
+            deny: vec!["shop__refund".into()],
+            call: true,
+        },
+    );
+    roles.insert(
+        "refund".to_owned(),
+        RoleConfig {
+            token: token("refund"),
+            tools: vec![
+                "shop__refund".into(),
+                "shop__get_refund_policy".into(),
+                "shop__get_order".into(),
+                "shop__list_customer_orders".into(),
+            ],
+            deny: vec![],
+            call: true,
+        },
+    );
+    roles.insert(
+        "planner".to_owned(),
+        RoleConfig {
+            token: token("planner"),
+            tools: vec!["*".into()],
+            deny: vec![],
+            call: false,
+        },
+    );
+    GatewayConfig {
+        upstreams: vec![shop],
+        roles,
+        list_ttl_secs: default_list_ttl(),
+        discovery_retry_secs: default_discovery_retry(),
+        global_rate_limit_per_sec: None,
+        allowed_hosts: default_allowed_hosts(),
+        anonymous_role: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal_json() -> String {
+        r#"{
+            "upstreams": [{"name": "shop", "url": "http://127.0.0.1:1/mcp",
+                           "headers": {"x-api-key": "k-${env:SHOP_KEY}"}}],
+            "roles": {"support": {"token": "${env:SUPPORT_TOKEN}", "tools": ["shop__*"]}}
+        }"#
+        .to_owned()
+    }
+
+    #[test]
+    fn config_reads_inline_json_and_resolves_env_references() {
+        let env = HashMap::from([
+            ("GATEWAY_CONFIG", minimal_json()),
+            ("SHOP_KEY", "abc".to_owned()),
+            ("SUPPORT_TOKEN", "0123456789abcdef0123".to_owned()),
+        ]);
+        let config = GatewayConfig::from_lookup(|k| env.get(k).cloned()).unwrap();
+        assert_eq!(config.upstreams[0].headers["x-api-key"].expose(), "k-abc");
+        assert_eq!(config.roles["support"].token.expose(), "0123456789abcdef0123");
+        assert_eq!(config.upstreams[0].prefix_str(), "shop__");
+        assert_eq!(config.upstreams[0].customer_scoped_arg, "customer_id");
+        assert!(config.roles["support"].call);
+        assert_eq!(config.list_ttl_secs, 60.0);
+    }
+
+    #[test]
+    fn missing_secret_variable_is_named_and_its_value_never_printed() {
+        let env = HashMap::from([("GATEWAY_CONFIG", minimal_json()), ("SHOP_KEY", "abc".to_owned())]);
+        let err = GatewayConfig::from_lookup(|k| env.get(k).cloned()).unwrap_err();
+        assert!(err.to_string().contains("SUPPORT_TOKEN"), "{err}");
+        let debug = format!("{:?}", Secret::new("hunter2-secret"));
+        assert_eq!(debug, "***");
+    }
+
+    #[test]
+    fn prefix_false_turns_the_prefix_off() {
+        let json = r#"{"name": "x", "url": "http://h/mcp", "prefix": false}"#;
+        let u: UpstreamConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(u.prefix, Prefix::Off);
+        assert_eq!(u.prefix_str(), "");
+        let json = r#"{"name": "x", "url": "http://h/mcp", "prefix": "ev_"}"#;
+        let u: UpstreamConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(u.prefix_str(), "ev_");
+    }
+
+    #[test]
+    fn short_or_shared_tokens_are_rejected() {
+        let tokens = DemoTokens::generate();
+        let mut config = demo_config("http://127.0.0.1:1/mcp", &tokens);
+        config.validate().unwrap();
+        config.roles.get_mut("refund").unwrap().token = config.roles["support"].token.clone();
+        assert!(config.validate().unwrap_err().to_string().contains("shares its token"));
+        config.roles.get_mut("refund").unwrap().token = Secret::new("short");
+        assert!(config.validate().unwrap_err().to_string().contains("at least 16"));
+    }
+
+    #[test]
+    fn demo_tokens_are_random_per_role_and_hidden_in_debug() {
+        let a = DemoTokens::generate();
+        let b = DemoTokens::generate();
+        assert_ne!(a.token("support"), b.token("support"));
+        assert_ne!(a.token("support"), a.token("refund"));
+        assert_eq!(a.token("planner").unwrap().expose().len(), 64);
+        assert_eq!(format!("{a:?}"), "DemoTokens(***)");
+        assert_eq!(a.role_tokens().len(), 3);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_name() {
+        let json = r#"{"upstreams": [], "roles": {}, "ttl": 5}"#;
+        let err = serde_json::from_str::<GatewayConfig>(json).unwrap_err();
+        assert!(err.to_string().contains("ttl"), "{err}");
+    }
+}

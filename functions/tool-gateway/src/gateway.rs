@@ -1,0 +1,492 @@
+//! The gateway core: authenticates the caller's role, serves the federated catalogue, and guards every `tools/call` (permissions, customer scoping, rate limits, breaker, timeout) before dispatch.
+
+use std::{
+    sync::{Arc, Mutex, RwLock},
+    time::Duration,
+};
+
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation,
+        JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+};
+use shared::adapters::mcp_gateway::{HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
+    config::{GatewayConfig, UpstreamConfig},
+    error::GatewayError,
+    metrics::{Metrics, MetricsSnapshot, Outcome},
+    protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits},
+    upstream::{UpstreamClient, UpstreamError, upstream_http_client},
+};
+
+/// JSON-RPC error code answered for a missing or unknown credential.
+pub const UNAUTHORIZED: ErrorCode = ErrorCode(-32001);
+
+/// Discovery state of one upstream.
+#[derive(Debug, Default)]
+struct Discovery {
+    /// Tools of the last successful listing (kept while later attempts fail,
+    /// so a flapping upstream is never silently missing).
+    tools: Option<Vec<Arc<ExposedTool>>>,
+    fetched_at: Option<Instant>,
+    /// Set while the latest attempt failed.
+    failed_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+struct UpstreamSlot {
+    config: UpstreamConfig,
+    client: UpstreamClient,
+    breaker: Mutex<Breaker>,
+    discovery: Mutex<Discovery>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+struct RoleEntry {
+    token: Vec<u8>,
+    policy: RolePolicy,
+}
+
+struct Inner {
+    upstreams: Vec<UpstreamSlot>,
+    roles: Vec<RoleEntry>,
+    anonymous: Option<usize>,
+    catalog: RwLock<Arc<Catalog>>,
+    limits: RateLimits,
+    metrics: Metrics,
+    list_ttl: Duration,
+    discovery_retry: Duration,
+    allowed_hosts: Vec<String>,
+}
+
+/// Health of one upstream, as [`Gateway::upstream_status`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    pub name: String,
+    /// Tools currently exposed from it.
+    pub tools: usize,
+    /// The error of the latest discovery attempt, while it is failing.
+    pub last_error: Option<String>,
+    pub breaker: &'static str,
+}
+
+/// The MCP tool gateway. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("upstreams", &self.inner.upstreams.iter().map(|u| &u.config.name).collect::<Vec<_>>())
+            .field("roles", &self.inner.roles.iter().map(|r| &r.policy.name).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A `tools/call` answer with `is_error: true` and text `{"error": message}`.
+pub fn error_result(message: &str) -> CallToolResult {
+    let text = serde_json::json!({ "error": message }).to_string();
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+impl Gateway {
+    /// Validates `config`, opens a client per upstream and discovers every
+    /// upstream concurrently (each within its discovery timeout, one retry).
+    /// An upstream that is down is reported (log + metric) and retried on
+    /// later listings; it does not stop the start.
+    /// Errors: [`GatewayError::Config`] for an invalid configuration,
+    /// [`GatewayError::Collision`] when two upstreams expose the same name.
+    pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
+        config.validate()?;
+        let http = upstream_http_client()?;
+        let mut upstreams = Vec::with_capacity(config.upstreams.len());
+        for u in &config.upstreams {
+            upstreams.push(UpstreamSlot {
+                client: UpstreamClient::new(u, http.clone())?,
+                breaker: Mutex::new(Breaker::new(&u.breaker, u.call_timeout() + Duration::from_secs(1))),
+                discovery: Mutex::new(Discovery::default()),
+                refreshing: tokio::sync::Mutex::new(()),
+                config: u.clone(),
+            });
+        }
+        let roles: Vec<RoleEntry> = config
+            .roles
+            .iter()
+            .map(|(name, role)| RoleEntry {
+                token: role.token.expose().as_bytes().to_vec(),
+                policy: RolePolicy::from_config(name, role),
+            })
+            .collect();
+        let anonymous = config
+            .anonymous_role
+            .as_ref()
+            .and_then(|a| roles.iter().position(|r| &r.policy.name == a));
+        let on_lambda = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
+        let inner = Inner {
+            limits: RateLimits::new(
+                config.global_rate_limit_per_sec,
+                config.upstreams.iter().map(|u| u.rate_limit_per_sec),
+            ),
+            upstreams,
+            roles,
+            anonymous,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            metrics: Metrics::new(on_lambda),
+            list_ttl: Duration::from_secs_f64(config.list_ttl_secs),
+            discovery_retry: Duration::from_secs_f64(config.discovery_retry_secs),
+            allowed_hosts: config.allowed_hosts.clone(),
+        };
+        let gateway = Gateway { inner: Arc::new(inner) };
+        let all: Vec<usize> = (0..gateway.inner.upstreams.len()).collect();
+        futures::future::join_all(all.iter().map(|&i| gateway.refresh_upstream(i, true))).await;
+        let collisions = gateway.rebuild_catalog();
+        if !collisions.is_empty() {
+            let text: Vec<String> = collisions.iter().map(ToString::to_string).collect();
+            return Err(GatewayError::Collision(text.join("; ")));
+        }
+        for status in gateway.upstream_status() {
+            match &status.last_error {
+                None => tracing::info!(upstream = status.name, tools = status.tools, "upstream discovered"),
+                Some(error) => tracing::warn!(
+                    upstream = status.name,
+                    error = error.as_str(),
+                    "upstream down at start; its tools are listed once it answers"
+                ),
+            }
+        }
+        Ok(gateway)
+    }
+
+    /// The MCP endpoint as an axum router: `POST /mcp` (stateless Streamable
+    /// HTTP, JSON responses, `Host` checked against `allowed_hosts`) and `GET /health`.
+    pub fn router(&self) -> axum::Router {
+        use rmcp::transport::{
+            StreamableHttpServerConfig, StreamableHttpService,
+            streamable_http_server::session::never::NeverSessionManager,
+        };
+        let mut server_config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_sse_keep_alive(None);
+        server_config = if self.inner.allowed_hosts.iter().any(|h| h == "*") {
+            server_config.disable_allowed_hosts()
+        } else {
+            server_config.with_allowed_hosts(self.inner.allowed_hosts.clone())
+        };
+        let gateway = self.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(gateway.clone()),
+            Arc::new(NeverSessionManager::default()),
+            server_config,
+        );
+        axum::Router::new()
+            .route_service("/mcp", service)
+            .route("/health", axum::routing::get(|| async { "ok" }))
+    }
+
+    /// Every counter (calls, refusals, rate-limit hits, breaker transitions, discovery failures).
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// Discovery and breaker state of every upstream, in configuration order.
+    pub fn upstream_status(&self) -> Vec<UpstreamStatus> {
+        self.inner
+            .upstreams
+            .iter()
+            .map(|slot| {
+                let d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
+                let breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).state().as_str();
+                UpstreamStatus {
+                    name: slot.config.name.clone(),
+                    tools: d.tools.as_ref().map_or(0, Vec::len),
+                    last_error: d.failed_at.and(d.last_error.clone()),
+                    breaker,
+                }
+            })
+            .collect()
+    }
+
+    fn catalog(&self) -> Arc<Catalog> {
+        self.inner.catalog.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn needs_refresh(&self, index: usize, now: Instant) -> bool {
+        let slot = &self.inner.upstreams[index];
+        let d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
+        match (d.failed_at, d.fetched_at) {
+            (Some(failed), _) => now.saturating_duration_since(failed) >= self.inner.discovery_retry,
+            (None, Some(fetched)) => now.saturating_duration_since(fetched) >= self.inner.list_ttl,
+            (None, None) => true,
+        }
+    }
+
+    /// Lists one upstream (one retry) and stores the result. Returns whether
+    /// its tools changed. `force` skips the freshness check.
+    async fn refresh_upstream(&self, index: usize, force: bool) -> bool {
+        let slot = &self.inner.upstreams[index];
+        let _single_flight = slot.refreshing.lock().await;
+        if !force && !self.needs_refresh(index, Instant::now()) {
+            return false; // another caller refreshed it while this one waited
+        }
+        let timeout = slot.config.discovery_timeout();
+        let mut result = slot.client.list_tools(timeout).await;
+        if let Err(first) = &result
+            && first.is_transient()
+        {
+            tracing::debug!(upstream = slot.config.name, error = %first, "discovery failed; retrying once");
+            result = slot.client.list_tools(timeout).await;
+        }
+        let now = Instant::now();
+        match result {
+            Ok(tools) => {
+                let (exposed, skipped) = expose_tools(index, &slot.config, tools);
+                for s in &skipped {
+                    tracing::warn!(upstream = slot.config.name, tool = s.tool, reason = s.reason, "upstream tool not exposed");
+                }
+                let mut d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
+                let changed = d.tools.as_ref() != Some(&exposed);
+                d.tools = Some(exposed);
+                d.fetched_at = Some(now);
+                d.failed_at = None;
+                d.last_error = None;
+                changed
+            }
+            Err(error) => {
+                let text = error.to_string();
+                self.inner.metrics.record_discovery_failure(&slot.config.name, &text);
+                let mut d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
+                d.failed_at = Some(now);
+                d.last_error = Some(text);
+                false
+            }
+        }
+    }
+
+    /// Refreshes every upstream whose listing is stale or failing, concurrently.
+    async fn ensure_fresh(&self) {
+        let now = Instant::now();
+        let stale: Vec<usize> = (0..self.inner.upstreams.len()).filter(|&i| self.needs_refresh(i, now)).collect();
+        if stale.is_empty() {
+            return;
+        }
+        let changed = futures::future::join_all(stale.iter().map(|&i| self.refresh_upstream(i, false))).await;
+        if changed.into_iter().any(|c| c) {
+            for collision in self.rebuild_catalog() {
+                tracing::error!(%collision, "tool name collision after a refresh; the later upstream's tool is not exposed");
+            }
+        }
+    }
+
+    /// Merges the upstreams' tools into a new catalogue; returns the collisions.
+    fn rebuild_catalog(&self) -> Vec<crate::catalog::Collision> {
+        let lists: Vec<Vec<Arc<ExposedTool>>> = self
+            .inner
+            .upstreams
+            .iter()
+            .map(|slot| slot.discovery.lock().unwrap_or_else(|e| e.into_inner()).tools.clone().unwrap_or_default())
+            .collect();
+        let refs: Vec<&[Arc<ExposedTool>]> = lists.iter().map(Vec::as_slice).collect();
+        let policies: Vec<RolePolicy> = self.inner.roles.iter().map(|r| r.policy.clone()).collect();
+        let (catalog, collisions) = merge(&refs, &policies);
+        *self.inner.catalog.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        collisions
+    }
+
+    /// The caller's role from `Authorization: Bearer <token>`.
+    fn authenticate(&self, parts: Option<&http::request::Parts>) -> Result<usize, ErrorData> {
+        let header = parts.and_then(|p| p.headers.get(http::header::AUTHORIZATION));
+        let Some(header) = header else {
+            return self.inner.anonymous.ok_or_else(|| {
+                ErrorData::new(UNAUTHORIZED, "unauthorized: send Authorization: Bearer <role token>", None)
+            });
+        };
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .unwrap_or_default();
+        let mut found = None;
+        for (i, role) in self.inner.roles.iter().enumerate() {
+            if constant_time_eq(&role.token, token.as_bytes()) {
+                found = Some(i);
+            }
+        }
+        found.ok_or_else(|| {
+            tracing::warn!("request with an unknown gateway token refused");
+            ErrorData::new(UNAUTHORIZED, "unauthorized: unknown gateway token", None)
+        })
+    }
+
+    /// The tools `role` may see (sorted by name).
+    pub async fn list_for_role(&self, role: &str) -> Vec<rmcp::model::Tool> {
+        self.ensure_fresh().await;
+        self.catalog().listings.get(role).map(|l| (**l).clone()).unwrap_or_default()
+    }
+
+    /// Runs one `tools/call` for the caller with role index `role`: the guard
+    /// chain, then dispatch. Always an answer the model can read; protocol
+    /// errors only for an unknown tool name.
+    async fn call(
+        &self,
+        role: usize,
+        headers: Option<&http::HeaderMap>,
+        request: CallToolRequestParams,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let policy = &self.inner.roles[role].policy;
+        let name = request.name.as_ref();
+        let refuse = |message: String, upstream: &str| {
+            tracing::warn!(tool = name, role = policy.name, reason = message.as_str(), "tool call refused");
+            self.inner.metrics.record_call(name, upstream, &policy.name, Outcome::Refused, started.elapsed());
+            Ok(error_result(&message))
+        };
+        if !policy.may_call(name) {
+            let message = if policy.call {
+                format!("tool {name} is not permitted for role {}", policy.name)
+            } else {
+                format!("role {} may list tools but not call them (tool {name})", policy.name)
+            };
+            return refuse(message, "-");
+        }
+        let mut tool = self.catalog().tools.get(name).cloned();
+        if tool.is_none() {
+            self.ensure_fresh().await;
+            tool = self.catalog().tools.get(name).cloned();
+        }
+        let Some(tool) = tool else {
+            return Err(ErrorData::invalid_params(format!("unknown tool {name}"), None));
+        };
+        let slot = &self.inner.upstreams[tool.upstream];
+        let header = |h: &str| {
+            headers
+                .and_then(|m| m.get(h))
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        };
+        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+        if tool.customer_scoped {
+            let Some(customer) = header(HEADER_CUSTOMER_ID) else {
+                return refuse(format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"), &slot.config.name);
+            };
+            let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
+            if previous.is_some_and(|p| p.as_str() != Some(customer)) {
+                tracing::info!(tool = name, role = policy.name, "customer id in the arguments replaced by the caller's header");
+            }
+        }
+        if tool.side_effecting {
+            let Some(key) = header(HEADER_IDEMPOTENCY_KEY) else {
+                return refuse(format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"), &slot.config.name);
+            };
+            arguments.insert(slot.config.idempotency_arg.clone(), key.into());
+        }
+        let upstream_name = slot.config.name.as_str();
+        if let Err(hit) = self.inner.limits.check(tool.upstream, &tool.name) {
+            let which = match hit {
+                LimitHit::Tool => "the tool's",
+                LimitHit::Global => "the gateway's",
+            };
+            self.inner.metrics.record_call(name, upstream_name, &policy.name, Outcome::RateLimited, started.elapsed());
+            return Ok(error_result(&format!("rate limit: {which} call rate is exhausted; try {name} again in a moment")));
+        }
+        let admission = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
+        match admission {
+            Admission::Rejected { retry_in } => {
+                self.inner.metrics.record_call(name, upstream_name, &policy.name, Outcome::BreakerOpen, started.elapsed());
+                return Ok(error_result(&format!(
+                    "upstream {upstream_name} is unavailable (circuit open); try {name} again in {:.0}s",
+                    retry_in.as_secs_f64().ceil()
+                )));
+            }
+            Admission::Probe => {
+                self.inner.metrics.record_breaker(upstream_name, BreakerState::HalfOpen);
+            }
+            Admission::Allowed => {}
+        }
+        let timeout = slot.config.call_timeout();
+        let result = slot
+            .client
+            .call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel)
+            .await;
+        let transition = {
+            let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
+            match &result {
+                Ok(_) | Err(UpstreamError::Protocol(_)) => breaker.record_success(),
+                Err(e) if e.counts_against_upstream() => breaker.record_failure(Instant::now()),
+                Err(_) => None,
+            }
+        };
+        if let Some(state) = transition {
+            self.inner.metrics.record_breaker(upstream_name, state);
+        }
+        let (outcome, answer) = match result {
+            Ok(r) if r.is_error == Some(true) => (Outcome::ToolError, Ok(r)),
+            Ok(r) => (Outcome::Ok, Ok(r)),
+            Err(UpstreamError::Timeout(t)) => (
+                Outcome::Timeout,
+                Ok(error_result(&format!("tool {name} did not answer within {:.1}s and was cancelled", t.as_secs_f64()))),
+            ),
+            Err(UpstreamError::Protocol(e)) => (Outcome::ToolError, Ok(error_result(&format!("tool {name} failed: {}", e.message)))),
+            Err(UpstreamError::Cancelled) => (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None))),
+            Err(e) => (
+                Outcome::UpstreamError,
+                Ok(error_result(&format!("upstream {upstream_name} is unavailable ({e}); try {name} again later"))),
+            ),
+        };
+        self.inner.metrics.record_call(name, upstream_name, &policy.name, outcome, started.elapsed());
+        answer
+    }
+}
+
+fn request_parts(context: &RequestContext<RoleServer>) -> Option<&http::request::Parts> {
+    context.extensions.get::<http::request::Parts>()
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("lambda-swarm-tool-gateway", env!("CARGO_PKG_VERSION")))
+            .with_instructions("Federated MCP tool gateway: tools are listed and callable per worker role.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let role = self.authenticate(request_parts(&context))?;
+        let name = self.inner.roles[role].policy.name.clone();
+        Ok(ListToolsResult::with_all_items(self.list_for_role(&name).await))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parts = request_parts(&context);
+        let role = self.authenticate(parts)?;
+        self.call(role, parts.map(|p| &p.headers), request, &context.ct)
+            .await
+            .map(CallToolResponse::Complete)
+    }
+}

@@ -1,0 +1,302 @@
+//! One upstream MCP server as the gateway reaches it: an rmcp client session kept open, re-initialized when the upstream forgets it.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use http::{HeaderName, HeaderValue};
+use rmcp::{
+    ServiceError, ServiceExt,
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+        CancelledNotificationParam, ClientConfig, ClientRequest, ErrorData, Implementation, JsonObject,
+        ListToolsRequest, PaginatedRequestParams, ServerResult, Tool,
+    },
+    service::{PeerRequestOptions, RoleClient, RunningService},
+    transport::{
+        StreamableHttpClientTransport,
+        streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::UpstreamConfig, error::GatewayError};
+
+/// Most `tools/list` pages followed per discovery.
+const MAX_LIST_PAGES: usize = 50;
+/// Requests one upstream session keeps in flight (rmcp's default is 16; the
+/// local stack pushes 100 concurrent subtasks through one upstream).
+const MAX_CONCURRENT_REQUESTS: usize = 512;
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+/// Why a request to an upstream did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No answer within the deadline; a cancellation was sent. Transient.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The upstream no longer knows the session (HTTP 404). Transient: re-initialize.
+    #[error("upstream session expired")]
+    SessionExpired,
+    /// Connection refused, reset, 5xx, closed transport. Transient.
+    #[error("upstream unreachable: {0}")]
+    Unavailable(String),
+    /// The upstream answered with a JSON-RPC error (bad params, unknown tool).
+    /// Permanent; the upstream is healthy.
+    #[error("upstream answered with an error: {}", .0.message)]
+    Protocol(ErrorData),
+    /// The caller went away; the upstream was told to cancel. Not the upstream's fault.
+    #[error("call cancelled by the caller")]
+    Cancelled,
+}
+
+impl UpstreamError {
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, Self::Protocol(_) | Self::Cancelled)
+    }
+
+    /// Whether the breaker should count this as an upstream failure.
+    pub fn counts_against_upstream(&self) -> bool {
+        matches!(self, Self::Timeout(_) | Self::Unavailable(_) | Self::SessionExpired)
+    }
+}
+
+fn is_session_expired(error: &ServiceError) -> bool {
+    let ServiceError::TransportSend(e) = error else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e.error.as_ref());
+    while let Some(current) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::SessionExpired) =
+            current.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+fn classify(error: ServiceError, timeout: Duration) -> UpstreamError {
+    if is_session_expired(&error) {
+        return UpstreamError::SessionExpired;
+    }
+    match error {
+        ServiceError::Timeout { .. } => UpstreamError::Timeout(timeout),
+        ServiceError::McpError(e) => UpstreamError::Protocol(e),
+        ServiceError::Cancelled { .. } => UpstreamError::Cancelled,
+        other => UpstreamError::Unavailable(other.to_string()),
+    }
+}
+
+/// The gateway's client of one upstream. Built once; the session opens on
+/// first use and is replaced when it closes or expires.
+pub struct UpstreamClient {
+    name: Arc<str>,
+    url: Arc<str>,
+    http: reqwest::Client,
+    headers: HashMap<HeaderName, HeaderValue>,
+    session: RwLock<Option<Arc<Session>>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClient").field("name", &self.name).field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl UpstreamClient {
+    /// `http` is shared by all upstreams (built with `pool_max_idle_per_host(0)`).
+    /// Errors: [`GatewayError::Config`] for a header that is not valid HTTP.
+    pub fn new(config: &UpstreamConfig, http: reqwest::Client) -> Result<Self, GatewayError> {
+        let mut headers = HashMap::with_capacity(config.headers.len());
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| GatewayError::Config(format!("upstream {} header name {name:?} is invalid", config.name)))?;
+            let mut value = HeaderValue::from_str(value.expose())
+                .map_err(|_| GatewayError::Config(format!("upstream {} header {name} is invalid", config.name)))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        Ok(Self {
+            name: Arc::from(config.name.as_str()),
+            url: Arc::from(config.url.as_str()),
+            http,
+            headers,
+            session: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn current(&self) -> Option<Arc<Session>> {
+        let guard = self.session.read().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().filter(|s| !s.is_closed() && !s.peer().is_transport_closed()).cloned()
+    }
+
+    /// The open session, opening one (MCP `initialize`) within `timeout`.
+    async fn session(&self, timeout: Duration) -> Result<Arc<Session>, UpstreamError> {
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let _guard = tokio::time::timeout_at(deadline, self.connecting.lock())
+            .await
+            .map_err(|_| UpstreamError::Timeout(timeout))?;
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        // rmcp's own re-initialization would also retry side-effecting calls;
+        // the gateway decides per call instead (see `call_tool`).
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+            .custom_headers(self.headers.clone())
+            .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
+        config.reinit_on_expired_session = false;
+        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        let info = ClientConfig::new(
+            Default::default(),
+            Implementation::new("lambda-swarm-tool-gateway", env!("CARGO_PKG_VERSION")),
+        );
+        let session = tokio::time::timeout_at(deadline, info.serve(transport))
+            .await
+            .map_err(|_| UpstreamError::Timeout(timeout))?
+            .map_err(|e| UpstreamError::Unavailable(format!("initialize failed: {e}")))?;
+        let session = Arc::new(session);
+        *self.session.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+        tracing::info!(upstream = &*self.name, "upstream session opened");
+        Ok(session)
+    }
+
+    /// Drops `session` if it is still the current one, so the next request re-initializes.
+    fn forget(&self, session: &Arc<Session>) {
+        let mut guard = self.session.write().unwrap_or_else(|e| e.into_inner());
+        if guard.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
+            *guard = None;
+        }
+    }
+
+    /// One request on the current session, answered within `timeout` (an MCP
+    /// cancellation is sent on expiry or when `cancel` fires).
+    async fn request(
+        &self,
+        request: ClientRequest,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<ServerResult, UpstreamError> {
+        let session = self.session(timeout).await?;
+        let handle = session
+            .peer()
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+            .map_err(|e| classify(e, timeout));
+        let handle = match handle {
+            Ok(h) => h,
+            Err(e) => {
+                self.forget(&session);
+                return Err(e);
+            }
+        };
+        let id = handle.id.clone();
+        let result = tokio::select! {
+            r = handle.await_response() => r.map_err(|e| classify(e, timeout)),
+            _ = cancel.cancelled() => {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("caller cancelled".into()),
+                ));
+                let _ = session.peer().send_notification(note.into()).await;
+                Err(UpstreamError::Cancelled)
+            }
+        };
+        if matches!(&result, Err(UpstreamError::SessionExpired | UpstreamError::Unavailable(_))) {
+            self.forget(&session);
+        }
+        result
+    }
+
+    /// Every tool of the upstream (all pages). On an expired session it
+    /// re-initializes once and retries: listing is always safe to repeat.
+    pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<Tool>, UpstreamError> {
+        match self.list_once(timeout).await {
+            Err(UpstreamError::SessionExpired) => {
+                tracing::info!(upstream = &*self.name, "upstream session expired; re-initializing for tools/list");
+                self.list_once(timeout).await
+            }
+            other => other,
+        }
+    }
+
+    async fn list_once(&self, timeout: Duration) -> Result<Vec<Tool>, UpstreamError> {
+        let never = CancellationToken::new();
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+                method: Default::default(),
+                params,
+                extensions: Default::default(),
+            });
+            let ServerResult::ListToolsResult(page) = self.request(request, timeout, &never).await? else {
+                return Err(UpstreamError::Unavailable("tools/list answered with another result type".into()));
+            };
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(UpstreamError::Unavailable(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
+    }
+
+    /// Calls `name` with `arguments` within `timeout`. On an expired session
+    /// the session is re-initialized; the call is retried only when
+    /// `retry_safe` (never for a side-effecting tool, which returns the error).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        timeout: Duration,
+        retry_safe: bool,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let make = |arguments: JsonObject| {
+            ClientRequest::CallToolRequest(CallToolRequest::new(
+                CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
+            ))
+        };
+        let first = if retry_safe {
+            self.request(make(arguments.clone()), timeout, cancel).await
+        } else {
+            return self.request(make(arguments), timeout, cancel).await.and_then(expect_call_result);
+        };
+        match first {
+            Err(UpstreamError::SessionExpired) => {
+                tracing::info!(upstream = &*self.name, tool = name, "upstream session expired; re-initializing and retrying");
+                self.request(make(arguments), timeout, cancel).await.and_then(expect_call_result)
+            }
+            other => other.and_then(expect_call_result),
+        }
+    }
+}
+
+fn expect_call_result(result: ServerResult) -> Result<CallToolResult, UpstreamError> {
+    match result {
+        ServerResult::CallToolResult(r) => Ok(r),
+        _ => Err(UpstreamError::Unavailable("tools/call answered with an unsupported result type".into())),
+    }
+}
+
+/// The one HTTP client all upstream sessions share. Idle connections are not
+/// kept (`pool_max_idle_per_host(0)`), so a restarted upstream or a Lambda
+/// freeze never leaves a dead pooled socket behind.
+pub fn upstream_http_client() -> Result<reqwest::Client, GatewayError> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| GatewayError::HttpClient(e.to_string()))
+}
