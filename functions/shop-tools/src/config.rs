@@ -49,12 +49,15 @@ impl Config {
 }
 
 /// Installs the global `tracing` subscriber: `RUST_LOG` (or `AWS_LAMBDA_LOG_LEVEL`) filter,
-/// default `info`; JSON lines when `json`. A second call does nothing.
+/// default `info` (rmcp at `warn`: it logs every stateless request); JSON lines when `json`. A second call does nothing.
 pub fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(std::env::var("AWS_LAMBDA_LOG_LEVEL").unwrap_or_default().to_lowercase()))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let directives = ["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"]
+        .iter()
+        .find_map(|key| std::env::var(key).ok().map(|v| v.trim().to_lowercase()).filter(|v| !v.is_empty()));
+    let filter = directives
+        .and_then(|d| EnvFilter::try_new(d).ok())
+        .unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json {
         builder.json().with_ansi(false).without_time().try_init()

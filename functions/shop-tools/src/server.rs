@@ -5,12 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, tool, tool_handler, tool_router};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use crate::error::{Refusal, ShopError};
@@ -52,6 +53,23 @@ fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: R
     }
 }
 
+/// The input schema of a tool taking `T` (from its doc comments).
+fn input_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
+    schema_for_input::<T>().unwrap_or_else(|error| {
+        tracing::error!(%error, "tool input schema is not an object schema; advertising an empty one");
+        schema_for_empty_input()
+    })
+}
+
+/// Tool arguments are parsed here rather than by rmcp's `Parameters`, so that missing or
+/// mistyped arguments get the same `{"error": ...}` answer as every other refusal.
+fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Result<T, CallToolResult> {
+    serde_json::from_value(serde_json::Value::Object(arguments)).map_err(|e| {
+        tracing::info!(tool, outcome = "bad_arguments", "tool call refused");
+        refusal_result(&format!("invalid arguments for {tool}: {e}"))
+    })
+}
+
 fn refusal_result(reason: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
 }
@@ -69,26 +87,41 @@ impl ShopTools {
     }
 
     #[tool(
+        input_schema = input_schema::<GetOrderArgs>(),
         description = "Look up one of the customer's orders by order id: order status (paid, shipped, delivered, cancelled, refunded), items, total, amount paid and refunded, delivery date, tracking number and a shipment summary (carrier, latest parcel event, ETA).",
         annotations(read_only_hint = true)
     )]
-    fn get_order(&self, Parameters(args): Parameters<GetOrderArgs>) -> CallToolResult {
+    fn get_order(&self, arguments: JsonObject) -> CallToolResult {
+        let args: GetOrderArgs = match parse("get_order", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer("get_order", Some(&args.customer_id), self.shop.get_order(&args.customer_id, &args.order_id))
     }
 
     #[tool(
+        input_schema = input_schema::<ListOrdersArgs>(),
         description = "List the customer's orders (my orders, order history, recent purchases), newest first, with order id, date, status and total.",
         annotations(read_only_hint = true)
     )]
-    fn list_customer_orders(&self, Parameters(args): Parameters<ListOrdersArgs>) -> CallToolResult {
+    fn list_customer_orders(&self, arguments: JsonObject) -> CallToolResult {
+        let args: ListOrdersArgs = match parse("list_customer_orders", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer("list_customer_orders", Some(&args.customer_id), self.shop.list_customer_orders(&args.customer_id))
     }
 
     #[tool(
+        input_schema = input_schema::<TrackShipmentArgs>(),
         description = "Track a parcel / shipment / delivery by order id or tracking number: where is my package, carrier, logistics events, customs hold or delay, estimated delivery date (ETA) and whether it is late.",
         annotations(read_only_hint = true)
     )]
-    fn track_shipment(&self, Parameters(args): Parameters<TrackShipmentArgs>) -> CallToolResult {
+    fn track_shipment(&self, arguments: JsonObject) -> CallToolResult {
+        let args: TrackShipmentArgs = match parse("track_shipment", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer(
             "track_shipment",
             Some(&args.customer_id),
@@ -97,10 +130,15 @@ impl ShopTools {
     }
 
     #[tool(
+        input_schema = input_schema::<GetProductArgs>(),
         description = "Find a product by SKU or by name (English or Chinese, fuzzy): price, stock / inventory, whether it is in stock or sold out, and the restock date when it is back in stock.",
         annotations(read_only_hint = true)
     )]
-    fn get_product(&self, Parameters(args): Parameters<GetProductArgs>) -> CallToolResult {
+    fn get_product(&self, arguments: JsonObject) -> CallToolResult {
+        let args: GetProductArgs = match parse("get_product", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer(
             "get_product",
             None,
@@ -109,10 +147,15 @@ impl ShopTools {
     }
 
     #[tool(
+        input_schema = input_schema::<CheckCouponArgs>(),
         description = "Check a coupon / discount / promo / voucher code: whether it exists, has expired, its minimum spend, eligible categories, first-order-only and one-use rules, and the discount for a basket (order total, or a product and quantity).",
         annotations(read_only_hint = true)
     )]
-    fn check_coupon(&self, Parameters(args): Parameters<CheckCouponArgs>) -> CallToolResult {
+    fn check_coupon(&self, arguments: JsonObject) -> CallToolResult {
+        let args: CheckCouponArgs = match parse("check_coupon", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer("check_coupon", Some(&args.customer_id), self.shop.check_coupon(&args))
     }
 
@@ -125,10 +168,15 @@ impl ShopTools {
     }
 
     #[tool(
+        input_schema = input_schema::<RefundArgs>(),
         description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
     )]
-    fn refund(&self, Parameters(args): Parameters<RefundArgs>) -> CallToolResult {
+    fn refund(&self, arguments: JsonObject) -> CallToolResult {
+        let args: RefundArgs = match parse("refund", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
         answer("refund", Some(&args.customer_id), self.shop.refund(&args))
     }
 }
