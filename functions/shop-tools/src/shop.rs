@@ -255,8 +255,36 @@ fn non_empty(value: Option<&String>) -> Option<&str> {
     value.map(|s| s.trim()).filter(|s| !s.is_empty())
 }
 
+/// "a1029", "#A1029" and "order A1029" all name order A1029 (models do not always pass a bare id).
 fn normalize_order_id(order_id: &str) -> String {
-    order_id.trim().trim_start_matches('#').to_ascii_uppercase()
+    let upper = order_id.trim().trim_start_matches('#').to_ascii_uppercase();
+    if upper.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return upper;
+    }
+    let looks_like_id = |t: &&str| {
+        let mut chars = t.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && t.len() >= 4 && chars.all(|c| c.is_ascii_digit())
+    };
+    upper.split(|c: char| !c.is_ascii_alphanumeric()).find(looks_like_id).map(str::to_string).unwrap_or(upper)
+}
+
+/// SKUs written inside free text ("is there stock for SKU-1013, sku 1014?"), in order.
+fn skus_in_text(text: &str) -> Vec<String> {
+    let upper = text.to_ascii_uppercase();
+    let mut found = Vec::new();
+    let mut rest = upper.as_str();
+    while let Some(at) = rest.find("SKU") {
+        let after = rest[at + 3..].trim_start_matches(['-', '_', ' ']);
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        if !digits.is_empty() {
+            let sku = format!("SKU-{digits}");
+            if !found.contains(&sku) {
+                found.push(sku);
+            }
+        }
+        rest = &rest[at + 3..];
+    }
+    found
 }
 
 fn shipment_status(latest: Option<&ShipmentEvent>) -> &'static str {
@@ -608,6 +636,11 @@ impl Shop {
         let Some(name) = name else {
             return Err(Refusal::InvalidArguments("give a sku, skus or a product name".into()));
         };
+        // A "name" that spells out SKUs is a SKU lookup.
+        let named_skus = skus_in_text(name);
+        if !named_skus.is_empty() {
+            return self.get_product(None, &named_skus, None);
+        }
         let found = self.search_products(name);
         if found.is_empty() {
             return Err(Refusal::NotFound(format!("no product matches '{}'", shown(name))));

@@ -48,6 +48,14 @@ fn order_ids_match_case_insensitively() -> anyhow::Result<()> {
 }
 
 #[test]
+fn an_order_id_wrapped_in_words_is_still_found() -> anyhow::Result<()> {
+    let shop = shop()?;
+    assert_eq!(shop.get_order("C104", "order #a1029")?.order_id, "A1029");
+    assert_eq!(shop.get_order("C104", "订单 A1029")?.order_id, "A1029");
+    Ok(())
+}
+
+#[test]
 fn another_customers_order_is_answered_like_an_unknown_one() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(shop.get_order("C100", "A1005"), Err(Refusal::NotFound("order A1005 not found".into())));
@@ -222,6 +230,14 @@ fn a_name_nothing_matches_is_a_clear_error() -> anyhow::Result<()> {
         shop.get_product(None, &[], None),
         Err(Refusal::InvalidArguments("give a sku, skus or a product name".into()))
     );
+    Ok(())
+}
+
+#[test]
+fn skus_written_in_a_name_query_are_looked_up_as_skus() -> anyhow::Result<()> {
+    let found = shop()?.get_product(None, &[], Some("Is there stock for SKU-1013, sku 1016 and SKU-1021?"))?;
+    assert_eq!(skus(&found), vec!["SKU-1013", "SKU-1016", "SKU-1021"]);
+    assert_eq!(found.matches.iter().filter(|m| !m.in_stock).count(), 2);
     Ok(())
 }
 
