@@ -1,0 +1,214 @@
+//! The offline reply writer and transcript compressor: subtask answers joined in plan order, plain sentences for what failed, and a label saying no LLM wrote it.
+
+use crate::domain::truncate_chars;
+use crate::ports::ChatMessage;
+use crate::prompts::{ReplyInput, ReplyItem, parse_reply_input};
+
+use super::intent::analyse;
+use super::planner::{GREET_INSTRUCTION, HELP_INSTRUCTION};
+use super::render;
+use super::worker::{SUMMARY_ARROW, SUMMARY_BULLET, greeting};
+
+/// Last line of every reply the offline model writes.
+pub const OFFLINE_LABEL: &str = "— Answered by lambda-swarm's offline model (no LLM configured).";
+
+/// Longest facts line of a compressed tool call.
+const MAX_FACT_CHARS: usize = 300;
+/// Longest compression summary.
+const MAX_SUMMARY_CHARS: usize = 4_000;
+
+/// The customer's reply from a reply request's messages.
+pub(crate) fn reply(messages: &[ChatMessage]) -> String {
+    let parsed = messages.iter().rev().find_map(|m| match m {
+        ChatMessage::User { content } => parse_reply_input(content),
+        _ => None,
+    });
+    let Some((query, input)) = parsed else {
+        return format!("I could not put an answer together right now; please ask again.\n\n{OFFLINE_LABEL}");
+    };
+    compose(&query, &input)
+}
+
+/// Succeeded answers in plan order, then one plain sentence per failed or
+/// skipped subtask (never its `problem` text), then the notes, then the label.
+pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
+    let (greetings, work): (Vec<&ReplyItem>, Vec<&ReplyItem>) = input.results.iter().partition(|r| is_greeting(&r.instruction));
+    let mut parts: Vec<String> = Vec::new();
+    if work.is_empty() {
+        let own = greetings.iter().find_map(|g| succeeded_answer(g));
+        parts.push(own.map_or_else(|| greeting(query), str::to_owned));
+    }
+    for item in &work {
+        match succeeded_answer(item) {
+            Some(answer) => parts.push(answer.to_owned()),
+            None => parts.push(format!("I could not {} right now.", as_clause(&item.instruction))),
+        }
+    }
+    for note in &input.notes {
+        let note = note.trim();
+        if !note.is_empty() {
+            parts.push(note.to_owned());
+        }
+    }
+    parts.push(OFFLINE_LABEL.to_owned());
+    parts.join("\n\n")
+}
+
+fn succeeded_answer(item: &ReplyItem) -> Option<&str> {
+    (item.status == "succeeded").then_some(item.answer.as_deref()?.trim()).filter(|a| !a.is_empty())
+}
+
+fn is_greeting(instruction: &str) -> bool {
+    if instruction == GREET_INSTRUCTION || instruction == HELP_INSTRUCTION {
+        return true;
+    }
+    let i = analyse(instruction).intents;
+    i.greeting && !i.actionable()
+}
+
+/// "Check the status of order A1029." → "check the status of order A1029"; the
+/// refund reason after ";" is dropped.
+fn as_clause(instruction: &str) -> String {
+    let head = instruction.split_once("; ").map_or(instruction, |(h, _)| h).trim();
+    let head = head.trim_end_matches(['.', '。', '!', '！', '?', '？', ' ']);
+    let mut chars = head.chars();
+    match (chars.next(), chars.clone().next()) {
+        (Some(first), second) if first.is_uppercase() && !second.is_some_and(char::is_uppercase) => {
+            first.to_lowercase().chain(chars).collect()
+        }
+        _ => head.to_owned(),
+    }
+}
+
+/// A short deterministic summary of the tool calls in `messages`: one line per
+/// call, `• <tool> <args JSON> → <facts>`, so a later round knows they were made.
+pub(crate) fn compress(messages: &[ChatMessage]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    for m in messages {
+        match m {
+            ChatMessage::Assistant { tool_calls, content, .. } => {
+                for c in tool_calls {
+                    calls.push((c.id.clone(), c.name.clone(), c.arguments.clone()));
+                }
+                lines.extend(content.iter().flat_map(|c| carried_lines(c)));
+            }
+            ChatMessage::Tool { tool_call_id, content } => {
+                if let Some((_, name, args)) = calls.iter().find(|(id, ..)| id == tool_call_id) {
+                    let parsed = serde_json::from_str(args).unwrap_or(serde_json::Value::Null);
+                    let facts = render::render(None, &parsed, content).join(" ").replace('\n', " ");
+                    let args = serde_json::to_string(&parsed).unwrap_or_else(|_| "null".into());
+                    lines.push(format!("{SUMMARY_BULLET}{name} {args}{SUMMARY_ARROW}{}", truncate_chars(&facts, MAX_FACT_CHARS)));
+                }
+            }
+            ChatMessage::User { content } => lines.extend(carried_lines(content)),
+            ChatMessage::System { .. } => {}
+        }
+    }
+    if lines.is_empty() {
+        let text: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| match m {
+                ChatMessage::User { content } => Some(content.as_str()),
+                ChatMessage::Assistant { content, .. } => content.as_deref(),
+                ChatMessage::Tool { content, .. } => Some(content.as_str()),
+                ChatMessage::System { .. } => None,
+            })
+            .collect();
+        let flat = text.join(" ").split_whitespace().collect::<Vec<_>>().join(" ");
+        return truncate_chars(&format!("Earlier steps: {flat}"), 1_500);
+    }
+    let mut unique: Vec<String> = Vec::new();
+    for l in lines {
+        if !unique.contains(&l) {
+            unique.push(l);
+        }
+    }
+    truncate_chars(&format!("Facts from earlier tool calls:\n{}", unique.join("\n")), MAX_SUMMARY_CHARS)
+}
+
+/// Summary lines of an earlier compression, kept as they are.
+fn carried_lines(text: &str) -> Vec<String> {
+    text.lines().filter(|l| l.starts_with(SUMMARY_BULLET) && l.contains(SUMMARY_ARROW)).map(str::to_owned).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::ToolCall;
+
+    fn item(id: &str, instruction: &str, status: &str, answer: Option<&str>, problem: Option<&str>) -> ReplyItem {
+        ReplyItem {
+            id: id.into(),
+            instruction: instruction.into(),
+            status: status.into(),
+            answer: answer.map(Into::into),
+            problem: problem.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn failed_subtasks_get_a_plain_sentence_never_their_problem_text() {
+        let input = ReplyInput {
+            results: vec![
+                item("w01", "Check the status of order A1029.", "succeeded", Some("Order A1029 is paid."), None),
+                item("w02", "Check whether coupon SAVE20 can be used.", "failed", None, Some("upstream 503 from gateway")),
+                item("w03", "Check whether SKU-1016 is in stock.", "skipped", None, Some("dependency w02 failed")),
+            ],
+            notes: vec!["2 subtasks over the limit were dropped.".into()],
+        };
+        let reply = compose("q", &input);
+        assert_eq!(
+            reply,
+            format!(
+                "Order A1029 is paid.\n\nI could not check whether coupon SAVE20 can be used right now.\n\n\
+                 I could not check whether SKU-1016 is in stock right now.\n\n2 subtasks over the limit were dropped.\n\n{OFFLINE_LABEL}"
+            )
+        );
+        assert!(!reply.contains("503") && !reply.contains("dependency w02"));
+    }
+
+    #[test]
+    fn a_refund_reason_is_not_repeated_in_a_failure_sentence() {
+        assert_eq!(
+            as_clause("Refund order A1016 if the shop allows it; the customer's reason: \"broken\"."),
+            "refund order A1016 if the shop allows it"
+        );
+        assert_eq!(as_clause("SKU-1016 stock."), "SKU-1016 stock");
+    }
+
+    #[test]
+    fn a_greeting_only_conversation_gets_a_greeting_and_the_label() {
+        let input = ReplyInput { results: vec![item("w01", GREET_INSTRUCTION, "failed", None, Some("boom"))], notes: vec![] };
+        let reply = compose("hi", &input);
+        assert!(reply.starts_with("Hello! How can I help you today?"), "{reply}");
+        assert!(reply.ends_with(OFFLINE_LABEL));
+        assert!(!reply.contains("boom") && !reply.contains("could not"));
+    }
+
+    #[test]
+    fn an_unreadable_reply_request_still_carries_the_label() {
+        let reply = reply(&[ChatMessage::User { content: "garbage".into() }]);
+        assert!(reply.ends_with(OFFLINE_LABEL));
+    }
+
+    #[test]
+    fn compression_keeps_one_facts_line_per_call_and_earlier_summaries() {
+        let msgs = vec![
+            ChatMessage::User { content: format!("{SUMMARY_BULLET}shop__x {{}}{SUMMARY_ARROW}old fact") },
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall { id: "c1".into(), name: "shop__get_order".into(), arguments: r#"{"order_id":"A1029"}"#.into() }],
+                reasoning_content: None,
+            },
+            ChatMessage::Tool { tool_call_id: "c1".into(), content: r#"{"order_id":"A1029","status":"PAID"}"#.into() },
+        ];
+        assert_eq!(
+            compress(&msgs),
+            format!(
+                "Facts from earlier tool calls:\n{SUMMARY_BULLET}shop__x {{}}{SUMMARY_ARROW}old fact\n\
+                 {SUMMARY_BULLET}shop__get_order {{\"order_id\":\"A1029\"}}{SUMMARY_ARROW}Order A1029 is paid."
+            )
+        );
+    }
+}
