@@ -430,8 +430,8 @@ impl Gateway {
         let transition = {
             let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
             match &result {
-                Ok(_) | Err(UpstreamError::Protocol(_)) => breaker.record_success(),
                 Err(e) if e.counts_against_upstream() => breaker.record_failure(Instant::now()),
+                Ok(_) | Err(UpstreamError::Protocol(_)) => breaker.record_success(),
                 Err(_) => None,
             }
         };

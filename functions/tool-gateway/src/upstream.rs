@@ -59,8 +59,13 @@ impl UpstreamError {
     }
 
     /// Whether the breaker should count this as an upstream failure.
+    /// (An upstream's JSON-RPC internal error counts; bad params or an unknown tool do not.)
     pub fn counts_against_upstream(&self) -> bool {
-        matches!(self, Self::Timeout(_) | Self::Unavailable(_) | Self::SessionExpired)
+        match self {
+            Self::Timeout(_) | Self::Unavailable(_) | Self::SessionExpired => true,
+            Self::Protocol(e) => e.code == rmcp::model::ErrorCode::INTERNAL_ERROR,
+            Self::Cancelled => false,
+        }
     }
 }
 
