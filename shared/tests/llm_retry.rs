@@ -1,7 +1,7 @@
 //! Retry timing on tokio's paused clock: `Retry-After` honoured with jitter, full-jitter backoff bounds, attempts, and the deadline.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -26,18 +26,18 @@ impl Scripted {
     }
 
     fn calls(&self) -> Vec<Instant> {
-        self.calls.lock().unwrap().clone()
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
 #[async_trait]
 impl ChatModel for Scripted {
     async fn complete(&self, _request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.calls.lock().unwrap().push(Instant::now());
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
         if self.hang {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
-        let next = self.outcomes.lock().unwrap().pop_front();
+        let next = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
         match next {
             Some(f) => f(),
             None => Err(LlmError::Permanent { status: 500, message: "script exhausted".into() }),

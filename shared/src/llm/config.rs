@@ -358,6 +358,7 @@ fn parse_bool(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Resul
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
 

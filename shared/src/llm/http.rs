@@ -875,6 +875,7 @@ impl Drop for Slot {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
 

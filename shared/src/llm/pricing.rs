@@ -142,6 +142,7 @@ impl PriceTable {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
 

@@ -145,6 +145,7 @@ pub async fn complete_with_retry(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;

@@ -282,6 +282,7 @@ fn digest(messages: &[ChatMessage]) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
     use crate::ports::ToolCall;
