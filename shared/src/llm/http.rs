@@ -529,8 +529,10 @@ fn classify_parts(status: u16, retry_after: Option<Duration>, parts: ErrorParts)
         "input is too long",
         "reduce the length",
     ];
+    // A spent balance or quota answered as 429 (OpenAI, Moonshot) will not heal by waiting.
+    const QUOTA_MARKERS: &[&str] = &["insufficient_quota", "exceeded your current quota", "exceeded_current_quota", "insufficient balance"];
     match status {
-        429 if lower.contains("insufficient_quota") || lower.contains("exceeded your current quota") => {
+        429 if QUOTA_MARKERS.iter().any(|m| lower.contains(m)) => {
             LlmError::Permanent { status, message }
         }
         429 | 529 => LlmError::RateLimited { status, retry_after, message },
