@@ -1,0 +1,117 @@
+//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, and the caller's customer always wins.
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::json;
+use shared::{
+    adapters::mcp_gateway::McpToolGateway,
+    domain::ConversationId,
+    ports::{ToolContext, ToolGateway},
+};
+use shop_tools::Shop;
+use tool_gateway::{DemoTokens, demo_config};
+
+const T: Duration = Duration::from_secs(10);
+
+struct Stack {
+    shop: Arc<Shop>,
+    tools: McpToolGateway,
+}
+
+async fn stack() -> Stack {
+    let shop = Arc::new(Shop::demo().unwrap());
+    let (shop_addr, _shop_task) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone()).await.unwrap();
+    let tokens = DemoTokens::generate();
+    let config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
+    let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+    let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
+    Stack { shop, tools }
+}
+
+fn ctx(role: &str, customer: &str) -> ToolContext {
+    ToolContext {
+        role: role.into(),
+        customer_id: customer.into(),
+        conversation_id: ConversationId::from_trusted("conv-demo"),
+        subtask_id: "w01".into(),
+    }
+}
+
+#[tokio::test]
+async fn demo_roles_see_their_tool_sets() {
+    let s = stack().await;
+    let names = |tools: Vec<shared::ports::ToolSpec>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(s.tools.list_tools(&ctx("support", "C104")).await.unwrap()),
+        [
+            "shop__check_coupon",
+            "shop__get_order",
+            "shop__get_product",
+            "shop__get_refund_policy",
+            "shop__list_customer_orders",
+            "shop__track_shipment"
+        ]
+    );
+    assert_eq!(
+        names(s.tools.list_tools(&ctx("refund", "C104")).await.unwrap()),
+        ["shop__get_order", "shop__get_refund_policy", "shop__list_customer_orders", "shop__refund"]
+    );
+    assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 7);
+    for tool in s.tools.list_tools(&ctx("planner", "C104")).await.unwrap() {
+        let props = tool.input_schema.get("properties").cloned().unwrap_or_default();
+        assert!(props.get("customer_id").is_none(), "{} shows customer_id", tool.name);
+        assert!(props.get("idempotency_key").is_none(), "{} shows idempotency_key", tool.name);
+    }
+}
+
+#[tokio::test]
+async fn support_worker_asking_for_refund_is_refused_and_no_refund_happens() {
+    let s = stack().await;
+    let out = s
+        .tools
+        .call_tool(
+            &ctx("support", "C106"),
+            "shop__refund",
+            json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"}),
+            T,
+        )
+        .await
+        .unwrap();
+    assert!(out.is_error);
+    assert_eq!(out.text, r#"{"error":"tool shop__refund is not permitted for role support"}"#);
+    assert!(s.shop.refunds().is_empty());
+}
+
+#[tokio::test]
+async fn refund_worker_refunds_once_per_idempotency_key() {
+    let s = stack().await;
+    let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"});
+    for _ in 0..2 {
+        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args.clone(), T).await.unwrap();
+        assert!(!out.is_error, "{}", out.text);
+    }
+    let refunds = s.shop.refunds();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!((refunds[0].customer_id.as_str(), refunds[0].order_id.as_str()), ("C106", "A1007"));
+    assert_eq!(refunds[0].idempotency_key, "conv-demo/w01/1");
+}
+
+#[tokio::test]
+async fn model_naming_another_customer_reads_nothing_of_theirs() {
+    let s = stack().await;
+    // A1007 belongs to C106; the caller acts for C104 and the model pretends otherwise.
+    let out = s
+        .tools
+        .call_tool(&ctx("support", "C104"), "shop__get_order", json!({"order_id": "A1007", "customer_id": "C106"}), T)
+        .await
+        .unwrap();
+    assert!(out.is_error, "{}", out.text);
+    assert!(out.text.to_lowercase().contains("not found"), "{}", out.text);
+    let own = s
+        .tools
+        .call_tool(&ctx("support", "C106"), "shop__get_order", json!({"order_id": "A1007"}), T)
+        .await
+        .unwrap();
+    assert!(!own.is_error, "{}", own.text);
+    assert!(own.text.contains("A1007"), "{}", own.text);
+}
