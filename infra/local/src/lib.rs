@@ -47,6 +47,8 @@ pub struct StackOptions {
     pub models: Option<Models>,
     /// Wraps the worker's tool gateway (fault injection in tests).
     pub wrap_tools: Option<Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>>,
+    /// Wraps the worker's view of the store (fault injection in tests).
+    pub wrap_store: Option<Arc<dyn Fn(Arc<dyn ConversationStore>) -> Arc<dyn ConversationStore> + Send + Sync>>,
     pub worker_settings: WorkerSettings,
 }
 
@@ -61,6 +63,7 @@ impl Default for StackOptions {
             duplicate_deliveries: false,
             models: None,
             wrap_tools: None,
+            wrap_store: None,
             worker_settings: WorkerSettings { min_round_time: Duration::from_secs(1), ..WorkerSettings::default() },
         }
     }
@@ -146,8 +149,12 @@ impl LocalStack {
             RoleTable::demo(),
             OrchestratorSettings { deadline_secs: options.deadline_secs, ..OrchestratorSettings::default() },
         ));
+        let worker_store = match &options.wrap_store {
+            Some(wrap) => wrap(dyn_store.clone()),
+            None => dyn_store.clone(),
+        };
         let worker = Arc::new(Worker::new(
-            dyn_store.clone(),
+            worker_store,
             queues.clone(),
             models.main.clone(),
             models.sub.clone(),
@@ -373,19 +380,19 @@ async fn stream_trigger(
         if conversation.remaining != 0 || conversation.status != ConversationStatus::Running {
             continue;
         }
-        let aggregator = aggregator.clone();
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            let times = if duplicate { 2 } else { 1 };
-            for _ in 0..times {
-                counters.aggregator_invocations.fetch_add(1, Ordering::SeqCst);
-                let event = events::stream_event(&conversation);
+        // With duplicates on, both invocations race for the RUNNING → AGGREGATING flip.
+        let times = if duplicate { 2 } else { 1 };
+        for _ in 0..times {
+            counters.aggregator_invocations.fetch_add(1, Ordering::SeqCst);
+            let aggregator = aggregator.clone();
+            let event = events::stream_event(&conversation);
+            tokio::spawn(async move {
                 let context = events::lambda_context(Duration::from_secs(60));
                 if let Err(e) = aggregator::handler::handle(&aggregator, lambda_runtime::LambdaEvent::new(event, context)).await {
                     tracing::error!(error = %e, "aggregator invocation failed");
                 }
-            }
-        });
+            });
+        }
     }
 }
 

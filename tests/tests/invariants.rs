@@ -1,0 +1,253 @@
+//! The design's invariants on whole conversations: exactly-once accounting, one aggregation, no hang, dependency order, bad input changes nothing, the concurrency cap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shared::domain::{Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use shared::llm::offline::OfflineModel;
+use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+use swarm_local::{LocalStack, StackOptions};
+use swarm_tests::{CountingModel, ScriptedModel, case, models_of, unmet_expectations};
+
+async fn ask(stack: &LocalStack, message: &str, customer: &str) -> shared::view::ConversationView {
+    let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    let id = body["conversation_id"].as_str().unwrap().to_owned();
+    stack.wait_finished(&id, Duration::from_secs(60)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
+    let case = case("q11");
+    let single = CountingModel::new(Arc::new(OfflineModel::new()));
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(single.clone())), ..StackOptions::default() }).await.unwrap();
+    let baseline = ask(&stack, &case.query, &case.customer_id).await;
+    stack.shutdown().await;
+
+    let doubled = CountingModel::new(Arc::new(OfflineModel::new()));
+    let stack = LocalStack::start(StackOptions {
+        models: Some(models_of(doubled.clone())),
+        duplicate_deliveries: true,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let view = ask(&stack, &case.query, &case.customer_id).await;
+    assert!(unmet_expectations(&case, &view).is_empty(), "{:?}", unmet_expectations(&case, &view));
+    assert_eq!(view.progress.total, 5);
+    assert_eq!(view.progress.finished, 5, "each subtask counted exactly once");
+    assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"));
+    let counters = stack.counters();
+    assert!(counters.worker_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 10, "every message was delivered twice");
+    assert!(counters.aggregator_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 2, "the stream trigger fired twice");
+    let (_, work_single, reply_single) = single.counts();
+    let (_, work_doubled, reply_doubled) = doubled.counts();
+    assert_eq!(reply_single, 1);
+    assert_eq!(reply_doubled, 1, "the aggregator ran once despite two triggers");
+    assert_eq!(work_doubled, work_single, "a duplicate delivery never re-runs LLM work");
+    assert_eq!(baseline.subtasks.len(), view.subtasks.len());
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_subtask_gives_a_degraded_reply_without_its_error_text() {
+    let model = ScriptedModel { fail_on: Some("SAVE20".into()), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
+    assert_eq!(view.status, "DONE");
+    let failed: Vec<_> = view.subtasks.iter().filter(|s| s.status == "FAILED").collect();
+    assert_eq!(failed.len(), 1, "{:?}", view.subtasks);
+    assert!(failed[0].error.as_deref().unwrap_or("").contains("402"), "the API shows the cause: {:?}", failed[0].error);
+    let reply = view.reply.unwrap();
+    assert!(reply.contains("A1029"), "the other branch is answered: {reply}");
+    assert!(reply.to_lowercase().contains("could not"), "says plainly what could not be done: {reply}");
+    assert!(!reply.contains("Insufficient") && !reply.contains("402"), "error text never passed on as an answer: {reply}");
+    stack.shutdown().await;
+}
+
+fn chain_plan() -> String {
+    serde_json::json!({"subtasks": [
+        {"id": "w01", "instruction": "List the customer's orders.", "tools": ["shop__list_customer_orders"]},
+        {"id": "w02", "instruction": "Check the status of order A1003.", "tools": ["shop__get_order"], "depends_on": ["w01"]},
+        {"id": "w03", "instruction": "Where is the parcel of order A1003?", "tools": ["shop__track_shipment"], "depends_on": ["w02"]},
+        {"id": "w04", "instruction": "Check whether coupon SAVE20 can be used.", "tools": ["shop__check_coupon"], "depends_on": ["w01", "w02"]}
+    ]})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependency_chain_runs_in_order() {
+    let model = ScriptedModel { plan: Some(chain_plan()), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let view = ask(&stack, "Where is my latest order A1003 and can I use SAVE20?", "C102").await;
+    assert_eq!(view.status, "DONE");
+    assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"), "{:?}", view.subtasks);
+    let id = ConversationId::parse(&view.conversation_id).unwrap();
+    let records = stack.store().list_subtasks(&id).await.unwrap();
+    let at = |sid: &str| records.iter().find(|r| r.subtask.id == sid).unwrap().clone();
+    for (parent, child) in [("w01", "w02"), ("w02", "w03"), ("w01", "w04"), ("w02", "w04")] {
+        let (p, c) = (at(parent), at(child));
+        assert!(
+            c.started_at_ms.unwrap() >= p.finished_at_ms.unwrap(),
+            "{child} started before {parent} finished"
+        );
+        assert_eq!(c.attempts, 1, "{child} was enqueued exactly once");
+    }
+    assert!(view.reply.unwrap().contains("ZTO"), "the dependent's answer reached the reply");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependents_of_a_failed_subtask_are_skipped_not_hung() {
+    let model = ScriptedModel { plan: Some(chain_plan()), fail_on: Some("List the customer's orders".into()), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let view = ask(&stack, "Where is my latest order and can I use SAVE20?", "C102").await;
+    assert_eq!(view.status, "DONE");
+    let status = |sid: &str| view.subtasks.iter().find(|s| s.id == sid).unwrap().status.clone();
+    assert_eq!(status("w01"), "FAILED");
+    for s in ["w02", "w03", "w04"] {
+        assert_eq!(status(s), "SKIPPED", "{s}");
+    }
+    assert_eq!(view.progress.finished, 4);
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
+    let stack = LocalStack::start(StackOptions::default()).await.unwrap();
+    let long = "x".repeat(8001);
+    let cases: Vec<(Option<String>, &str)> = vec![
+        (Some(r#"{"message": "", "customer_id": "C104"}"#.into()), "empty_message"),
+        (Some(r#"{"message": "   ", "customer_id": "C104"}"#.into()), "empty_message"),
+        (Some(serde_json::json!({"message": long, "customer_id": "C104"}).to_string()), "message_too_long"),
+        (Some(r#"{"message": "hi", "customer_id": "C104""#.into()), "bad_json"),
+        (Some("not json at all".into()), "bad_json"),
+        (None, "bad_json"),
+        (Some(r#"{"customer_id": "C104"}"#.into()), "missing_message"),
+        (Some(r#"{"message": "where is A1029"}"#.into()), "missing_customer_id"),
+        (Some(r#"{"message": "hi", "customer_id": "C1#META"}"#.into()), "bad_customer_id"),
+    ];
+    for (body, code) in cases {
+        let (status, answer) = stack.api("POST", "/conversations", body.as_deref(), &[]).await.unwrap();
+        assert_eq!(status, 400, "{code}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        assert!(!answer["error"]["message"].as_str().unwrap_or("").is_empty());
+    }
+    let (status, answer) = stack.api("GET", "/conversations/01900000-0000-7000-8000-000000000000", None, &[]).await.unwrap();
+    assert_eq!(status, 404, "{answer}");
+    let (status, _) = stack.api("GET", "/conversations/not-a-uuid", None, &[]).await.unwrap();
+    assert_eq!(status, 404);
+    let (status, _) = stack.api("DELETE", "/conversations", None, &[]).await.unwrap();
+    assert_eq!(status, 400);
+    assert_eq!(stack.store().conversation_count(), 0, "no item written");
+    assert_eq!(stack.tasks_queue.depth(), 0, "no message sent");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_concurrency_cap_is_honoured() {
+    let plan = serde_json::json!({"subtasks": (1..=12).map(|i| serde_json::json!({
+        "id": format!("w{i:02}"), "instruction": format!("Check whether SKU-10{i:02} is in stock."), "tools": ["shop__get_product"]
+    })).collect::<Vec<_>>()})
+    .to_string();
+    let model = ScriptedModel { plan: Some(plan), work_delay: Duration::from_millis(40), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), worker_concurrency: 3, ..StackOptions::default() })
+        .await
+        .unwrap();
+    let view = ask(&stack, "stock check", "C105").await;
+    assert_eq!(view.progress.finished, 12);
+    let max = stack.counters().max_concurrent_workers.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(max, 3, "at most (and, under load, exactly) 3 concurrent worker invocations");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
+    let model = ScriptedModel { stall_on: Some(("SAVE20".into(), Duration::from_secs(30))), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), deadline_secs: 2, ..StackOptions::default() })
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
+    assert!(started.elapsed() < Duration::from_secs(20), "the deadline path finished it, not the stalled worker");
+    assert_eq!(view.status, "DONE");
+    let coupon = view.subtasks.iter().find(|s| s.instruction.contains("SAVE20")).unwrap();
+    assert_eq!(coupon.status, "FAILED");
+    assert!(coupon.error.as_deref().unwrap_or("").contains("deadline"));
+    let reply = view.reply.unwrap();
+    assert!(reply.contains("A1029"), "{reply}");
+    stack.shutdown().await;
+}
+
+/// A store whose `begin_attempt` always fails transiently for one subtask: its message keeps failing until the DLQ.
+struct FlakyStore {
+    inner: Arc<dyn ConversationStore>,
+    subtask: String,
+}
+
+#[async_trait]
+impl ConversationStore for FlakyStore {
+    async fn create_conversation(&self, c: &Conversation) -> Result<CreateOutcome, StoreError> {
+        self.inner.create_conversation(c).await
+    }
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
+        self.inner.get_conversation(id).await
+    }
+    async fn start_run(&self, id: &ConversationId, s: &[SubtaskRecord], n: &[String], u: &Usage) -> Result<bool, StoreError> {
+        self.inner.start_run(id, s, n, u).await
+    }
+    async fn transition_conversation(&self, id: &ConversationId, f: ConversationStatus, t: ConversationStatus) -> Result<bool, StoreError> {
+        self.inner.transition_conversation(id, f, t).await
+    }
+    async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
+        self.inner.finish_conversation(id, r, u).await
+    }
+    async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
+        self.inner.fail_conversation(id, r).await
+    }
+    async fn get_subtask(&self, id: &ConversationId, s: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.inner.get_subtask(id, s).await
+    }
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        self.inner.list_subtasks(id).await
+    }
+    async fn transition_subtask(&self, id: &ConversationId, s: &str, f: &[SubtaskStatus], t: SubtaskStatus) -> Result<bool, StoreError> {
+        self.inner.transition_subtask(id, s, f, t).await
+    }
+    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
+        if s == self.subtask {
+            return Err(StoreError::Transient("ProvisionedThroughputExceeded (injected)".into()));
+        }
+        self.inner.begin_attempt(id, s, now).await
+    }
+    async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
+        self.inner.save_checkpoint(id, s, c).await
+    }
+    async fn record_result(&self, id: &ConversationId, s: &str, r: &SubtaskResult, u: &Usage, t: &[String], now: i64) -> Result<RecordOutcome, StoreError> {
+        self.inner.record_result(id, s, r, u, t, now).await
+    }
+    async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
+        self.inner.count_finished(id, s, u).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
+    let stack = LocalStack::start(StackOptions {
+        wrap_store: Some(Arc::new(|inner| Arc::new(FlakyStore { inner, subtask: "w02".into() }) as Arc<dyn ConversationStore>)),
+        max_receive_count: 2,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
+    assert_eq!(view.status, "DONE");
+    let w02 = view.subtasks.iter().find(|s| s.id == "w02").unwrap();
+    assert_eq!(w02.status, "FAILED");
+    assert!(w02.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w02.error);
+    assert_eq!(view.progress.finished, 2);
+    assert_eq!(stack.tasks_queue.depth(), 1, "only the (not yet due) deadline message is left");
+    assert_eq!(stack.tasks_dlq.depth(), 0, "the DLQ consumer acknowledged it");
+    stack.shutdown().await;
+}
