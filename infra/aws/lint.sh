@@ -1,0 +1,36 @@
+# Lints template.yaml four ways and exits non-zero on any finding: cfn-lint, `sam validate --lint`, cfn-lint on the SAM-expanded template, and the key-settings check.
+# Usage: infra/aws/lint.sh   (installs the pinned tools into .venv on first use)
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+bin="$("$root/infra/aws/venv.sh")" || { echo "lint: cannot set up the venv" >&2; exit 1; }
+# sam and the translator want a region; no call leaves this machine.
+export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}" SAM_CLI_TELEMETRY=0
+
+failed=0
+step() {
+    local name="$1"; shift
+    local start=$SECONDS
+    if "$@"; then
+        echo "lint: ok   $name ($((SECONDS - start)) s)"
+    else
+        echo "lint: FAIL $name ($((SECONDS - start)) s)"
+        failed=1
+    fi
+}
+
+expanded="$(mktemp --suffix=.json)"
+trap 'rm -f "$expanded"' EXIT
+
+step "cfn-lint template.yaml" "$bin/cfn-lint" template.yaml
+step "sam validate --lint" timeout 300 "$bin/sam" validate --lint --template-file template.yaml
+step "SAM translation" sh -c "'$bin/python' infra/aws/translate.py template.yaml > '$expanded'"
+step "cfn-lint on the expanded template" "$bin/cfn-lint" "$expanded"
+step "key settings (check_template.py)" "$bin/python" infra/aws/check_template.py template.yaml samconfig.toml
+
+if [[ $failed -ne 0 ]]; then
+    echo "lint: template.yaml has findings (see above)"
+    exit 1
+fi
+echo "lint: template.yaml clean"
