@@ -1155,6 +1155,46 @@ mod tests {
         assert!(matches!(back, SubtaskResult::Succeeded { ref tool_calls, .. } if !tool_calls.is_empty()));
     }
 
+    /// DynamoDB JSON (as in stream events) → SDK attribute values.
+    fn from_dynamo_json(v: &serde_json::Value) -> AttributeValue {
+        let (kind, inner) = v.as_object().and_then(|o| o.iter().next()).unwrap();
+        match kind.as_str() {
+            "S" => AttributeValue::S(inner.as_str().unwrap().to_owned()),
+            "N" => AttributeValue::N(inner.as_str().unwrap().to_owned()),
+            "SS" => AttributeValue::Ss(inner.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()),
+            "L" => AttributeValue::L(inner.as_array().unwrap().iter().map(from_dynamo_json).collect()),
+            "BOOL" => AttributeValue::Bool(inner.as_bool().unwrap()),
+            other => panic!("unsupported DynamoDB JSON type {other}"),
+        }
+    }
+
+    #[test]
+    fn stream_fixture_is_a_conversation_item_the_aggregator_filter_matches() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/dynamodb-stream-remaining-zero.json");
+        let event: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let record = &event["Records"][0];
+        assert_eq!(record["eventName"], "MODIFY");
+        let ddb = &record["dynamodb"];
+        // The template's FilterCriteria, field by field.
+        assert_eq!(ddb["Keys"]["SK"]["S"], "META");
+        assert_eq!(ddb["NewImage"]["remaining"]["N"], "0");
+        assert_eq!(ddb["NewImage"]["status"]["S"], "RUNNING");
+        let item: Item = ddb["NewImage"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), from_dynamo_json(v)))
+            .collect();
+        let conv = conversation_from_item(&item).unwrap();
+        assert_eq!(conv.status, ConversationStatus::Running);
+        assert_eq!((conv.total, conv.remaining), (2, 0));
+        assert_eq!(conv.finished.len(), 2);
+        assert_eq!(conv.usage.cached_tokens, None);
+        assert_eq!(ddb["Keys"]["PK"]["S"], format!("CONV#{}", conv.id));
+        // The item this adapter writes for that conversation has exactly the fixture's attributes.
+        assert_eq!(conversation_item(&conv), item);
+    }
+
     #[test]
     fn full_jitter_backoff_stays_under_the_cap() {
         let p = RetryPolicy::default();

@@ -313,3 +313,30 @@ pub async fn create_queue_with_dlq(
     tracing::info!(%queue_url, %dlq_url, visibility_timeout_secs, max_receive_count, "queue with DLQ ready");
     Ok((queue_url, dlq_url))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqs_fixtures_carry_task_messages_and_receive_counts() {
+        for (file, kinds) in [
+            ("sqs-tasks.json", vec!["run", "run"]),
+            ("sqs-deadline.json", vec!["deadline"]),
+            ("sqs-dead-letter.json", vec!["run"]),
+        ] {
+            let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
+            let event: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let records = event["Records"].as_array().unwrap();
+            assert_eq!(records.len(), kinds.len(), "{file}");
+            for (record, kind) in records.iter().zip(kinds) {
+                let body = record["body"].as_str().unwrap();
+                let message: TaskMessage = serde_json::from_str(body).unwrap();
+                assert_eq!(serde_json::to_value(&message).unwrap()["kind"], kind, "{file}");
+                assert_eq!(record["eventSource"], "aws:sqs");
+                assert!(record["attributes"]["ApproximateReceiveCount"].as_str().unwrap().parse::<u32>().unwrap() >= 1);
+                assert_eq!(record["md5OfBody"].as_str().unwrap().len(), 32);
+            }
+        }
+    }
+}
