@@ -158,6 +158,15 @@ fn the_main_key_is_never_sent_to_another_host() -> Result<()> {
 }
 
 #[test]
+fn without_a_sub_model_compression_uses_the_main_instance() -> Result<()> {
+    let c = load(&[MOONSHOT, KEY, MODEL])?.context("configured")?;
+    let models = build_models(Some(&c))?;
+    assert!(std::sync::Arc::ptr_eq(&models.main, &models.sub), "one client, one in-flight cap");
+    assert!(!models.main.is_offline());
+    Ok(())
+}
+
+#[test]
 fn sub_settings_without_a_sub_model_are_refused() -> Result<()> {
     let e = error_of(&[MOONSHOT, KEY, MODEL, ("LLM_SUB_BASE_URL", "https://api.deepseek.com/v1")])?;
     assert!(e.to_string().starts_with("LLM_SUB_MODEL: missing"), "{e}");

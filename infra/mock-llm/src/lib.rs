@@ -228,6 +228,7 @@ pub struct Stats {
     pub requests: u64,
     /// Most chat requests in progress at once.
     pub max_concurrent: usize,
+    /// In arrival order, at most 100,000.
     pub arrivals: Vec<Arrival>,
 }
 
@@ -246,6 +247,8 @@ struct Inner {
 }
 
 const MAX_BODIES: usize = 10_000;
+/// Arrivals kept in [`Stats::arrivals`]; `requests` keeps counting past it.
+const MAX_ARRIVALS: usize = 100_000;
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -519,7 +522,10 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
 }
 
 fn record_arrival(s: &Shared, seq: u64, arrived_ms: f64, status: u16, retry_after_ms: Option<u64>, key: String, kind: &'static str) {
-    s.lock().stats.arrivals.push(Arrival { seq, arrived_ms, responded_ms: None, status, retry_after_ms, key, kind });
+    let mut inner = s.lock();
+    if inner.stats.arrivals.len() < MAX_ARRIVALS {
+        inner.stats.arrivals.push(Arrival { seq, arrived_ms, responded_ms: None, status, retry_after_ms, key, kind });
+    }
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
