@@ -1099,6 +1099,7 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
 

@@ -315,6 +315,7 @@ pub async fn create_queue_with_dlq(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
 
