@@ -13,12 +13,17 @@ macro_rules! pat {
 
 pat!(
     STATUS_STRONG,
-    r"(?i)\bstatus\b|\bdelivered\b|\bstate of\b|\bprogress\b|\bhappening with\b|\bhas\b[^.?!]*\bshipped\b|\bcheck\b[^.?!]*\borders?\b|\blook up\b[^.?!]*\borders?\b|状态|进度|签收|送达|发货了|付款了|支付了|情况|怎么样了"
+    r"(?i)\bstatus\b|\bdelivered\b|\bstate of\b|\bprogress\b|\bhappening with\b|\bhas\b[^.?!]*\bshipped\b|状态|进度|签收|送达|发货了|付款了|支付了|情况|怎么样了"
+);
+pat!(
+    /// "Check my order", "look up orders A1001 …": a status question unless a parcel is asked about.
+    CHECK_ORDER,
+    r"(?i)\b(?:check|look up|see)\b[^.?!]*\borders?\b"
 );
 pat!(ORDER_WORD, r"(?i)\borders?\b|订单|单号");
 pat!(
     SHIPMENT_STRONG,
-    r"(?i)\bparcels?\b|\bpackages?\b|\barriv|\btrack|\bshipping\b|\bshipment|\bdelivery\b|\beta\b|\bcourier|\bcarrier|\blogistics|\bin transit\b|\bwhen will\b[^.?!]*\b(?:come|get here|reach|be here|deliver|arrive)|\bwill\b[^.?!]*\bbe delivered\b|到哪|在哪|物流|快递|包裹|什么时候到|何时到|几时到|运单|配送|派送|到了吗|还没到|没收到"
+    r"(?i)\bparcels?\b|\bpackages?\b|\barriv|\btrack|\bshipping\b|\bshipment|\bdelivery\b|\beta\b|\bcourier|\bcarrier|\blogistics|\bin transit\b|\bdelayed\b|\blate\b|\boverdue\b|\bstuck\b|\bwhen will\b[^.?!]*\b(?:come|get here|reach|be here|deliver|arrive)|\bwill\b[^.?!]*\bbe delivered\b|到哪|在哪|物流|快递|包裹|什么时候到|何时到|几时到|运单|配送|派送|到了吗|还没到|没收到"
 );
 pat!(WHERE, r"(?i)\bwhere\b|\bwhere's\b|\bwhereabouts\b");
 pat!(WILL_BE_DELIVERED, r"(?i)\bwill\b[^.?!]*\bdelivered\b");
@@ -31,7 +36,7 @@ pat!(
     COUPON_WORD,
     r"(?i)\bcoupons?\b|\bvouchers?\b|\bpromo\b|\bdiscount|\bcodes?\b|优惠券|优惠码|折扣|券|优惠"
 );
-pat!(COUPON_USE, r"(?i)\buse\b|\bused\b|\bapply\b|\bredeem\b|\bvalid\b|\bwork\b|能用|可以用|用吗|可用|有效");
+pat!(COUPON_USE, r"(?i)\buse\b|\bused\b|\bapply\b|\bredeem\b|\bvalid\b|\bworks?\b|能用|可以用|用吗|可用|有效");
 pat!(
     POLICY,
     r"(?i)\bpolicy\b|\bpolicies\b|\bterms\b|\bhow (?:do|can) i return\b|\breturn window\b|\bcan i return\b|政策|规则|规定|几天内|多少天"
@@ -79,11 +84,13 @@ pub(crate) struct Words {
 impl Words {
     pub(crate) fn of(text: &str) -> Self {
         let will_deliver = WILL_BE_DELIVERED.is_match(text);
+        let shipment = SHIPMENT_STRONG.is_match(text) || will_deliver;
+        let where_ = WHERE.is_match(text);
         Self {
-            status: STATUS_STRONG.is_match(text) && !will_deliver,
+            status: (STATUS_STRONG.is_match(text) && !will_deliver) || (CHECK_ORDER.is_match(text) && !shipment && !where_),
             order: ORDER_WORD.is_match(text),
-            shipment: SHIPMENT_STRONG.is_match(text) || will_deliver,
-            where_: WHERE.is_match(text),
+            shipment,
+            where_,
             stock: STOCK.is_match(text),
             price: PRICE.is_match(text),
             coupon: COUPON_WORD.is_match(text),

@@ -285,6 +285,14 @@ mod tests {
     }
 
     #[test]
+    fn a_lower_case_code_next_to_a_coupon_verb_is_its_own_question() {
+        assert_eq!(
+            instructions("hi, can you check order a1029 and tell me if save20 works for the blue linen shirt M"),
+            vec!["Check the status of order A1029.", "Check whether coupon SAVE20 can be used for blue linen shirt M."]
+        );
+    }
+
+    #[test]
     fn a_refund_request_keeps_the_customers_reason_and_gets_the_order_first() {
         let plan = plan("订单 A1016 的耳机有杂音，我想退款。", &catalogue());
         assert_eq!(plan.len(), 1);

@@ -386,7 +386,7 @@ fn coupon(c: &Map<String, Value>, args: &Value) -> String {
         && !cats.is_empty()
     {
         let list: Vec<String> = cats.iter().map(scalar).collect();
-        terms.push(format!("only for {} products", list.join(", ")));
+        terms.push(format!("only for {} products", join_and(&list)));
     }
     if c.get("first_order_only").and_then(Value::as_bool) == Some(true) {
         terms.push("first order only".into());
@@ -462,6 +462,15 @@ fn policy(p: &Map<String, Value>) -> String {
 
 fn str_of<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     o.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// "a, b and c".
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
 }
 
 /// A JSON value as plain text: strings unquoted, numbers without a needless ".0".

@@ -25,6 +25,7 @@ impl Pat {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn compiles(&self) -> bool {
         self.0.is_some()
     }
@@ -66,7 +67,7 @@ pat!(
 );
 pat!(
     COUPON_CONTEXT,
-    r"(?i)\b(?:coupons?|codes?|vouchers?|promo|discounts?|use|apply|redeem|valid)\b|优惠|券|折扣|用"
+    r"(?i)\b(?:coupons?|codes?|vouchers?|promo|discounts?|use|apply|redeem|valid|works?)\b|优惠|券|折扣|用"
 );
 pat!(CJK, r"\p{Han}");
 pat!(
