@@ -1,4 +1,5 @@
 //! The offline model against the twelve cases: plans, tool loops driven by a fake shop over the demo data, and labelled replies.
+#![allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 
 use std::collections::BTreeMap;
 
@@ -107,7 +108,7 @@ impl FakeShop {
                 })
             })
             .collect();
-        scored.sort_by(|a, b| b.0.cmp(&a.0));
+        scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
         scored.into_iter().map(|(_, v)| v).take(5).collect()
     }
 

@@ -295,7 +295,7 @@ pat!(PRODUCT_TRAILING_FILLER, r"(?i)(?:\s+(?:please|pls|too|also|again|anymore|n
 pat!(
     /// Phrases that are never products.
     NOT_A_PRODUCT,
-    r"(?i)^(?:it|its|they|them|this|that|there|here|one|ones|stock|in stock|back|available|order|orders|my order|next order|first order|parcel|package|delivery|coupon|coupons|code|refund|refunds|policy|price|prices|status|anything|something|possible|sale|me|us|you|use|used|delivered|shipped|paid|customer|customers|shop|store|purchase|purchases|a purchase|product|products|item|items|things|thing|few things)$"
+    r"(?i)^(?:it|its|they|them|this|that|there|here|one|ones|stock|in stock|back|available|order|orders|my order|next order|first order|parcel|package|delivery|coupon|coupons|code|refund|refunds|policy|price|prices|status|anything|something|possible|sale|me|us|you|use|used|delivered|shipped|paid|customer|customers|shop|store|purchase|purchases|a purchase|product|products|item|items|things|thing|few things|valid|invalid|usable|ok|okay|expired|working|applicable|good|late|delayed|lost|broken|wrong|right|true|correct|free|cheap|expensive)$"
 );
 pat!(
     /// Chinese stock/price words: the product is the text before them.
@@ -310,7 +310,7 @@ pat!(
 pat!(ZH_END, r"[，,。？?！!；;：:]|的话|时候|时|能|可以|用|吗|呢|还有|有没有|的价格");
 pat!(
     ZH_FILLER,
-    r"^(?:请问|你好|您好|那个|这个|这款|那款|你们的|你们|我想买的|我想买|想买|我想|我要|我|的|还|现在|目前|一下|问下|问一下)+|(?:的|还|现在|目前|都|也)+$"
+    r"^(?:请问|你好|您好|帮我查一下|帮我查|帮我|请帮我|查询一下|查询|查一下|查下|看看|看一下|那个|这个|这款|那款|你们的|你们|我想买的|我想买|想买|我想|我要|我|的|还|现在|目前|一下|问下|问一下)+|(?:的|还|现在|目前|都|也)+$"
 );
 
 fn number_word(word: &str) -> Option<u32> {
@@ -415,7 +415,7 @@ fn zh_product(text: &str, codes: &[String]) -> Option<Product> {
             .char_indices()
             .filter(|(_, c)| "，,。？?！!；;：:".contains(*c) || c.is_whitespace())
             .map(|(i, c)| i + c.len_utf8())
-            .last()
+            .next_back()
             .unwrap_or(0);
         candidates.push(&head[start..]);
     }

@@ -218,18 +218,17 @@ impl<'a> State<'a> {
         let i = s.analysis.intents;
         let e = s.analysis.entities.clone();
 
-        if i.latest || i.list || i.refund_without_order {
-            if let Some(list) = self.want(ToolKind::ListOrders, &[])
-                && i.latest
-                && let Some((result, false)) = self.result_of(&list)
-                && let Some((newest, _)) = render::newest_order(result)
-            {
-                if i.status {
-                    self.want(ToolKind::GetOrder, &[("order_id", json!(newest))]);
-                }
-                if i.shipment {
-                    self.want(ToolKind::TrackShipment, &[("order_id", json!(newest))]);
-                }
+        if (i.latest || i.list || i.refund_without_order)
+            && let Some(list) = self.want(ToolKind::ListOrders, &[])
+            && i.latest
+            && let Some((result, false)) = self.result_of(&list)
+            && let Some((newest, _)) = render::newest_order(result)
+        {
+            if i.status {
+                self.want(ToolKind::GetOrder, &[("order_id", json!(newest))]);
+            }
+            if i.shipment {
+                self.want(ToolKind::TrackShipment, &[("order_id", json!(newest))]);
             }
         }
         for id in &e.order_ids {
@@ -431,6 +430,22 @@ mod tests {
         );
         let Outcome::Calls(c) = out else { panic!("calls expected") };
         assert_eq!(c.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), vec!["call_1", "call_2", "call_3"]);
+    }
+
+    #[test]
+    fn instructions_written_by_a_real_planner_are_understood_too() {
+        let cases = [
+            ("Look up the stock of the Navy Down Jacket L", json!({"name": "Navy Down Jacket L"}), "shop__get_product"),
+            ("Check inventory for sku-1016", json!({"sku": "SKU-1016"}), "shop__get_product"),
+            ("Get the shipment tracking for order a1031", json!({"order_id": "A1031"}), "shop__track_shipment"),
+            ("Check if coupon save20 is valid", json!({"code": "SAVE20"}), "shop__check_coupon"),
+            ("查询订单 A1029 的状态", json!({"order_id": "A1029"}), "shop__get_order"),
+            ("查询羽绒服的库存", json!({"name": "羽绒服"}), "shop__get_product"),
+        ];
+        for (instruction, args, tool) in cases {
+            let msgs = work_messages("q", "w01", instruction, &[]);
+            assert_eq!(calls(&work(&msgs, &tools())), vec![(tool.to_owned(), args)], "{instruction}");
+        }
     }
 
     #[test]
