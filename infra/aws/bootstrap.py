@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 # Creates the swarm's table (stream NEW_IMAGE, TTL) and queues (tasks, refund, each with a DLQ) on the local emulator, and writes the env file `cargo lambda watch` reads.
 # Usage: .venv/bin/python infra/aws/bootstrap.py [--endpoint http://127.0.0.1:5000] [--prefix lambda-swarm-local] [--env-file target/moto/lambda.env]
 import argparse

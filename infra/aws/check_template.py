@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 # Checks the key settings of template.yaml as the SAM translator expands it, for the parameter defaults and for each samconfig.toml environment; exits 1 on any finding.
 # Usage: .venv/bin/python infra/aws/check_template.py [template.yaml] [samconfig.toml]
 #

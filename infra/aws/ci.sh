@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # CI of the AWS side: starts the emulator (stopped on exit), runs the shared crate's tests with the AWS adapters against it, lints the template; prints timings, exits non-zero on any failure.
 # Usage: infra/aws/ci.sh          SWARM_SAM_BUILD=1 also runs infra/aws/sam-build.sh (long: a release arm64 build).
 set -uo pipefail

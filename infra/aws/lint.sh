@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Lints template.yaml four ways and exits non-zero on any finding: cfn-lint, `sam validate --lint`, cfn-lint on the SAM-expanded template, and the key-settings check.
 # Usage: infra/aws/lint.sh   (installs the pinned tools into .venv on first use)
 set -uo pipefail

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Starts, stops or reports the local AWS emulator (moto's server: DynamoDB, SQS, …) used by the contract tests and `cargo lambda watch`.
 # Usage: infra/aws/moto.sh start|stop|status    (port: MOTO_PORT, default 5000)
 # Clients talk to it with AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1.

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Builds the deployable artifacts once with `sam build` (arm64, BuildMethod rust-cargolambda: cargo-lambda + zig from the venv) and prints how long it took.
 # Usage: infra/aws/sam-build.sh [extra sam build args]     Output: .aws-sam/build (git-ignored)
 set -euo pipefail

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 # Expands template.yaml through the SAM translator into plain CloudFormation JSON (what CloudFormation itself would run), without AWS credentials.
 # Usage: .venv/bin/python infra/aws/translate.py [template.yaml] > expanded.json
 import json

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Ensures the project's Python venv (.venv at the repo root) holds the pinned AWS-side tools of infra/aws/requirements.txt; prints the venv's bin dir.
 # Usage: infra/aws/venv.sh            (idempotent; reinstalls only when requirements.txt changed)
 set -euo pipefail
