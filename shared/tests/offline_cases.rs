@@ -477,6 +477,33 @@ async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
 }
 
 #[tokio::test]
+async fn a_compressed_transcript_is_finished_without_repeating_calls() {
+    let model = OfflineModel::new();
+    let mut shop = FakeShop::new("C102");
+    let query = "我最近的那笔订单到哪了？";
+    let subtask = &plan(&model, query).await[0];
+    let offered: Vec<ToolSpec> = catalogue().into_iter().filter(|t| subtask.tools.contains(&t.name)).collect();
+    let mut messages = work_messages(query, &subtask.id, &subtask.instruction, &[]);
+    for _ in 0..2 {
+        let request = ChatRequest { purpose: Purpose::Work, messages: messages.clone(), tools: offered.clone(), max_tokens: None };
+        let response = model.complete(&request).await.unwrap();
+        messages.push(ChatMessage::Assistant { content: None, tool_calls: response.tool_calls.clone(), reasoning_content: None });
+        for c in &response.tool_calls {
+            let result = shop.call(&c.name, &serde_json::from_str(&c.arguments).unwrap());
+            messages.push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: result.to_string() });
+        }
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let compressed = shared::llm::transcript::compress(&messages, shared::prompts::WORK_LEADING_MESSAGES, 10, &model, deadline).await.unwrap();
+    assert!(compressed.len() < messages.len(), "nothing was compressed");
+    let request = ChatRequest { purpose: Purpose::Work, messages: compressed, tools: offered, max_tokens: None };
+    let response = model.complete(&request).await.unwrap();
+    assert!(response.tool_calls.is_empty(), "repeated calls: {:?}", response.tool_calls);
+    let answer = response.content.unwrap();
+    assert!(answer.contains("A1003") && answer.contains("ZTO Express"), "{answer}");
+}
+
+#[tokio::test]
 async fn a_failed_subtasks_problem_text_never_reaches_the_reply() {
     let input = ReplyInput {
         results: vec![

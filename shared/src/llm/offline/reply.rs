@@ -81,7 +81,10 @@ fn as_clause(instruction: &str) -> String {
 }
 
 /// A short deterministic summary of the tool calls in `messages`: one line per
-/// call, `• <tool> <args JSON> → <facts>`, so a later round knows they were made.
+/// call, `• <tool> <args JSON> → <facts>`, so a later round knows they were
+/// made. Reads structured rounds as well as the text layout the transcript
+/// compressor sends (`Called name(args)` / `Result of name: ...`), and keeps
+/// the lines of an earlier summary.
 pub(crate) fn compress(messages: &[ChatMessage]) -> String {
     let mut lines: Vec<String> = Vec::new();
     let mut calls: Vec<(String, String, String)> = Vec::new();
@@ -91,17 +94,14 @@ pub(crate) fn compress(messages: &[ChatMessage]) -> String {
                 for c in tool_calls {
                     calls.push((c.id.clone(), c.name.clone(), c.arguments.clone()));
                 }
-                lines.extend(content.iter().flat_map(|c| carried_lines(c)));
+                lines.extend(content.iter().flat_map(|c| from_text(c)));
             }
             ChatMessage::Tool { tool_call_id, content } => {
                 if let Some((_, name, args)) = calls.iter().find(|(id, ..)| id == tool_call_id) {
-                    let parsed = serde_json::from_str(args).unwrap_or(serde_json::Value::Null);
-                    let facts = render::render(None, &parsed, content).join(" ").replace('\n', " ");
-                    let args = serde_json::to_string(&parsed).unwrap_or_else(|_| "null".into());
-                    lines.push(format!("{SUMMARY_BULLET}{name} {args}{SUMMARY_ARROW}{}", truncate_chars(&facts, MAX_FACT_CHARS)));
+                    lines.push(fact_line(name, args, content));
                 }
             }
-            ChatMessage::User { content } => lines.extend(carried_lines(content)),
+            ChatMessage::User { content } => lines.extend(from_text(content)),
             ChatMessage::System { .. } => {}
         }
     }
@@ -127,9 +127,51 @@ pub(crate) fn compress(messages: &[ChatMessage]) -> String {
     truncate_chars(&format!("Facts from earlier tool calls:\n{}", unique.join("\n")), MAX_SUMMARY_CHARS)
 }
 
-/// Summary lines of an earlier compression, kept as they are.
-fn carried_lines(text: &str) -> Vec<String> {
-    text.lines().filter(|l| l.starts_with(SUMMARY_BULLET) && l.contains(SUMMARY_ARROW)).map(str::to_owned).collect()
+/// `• <tool> <args JSON> → <facts>` for one call and its result.
+fn fact_line(name: &str, args: &str, result: &str) -> String {
+    let parsed = serde_json::from_str(args).unwrap_or(serde_json::Value::Null);
+    let facts = render::render(None, &parsed, result).join(" ").replace('\n', " ");
+    let args = serde_json::to_string(&parsed).unwrap_or_else(|_| "null".into());
+    format!("{SUMMARY_BULLET}{name} {args}{SUMMARY_ARROW}{}", truncate_chars(&facts, MAX_FACT_CHARS))
+}
+
+/// Facts lines from text: lines of an earlier summary as they are, and calls in
+/// the compressor's layout (`Called name(args)`, then `Result of name: result`,
+/// which may run over several lines).
+fn from_text(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pending: Vec<(String, String)> = Vec::new();
+    let mut current: Option<(String, String, String)> = None;
+    let finish = |current: &mut Option<(String, String, String)>, out: &mut Vec<String>| {
+        if let Some((name, args, result)) = current.take() {
+            out.push(fact_line(&name, &args, &result));
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with(SUMMARY_BULLET) && line.contains(SUMMARY_ARROW) {
+            finish(&mut current, &mut out);
+            out.push(line.to_owned());
+        } else if let Some(call) = line.strip_prefix("Called ").filter(|c| c.ends_with(')')) {
+            finish(&mut current, &mut out);
+            if let Some((name, args)) = call.split_once('(') {
+                pending.push((name.to_owned(), args[..args.len() - 1].to_owned()));
+            }
+        } else if let Some((name, result)) = line.strip_prefix("Result of ").and_then(|r| r.split_once(": ")) {
+            finish(&mut current, &mut out);
+            let args = match pending.iter().position(|(n, _)| n == name) {
+                Some(at) => pending.remove(at).1,
+                None => "{}".to_owned(),
+            };
+            current = Some((name.to_owned(), args, result.to_owned()));
+        } else if line.starts_with("Note: ") || line.starts_with("Assistant: ") {
+            finish(&mut current, &mut out);
+        } else if let Some((_, _, result)) = current.as_mut() {
+            result.push('\n');
+            result.push_str(line);
+        }
+    }
+    finish(&mut current, &mut out);
+    out
 }
 
 #[cfg(test)]
@@ -190,6 +232,24 @@ mod tests {
     fn an_unreadable_reply_request_still_carries_the_label() {
         let reply = reply(&[ChatMessage::User { content: "garbage".into() }]);
         assert!(reply.ends_with(OFFLINE_LABEL));
+    }
+
+    #[test]
+    fn compression_reads_the_transcript_compressors_text_layout() {
+        let text = format!(
+            "Note: Summary of earlier steps: Facts from earlier tool calls:\n{SUMMARY_BULLET}shop__x {{}}{SUMMARY_ARROW}old fact\n\
+             Called shop__list_customer_orders({{}})\nCalled shop__get_order({{\"order_id\":\"A1003\"}})\n\
+             Result of shop__list_customer_orders: {{\"orders\": []}}\nResult of shop__get_order: {{\"order_id\": \"A1003\",\n\"status\": \"SHIPPED\"}}\n"
+        );
+        let msgs = vec![ChatMessage::System { content: "prompt".into() }, ChatMessage::User { content: text }];
+        assert_eq!(
+            compress(&msgs),
+            format!(
+                "Facts from earlier tool calls:\n{SUMMARY_BULLET}shop__x {{}}{SUMMARY_ARROW}old fact\n\
+                 {SUMMARY_BULLET}shop__list_customer_orders {{}}{SUMMARY_ARROW}You have no orders yet.\n\
+                 {SUMMARY_BULLET}shop__get_order {{\"order_id\":\"A1003\"}}{SUMMARY_ARROW}Order A1003 is shipped."
+            )
+        );
     }
 
     #[test]

@@ -221,8 +221,13 @@ impl<'a> State<'a> {
         if (i.latest || i.list || i.refund_without_order)
             && let Some(list) = self.want(ToolKind::ListOrders, &[])
             && i.latest
-            && let Some((result, false)) = self.result_of(&list)
-            && let Some((newest, _)) = render::newest_order(result)
+            && let Some((result, summarized)) = self.result_of(&list)
+            && let Some(newest) = if summarized {
+                // A compressed list keeps the shop's order: newest first.
+                text::order_ids(result).into_iter().next()
+            } else {
+                render::newest_order(result).map(|(id, _)| id)
+            }
         {
             if i.status {
                 self.want(ToolKind::GetOrder, &[("order_id", json!(newest))]);
