@@ -474,6 +474,21 @@ mod tests {
     }
 
     #[test]
+    fn a_parcel_that_is_not_shipped_yet_is_explained_by_the_order() {
+        let mut msgs = work_messages("q", "w01", "Check where the parcel of order A1029 is and when it will arrive.", &[]);
+        msgs.push(ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall { id: "call_1".into(), name: "shop__track_shipment".into(), arguments: r#"{"order_id":"A1029"}"#.into() }],
+            reasoning_content: None,
+        });
+        msgs.push(ChatMessage::Tool { tool_call_id: "call_1".into(), content: json!({"error": "order A1029 has no shipment yet (status PAID)"}).to_string() });
+        let out = work(&msgs, &tools());
+        assert_eq!(calls(&out), vec![("shop__get_order".to_owned(), json!({"order_id": "A1029"}))]);
+        let Outcome::Calls(c) = out else { panic!("calls expected") };
+        assert_eq!(c[0].id, "call_2");
+    }
+
+    #[test]
     fn nothing_left_to_refund_means_no_refund_call() {
         let mut msgs = work_messages("q", "w01", "Refund order A1027.", &[]);
         msgs.push(ChatMessage::Assistant {
