@@ -1,8 +1,9 @@
 //! Bench: CPU time of the HTTP chat client for a swarm-shaped load (subtasks × 2 rounds, all concurrent) against the in-process mock LLM; prints numbers.
 //!
 //! `cargo run -p shared --release --example llm_client_bench -- [subtasks] [repeats]`
-//! (defaults 100 and 10). The CPU figure is the whole process — client and the
-//! in-process mock server together — so it is an upper bound of the client's share.
+//! (defaults 100 and 10). With `BENCH_BASE_URL=http://127.0.0.1:8089/v1` it calls
+//! an external mock (`mock-llm --port 8089`) and the CPU figure is the client's
+//! alone; otherwise it is the client and the in-process mock server together.
 
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,10 @@ async fn main() -> Result<()> {
     let subtasks: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
     let repeats: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10);
 
+    let external = std::env::var("BENCH_BASE_URL").ok();
     let (_, mock) = MockLlm::start(MockConfig { record_bodies: false, ..MockConfig::default() }).await?;
-    let endpoint = LlmEndpoint::new(mock.base_url(), None, "bench-model");
+    let base_url = external.clone().unwrap_or_else(|| mock.base_url());
+    let endpoint = LlmEndpoint::new(base_url, None, "bench-model");
     let model = HttpChatModel::new(&endpoint, Duration::from_secs(30), subtasks.max(1), PriceTable::with_defaults())?;
     let tools: Vec<ToolSpec> = ["get_order", "list_customer_orders", "track_shipment", "get_product", "check_coupon", "get_refund_policy"]
         .iter()
@@ -86,8 +89,9 @@ async fn main() -> Result<()> {
     let n = (subtasks * repeats) as f64;
     println!("subtasks: {subtasks} x 2 rounds, repeated {repeats} times ({} calls)", subtasks * repeats * 2);
     println!("wall: {:.1} ms per burst", wall.as_secs_f64() * 1000.0 / repeats as f64);
+    let whose = if external.is_some() { "client only" } else { "client + in-process mock" };
     println!(
-        "cpu (client + in-process mock): {:.1} ms total, {:.3} ms per subtask, {:.3} ms per call",
+        "cpu ({whose}): {:.1} ms total, {:.3} ms per subtask, {:.3} ms per call",
         cpu.as_secs_f64() * 1000.0,
         cpu.as_secs_f64() * 1000.0 / n,
         cpu.as_secs_f64() * 1000.0 / (2.0 * n)

@@ -13,15 +13,18 @@ use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
 use shared::ports::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
 use tokio::time::Instant;
 
-/// A model answering from a queue (errors made fresh by the closures) and recording when it was called.
+/// One scripted answer, made fresh on each use (`LlmError` is not `Clone`).
+type Outcome = Box<dyn Fn() -> Result<ChatResponse, LlmError> + Send>;
+
+/// A model answering from a queue and recording when it was called.
 struct Scripted {
-    outcomes: Mutex<VecDeque<Box<dyn Fn() -> Result<ChatResponse, LlmError> + Send>>>,
+    outcomes: Mutex<VecDeque<Outcome>>,
     calls: Mutex<Vec<Instant>>,
     hang: bool,
 }
 
 impl Scripted {
-    fn new(outcomes: Vec<Box<dyn Fn() -> Result<ChatResponse, LlmError> + Send>>) -> Self {
+    fn new(outcomes: Vec<Outcome>) -> Self {
         Self { outcomes: Mutex::new(outcomes.into()), calls: Mutex::new(Vec::new()), hang: false }
     }
 
@@ -48,8 +51,6 @@ impl ChatModel for Scripted {
         "scripted".into()
     }
 }
-
-type Outcome = Box<dyn Fn() -> Result<ChatResponse, LlmError> + Send>;
 
 fn ok() -> Outcome {
     Box::new(|| {

@@ -61,8 +61,9 @@ impl std::fmt::Debug for HttpChatModel {
 impl HttpChatModel {
     /// A client for `endpoint`: `timeout` bounds each request (connect,
     /// send, body); at most `max_in_flight` (≥ 1) calls run at once, fewer
-    /// after 429s. Errors when the key is not a valid header value or the
-    /// TLS client cannot be built.
+    /// after 429s. The wait for a place has no bound of its own: callers
+    /// bound it with their deadline (`complete_with_retry` does). Errors when
+    /// the key is not a valid header value or the TLS client cannot be built.
     pub fn new(
         endpoint: &LlmEndpoint,
         timeout: Duration,
