@@ -251,3 +251,34 @@ async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
     assert_eq!(stack.tasks_dlq.depth(), 0, "the DLQ consumer acknowledged it");
     stack.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_short_of_time_hands_back_and_resumes_without_repeating_tool_calls() {
+    // Invocation of 5 s minus the 3 s safety margin leaves 2 s; a round needs 1 s
+    // to start and takes 1.2 s, so the second round no longer fits the first attempt.
+    let model = ScriptedModel { work_delay: Duration::from_millis(1200), ..ScriptedModel::new() };
+    let stack = LocalStack::start(StackOptions {
+        models: Some(models_of(Arc::new(model))),
+        invocation_timeout: Duration::from_secs(5),
+        worker_settings: worker::WorkerSettings {
+            min_round_time: Duration::from_secs(1),
+            handback_delay_secs: 1,
+            ..worker::WorkerSettings::default()
+        },
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let view = ask(&stack, "What is the status of order A1029?", "C104").await;
+    assert_eq!(view.status, "DONE");
+    assert_eq!(view.subtasks.len(), 1);
+    let s = &view.subtasks[0];
+    assert_eq!(s.status, "SUCCEEDED", "{s:?}");
+    assert_eq!(s.tools_used, vec!["shop__get_order".to_owned()], "the finished tool call was not repeated");
+    let id = ConversationId::parse(&view.conversation_id).unwrap();
+    let rec = stack.store().get_subtask(&id, &s.id).await.unwrap().unwrap();
+    assert_eq!(rec.attempts, 2, "handed back once, resumed once");
+    assert!(rec.checkpoint.is_none(), "the checkpoint is cleared with the result");
+    assert!(view.reply.unwrap().contains("A1029"));
+    stack.shutdown().await;
+}

@@ -67,12 +67,6 @@ pub(crate) fn is_error(text: &str) -> bool {
         .unwrap_or(true)
 }
 
-/// The error text of an `{"error": ...}` result.
-pub(crate) fn error_text(text: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(text.trim()).ok()?;
-    value.get("error").map(scalar)
-}
-
 /// A field of a JSON object result.
 pub(crate) fn field(text: &str, key: &str) -> Option<Value> {
     let value: Value = serde_json::from_str(text.trim()).ok()?;

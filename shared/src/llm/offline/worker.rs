@@ -249,10 +249,9 @@ impl<'a> State<'a> {
                 && !i.status
                 && let Some((result, false)) = self.result_of(&track)
                 && render::is_error(result)
-                && !render::error_text(result).is_some_and(|t| t.to_lowercase().contains("not found"))
                 && self.has_tool(ToolKind::GetOrder)
             {
-                // Not shipped yet, or no parcel: the order itself says why.
+                // Not shipped yet, no parcel, or unknown: the order lookup says which.
                 self.want(ToolKind::GetOrder, &[("order_id", json!(id))]);
             }
         }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests — then lints the SAM template. Exits non-zero on any failure.
+# Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
+#        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+port="${MOTO_PORT:-5000}"
+start_all=$SECONDS
+declare -a report=()
+failed=0
+
+step() {
+    local name="$1"; shift
+    local start=$SECONDS rc=0
+    echo
+    echo "=== $name"
+    "$@" || rc=$?
+    local took=$((SECONDS - start))
+    if [[ $rc -eq 0 ]]; then report+=("ok    ${took}s  $name"); else report+=("FAIL  ${took}s  $name (exit $rc)"); failed=1; fi
+    return $rc
+}
+
+finish() {
+    infra/aws/moto.sh stop >/dev/null 2>&1 || true
+    echo
+    echo "Test summary ($((SECONDS - start_all)) s):"
+    for line in "${report[@]}"; do echo "  $line"; done
+    if [[ $failed -eq 0 ]]; then echo "all steps passed"; else echo "SOME STEPS FAILED"; fi
+}
+trap finish EXIT
+
+step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda)" infra/aws/venv.sh >/dev/null || exit 1
+step "AWS emulator (moto on 127.0.0.1:$port)" infra/aws/moto.sh start || exit 1
+export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port"
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+unset SWARM_SKIP_AWS LLM_BASE_URL LLM_API_KEY LLM_MODEL
+
+if [[ "${SWARM_SKIP_NODE:-0}" == "1" ]]; then
+    echo "!!! SWARM_SKIP_NODE=1: the Node-based gateway tests (federation with server-everything, MCP conformance) are SKIPPED"
+    report+=("SKIP       gateway Node tests (SWARM_SKIP_NODE=1)")
+else
+    step "npm packages of the gateway tests (server-everything, conformance 0.1.10)" \
+        bash -c 'cd infra/gateway && { [[ -d node_modules/@modelcontextprotocol/server-everything && -d node_modules/@modelcontextprotocol/conformance ]] || npm ci --no-audit --no-fund; }' || exit 1
+fi
+step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
+    cargo test --workspace --all-targets
+step "SAM template lint (cfn-lint, sam validate --lint, expanded template, key settings)" infra/aws/lint.sh
+
+exit $failed
