@@ -247,7 +247,8 @@ impl Orchestrator {
         let all_tools: Vec<String> = catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
         let mut messages = plan_messages(&conversation.query, &catalogue);
         let mut usage = Usage::default();
-        let policy = RetryPolicy { max_attempts: 3, ..RetryPolicy::default() };
+        // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
+        let policy = RetryPolicy { max_attempts: 5, ..RetryPolicy::default() };
         let mut last_error;
         for attempt in 0..2 {
             let request = ChatRequest { purpose: Purpose::Plan, messages: messages.clone(), tools: catalogue.clone(), max_tokens: Some(4096) };
