@@ -368,7 +368,10 @@ impl Worker {
                 let mut closed = 0;
                 // Dependents of failed parents are skipped by count_and_release; everything else still open fails.
                 for rec in all.iter().filter(|r| !r.status.is_terminal()) {
-                    let result = SubtaskResult::Failed { reason: "the conversation's deadline passed before it finished".into() };
+                    let result = match dependency_results(rec, &all) {
+                        DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
+                        _ => SubtaskResult::Failed { reason: "the conversation's deadline passed before it finished".into() },
+                    };
                     match self.store.record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now).await? {
                         RecordOutcome::Recorded => closed += 1,
                         RecordOutcome::AlreadyFinished(_) | RecordOutcome::Missing => {}
