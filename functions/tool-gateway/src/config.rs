@@ -252,6 +252,11 @@ pub struct GatewayConfig {
     /// cannot send a credential.
     #[serde(default)]
     pub anonymous_role: Option<String>,
+    /// Keep idle HTTP connections to upstreams for reuse. Off by default
+    /// (a new connection per upstream request: nothing stale after an
+    /// upstream restart or a Lambda freeze); on saves CPU per call.
+    #[serde(default)]
+    pub upstream_keep_alive: bool,
 }
 
 /// Whether `name` fits the LLM function-name rule `^[a-zA-Z0-9_-]{1,64}$`.
@@ -479,6 +484,7 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
         global_rate_limit_per_sec: None,
         allowed_hosts: default_allowed_hosts(),
         anonymous_role: None,
+        upstream_keep_alive: false,
     }
 }
 

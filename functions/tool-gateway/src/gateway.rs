@@ -47,6 +47,8 @@ struct UpstreamSlot {
     breaker: Mutex<Breaker>,
     discovery: Mutex<Discovery>,
     refreshing: tokio::sync::Mutex<()>,
+    /// A background re-discovery of this (failing) upstream is running.
+    retrying: std::sync::atomic::AtomicBool,
 }
 
 struct RoleEntry {
@@ -114,7 +116,7 @@ impl Gateway {
     /// [`GatewayError::Collision`] when two upstreams expose the same name.
     pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
         config.validate()?;
-        let http = upstream_http_client()?;
+        let http = upstream_http_client(config.upstream_keep_alive)?;
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for u in &config.upstreams {
             upstreams.push(UpstreamSlot {
@@ -122,6 +124,7 @@ impl Gateway {
                 breaker: Mutex::new(Breaker::new(&u.breaker, u.call_timeout() + Duration::from_secs(1))),
                 discovery: Mutex::new(Discovery::default()),
                 refreshing: tokio::sync::Mutex::new(()),
+                retrying: std::sync::atomic::AtomicBool::new(false),
                 config: u.clone(),
             });
         }
@@ -279,18 +282,44 @@ impl Gateway {
         }
     }
 
-    /// Refreshes every upstream whose listing is stale or failing, concurrently.
+    /// Refreshes every upstream whose listing is stale, concurrently, before
+    /// answering. An upstream whose last discovery failed is retried in the
+    /// background instead (one attempt at a time), so a hanging upstream
+    /// never slows every listing down; its tools appear as soon as it answers.
     async fn ensure_fresh(&self) {
+        use std::sync::atomic::Ordering;
         let now = Instant::now();
-        let stale: Vec<usize> = (0..self.inner.upstreams.len()).filter(|&i| self.needs_refresh(i, now)).collect();
-        if stale.is_empty() {
+        let mut blocking = Vec::new();
+        for (i, slot) in self.inner.upstreams.iter().enumerate() {
+            if !self.needs_refresh(i, now) {
+                continue;
+            }
+            let failing = slot.discovery.lock().unwrap_or_else(|e| e.into_inner()).failed_at.is_some();
+            if !failing {
+                blocking.push(i);
+            } else if slot.retrying.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                let gateway = self.clone();
+                tokio::spawn(async move {
+                    let changed = gateway.refresh_upstream(i, false).await;
+                    gateway.inner.upstreams[i].retrying.store(false, Ordering::Release);
+                    if changed {
+                        gateway.rebuild_and_report();
+                    }
+                });
+            }
+        }
+        if blocking.is_empty() {
             return;
         }
-        let changed = futures::future::join_all(stale.iter().map(|&i| self.refresh_upstream(i, false))).await;
+        let changed = futures::future::join_all(blocking.iter().map(|&i| self.refresh_upstream(i, false))).await;
         if changed.into_iter().any(|c| c) {
-            for collision in self.rebuild_catalog() {
-                tracing::error!(%collision, "tool name collision after a refresh; the later upstream's tool is not exposed");
-            }
+            self.rebuild_and_report();
+        }
+    }
+
+    fn rebuild_and_report(&self) {
+        for collision in self.rebuild_catalog() {
+            tracing::error!(%collision, "tool name collision after a refresh; the later upstream's tool is not exposed");
         }
     }
 

@@ -5,7 +5,8 @@ use tool_gateway::{Gateway, GatewayConfig};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::telemetry::init();
+    // rmcp logs every stateless request at INFO; keep the gateway's own per-call lines only.
+    shared::telemetry::init_with_default("info,rmcp=warn");
     let config = GatewayConfig::from_env()?;
     let gateway = Gateway::start(config).await?;
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {

@@ -295,12 +295,14 @@ fn expect_call_result(result: ServerResult) -> Result<CallToolResult, UpstreamEr
     }
 }
 
-/// The one HTTP client all upstream sessions share. Idle connections are not
-/// kept (`pool_max_idle_per_host(0)`), so a restarted upstream or a Lambda
-/// freeze never leaves a dead pooled socket behind.
-pub fn upstream_http_client() -> Result<reqwest::Client, GatewayError> {
+/// The one HTTP client all upstream sessions share. By default idle
+/// connections are not kept (`pool_max_idle_per_host(0)`), so a restarted
+/// upstream or a frozen Lambda never leaves a dead pooled socket behind;
+/// `keep_alive` keeps up to 64 per upstream host (about 0.1 CPU-ms less per
+/// call, see infra/gateway/README.md).
+pub fn upstream_http_client(keep_alive: bool) -> Result<reqwest::Client, GatewayError> {
     reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
+        .pool_max_idle_per_host(if keep_alive { 64 } else { 0 })
         .connect_timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| GatewayError::HttpClient(e.to_string()))

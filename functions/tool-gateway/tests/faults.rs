@@ -137,8 +137,16 @@ async fn upstream_down_at_discovery_is_reported_retried_and_the_others_stay_list
     let extra = vec![rmcp::model::Tool::new("echo", "Echo", std::sync::Arc::new(serde_json::Map::new()))];
     let listener = tokio::net::TcpListener::bind(down_addr).await.unwrap();
     let _ev = start_upstream_on(FakeUpstream::new(extra), false, listener, down_addr);
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    let listed = tools.list_tools(&ctx("support", "C1")).await.unwrap();
+    // Retried in the background (a failing upstream never slows listings down):
+    // poll the listing until its tools appear.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let listed = loop {
+        let listed = tools.list_tools(&ctx("support", "C1")).await.unwrap();
+        if listed.len() == 4 || tokio::time::Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(names(&listed), ["ev__echo", "shop__get_order", "shop__get_product", "shop__slow"]);
     assert_eq!(gateway.upstream_status()[1].last_error, None);
     let out = tools.call_tool(&ctx("support", "C1"), "ev__echo", json!({}), T).await.unwrap();
@@ -181,4 +189,35 @@ async fn side_effecting_call_is_never_retried_after_a_session_loss() {
     let out = tools.call_tool(&ctx("refund", "C1"), "shop__refund", args, T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);
     assert_eq!(up.fake.state.calls_of("refund").len(), 1);
+}
+
+#[tokio::test]
+async fn failing_upstream_is_retried_in_the_background_without_holding_up_listings() {
+    let shop = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let probe = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down_addr = probe.local_addr().unwrap();
+    drop(probe);
+    let mut ev = upstream("ev", &format!("http://{down_addr}/mcp"));
+    ev.discovery_timeout_secs = 30.0;
+    let (gateway, url) = start_gateway(config(vec![upstream("shop", &shop.url), ev])).await;
+
+    // It comes back but hangs on tools/list: listings must still answer at once.
+    let extra = vec![rmcp::model::Tool::new("echo", "Echo", std::sync::Arc::new(serde_json::Map::new()))];
+    let fake = FakeUpstream::new(extra);
+    fake.state.hang_list.store(true, Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind(down_addr).await.unwrap();
+    let ev_up = start_upstream_on(fake, false, listener, down_addr);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let tools = adapter(&url);
+    let listed = tokio::time::timeout(Duration::from_secs(10), tools.list_tools(&ctx("support", "C1")))
+        .await
+        .expect("a listing must not wait for a hanging upstream's 30 s discovery")
+        .unwrap();
+    assert_eq!(names(&listed), ["shop__get_order", "shop__get_product", "shop__slow"]);
+    eventually("the background retry reached the upstream", || ev_up.fake.state.lists.load(Ordering::SeqCst) >= 1).await;
+
+    ev_up.fake.state.hang_list.store(false, Ordering::SeqCst);
+    eventually("the upstream's tools are exposed", || gateway.upstream_status()[1].tools == 1).await;
+    let listed = tools.list_tools(&ctx("support", "C1")).await.unwrap();
+    assert_eq!(names(&listed)[0], "ev__echo");
 }

@@ -32,6 +32,7 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
         allowed_hosts: vec!["127.0.0.1".into(), "localhost".into()],
         // The suite cannot send a credential.
         anonymous_role: Some("conformance".into()),
+        upstream_keep_alive: false,
     };
     let (addr, _gateway) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let direct_url = format!("http://127.0.0.1:{port}/mcp");

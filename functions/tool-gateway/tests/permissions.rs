@@ -167,3 +167,20 @@ async fn adapter_joins_text_and_strips_the_idempotency_argument() {
     let err = adapter(&url).call_tool(&ctx("support", "C1"), "shop__get_product", json!(["x"]), T).await.unwrap_err();
     assert!(matches!(err, ToolError::Permanent(_)));
 }
+
+#[tokio::test]
+async fn adapter_reuses_a_role_listing_within_its_ttl_and_burst_lists_once() {
+    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let mut cfg = config(vec![upstream("shop", &up.url)]);
+    cfg.list_ttl_secs = 0.001; // every gateway listing goes to the upstream
+    let (_gateway, url) = start_gateway(cfg).await;
+    let before = up.fake.state.lists.load(std::sync::atomic::Ordering::SeqCst);
+    let cached = adapter(&url).with_list_ttl(Duration::from_secs(60));
+    let support = ctx("support", "C1");
+    let burst = futures::future::join_all((0..20).map(|_| cached.list_tools(&support))).await;
+    assert!(burst.iter().all(|r| r.as_ref().is_ok_and(|t| t.len() == 3)));
+    assert_eq!(up.fake.state.lists.load(std::sync::atomic::Ordering::SeqCst), before + 1);
+    // Another role is another listing.
+    assert_eq!(cached.list_tools(&ctx("refund", "C1")).await.unwrap().len(), 2);
+    assert_eq!(up.fake.state.lists.load(std::sync::atomic::Ordering::SeqCst), before + 2);
+}

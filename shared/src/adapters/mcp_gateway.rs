@@ -48,6 +48,10 @@ pub const HEADER_IDEMPOTENCY_KEY: &str = "x-swarm-idempotency-key";
 /// key; stripped from the arguments and sent as [`HEADER_IDEMPOTENCY_KEY`].
 pub const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
 
+/// Default time one role's `tools/list` answer is reused by the adapter
+/// ([`McpToolGateway::with_list_ttl`]): 100 subtasks starting together list once.
+pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(5);
+
 /// Most pages of `tools/list` followed before giving up (a server that keeps
 /// returning a cursor must not loop forever).
 const MAX_LIST_PAGES: usize = 20;
@@ -195,6 +199,9 @@ type Session = RunningService<RoleClient, ClientConfig>;
 ///   MCP protocol error or bad arguments are [`ToolError::Permanent`].
 ///   Refusals of a permitted credential (tool not allowed for the role, rate
 ///   limit, open breaker) arrive as `ToolOutput { is_error: true }`.
+/// - `tools/list` answers are reused per role for [`DEFAULT_LIST_TTL`]
+///   (change with [`McpToolGateway::with_list_ttl`]; zero turns it off); a
+///   burst of first listings makes one request. Errors are never cached.
 pub struct McpToolGateway {
     url: Arc<str>,
     http: HeaderInjectingClient,
@@ -205,6 +212,11 @@ pub struct McpToolGateway {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Serialises session opening so a burst of first calls opens one session per role.
     connecting: tokio::sync::Mutex<()>,
+    list_ttl: Duration,
+    /// role → (fetched at, sorted listing).
+    listings: Mutex<HashMap<String, (tokio::time::Instant, Arc<Vec<ToolSpec>>)>>,
+    /// Serialises listing fetches so a burst of first listings makes one request.
+    listing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for McpToolGateway {
@@ -265,7 +277,60 @@ impl McpToolGateway {
             call_timeout,
             sessions: Mutex::new(HashMap::new()),
             connecting: tokio::sync::Mutex::new(()),
+            list_ttl: DEFAULT_LIST_TTL,
+            listings: Mutex::new(HashMap::new()),
+            listing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// How long one role's `tools/list` answer is reused; `Duration::ZERO` asks the gateway every time.
+    pub fn with_list_ttl(mut self, ttl: Duration) -> Self {
+        self.list_ttl = ttl;
+        self
+    }
+
+    fn cached_listing(&self, role: &str) -> Option<Arc<Vec<ToolSpec>>> {
+        if self.list_ttl.is_zero() {
+            return None;
+        }
+        let listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+        listings
+            .get(role)
+            .filter(|(at, _)| at.elapsed() < self.list_ttl)
+            .map(|(_, tools)| tools.clone())
+    }
+
+    /// Asks the gateway for every page of the role's tools, sorted by name.
+    async fn fetch_listing(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        let mut specs = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+                method: Default::default(),
+                params,
+                extensions: Default::default(),
+            });
+            let result = self.request(ctx, request, None, self.call_timeout).await?;
+            let ServerResult::ListToolsResult(page) = result else {
+                return Err(ToolError::Permanent("tools/list answered with another result type".into()));
+            };
+            specs.extend(page.tools.into_iter().map(|tool| ToolSpec {
+                name: tool.name.into_owned(),
+                description: tool.description.map(Cow::into_owned).unwrap_or_default(),
+                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            }));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => {
+                    specs.sort_by(|a, b| a.name.cmp(&b.name));
+                    return Ok(specs);
+                }
+            }
+        }
+        Err(ToolError::Permanent(format!(
+            "tools/list did not finish within {MAX_LIST_PAGES} pages"
+        )))
     }
 
     fn cached_session(&self, role: &str) -> Option<Arc<Session>> {
@@ -423,37 +488,27 @@ fn result_text(result: &rmcp::model::CallToolResult) -> String {
 
 #[async_trait]
 impl ToolGateway for McpToolGateway {
-    /// Tools visible to `ctx.role`, sorted by name; follows pagination up to 20 pages.
+    /// Tools visible to `ctx.role`, sorted by name; follows pagination up to
+    /// 20 pages; reused per role for the list TTL.
     async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
-        let mut specs = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
-                method: Default::default(),
-                params,
-                extensions: Default::default(),
-            });
-            let result = self.request(ctx, request, None, self.call_timeout).await?;
-            let ServerResult::ListToolsResult(page) = result else {
-                return Err(ToolError::Permanent("tools/list answered with another result type".into()));
-            };
-            specs.extend(page.tools.into_iter().map(|tool| ToolSpec {
-                name: tool.name.into_owned(),
-                description: tool.description.map(Cow::into_owned).unwrap_or_default(),
-                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-            }));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => {
-                    specs.sort_by(|a, b| a.name.cmp(&b.name));
-                    return Ok(specs);
-                }
-            }
+        if let Some(tools) = self.cached_listing(&ctx.role) {
+            return Ok((*tools).clone());
         }
-        Err(ToolError::Permanent(format!(
-            "tools/list did not finish within {MAX_LIST_PAGES} pages"
-        )))
+        if self.list_ttl.is_zero() {
+            return self.fetch_listing(ctx).await;
+        }
+        let _guard = tokio::time::timeout(self.call_timeout, self.listing.lock())
+            .await
+            .map_err(|_| ToolError::Timeout(self.call_timeout))?;
+        if let Some(tools) = self.cached_listing(&ctx.role) {
+            return Ok((*tools).clone());
+        }
+        let tools = self.fetch_listing(ctx).await?;
+        self.listings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ctx.role.clone(), (tokio::time::Instant::now(), Arc::new(tools.clone())));
+        Ok(tools)
     }
 
     async fn call_tool(

@@ -26,7 +26,9 @@ pub fn node_or_skip(test: &str) -> Option<PathBuf> {
     }
     let what = if node_ok { "the npm packages in infra/gateway are not installed" } else { "node is not on PATH" };
     if std::env::var("SWARM_SKIP_NODE").is_ok_and(|v| v == "1") {
-        eprintln!("\n!!!!!!!! SKIPPED {test}: {what} (SWARM_SKIP_NODE=1) !!!!!!!!\n");
+        // Straight to the stderr handle: the test harness captures eprintln! of passing tests.
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "\n!!!!!!!! SKIPPED {test}: {what} (SWARM_SKIP_NODE=1) !!!!!!!!\n");
         return None;
     }
     panic!("{test} needs Node 20 and the npm packages: {what}. Run infra/gateway/run-node-tests.sh (it runs npm ci), or set SWARM_SKIP_NODE=1 to skip.");

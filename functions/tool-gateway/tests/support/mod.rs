@@ -48,6 +48,8 @@ pub struct FakeState {
     /// Every call fails with an internal error while set.
     pub fail: AtomicBool,
     pub cancellations: AtomicUsize,
+    /// `tools/list` hangs (until cancelled) while this is set.
+    pub hang_list: AtomicBool,
 }
 
 impl FakeState {
@@ -113,9 +115,15 @@ impl ServerHandler for FakeUpstream {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.state.lists.fetch_add(1, Ordering::SeqCst);
+        while self.state.hang_list.load(Ordering::SeqCst) {
+            tokio::select! {
+                _ = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
         Ok(ListToolsResult::with_all_items((*self.tools).clone()))
     }
 
@@ -234,6 +242,7 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> GatewayConfig {
         global_rate_limit_per_sec: None,
         allowed_hosts: vec!["127.0.0.1".into(), "localhost".into()],
         anonymous_role: None,
+        upstream_keep_alive: false,
     }
 }
 
@@ -260,7 +269,8 @@ pub fn adapter(url: &str) -> McpToolGateway {
         ("planner".to_owned(), PLANNER_TOKEN.to_owned()),
         ("intruder".to_owned(), "intruder-token-0123456789abcdef".to_owned()),
     ]);
-    McpToolGateway::new(url, tokens, Duration::from_secs(5)).unwrap()
+    // Listings uncached, so every test listing reaches the gateway.
+    McpToolGateway::new(url, tokens, Duration::from_secs(5)).unwrap().with_list_ttl(Duration::ZERO)
 }
 
 pub fn ctx(role: &str, customer: &str) -> ToolContext {
