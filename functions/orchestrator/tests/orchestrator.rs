@@ -1,0 +1,135 @@
+//! The orchestrator on embedded adapters: plan retry with the validation error shown, the single-subtask fallback, roles from the tool table, what gets enqueued.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orchestrator::core::CreateRequest;
+use orchestrator::{Orchestrator, OrchestratorSettings};
+use serde_json::json;
+use shared::adapters::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
+use shared::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
+use shared::ports::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, QueueConsumer, TaskQueue,
+    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
+};
+use shared::roles::{RoleTable, TaskQueues};
+
+struct Planner {
+    answers: Mutex<Vec<String>>,
+    seen: Mutex<Vec<ChatRequest>>,
+}
+
+#[async_trait]
+impl ChatModel for Planner {
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.seen.lock().unwrap().push(request.clone());
+        let content = self.answers.lock().unwrap().pop().unwrap_or_else(|| "no plan".into());
+        Ok(ChatResponse { content: Some(content), tool_calls: vec![], finish_reason: FinishReason::Stop, reasoning_content: None, usage: Default::default(), model: "m".into() })
+    }
+    fn label(&self) -> String {
+        "planner".into()
+    }
+}
+
+struct Catalogue;
+
+#[async_trait]
+impl ToolGateway for Catalogue {
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        assert_eq!(ctx.role, "planner", "the orchestrator lists tools with the planner credential");
+        Ok(["shop__get_order", "shop__check_coupon", "shop__refund"]
+            .iter()
+            .map(|n| ToolSpec { name: (*n).into(), description: format!("{n} tool"), input_schema: json!({"type": "object"}) })
+            .collect())
+    }
+    async fn call_tool(&self, _: &ToolContext, _: &str, _: serde_json::Value, _: Duration) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::Permanent("the planner calls no tools".into()))
+    }
+}
+
+struct Rig {
+    store: Arc<InMemoryConversationStore>,
+    tasks: InMemoryQueue,
+    refunds: InMemoryQueue,
+    model: Arc<Planner>,
+    core: Orchestrator,
+}
+
+fn rig(answers: &[&str]) -> Rig {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let tasks = InMemoryQueue::new(QueueSettings::default());
+    let refunds = InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() });
+    let model = Arc::new(Planner { answers: Mutex::new(answers.iter().rev().map(|s| s.to_string()).collect()), seen: Mutex::new(vec![]) });
+    let queues = TaskQueues::new(Arc::new(tasks.clone()) as Arc<dyn TaskQueue>).with_role("refund", Arc::new(refunds.clone()) as Arc<dyn TaskQueue>);
+    let core = Orchestrator::new(store.clone(), queues, model.clone(), Arc::new(Catalogue), RoleTable::demo(), OrchestratorSettings::default());
+    Rig { store, tasks, refunds, model, core }
+}
+
+fn request(message: &str) -> CreateRequest {
+    CreateRequest { message: message.into(), customer_id: "C104".into(), idempotency_key: None }
+}
+
+async fn drain(q: &InMemoryQueue) -> Vec<TaskMessage> {
+    q.receive(10, Duration::ZERO).await.unwrap().iter().map(|d| serde_json::from_str(&d.body).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
+    let good = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["get_order"]}, {"id": "w02", "instruction": "Refund A1029", "tools": ["shop__refund"], "depends_on": ["w01"]}]}"#;
+    let r = rig(&[r#"{"subtasks": [{"id": "w01", "instruction": "x", "tools": ["delete_db"]}]}"#, good]);
+    let created = r.core.create(request("where is A1029, refund it")).await.unwrap();
+    let seen = r.model.seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    let retry = seen[1].messages.last().unwrap();
+    assert!(matches!(retry, ChatMessage::User { content } if content.contains("delete_db")), "the model sees what was wrong: {retry:?}");
+
+    let conv = r.store.get_conversation(&created.conversation_id).await.unwrap().unwrap();
+    assert_eq!(conv.status, ConversationStatus::Running);
+    assert_eq!((conv.total, conv.remaining), (2, 2));
+    let subtasks = r.store.list_subtasks(&created.conversation_id).await.unwrap();
+    assert_eq!(subtasks[0].subtask.tools, vec!["shop__get_order"], "unprefixed name resolved");
+    assert_eq!(subtasks[0].role, "support");
+    assert_eq!(subtasks[1].role, "refund", "role from the tool table, not the model");
+    assert_eq!(subtasks[1].status, SubtaskStatus::Pending);
+    // Only w01 is queued now (w02 waits for it); the deadline message is delayed.
+    let queued = drain(&r.tasks).await;
+    assert_eq!(queued, vec![TaskMessage::run(&created.conversation_id, "w01")]);
+    assert!(drain(&r.refunds).await.is_empty());
+}
+
+#[tokio::test]
+async fn plans_that_stay_unusable_fall_back_to_one_subtask_that_cannot_move_money() {
+    let r = rig(&["I cannot plan that.", "Still no JSON."]);
+    let created = r.core.create(request("do everything")).await.unwrap();
+    let subtasks = r.store.list_subtasks(&created.conversation_id).await.unwrap();
+    assert_eq!(subtasks.len(), 1);
+    assert!(subtasks[0].subtask.instruction.contains("do everything"));
+    assert!(!subtasks[0].subtask.tools.iter().any(|t| t.ends_with("refund")), "{:?}", subtasks[0].subtask.tools);
+    let conv = r.store.get_conversation(&created.conversation_id).await.unwrap().unwrap();
+    assert_eq!(conv.notes.len(), 1);
+}
+
+#[tokio::test]
+async fn same_idempotency_key_returns_the_same_conversation_and_plans_once() {
+    let plan = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["shop__get_order"]}]}"#;
+    let r = rig(&[plan, plan]);
+    let mut req = request("where is A1029");
+    req.idempotency_key = Some("abc".into());
+    let a = r.core.create(req.clone()).await.unwrap();
+    let b = r.core.create(req).await.unwrap();
+    assert_eq!(a.conversation_id, b.conversation_id);
+    assert!(a.new && !b.new);
+    assert_eq!(r.model.seen.lock().unwrap().len(), 1);
+    assert_eq!(r.store.conversation_count(), 1);
+}
+
+#[tokio::test]
+async fn another_customers_conversation_is_not_found() {
+    let plan = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["shop__get_order"]}]}"#;
+    let r = rig(&[plan]);
+    let created = r.core.create(request("where is A1029")).await.unwrap();
+    let id = created.conversation_id.to_string();
+    assert!(r.core.status(&id, Some("C104")).await.is_ok());
+    assert_eq!(r.core.status(&id, Some("C999")).await.unwrap_err().status(), 404);
+}
