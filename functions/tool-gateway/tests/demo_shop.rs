@@ -1,4 +1,5 @@
 //! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, and the caller's customer always wins.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 use std::{sync::Arc, time::Duration};
 

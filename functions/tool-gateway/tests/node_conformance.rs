@@ -1,4 +1,5 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance@0.1.10`) against the gateway fronting an upstream that implements the conformance tools, compared with the same upstream called directly and with the baseline file.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 mod node;
 
@@ -6,6 +7,9 @@ use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use tool_gateway::{GatewayConfig, Prefix, RoleConfig, Secret, UpstreamConfig};
+
+/// (scenario, run against the upstream, run through the gateway); each run is (passed, why not).
+type Run = (String, (bool, String), (bool, String));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_except_the_baseline() {
@@ -38,7 +42,7 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
     let direct_url = format!("http://127.0.0.1:{port}/mcp");
     let gateway_url = format!("http://{addr}/mcp");
 
-    let runs: Vec<(String, (bool, String), (bool, String))> = futures::stream::iter(scenarios.iter().cloned())
+    let runs: Vec<Run> = futures::stream::iter(scenarios.iter().cloned())
         .map(|s| {
             let (dir, direct_url, gateway_url) = (dir.clone(), direct_url.clone(), gateway_url.clone());
             async move {

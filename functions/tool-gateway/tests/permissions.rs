@@ -1,4 +1,5 @@
 //! Gateway permissions and customer scoping, driven through the worker's MCP adapter against a fake upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 mod support;
 

@@ -180,6 +180,8 @@ impl StreamableHttpClient for HeaderInjectingClient {
 }
 
 type Session = RunningService<RoleClient, ClientConfig>;
+/// A role's listing and when it was fetched.
+type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
 
 /// The worker's MCP client for the tool gateway.
 ///
@@ -214,7 +216,7 @@ pub struct McpToolGateway {
     connecting: tokio::sync::Mutex<()>,
     list_ttl: Duration,
     /// role → (fetched at, sorted listing).
-    listings: Mutex<HashMap<String, (tokio::time::Instant, Arc<Vec<ToolSpec>>)>>,
+    listings: Mutex<HashMap<String, Listing>>,
     /// Serialises listing fetches so a burst of first listings makes one request.
     listing: tokio::sync::Mutex<()>,
 }
