@@ -5,8 +5,11 @@
 //! a DynamoDB stream event per conversation item that matches the
 //! aggregator's filter (`SK = META`, `remaining = 0`, `status = RUNNING`).
 
+pub mod aws;
 pub mod events;
 pub mod http;
+
+pub use aws::{AwsOptions, AwsStack};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

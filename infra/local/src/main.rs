@@ -9,11 +9,16 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use shared::adapters::ItemChange;
 use shared::domain::{ConversationStatus, SubtaskStatus};
-use swarm_local::{LocalStack, StackOptions, describe};
+use swarm_local::{AwsOptions, AwsStack, LocalStack, StackOptions, describe};
 
 #[derive(Parser)]
 #[command(name = "swarm-local", version, about = "Run the lambda-swarm locally: API, orchestrator, queue, workers, aggregator, tool gateway and the demo shop in one process")]
 struct Cli {
+    /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
+    /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
+    /// Tables and queues get names unique to the run and are deleted at the end.
+    #[arg(long, global = true, value_name = "URL")]
+    aws_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,9 +55,14 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     shared::telemetry::init_with_default("warn");
-    match Cli::parse().command {
-        Command::Ask { message, customer, json, concurrency, deadline } => ask(&message, &customer, json, concurrency, deadline).await,
-        Command::Serve { port, concurrency } => serve(port, concurrency).await,
+    let cli = Cli::parse();
+    match (cli.command, cli.aws_endpoint) {
+        (Command::Ask { message, customer, json, concurrency, deadline }, Some(endpoint)) => {
+            ask_aws(&endpoint, &message, &customer, json, concurrency, deadline).await
+        }
+        (Command::Ask { message, customer, json, concurrency, deadline }, None) => ask(&message, &customer, json, concurrency, deadline).await,
+        (Command::Serve { .. }, Some(_)) => anyhow::bail!("--aws-endpoint works with `ask` only; `serve` runs the embedded stack"),
+        (Command::Serve { port, concurrency }, None) => serve(port, concurrency).await,
     }
 }
 
@@ -130,6 +140,97 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
     }
     bar.finish_and_clear();
     let view = stack.view(&id).await?;
+    print_outcome(&view, json, started)?;
+    stack.shutdown().await;
+    if view.status != "DONE" {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `ask` the AWS way: the same handlers on the emulator's DynamoDB and SQS, progress from polling `GET /conversations/{id}`.
+async fn ask_aws(endpoint: &str, message: &str, customer: &str, json: bool, concurrency: usize, deadline: u64) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let options = StackOptions { worker_concurrency: concurrency, deadline_secs: deadline, ..StackOptions::default() };
+    let stack = AwsStack::start(AwsOptions::new(endpoint, options)).await?;
+    let r = &stack.resources;
+    eprintln!(
+        "lambda-swarm local, the AWS way · emulator {endpoint} · table {} · queues {}, {} (+ DLQs) · model: {} · {} workers · customer {}",
+        r.table,
+        r.tasks_queue_url.rsplit('/').next().unwrap_or_default(),
+        r.refund_queue_url.rsplit('/').next().unwrap_or_default(),
+        if stack.offline { "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned() } else { stack.model_label.clone() },
+        concurrency,
+        customer
+    );
+    let outcome = ask_on(&stack, message, customer, deadline).await;
+    let c = stack.counters();
+    let count = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    let platform = format!(
+        "── SQS: {} worker invocations, {} batch item failures, {} dead-letter invocations · stream: {} records read, {} passed the filter, {} aggregator invocations",
+        count(&c.worker_invocations),
+        count(&c.batch_item_failures),
+        count(&c.dead_letter_invocations),
+        count(&c.stream_records),
+        count(&c.stream_records_matched),
+        count(&c.aggregator_invocations)
+    );
+    stack.shutdown().await;
+    let view = outcome?;
+    print_outcome(&view, json, started)?;
+    eprintln!("{platform}");
+    if view.status != "DONE" {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Posts the message and follows the conversation to its end, one line per subtask change.
+async fn ask_on(stack: &AwsStack, message: &str, customer: &str, deadline: u64) -> anyhow::Result<shared::view::ConversationView> {
+    let (status, body) = stack.post_conversation(message, customer, None).await?;
+    if status != 202 {
+        anyhow::bail!("the API answered {status}: {body}");
+    }
+    let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
+    let mut planned = false;
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut aggregating = false;
+    stack
+        .wait_until(&id, Duration::from_secs(deadline + 60), |view| {
+            if !planned && view.progress.total > 0 {
+                planned = true;
+                eprintln!("▸ conversation {id}: {} subtasks planned", view.progress.total);
+                for s in &view.subtasks {
+                    let deps = if s.depends_on.is_empty() { String::new() } else { format!(" (after {})", s.depends_on.join(", ")) };
+                    eprintln!("  · {} {}{}", s.id, s.instruction, deps);
+                }
+            }
+            for s in &view.subtasks {
+                if seen.get(&s.id) == Some(&s.status) {
+                    continue;
+                }
+                seen.insert(s.id.clone(), s.status.clone());
+                match s.status.as_str() {
+                    "RUNNING" => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
+                    "SUCCEEDED" | "FAILED" | "SKIPPED" => {
+                        let mark = if s.status == "SUCCEEDED" { "✔" } else { "✘" };
+                        let tools = if s.tools_used.is_empty() { String::new() } else { format!("  [{}]", s.tools_used.join(", ")) };
+                        let error = s.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default();
+                        eprintln!("  {mark} {} {:<9} {}{tools}{error}", s.id, s.status, s.instruction);
+                    }
+                    _ => {}
+                }
+            }
+            if !aggregating && view.status == "AGGREGATING" {
+                aggregating = true;
+                eprintln!("▸ all subtasks finished: writing the reply");
+            }
+        })
+        .await
+}
+
+/// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
+fn print_outcome(view: &shared::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
     let tool_calls: usize = view.subtasks.iter().map(|s| s.tools_used.len()).sum();
     let succeeded = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
     let tokens = match &view.usage {
@@ -165,11 +266,7 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
         started.elapsed().as_secs_f64()
     );
     if json {
-        println!("{}", serde_json::to_string(&view)?);
-    }
-    stack.shutdown().await;
-    if view.status != "DONE" {
-        std::process::exit(1);
+        println!("{}", serde_json::to_string(view)?);
     }
     Ok(())
 }

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "aws")]
 pub mod dynamo;
+#[cfg(feature = "aws")]
+pub mod dynamo_stream;
 pub mod memory_queue;
 pub mod memory_store;
 pub mod mcp_gateway;

@@ -1,0 +1,254 @@
+//! One whole conversation through the Lambda handlers on the AWS emulator: API event from the fixture, worker events from real SQS receives, aggregator events from the real DynamoDB stream, and the DLQ path.
+//!
+//! Needs moto: `infra/aws/moto.sh start`, then
+//! `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator`.
+//! Without `SWARM_AWS_ENDPOINT` the test fails and says so, unless `SWARM_SKIP_AWS=1`.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use shared::domain::{Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+use swarm_local::aws::QueueDepth;
+use swarm_local::{AwsOptions, AwsStack, StackOptions};
+use swarm_tests::{CountingModel, ScriptedModel, case, models_of, unmet_expectations};
+use worker::WorkerSettings;
+
+/// The emulator's endpoint; `None` (after a loud line) only when `SWARM_SKIP_AWS=1`.
+fn endpoint(test: &str) -> Option<String> {
+    match std::env::var("SWARM_AWS_ENDPOINT") {
+        Ok(e) if !e.trim().is_empty() => Some(e.trim().to_owned()),
+        _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
+            // Straight to the process's stderr, past the test harness's capture: a skip is never silent.
+            let _ = writeln!(
+                std::io::stderr(),
+                "!!!!!!!! SKIPPED {test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the Lambda handlers were NOT run on the emulator"
+            );
+            None
+        }
+        _ => panic!(
+            "{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
+             `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator` \
+             (or set SWARM_SKIP_AWS=1 to skip it)"
+        ),
+    }
+}
+
+/// q03's three orders, plus a coupon check whose message will keep failing.
+fn plan() -> String {
+    json!({"subtasks": [
+        {"id": "w01", "instruction": "Check the status of order A1001.", "tools": ["shop__get_order"]},
+        {"id": "w02", "instruction": "Check the status of order A1013.", "tools": ["shop__get_order"]},
+        {"id": "w03", "instruction": "Check the status of order A1025.", "tools": ["shop__get_order"]},
+        {"id": "w04", "instruction": "Check whether coupon SAVE20 can be used.", "tools": ["shop__check_coupon"]}
+    ]})
+    .to_string()
+}
+
+/// A store whose `begin_attempt` always fails transiently for one subtask, so its
+/// message is reported in `batchItemFailures` on every delivery until SQS dead-letters it.
+struct FlakyStore {
+    inner: Arc<dyn ConversationStore>,
+    subtask: String,
+}
+
+#[async_trait]
+impl ConversationStore for FlakyStore {
+    async fn create_conversation(&self, c: &Conversation) -> Result<CreateOutcome, StoreError> {
+        self.inner.create_conversation(c).await
+    }
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
+        self.inner.get_conversation(id).await
+    }
+    async fn start_run(&self, id: &ConversationId, s: &[SubtaskRecord], n: &[String], u: &Usage) -> Result<bool, StoreError> {
+        self.inner.start_run(id, s, n, u).await
+    }
+    async fn transition_conversation(&self, id: &ConversationId, f: ConversationStatus, t: ConversationStatus) -> Result<bool, StoreError> {
+        self.inner.transition_conversation(id, f, t).await
+    }
+    async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
+        self.inner.finish_conversation(id, r, u).await
+    }
+    async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
+        self.inner.fail_conversation(id, r).await
+    }
+    async fn get_subtask(&self, id: &ConversationId, s: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.inner.get_subtask(id, s).await
+    }
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        self.inner.list_subtasks(id).await
+    }
+    async fn transition_subtask(&self, id: &ConversationId, s: &str, f: &[SubtaskStatus], t: SubtaskStatus) -> Result<bool, StoreError> {
+        self.inner.transition_subtask(id, s, f, t).await
+    }
+    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
+        if s == self.subtask {
+            return Err(StoreError::Transient("ProvisionedThroughputExceeded (injected)".into()));
+        }
+        self.inner.begin_attempt(id, s, now).await
+    }
+    async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
+        self.inner.save_checkpoint(id, s, c).await
+    }
+    async fn record_result(&self, id: &ConversationId, s: &str, r: &SubtaskResult, u: &Usage, t: &[String], now: i64) -> Result<RecordOutcome, StoreError> {
+        self.inner.record_result(id, s, r, u, t, now).await
+    }
+    async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
+        self.inner.count_finished(id, s, u).await
+    }
+}
+
+/// Polls a queue until its depth is as wanted, or 10 s pass; answers the last depth seen.
+async fn settle(stack: &AwsStack, queue_url: &str, want: impl Fn(&QueueDepth) -> bool) -> anyhow::Result<QueueDepth> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let depth = stack.queue_depth(queue_url).await?;
+        if want(&depth) || tokio::time::Instant::now() >= deadline {
+            return Ok(depth);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn subtask_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body).ok().and_then(|v| v["subtask_id"].as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and_a_dead_lettered_subtask_still_completes_it() {
+    let test = "lambda_emulator::whole_conversation";
+    let Some(endpoint) = endpoint(test) else { return };
+    // Warnings and errors of the emulated platform show with a failure (RUST_LOG=info for the whole story).
+    shared::telemetry::init_with_default("warn");
+    let started = Instant::now();
+    let q03 = case("q03");
+    let model = CountingModel::new(Arc::new(ScriptedModel { plan: Some(plan()), ..ScriptedModel::new() }));
+    let stack_options = StackOptions {
+        models: Some(models_of(model.clone())),
+        wrap_store: Some(Arc::new(|inner| Arc::new(FlakyStore { inner, subtask: "w04".into() }) as Arc<dyn ConversationStore>)),
+        // Short, so the redrive happens within seconds; not below the invocation
+        // timeout (Lambda requires visibility timeout ≥ function timeout), and that must
+        // exceed the worker's 3 s safety margin plus one round.
+        visibility_timeout: Duration::from_secs(5),
+        invocation_timeout: Duration::from_secs(5),
+        max_receive_count: 2,
+        worker_settings: WorkerSettings { min_round_time: Duration::from_millis(500), ..StackOptions::default().worker_settings },
+        ..StackOptions::default()
+    };
+    let options = AwsOptions { poll_interval: Duration::from_millis(100), ..AwsOptions::new(endpoint, stack_options) };
+    let stack = AwsStack::start(options).await.unwrap();
+
+    // The API request: the fixture event, with this conversation's message and a fresh Idempotency-Key.
+    let mut event: Value = serde_json::from_str(include_str!("../../events/apigw-post-conversation.json")).unwrap();
+    let body = json!({ "message": q03.query, "customer_id": q03.customer_id }).to_string();
+    let key = format!("lambda-emulator-{}", uuid_like());
+    event["headers"]["content-length"] = json!(body.len().to_string());
+    event["headers"]["idempotency-key"] = json!(key);
+    event["body"] = json!(body);
+    let first = stack.api_event(&event).await;
+    let again = stack.api_event(&event).await;
+
+    // Everything observed is collected first and the stack shut down (its table and
+    // queues deleted) before any assertion, so a failure leaves nothing on the emulator.
+    let id = first.as_ref().ok().and_then(|(_, a)| a["conversation_id"].as_str()).unwrap_or_default().to_owned();
+    let finished = match id.as_str() {
+        "" => Err(anyhow::anyhow!("no conversation was created: {first:?}")),
+        id => stack.wait_finished(id, Duration::from_secs(45)).await,
+    };
+    let r = stack.resources.clone();
+    let depths = async {
+        let dlq = settle(&stack, &r.tasks_dlq_url, |d| d.total() == 0).await?;
+        let tasks = settle(&stack, &r.tasks_queue_url, |d| d.visible == 0 && d.in_flight == 0).await?;
+        let refund = stack.queue_depth(&r.refund_queue_url).await?;
+        let refund_dlq = stack.queue_depth(&r.refund_dlq_url).await?;
+        anyhow::Ok([dlq, tasks, refund, refund_dlq])
+    }
+    .await;
+    let received = stack.received();
+    let count = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    let c = stack.counters();
+    let counters = [
+        count(&c.worker_invocations),
+        count(&c.batch_item_failures),
+        count(&c.dead_letter_invocations),
+        count(&c.stream_records),
+        count(&c.stream_records_matched),
+        count(&c.aggregator_invocations),
+    ];
+    stack.shutdown().await;
+    let (status, answer) = first.unwrap();
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status_url"], format!("/conversations/{id}"));
+    let (again_status, again) = again.unwrap();
+    assert_eq!(again_status, 202, "{again}");
+    assert_eq!(again["conversation_id"], id.as_str(), "the same Idempotency-Key answers the same conversation");
+    let view = finished.unwrap();
+    assert_eq!(view.conversation_id, id);
+    let [dlq_depth, tasks_depth, refund_depth, refund_dlq_depth] = depths.unwrap();
+    let [worker_invocations, batch_item_failures, dead_letter_invocations, stream_records, stream_records_matched, aggregator_invocations] =
+        counters;
+
+    // The conversation.
+    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.customer_id, "C100");
+    assert_eq!((view.progress.finished, view.progress.total), (4, 4));
+    let statuses: Vec<(&str, &str)> = view.subtasks.iter().map(|s| (s.id.as_str(), s.status.as_str())).collect();
+    assert_eq!(statuses, vec![("w01", "SUCCEEDED"), ("w02", "SUCCEEDED"), ("w03", "SUCCEEDED"), ("w04", "FAILED")]);
+    for s in &view.subtasks[..3] {
+        assert_eq!(s.tools_used, vec!["shop__get_order".to_owned()], "{}", s.id);
+    }
+    let w04 = &view.subtasks[3];
+    assert!(w04.tools_used.is_empty(), "w04 never ran: {:?}", w04.tools_used);
+    assert!(w04.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w04.error);
+    let problems = unmet_expectations(&q03, &view);
+    assert!(problems.is_empty(), "q03's facts: {problems:?}\nreply: {:?}", view.reply);
+    let reply = view.reply.clone().unwrap();
+    for fact in ["A1001", "A1013", "A1025", "customs", "delivered"] {
+        assert!(reply.contains(fact), "reply lacks {fact}: {reply}");
+    }
+    assert!(reply.contains("could not"), "the reply says plainly what could not be done: {reply}");
+    assert!(!reply.contains("ProvisionedThroughputExceeded"), "no error text passed on as an answer: {reply}");
+
+    // What SQS delivered: w04 twice on the tasks queue (both reported as batch item
+    // failures), then once from the DLQ; every other subtask once, acknowledged.
+    let tasks_queue = r.tasks_queue_url.rsplit('/').next().unwrap().to_owned();
+    let dlq = r.tasks_dlq_url.rsplit('/').next().unwrap().to_owned();
+    let of = |queue: &str, subtask: &str| -> Vec<(u32, bool)> {
+        received.iter().filter(|m| m.queue == queue && subtask_of(&m.body) == subtask).map(|m| (m.receive_count, m.retried)).collect()
+    };
+    assert_eq!(of(&tasks_queue, "w04"), vec![(1, true), (2, true)], "{received:?}");
+    assert_eq!(of(&dlq, "w04").len(), 1, "{received:?}");
+    assert!(!of(&dlq, "w04")[0].1, "the DLQ consumer acknowledged it");
+    for s in ["w01", "w02", "w03"] {
+        assert_eq!(of(&tasks_queue, s), vec![(1, false)], "{s}: {received:?}");
+        assert!(of(&dlq, s).is_empty(), "{s}");
+    }
+    assert_eq!(batch_item_failures, 2);
+    assert_eq!(dead_letter_invocations, 1);
+    assert_eq!(worker_invocations, 5, "3 subtasks once, w04 twice");
+
+    // The stream: every write read, exactly one record passed the filter, one aggregation, one reply.
+    assert!(stream_records >= 18, "every write of the run shows on the stream: {stream_records}");
+    assert_eq!(stream_records_matched, 1);
+    assert_eq!(aggregator_invocations, 1);
+    let (plans, _, replies) = model.counts();
+    assert_eq!((plans, replies), (1, 1), "planned once (the idempotent retry did not plan again), replied once");
+
+    // The queues at the end: the DLQ empty, the tasks queue holding only the delayed deadline message.
+    assert_eq!(dlq_depth, QueueDepth::default(), "the DLQ is empty at the end");
+    assert_eq!(tasks_depth, QueueDepth { visible: 0, in_flight: 0, delayed: 1 }, "only the not-yet-due deadline message is left");
+    assert_eq!((refund_depth.total(), refund_dlq_depth.total()), (0, 0));
+
+    let took = started.elapsed();
+    eprintln!("{test}: {:.1} s wall on {}", took.as_secs_f64(), std::env::var("SWARM_AWS_ENDPOINT").unwrap_or_default());
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// A key unique to this run (no extra dependency for UUIDs).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{nanos:x}-{}", std::process::id())
+}
