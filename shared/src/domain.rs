@@ -355,6 +355,10 @@ pub struct SubtaskRecord {
     pub subtask: Subtask,
     /// Worker role, decided by code from the tool → role table, never by the model.
     pub role: String,
+    /// Ids of the subtasks that depend on this one (the inverse of `depends_on`,
+    /// set at planning), so a finishing subtask without dependents skips the sibling read.
+    #[serde(default)]
+    pub dependents: Vec<String>,
     pub status: SubtaskStatus,
     /// Worker attempts started (each delivery that began work).
     #[serde(default)]
@@ -389,6 +393,7 @@ impl SubtaskRecord {
             conversation_id: conversation.id.clone(),
             subtask,
             role,
+            dependents: Vec::new(),
             status,
             attempts: 0,
             result: None,
@@ -399,6 +404,17 @@ impl SubtaskRecord {
             finished_at_ms: None,
             ttl: conversation.ttl,
         }
+    }
+}
+
+/// Fills each record's `dependents` from the others' `depends_on`.
+pub fn link_dependents(records: &mut [SubtaskRecord]) {
+    let pairs: Vec<(String, String)> = records
+        .iter()
+        .flat_map(|r| r.subtask.depends_on.iter().map(move |d| (d.clone(), r.subtask.id.clone())))
+        .collect();
+    for r in records.iter_mut() {
+        r.dependents = pairs.iter().filter(|(parent, _)| *parent == r.subtask.id).map(|(_, child)| child.clone()).collect();
     }
 }
 

@@ -193,11 +193,12 @@ impl Orchestrator {
         }
 
         let (plan, usage) = self.plan(&conversation).await;
-        let records: Vec<SubtaskRecord> = plan
+        let mut records: Vec<SubtaskRecord> = plan
             .subtasks
             .iter()
             .map(|s| SubtaskRecord::new(&conversation, s.clone(), self.roles.role_for(&s.tools)))
             .collect();
+        shared::domain::link_dependents(&mut records);
         if !self.store.start_run(&id, &records, &plan.notes, &usage).await? {
             // Another request (or the deadline path) moved it on; nothing more to do.
             return Ok(Created { conversation_id: id, new: true });

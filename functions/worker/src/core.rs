@@ -305,6 +305,9 @@ impl Worker {
                 }
                 CountOutcome::Missing => return Ok(()),
             }
+            if done.dependents.is_empty() {
+                continue;
+            }
             // Consistent read of the siblings after our own result is written.
             let all = self.store.list_subtasks(id).await?;
             for decision in release_decisions(&all, &done.subtask.id) {

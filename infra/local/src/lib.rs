@@ -107,7 +107,9 @@ impl LocalStack {
         let (shop_addr, shop_task) = shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
         let tokens = tool_gateway::DemoTokens::generate();
-        let gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
+        let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
+        // The demo shop lives in this process and never restarts: keep its connections.
+        gateway_config.upstream_keep_alive = true;
         let (gateway_addr, gateway_task) = tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
         let role_tokens: HashMap<String, String> =

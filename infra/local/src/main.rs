@@ -1,5 +1,8 @@
 //! `swarm-local`: run the whole swarm on this machine — `ask` one message with live progress, or `serve` the HTTP API.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

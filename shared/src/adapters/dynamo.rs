@@ -393,6 +393,9 @@ fn subtask_item(r: &SubtaskRecord) -> Result<Item, StoreError> {
     item.insert("status".into(), s(r.status.as_str()));
     item.insert("subtask".into(), s(to_json(&r.subtask)?));
     item.insert("role".into(), s(&r.role));
+    if !r.dependents.is_empty() {
+        item.insert("dependents".into(), AttributeValue::L(r.dependents.iter().map(s).collect()));
+    }
     item.insert("attempts".into(), n(r.attempts));
     if let Some(result) = &r.result {
         item.insert("result".into(), s(fit_result(result)?));
@@ -428,6 +431,7 @@ fn subtask_from_item(item: &Item) -> Result<SubtaskRecord, StoreError> {
         conversation_id: ConversationId::from_trusted(id),
         subtask: json_attr(item, "subtask")?.ok_or_else(|| corrupt("missing `subtask`", item))?,
         role: get_s(item, "role")?,
+        dependents: string_list(item, "dependents"),
         status,
         attempts: opt_n(item, "attempts")?.unwrap_or(0),
         result: json_attr(item, "result")?,

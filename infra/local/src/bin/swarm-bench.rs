@@ -6,6 +6,9 @@
 //! one conversation is plan + round 1 + tool + round 2 + reply =
 //! 200 + 200 + 20 + 200 + 200 = 820 ms.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
