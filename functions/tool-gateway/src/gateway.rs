@@ -13,7 +13,9 @@ use rmcp::{
     },
     service::RequestContext,
 };
-use shared::adapters::mcp_gateway::{HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY};
+use shared::adapters::mcp_gateway::{
+    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +23,7 @@ use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
     config::{GatewayConfig, UpstreamConfig},
     error::GatewayError,
-    metrics::{Metrics, MetricsSnapshot, Outcome},
+    metrics::{CallLabels, Metrics, MetricsSnapshot, Outcome},
     protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits},
     upstream::{UpstreamClient, UpstreamError, upstream_http_client},
 };
@@ -383,9 +385,23 @@ impl Gateway {
         let started = Instant::now();
         let policy = &self.inner.roles[role].policy;
         let name = request.name.as_ref();
-        let refuse = |message: String, upstream: &str| {
+        let header = |h: &str| {
+            headers
+                .and_then(|m| m.get(h))
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+        };
+        let mut labels = CallLabels {
+            tool: name,
+            upstream: "-",
+            role: &policy.name,
+            conversation: header(HEADER_CONVERSATION_ID).unwrap_or("-"),
+            subtask: header(HEADER_SUBTASK_ID).unwrap_or("-"),
+        };
+        let refuse = |message: String, labels: &CallLabels<'_>| {
             tracing::warn!(tool = name, role = policy.name, reason = message.as_str(), "tool call refused");
-            self.inner.metrics.record_call(name, upstream, &policy.name, Outcome::Refused, started.elapsed());
+            self.inner.metrics.record_call(labels, Outcome::Refused, started.elapsed());
             Ok(error_result(&message))
         };
         if !policy.may_call(name) {
@@ -394,7 +410,7 @@ impl Gateway {
             } else {
                 format!("role {} may list tools but not call them (tool {name})", policy.name)
             };
-            return refuse(message, "-");
+            return refuse(message, &labels);
         }
         let mut tool = self.catalog().tools.get(name).cloned();
         if tool.is_none() {
@@ -405,17 +421,11 @@ impl Gateway {
             return Err(ErrorData::invalid_params(format!("unknown tool {name}"), None));
         };
         let slot = &self.inner.upstreams[tool.upstream];
-        let header = |h: &str| {
-            headers
-                .and_then(|m| m.get(h))
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-        };
+        labels.upstream = &slot.config.name;
         let mut arguments: JsonObject = request.arguments.unwrap_or_default();
         if tool.customer_scoped {
             let Some(customer) = header(HEADER_CUSTOMER_ID) else {
-                return refuse(format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"), &slot.config.name);
+                return refuse(format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"), &labels);
             };
             let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
             if previous.is_some_and(|p| p.as_str() != Some(customer)) {
@@ -424,7 +434,7 @@ impl Gateway {
         }
         if tool.side_effecting {
             let Some(key) = header(HEADER_IDEMPOTENCY_KEY) else {
-                return refuse(format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"), &slot.config.name);
+                return refuse(format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"), &labels);
             };
             arguments.insert(slot.config.idempotency_arg.clone(), key.into());
         }
@@ -434,13 +444,13 @@ impl Gateway {
                 LimitHit::Tool => "the tool's",
                 LimitHit::Global => "the gateway's",
             };
-            self.inner.metrics.record_call(name, upstream_name, &policy.name, Outcome::RateLimited, started.elapsed());
+            self.inner.metrics.record_call(&labels, Outcome::RateLimited, started.elapsed());
             return Ok(error_result(&format!("rate limit: {which} call rate is exhausted; try {name} again in a moment")));
         }
         let admission = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
         match admission {
             Admission::Rejected { retry_in } => {
-                self.inner.metrics.record_call(name, upstream_name, &policy.name, Outcome::BreakerOpen, started.elapsed());
+                self.inner.metrics.record_call(&labels, Outcome::BreakerOpen, started.elapsed());
                 return Ok(error_result(&format!(
                     "upstream {upstream_name} is unavailable (circuit open); try {name} again in {:.0}s",
                     retry_in.as_secs_f64().ceil()
@@ -481,7 +491,7 @@ impl Gateway {
                 Ok(error_result(&format!("upstream {upstream_name} is unavailable ({e}); try {name} again later"))),
             ),
         };
-        self.inner.metrics.record_call(name, upstream_name, &policy.name, outcome, started.elapsed());
+        self.inner.metrics.record_call(&labels, outcome, started.elapsed());
         answer
     }
 }

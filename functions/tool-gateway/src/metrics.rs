@@ -45,6 +45,18 @@ impl Outcome {
     }
 }
 
+/// Who and what one `tools/call` was about, for logs and metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct CallLabels<'a> {
+    pub tool: &'a str,
+    /// `-` when the call was refused before the tool was looked up.
+    pub upstream: &'a str,
+    pub role: &'a str,
+    /// From `x-swarm-conversation-id` / `x-swarm-subtask-id`; `-` when absent.
+    pub conversation: &'a str,
+    pub subtask: &'a str,
+}
+
 /// Counters of one tool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ToolStats {
@@ -86,7 +98,8 @@ impl Metrics {
     }
 
     /// Records one `tools/call`; `latency` is the gateway's whole handling time.
-    pub fn record_call(&self, tool: &str, upstream: &str, role: &str, outcome: Outcome, latency: Duration) {
+    pub fn record_call(&self, labels: &CallLabels<'_>, outcome: Outcome, latency: Duration) {
+        let CallLabels { tool, upstream, role, conversation, subtask } = *labels;
         {
             let mut inner = self.lock();
             let stats = match inner.tools.get_mut(tool) {
@@ -115,9 +128,18 @@ impl Metrics {
         let latency_ms = latency.as_secs_f64() * 1000.0;
         match outcome {
             Outcome::Ok | Outcome::ToolError => {
-                tracing::info!(tool, upstream, role, outcome = outcome.as_str(), latency_ms, "tool call")
+                tracing::info!(tool, upstream, role, conversation, subtask, outcome = outcome.as_str(), latency_ms, "tool call")
             }
-            _ => tracing::warn!(tool, upstream, role, outcome = outcome.as_str(), latency_ms, "tool call not served"),
+            _ => tracing::warn!(
+                tool,
+                upstream,
+                role,
+                conversation,
+                subtask,
+                outcome = outcome.as_str(),
+                latency_ms,
+                "tool call not served"
+            ),
         }
         if self.emf {
             let failed = matches!(outcome, Outcome::ToolError | Outcome::Timeout | Outcome::UpstreamError);
@@ -214,9 +236,10 @@ mod tests {
     #[test]
     fn refusals_and_errors_are_counted_per_tool() {
         let m = Metrics::new(false);
-        m.record_call("shop__refund", "shop", "support", Outcome::Refused, Duration::from_micros(10));
-        m.record_call("shop__refund", "shop", "refund", Outcome::Ok, Duration::from_micros(900));
-        m.record_call("shop__get_order", "shop", "support", Outcome::Timeout, Duration::from_millis(2));
+        let labels = |tool, role| CallLabels { tool, upstream: "shop", role, conversation: "c1", subtask: "w01" };
+        m.record_call(&labels("shop__refund", "support"), Outcome::Refused, Duration::from_micros(10));
+        m.record_call(&labels("shop__refund", "refund"), Outcome::Ok, Duration::from_micros(900));
+        m.record_call(&labels("shop__get_order", "support"), Outcome::Timeout, Duration::from_millis(2));
         let s = m.snapshot();
         assert_eq!(s.refusals, 1);
         let refund = &s.tools["shop__refund"];
