@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 /// `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else `info`. Logs go to stderr so a
 /// CLI's stdout stays clean. Calling it twice is harmless.
 pub fn init() {
-    init_with_default("info");
+    init_with_default("info,rmcp=warn");
 }
 
 /// Like [`init`] with another default level (e.g. `warn` for a CLI).
