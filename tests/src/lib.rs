@@ -10,6 +10,8 @@ use serde_json::Value;
 use shared::llm::config::Models;
 use shared::llm::offline::OfflineModel;
 use shared::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
+use shared::domain::{Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
 use shared::view::ConversationView;
 
 /// One line of `fixtures/queries.jsonl`.
@@ -226,4 +228,57 @@ impl ChatModel for ScriptedModel {
 /// The same model for every purpose.
 pub fn models_of(model: Arc<dyn ChatModel>) -> Models {
     Models { main: model.clone(), sub: model }
+}
+
+/// A store whose `begin_attempt` always fails transiently for one subtask, so its
+/// message is reported in `batchItemFailures` on every delivery until it is dead-lettered.
+pub struct FlakyStore {
+    pub inner: Arc<dyn ConversationStore>,
+    pub subtask: String,
+}
+
+#[async_trait]
+impl ConversationStore for FlakyStore {
+    async fn create_conversation(&self, c: &Conversation) -> Result<CreateOutcome, StoreError> {
+        self.inner.create_conversation(c).await
+    }
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
+        self.inner.get_conversation(id).await
+    }
+    async fn start_run(&self, id: &ConversationId, s: &[SubtaskRecord], n: &[String], u: &Usage) -> Result<bool, StoreError> {
+        self.inner.start_run(id, s, n, u).await
+    }
+    async fn transition_conversation(&self, id: &ConversationId, f: ConversationStatus, t: ConversationStatus) -> Result<bool, StoreError> {
+        self.inner.transition_conversation(id, f, t).await
+    }
+    async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
+        self.inner.finish_conversation(id, r, u).await
+    }
+    async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
+        self.inner.fail_conversation(id, r).await
+    }
+    async fn get_subtask(&self, id: &ConversationId, s: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.inner.get_subtask(id, s).await
+    }
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        self.inner.list_subtasks(id).await
+    }
+    async fn transition_subtask(&self, id: &ConversationId, s: &str, f: &[SubtaskStatus], t: SubtaskStatus) -> Result<bool, StoreError> {
+        self.inner.transition_subtask(id, s, f, t).await
+    }
+    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
+        if s == self.subtask {
+            return Err(StoreError::Transient("ProvisionedThroughputExceeded (injected)".into()));
+        }
+        self.inner.begin_attempt(id, s, now).await
+    }
+    async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
+        self.inner.save_checkpoint(id, s, c).await
+    }
+    async fn record_result(&self, id: &ConversationId, s: &str, r: &SubtaskResult, u: &Usage, t: &[String], now: i64) -> Result<RecordOutcome, StoreError> {
+        self.inner.record_result(id, s, r, u, t, now).await
+    }
+    async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
+        self.inner.count_finished(id, s, u).await
+    }
 }

@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use shared::domain::{Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use shared::domain::ConversationId;
 use shared::llm::offline::OfflineModel;
-use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+use shared::ports::ConversationStore;
 use swarm_local::{LocalStack, StackOptions};
-use swarm_tests::{CountingModel, ScriptedModel, case, models_of, unmet_expectations};
+use swarm_tests::{FlakyStore, CountingModel, ScriptedModel, case, models_of, unmet_expectations};
 
 async fn ask(stack: &LocalStack, message: &str, customer: &str) -> shared::view::ConversationView {
     let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
@@ -180,57 +179,6 @@ async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
     stack.shutdown().await;
 }
 
-/// A store whose `begin_attempt` always fails transiently for one subtask: its message keeps failing until the DLQ.
-struct FlakyStore {
-    inner: Arc<dyn ConversationStore>,
-    subtask: String,
-}
-
-#[async_trait]
-impl ConversationStore for FlakyStore {
-    async fn create_conversation(&self, c: &Conversation) -> Result<CreateOutcome, StoreError> {
-        self.inner.create_conversation(c).await
-    }
-    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
-        self.inner.get_conversation(id).await
-    }
-    async fn start_run(&self, id: &ConversationId, s: &[SubtaskRecord], n: &[String], u: &Usage) -> Result<bool, StoreError> {
-        self.inner.start_run(id, s, n, u).await
-    }
-    async fn transition_conversation(&self, id: &ConversationId, f: ConversationStatus, t: ConversationStatus) -> Result<bool, StoreError> {
-        self.inner.transition_conversation(id, f, t).await
-    }
-    async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
-        self.inner.finish_conversation(id, r, u).await
-    }
-    async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
-        self.inner.fail_conversation(id, r).await
-    }
-    async fn get_subtask(&self, id: &ConversationId, s: &str) -> Result<Option<SubtaskRecord>, StoreError> {
-        self.inner.get_subtask(id, s).await
-    }
-    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        self.inner.list_subtasks(id).await
-    }
-    async fn transition_subtask(&self, id: &ConversationId, s: &str, f: &[SubtaskStatus], t: SubtaskStatus) -> Result<bool, StoreError> {
-        self.inner.transition_subtask(id, s, f, t).await
-    }
-    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
-        if s == self.subtask {
-            return Err(StoreError::Transient("ProvisionedThroughputExceeded (injected)".into()));
-        }
-        self.inner.begin_attempt(id, s, now).await
-    }
-    async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
-        self.inner.save_checkpoint(id, s, c).await
-    }
-    async fn record_result(&self, id: &ConversationId, s: &str, r: &SubtaskResult, u: &Usage, t: &[String], now: i64) -> Result<RecordOutcome, StoreError> {
-        self.inner.record_result(id, s, r, u, t, now).await
-    }
-    async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
-        self.inner.count_finished(id, s, u).await
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
