@@ -52,6 +52,8 @@ pub enum AttemptStart {
 }
 
 /// Outcome of [`ConversationStore::record_result`].
+// Returned once per store call, never stored in bulk: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum RecordOutcome {
     Recorded,

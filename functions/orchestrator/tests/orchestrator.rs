@@ -79,7 +79,7 @@ async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
     let good = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["get_order"]}, {"id": "w02", "instruction": "Refund A1029", "tools": ["shop__refund"], "depends_on": ["w01"]}]}"#;
     let r = rig(&[r#"{"subtasks": [{"id": "w01", "instruction": "x", "tools": ["delete_db"]}]}"#, good]);
     let created = r.core.create(request("where is A1029, refund it")).await.unwrap();
-    let seen = r.model.seen.lock().unwrap();
+    let seen = r.model.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     let retry = seen[1].messages.last().unwrap();
     assert!(matches!(retry, ChatMessage::User { content } if content.contains("delete_db")), "the model sees what was wrong: {retry:?}");

@@ -134,7 +134,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
     let outcome = w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
 
-    let seen = model.seen.lock().unwrap();
+    let seen = model.seen.lock().unwrap().clone();
     let second = &seen[1].messages;
     shared::llm::transcript::check_pairing(second).unwrap();
     let answers: Vec<(&str, &str)> = second
@@ -152,7 +152,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
     assert!(answers[3].1.contains("not valid JSON"), "truncated arguments are refused: {}", answers[3].1);
     assert!(answers[4].1.contains("schema"), "arguments against the schema are refused: {}", answers[4].1);
     // Only the two well-formed, permitted calls ran; the reasoning went back with the assistant message.
-    let ran = tools.ran.lock().unwrap();
+    let ran = tools.ran.lock().unwrap().clone();
     assert_eq!(ran.len(), 2, "{ran:?}");
     assert!(ran.iter().all(|(_, a)| a["_idempotency_key"].as_str().is_some_and(|k| k.contains("w01"))));
     assert!(second.iter().any(|m| matches!(m, ChatMessage::Assistant { reasoning_content: Some(r), .. } if r == "thinking")));

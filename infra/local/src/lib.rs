@@ -31,6 +31,10 @@ use shared::roles::{REFUND_ROLE, RoleTable, TaskQueues};
 use shared::view::ConversationView;
 use worker::{Worker, WorkerMode, WorkerSettings};
 
+/// Wraps a port adapter (fault injection, latency) before the worker gets it.
+pub type WrapTools = Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>;
+pub type WrapStore = Arc<dyn Fn(Arc<dyn ConversationStore>) -> Arc<dyn ConversationStore> + Send + Sync>;
+
 /// Settings of a local stack.
 #[derive(Clone)]
 pub struct StackOptions {
@@ -49,9 +53,9 @@ pub struct StackOptions {
     /// Models to use instead of the ones named by `LLM_*` (tests).
     pub models: Option<Models>,
     /// Wraps the worker's tool gateway (fault injection in tests).
-    pub wrap_tools: Option<Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>>,
+    pub wrap_tools: Option<WrapTools>,
     /// Wraps the worker's view of the store (fault injection in tests).
-    pub wrap_store: Option<Arc<dyn Fn(Arc<dyn ConversationStore>) -> Arc<dyn ConversationStore> + Send + Sync>>,
+    pub wrap_store: Option<WrapStore>,
     pub worker_settings: WorkerSettings,
 }
 
@@ -175,7 +179,7 @@ impl LocalStack {
         let stream = store.subscribe();
         for (queue, mode, concurrency) in [
             (tasks_queue.clone(), WorkerMode::Tasks, options.worker_concurrency),
-            (refund_queue.clone(), WorkerMode::Tasks, options.worker_concurrency.min(5).max(1)),
+            (refund_queue.clone(), WorkerMode::Tasks, options.worker_concurrency.clamp(1, 5)),
             (tasks_dlq.clone(), WorkerMode::DeadLetters, 2),
             (refund_dlq.clone(), WorkerMode::DeadLetters, 1),
         ] {

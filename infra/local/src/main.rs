@@ -117,10 +117,8 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
             Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => anyhow::bail!("the stack stopped"),
             Ok(Err(_)) => continue,
             Ok(Ok(ItemChange::Subtask(rec))) if rec.conversation_id == conversation_id => match rec.status {
-                SubtaskStatus::Running => {
-                    if started_at.insert(rec.subtask.id.clone(), Instant::now()).is_none() {
-                        say(format!("  ▶ {} started  {} [{}]", rec.subtask.id, rec.subtask.instruction, rec.subtask.tools.join(", ")));
-                    }
+                SubtaskStatus::Running if started_at.insert(rec.subtask.id.clone(), Instant::now()).is_none() => {
+                    say(format!("  ▶ {} started  {} [{}]", rec.subtask.id, rec.subtask.instruction, rec.subtask.tools.join(", ")));
                 }
                 s if s.is_terminal() => {
                     let took = started_at.get(&rec.subtask.id).map(|t| format!(" {:.1}s", t.elapsed().as_secs_f64())).unwrap_or_default();
