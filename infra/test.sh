@@ -2,6 +2,7 @@
 # The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
 #        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
+#        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,5 +48,14 @@ fi
 step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
     cargo test --workspace --all-targets
 step "SAM template lint (cfn-lint, sam validate --lint, expanded template, key settings)" infra/aws/lint.sh
+if [[ "${SWARM_SAM_BUILD:-1}" == "1" ]]; then
+    # CI proves the deployable artifacts build (arm64, cargo-lambda); it skips LTO and
+    # single-unit codegen to keep the run short. `sam build` for a deploy uses the full release profile.
+    step "sam build (arm64, rust-cargolambda; CI profile without LTO)" \
+        env CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 infra/aws/sam-build.sh
+else
+    echo "!!! SWARM_SAM_BUILD=0: sam build is SKIPPED"
+    report+=("SKIP       sam build (SWARM_SAM_BUILD=0)")
+fi
 
 exit $failed

@@ -9,6 +9,7 @@ pub mod ports;
 pub mod prompts;
 pub mod reply;
 pub mod roles;
+pub mod secrets;
 pub mod telemetry;
 pub mod view;
 #[cfg(feature = "aws")]

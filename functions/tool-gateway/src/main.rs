@@ -1,5 +1,7 @@
 //! Tool gateway binary: on Lambda (`AWS_LAMBDA_RUNTIME_API` set) behind a function URL or the HTTP API, else an HTTP server on `GATEWAY_ADDR`.
 
+use std::collections::HashMap;
+
 use anyhow::Context as _;
 use tool_gateway::{Gateway, GatewayConfig};
 
@@ -7,7 +9,15 @@ use tool_gateway::{Gateway, GatewayConfig};
 async fn main() -> anyhow::Result<()> {
     // rmcp logs every stateless request at INFO; keep the gateway's own per-call lines only.
     shared::telemetry::init_with_default("info,rmcp=warn");
-    let config = GatewayConfig::from_env()?;
+    // `${env:X}` in GATEWAY_CONFIG reads X, or on Lambda the secret named by X_SECRET_ARN.
+    let mut secrets = HashMap::new();
+    for (name, _) in std::env::vars().filter(|(k, _)| k.ends_with("_SECRET_ARN")) {
+        let plain = name.trim_end_matches("_SECRET_ARN").to_owned();
+        if let Some(value) = shared::secrets::secret(&plain, &name).await? {
+            secrets.insert(plain, value);
+        }
+    }
+    let config = GatewayConfig::from_lookup(|k| std::env::var(k).ok().or_else(|| secrets.get(k).cloned()))?;
     let gateway = Gateway::start(config).await?;
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
         lambda_http::run(gateway.router()).await.map_err(|e| anyhow::anyhow!(e))
