@@ -87,13 +87,17 @@ struct Setup {
 }
 
 async fn setup(tools: &[&str]) -> Setup {
+    setup_with_usage(tools, Usage::default()).await
+}
+
+async fn setup_with_usage(tools: &[&str], planning_usage: Usage) -> Setup {
     let store = Arc::new(InMemoryConversationStore::new());
     let mut conversation = Conversation::new("C104", "Where is A1029?", shared::domain::now_ms(), 120);
     conversation.id = ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07");
     store.create_conversation(&conversation).await.unwrap();
     let subtask = Subtask { id: "w01".into(), instruction: "Check order A1029.".into(), tools: tools.iter().map(|t| t.to_string()).collect(), depends_on: vec![] };
     let rec = SubtaskRecord::new(&conversation, subtask, "support".into());
-    assert!(store.start_run(&conversation.id, &[rec], &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, &[rec], &[], &planning_usage).await.unwrap());
     Setup { store, queue: InMemoryQueue::new(QueueSettings::default()), id: conversation.id }
 }
 
@@ -288,4 +292,24 @@ async fn fixture_events_parse_and_name_the_task_messages() {
             assert_eq!(v["kind"], kind, "{file}");
         }
     }
+}
+
+#[tokio::test]
+async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_spent() {
+    let spent = Usage { prompt_tokens: Some(900), completion_tokens: Some(200), cached_tokens: None, cost_usd: None };
+    let s = setup_with_usage(&[], spent).await;
+    let model = Scripted::new(vec![text("never asked")]);
+    let queue: Arc<dyn TaskQueue> = Arc::new(s.queue.clone());
+    let w = Worker::new(
+        s.store.clone(),
+        TaskQueues::new(queue),
+        model.clone(),
+        model.clone(),
+        Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }),
+        WorkerSettings { token_budget: Some(1_000), ..WorkerSettings::default() },
+    );
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
+    assert!(model.seen.lock().unwrap().is_empty(), "no LLM call past the budget");
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert!(matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("token budget (1000 tokens)")), "{:?}", rec.result);
 }
