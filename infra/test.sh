@@ -47,6 +47,9 @@ else
 fi
 step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
     cargo test --workspace --all-targets
+# The README's first command, exactly as written there, must answer (DONE, exit 0).
+readme_ask="$(grep -m1 '^cargo run -p swarm-local -- ask' README.md | sed 's/[[:space:]]*#.*$//')"
+step "the README's first command: ${readme_ask:0:60}…" bash -c "[[ -n \"\$1\" ]] && eval \"\$1\"" _ "$readme_ask"
 step "SAM template lint (cfn-lint, sam validate --lint, expanded template, key settings)" infra/aws/lint.sh
 if [[ "${SWARM_SAM_BUILD:-1}" == "1" ]]; then
     # CI proves the deployable artifacts build (arm64, cargo-lambda); it skips LTO and
