@@ -21,7 +21,8 @@ fn process_cpu() -> Result<Duration> {
     let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat (Linux only)")?;
     let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).context("bad /proc/self/stat")?;
     let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).context("utime")?.parse::<u64>()? + fields.get(12).context("stime")?.parse::<u64>()?;
+    let ticks: u64 =
+        fields.get(11).context("utime")?.parse::<u64>()? + fields.get(12).context("stime")?.parse::<u64>()?;
     Ok(Duration::from_millis(ticks * 10))
 }
 
@@ -47,7 +48,12 @@ async fn main() -> Result<()> {
     let policy = RetryPolicy::default();
 
     // Warm-up: connections and allocator.
-    let warm = ChatRequest { purpose: Purpose::Reply, messages: vec![ChatMessage::User { content: "hi".into() }], tools: vec![], max_tokens: None };
+    let warm = ChatRequest {
+        purpose: Purpose::Reply,
+        messages: vec![ChatMessage::User { content: "hi".into() }],
+        tools: vec![],
+        max_tokens: None,
+    };
     complete_with_retry(&model, &warm, &policy, tokio::time::Instant::now() + Duration::from_secs(30)).await?;
 
     let cpu0 = process_cpu()?;
@@ -63,14 +69,20 @@ async fn main() -> Result<()> {
                     purpose: Purpose::Work,
                     messages: vec![
                         ChatMessage::System { content: shared::prompts::WORKER_PROMPT.to_owned() },
-                        ChatMessage::User { content: "Customer message:\nwhere is order A1029 and can I use SAVE20?".into() },
+                        ChatMessage::User {
+                            content: "Customer message:\nwhere is order A1029 and can I use SAVE20?".into(),
+                        },
                         ChatMessage::User { content: format!("Subtask w{i:03}: Check order A1029") },
                     ],
                     tools,
                     max_tokens: Some(512),
                 };
                 let first = complete_with_retry(model, &req, policy, deadline).await?;
-                req.messages.push(ChatMessage::Assistant { content: first.content.clone(), tool_calls: first.tool_calls.clone(), reasoning_content: None });
+                req.messages.push(ChatMessage::Assistant {
+                    content: first.content.clone(),
+                    tool_calls: first.tool_calls.clone(),
+                    reasoning_content: None,
+                });
                 for c in &first.tool_calls {
                     req.messages.push(ChatMessage::Tool {
                         tool_call_id: c.id.clone(),

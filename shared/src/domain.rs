@@ -29,9 +29,7 @@ impl ConversationId {
     /// Parses a client-supplied id; only canonical UUIDs are accepted, so an
     /// id can never smuggle key separators (`#`) into a DynamoDB key.
     pub fn parse(s: &str) -> Option<Self> {
-        uuid::Uuid::parse_str(s)
-            .ok()
-            .map(|u| Self(u.hyphenated().to_string()))
+        uuid::Uuid::parse_str(s).ok().map(|u| Self(u.hyphenated().to_string()))
     }
 
     /// Wraps an id read back from our own storage without re-validation.
@@ -224,13 +222,10 @@ impl SubtaskResult {
     /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters.
     pub fn bounded(self) -> Self {
         match self {
-            Self::Succeeded { text, tool_calls } => Self::Succeeded {
-                text: truncate_chars(&text, MAX_RESULT_CHARS),
-                tool_calls,
-            },
-            Self::Failed { reason } => Self::Failed {
-                reason: truncate_chars(&reason, 2_000),
-            },
+            Self::Succeeded { text, tool_calls } => {
+                Self::Succeeded { text: truncate_chars(&text, MAX_RESULT_CHARS), tool_calls }
+            }
+            Self::Failed { reason } => Self::Failed { reason: truncate_chars(&reason, 2_000) },
             other => other,
         }
     }
@@ -384,11 +379,7 @@ pub struct SubtaskRecord {
 impl SubtaskRecord {
     /// A fresh record: `QUEUED` when it has no dependencies, else `PENDING`.
     pub fn new(conversation: &Conversation, subtask: Subtask, role: String) -> Self {
-        let status = if subtask.depends_on.is_empty() {
-            SubtaskStatus::Queued
-        } else {
-            SubtaskStatus::Pending
-        };
+        let status = if subtask.depends_on.is_empty() { SubtaskStatus::Queued } else { SubtaskStatus::Pending };
         Self {
             conversation_id: conversation.id.clone(),
             subtask,
@@ -414,7 +405,8 @@ pub fn link_dependents(records: &mut [SubtaskRecord]) {
         .flat_map(|r| r.subtask.depends_on.iter().map(move |d| (d.clone(), r.subtask.id.clone())))
         .collect();
     for r in records.iter_mut() {
-        r.dependents = pairs.iter().filter(|(parent, _)| *parent == r.subtask.id).map(|(_, child)| child.clone()).collect();
+        r.dependents =
+            pairs.iter().filter(|(parent, _)| *parent == r.subtask.id).map(|(_, child)| child.clone()).collect();
     }
 }
 
@@ -436,18 +428,12 @@ pub enum TaskMessage {
 
 impl TaskMessage {
     pub fn run(conversation_id: &ConversationId, subtask_id: &str) -> Self {
-        Self::Run {
-            conversation_id: conversation_id.clone(),
-            subtask_id: subtask_id.to_owned(),
-            handbacks: 0,
-        }
+        Self::Run { conversation_id: conversation_id.clone(), subtask_id: subtask_id.to_owned(), handbacks: 0 }
     }
 
     pub fn conversation_id(&self) -> &ConversationId {
         match self {
-            Self::Run { conversation_id, .. } | Self::Deadline { conversation_id } => {
-                conversation_id
-            }
+            Self::Run { conversation_id, .. } | Self::Deadline { conversation_id } => conversation_id,
         }
     }
 }

@@ -105,10 +105,8 @@ pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) 
         }
         let mut tools = Vec::with_capacity(s.tools.len());
         for t in &s.tools {
-            let resolved = resolve_tool(t, known_tools).ok_or_else(|| PlanError::UnknownTool {
-                subtask: s.id.clone(),
-                tool: t.clone(),
-            })?;
+            let resolved = resolve_tool(t, known_tools)
+                .ok_or_else(|| PlanError::UnknownTool { subtask: s.id.clone(), tool: t.clone() })?;
             if !tools.contains(&resolved) {
                 tools.push(resolved);
             }
@@ -120,9 +118,7 @@ pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) 
     let mut dropped_for_deps = Vec::new();
     loop {
         let ids: HashSet<&str> = subtasks.iter().map(|s| s.id.as_str()).collect();
-        let missing = subtasks
-            .iter()
-            .position(|s| s.depends_on.iter().any(|d| !ids.contains(d.as_str())));
+        let missing = subtasks.iter().position(|s| s.depends_on.iter().any(|d| !ids.contains(d.as_str())));
         let Some(pos) = missing else { break };
         let s = &subtasks[pos];
         let dep = s.depends_on.iter().find(|d| !ids.contains(d.as_str())).cloned().unwrap_or_default();
@@ -234,7 +230,8 @@ mod tests {
 
     #[test]
     fn plan_with_trailing_commas_is_parsed() {
-        let text = "{\"subtasks\": [{\"id\": \"w01\", \"instruction\": \"Track A1022\", \"tools\": [\"track_shipment\"],},],}";
+        let text =
+            "{\"subtasks\": [{\"id\": \"w01\", \"instruction\": \"Track A1022\", \"tools\": [\"track_shipment\"],},],}";
         let plan = validate_plan(parse_plan(text).unwrap(), &tools()).unwrap();
         assert_eq!(plan.subtasks.len(), 1);
         assert_eq!(plan.subtasks[0].tools, vec!["shop__track_shipment"]);
@@ -266,7 +263,8 @@ mod tests {
 
     #[test]
     fn dependency_cycle_is_refused() {
-        let err = validate_plan(vec![st("a", &["c"]), st("b", &["a"]), st("c", &["b"]), st("d", &[])], &tools()).unwrap_err();
+        let err =
+            validate_plan(vec![st("a", &["c"]), st("b", &["a"]), st("c", &["b"]), st("d", &[])], &tools()).unwrap_err();
         assert!(matches!(err, PlanError::Cycle(_)));
     }
 

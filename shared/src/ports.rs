@@ -11,8 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    TaskMessage, Usage,
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 
 /// Errors of a [`ConversationStore`].
@@ -66,7 +65,9 @@ pub enum RecordOutcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CountOutcome {
     /// This call counted the subtask; `remaining` after the decrement.
-    Counted { remaining: u32 },
+    Counted {
+        remaining: u32,
+    },
     /// The subtask id was already in the finished set: nothing changed.
     AlreadyCounted,
     Missing,
@@ -129,7 +130,12 @@ pub trait ConversationStore: Send + Sync {
 
     /// Marks a non-terminal subtask `RUNNING`, increments `attempts` and sets
     /// `started_at_ms` on the first attempt.
-    async fn begin_attempt(&self, id: &ConversationId, subtask_id: &str, now_ms: i64) -> Result<AttemptStart, StoreError>;
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        now_ms: i64,
+    ) -> Result<AttemptStart, StoreError>;
 
     /// Saves an interrupted attempt's progress (JSON) on a non-terminal subtask.
     async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError>;
@@ -149,7 +155,12 @@ pub trait ConversationStore: Send + Sync {
     /// Exactly-once accounting: one conditional update of the conversation
     /// item adds `subtask_id` to the finished set, decrements `remaining` and
     /// adds `usage`, guarded by "id not yet in the set" (DESIGN.md invariant 1).
-    async fn count_finished(&self, id: &ConversationId, subtask_id: &str, usage: &Usage) -> Result<CountOutcome, StoreError>;
+    async fn count_finished(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        usage: &Usage,
+    ) -> Result<CountOutcome, StoreError>;
 }
 
 /// Errors of a [`TaskQueue`].

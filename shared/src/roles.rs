@@ -37,9 +37,8 @@ impl RoleTable {
         }
         let mut rules = Vec::new();
         for pair in spec.split(',') {
-            let (tool, role) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("ROLE_TABLE entry {pair:?} is not tool=role"))?;
+            let (tool, role) =
+                pair.split_once('=').ok_or_else(|| format!("ROLE_TABLE entry {pair:?} is not tool=role"))?;
             let (tool, role) = (tool.trim(), role.trim());
             if tool.is_empty() || role.is_empty() {
                 return Err(format!("ROLE_TABLE entry {pair:?} has an empty side"));

@@ -57,4 +57,3 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
-

@@ -61,10 +61,7 @@ impl ConversationView {
             conversation_id: conversation.id.to_string(),
             customer_id: conversation.customer_id.clone(),
             status: conversation.status.as_str().to_owned(),
-            progress: Progress {
-                finished: conversation.finished.len() as u32,
-                total: conversation.total,
-            },
+            progress: Progress { finished: conversation.finished.len() as u32, total: conversation.total },
             subtasks,
             reply: conversation.reply.clone(),
             usage: if conversation.usage.is_empty() { None } else { Some(conversation.usage) },

@@ -87,7 +87,10 @@ impl AwsClients {
         let tasks = settings.tasks_queue_url.clone().ok_or(WiringError::Missing("TASKS_QUEUE_URL"))?;
         let mut queues = TaskQueues::new(Arc::new(SqsTaskQueue::new(self.sqs.clone(), tasks)) as Arc<dyn TaskQueue>);
         if let Some(refund) = &settings.refund_queue_url {
-            queues = queues.with_role(REFUND_ROLE, Arc::new(SqsTaskQueue::new(self.sqs.clone(), refund.clone())) as Arc<dyn TaskQueue>);
+            queues = queues.with_role(
+                REFUND_ROLE,
+                Arc::new(SqsTaskQueue::new(self.sqs.clone(), refund.clone())) as Arc<dyn TaskQueue>,
+            );
         }
         Ok(queues)
     }
@@ -108,7 +111,8 @@ pub async fn tool_gateway(settings: &FunctionSettings) -> Result<Arc<dyn ToolGat
         .await?
         .ok_or(WiringError::Missing("GATEWAY_TOKEN_SECRET_ARN"))?;
     let tokens: HashMap<String, String> = [(settings.role.clone(), token)].into_iter().collect();
-    let gateway = McpToolGateway::new(&url, tokens, Duration::from_secs(10)).map_err(|e| WiringError::Other(e.to_string()))?;
+    let gateway =
+        McpToolGateway::new(&url, tokens, Duration::from_secs(10)).map_err(|e| WiringError::Other(e.to_string()))?;
     Ok(Arc::new(gateway))
 }
 
@@ -129,13 +133,19 @@ mod tests {
 
     #[test]
     fn settings_need_a_table_and_parse_the_deadline() {
-        let env: HashMap<&str, &str> = [("TABLE_NAME", "t"), ("DEADLINE_SECS", "300"), ("WORKER_ROLE", "refund")].into_iter().collect();
+        let env: HashMap<&str, &str> =
+            [("TABLE_NAME", "t"), ("DEADLINE_SECS", "300"), ("WORKER_ROLE", "refund")].into_iter().collect();
         let s = FunctionSettings::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
         assert_eq!(s.deadline_secs, 300);
         assert_eq!(s.role, "refund");
         let err = FunctionSettings::from_lookup(|_| None).unwrap_err();
         assert!(err.to_string().contains("TABLE_NAME"));
         let bad: HashMap<&str, &str> = [("TABLE_NAME", "t"), ("DEADLINE_SECS", "soon")].into_iter().collect();
-        assert!(FunctionSettings::from_lookup(|k| bad.get(k).map(|v| v.to_string())).unwrap_err().to_string().contains("DEADLINE_SECS"));
+        assert!(
+            FunctionSettings::from_lookup(|k| bad.get(k).map(|v| v.to_string()))
+                .unwrap_err()
+                .to_string()
+                .contains("DEADLINE_SECS")
+        );
     }
 }

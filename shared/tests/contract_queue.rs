@@ -267,7 +267,9 @@ mod aws {
         let endpoint = match std::env::var("SWARM_AWS_ENDPOINT") {
             Ok(e) if !e.trim().is_empty() => e.trim().to_owned(),
             _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-                eprintln!("!!!!!!!! SKIPPED sqs::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested");
+                eprintln!(
+                    "!!!!!!!! SKIPPED sqs::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
+                );
                 return Ok(None);
             }
             _ => anyhow::bail!(

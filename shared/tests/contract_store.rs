@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use shared::domain::{
-    Conversation, ConversationId, ConversationStatus, MAX_RESULT_CHARS, Subtask, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, MAX_RESULT_CHARS, Subtask, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, ToolCallRecord, Usage, now_ms,
 };
 use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome};
 
@@ -156,7 +156,8 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &[]), record(&conv, "w03", &["w01", "w02"])];
     let notes = vec!["2 subtasks dropped over the limit".to_owned()];
-    let usage = Usage { prompt_tokens: Some(120), completion_tokens: Some(30), cached_tokens: None, cost_usd: Some(0.25) };
+    let usage =
+        Usage { prompt_tokens: Some(120), completion_tokens: Some(30), cached_tokens: None, cost_usd: Some(0.25) };
     assert!(store.start_run(&conv.id, &records, &notes, &usage).await?);
 
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
@@ -204,7 +205,9 @@ async fn only_one_of_two_concurrent_aggregation_flips_wins(store: Store) -> Resu
         store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating),
     );
     assert_eq!([a?, b?].iter().filter(|w| **w).count(), 1, "exactly one flip wins");
-    assert!(!store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?);
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
 
     let usage = Usage { completion_tokens: Some(40), ..Default::default() };
     assert!(store.finish_conversation(&conv.id, "Your order ships today.", &usage).await?);
@@ -219,7 +222,9 @@ async fn only_one_of_two_concurrent_aggregation_flips_wins(store: Store) -> Resu
 async fn transition_needs_the_expected_from_status(store: Store) -> Result<()> {
     let conv = conversation("C104");
     store.create_conversation(&conv).await?;
-    assert!(!store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?);
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
     assert!(!store.finish_conversation(&conv.id, "too early", &Usage::default()).await?);
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Planning);
@@ -234,7 +239,9 @@ async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -
     let failed = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(failed.status, ConversationStatus::Failed);
     assert_eq!(failed.error.as_deref(), Some("deadline passed while planning"));
-    assert!(!store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?);
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
 
     let planning = conversation("C104");
     store.create_conversation(&planning).await?;
@@ -254,7 +261,10 @@ async fn begin_attempt_counts_attempts_and_reports_a_finished_subtask(store: Sto
     assert_eq!((second.attempts, second.started_at_ms), (2, Some(1_000)), "started_at_ms keeps the first attempt");
 
     let result = succeeded("A1029 shipped on Monday");
-    assert_eq!(store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 3_000).await?, RecordOutcome::Recorded);
+    assert_eq!(
+        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 3_000).await?,
+        RecordOutcome::Recorded
+    );
     match store.begin_attempt(&conv.id, "w01", 4_000).await? {
         AttemptStart::AlreadyFinished(rec) => {
             assert_eq!(rec.status, SubtaskStatus::Succeeded);
@@ -272,7 +282,10 @@ async fn a_result_is_recorded_only_once_even_under_concurrent_writers(store: Sto
     let usage = Usage { prompt_tokens: Some(11), ..Default::default() };
     let tools = vec!["shop__get_order".to_owned(), "shop__track_shipment".to_owned()];
     assert_eq!(store.record_result(&conv.id, "w01", &first, &usage, &tools, 5_000).await?, RecordOutcome::Recorded);
-    match store.record_result(&conv.id, "w01", &SubtaskResult::Failed { reason: "late".into() }, &Usage::default(), &[], 6_000).await? {
+    match store
+        .record_result(&conv.id, "w01", &SubtaskResult::Failed { reason: "late".into() }, &Usage::default(), &[], 6_000)
+        .await?
+    {
         RecordOutcome::AlreadyFinished(rec) => {
             assert_eq!(rec.result, Some(first.clone()));
             assert_eq!(rec.usage, usage);
@@ -362,12 +375,20 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
     let plan_usage = Usage { prompt_tokens: Some(100), cost_usd: Some(0.5), ..Default::default() };
     store.start_run(&conv.id, &records, &[], &plan_usage).await?;
     store
-        .count_finished(&conv.id, "w01", &Usage { prompt_tokens: Some(5), completion_tokens: Some(3), ..Default::default() })
+        .count_finished(
+            &conv.id,
+            "w01",
+            &Usage { prompt_tokens: Some(5), completion_tokens: Some(3), ..Default::default() },
+        )
         .await?;
     store.count_finished(&conv.id, "w02", &Usage::default()).await?;
     store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
     store
-        .finish_conversation(&conv.id, "done", &Usage { completion_tokens: Some(2), cost_usd: Some(0.25), ..Default::default() })
+        .finish_conversation(
+            &conv.id,
+            "done",
+            &Usage { completion_tokens: Some(2), cost_usd: Some(0.25), ..Default::default() },
+        )
         .await?;
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.usage.prompt_tokens, Some(105));
@@ -419,7 +440,9 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
     assert_eq!(store.record_result(&nobody, "w01", &result, &none, &[], 1).await?, RecordOutcome::Missing);
     assert_eq!(store.record_result(&conv.id, "w77", &result, &none, &[], 1).await?, RecordOutcome::Missing);
     assert_eq!(store.count_finished(&nobody, "w01", &none).await?, CountOutcome::Missing);
-    assert!(!store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?);
+    assert!(
+        !store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
     assert!(!store.finish_conversation(&nobody, "r", &none).await?);
     assert!(!store.fail_conversation(&nobody, "r").await?);
     assert!(!store.transition_subtask(&conv.id, "w77", &[SubtaskStatus::Queued], SubtaskStatus::Running).await?);
@@ -449,7 +472,10 @@ async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
         tool_calls: vec![ToolCallRecord { name: "shop__list_customer_orders".into(), ok: true, error: None }],
     }
     .bounded();
-    assert_eq!(store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 2).await?, RecordOutcome::Recorded);
+    assert_eq!(
+        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 2).await?,
+        RecordOutcome::Recorded
+    );
     let stored = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
     let Some(SubtaskResult::Succeeded { text, .. }) = &stored.result else {
         anyhow::bail!("result not stored: {:?}", stored.result);
@@ -476,7 +502,12 @@ async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) ->
     assert_eq!([a?, b?].iter().filter(|w| **w).count(), 1);
     assert!(
         store
-            .transition_subtask(&conv.id, "w02", &[SubtaskStatus::Pending, SubtaskStatus::Queued], SubtaskStatus::Skipped)
+            .transition_subtask(
+                &conv.id,
+                "w02",
+                &[SubtaskStatus::Pending, SubtaskStatus::Queued],
+                SubtaskStatus::Skipped
+            )
             .await?
     );
     let w02 = store.get_subtask(&conv.id, "w02").await?.context("item missing")?;
@@ -493,7 +524,16 @@ async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()>
     let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
     assert_eq!(rec.checkpoint.as_deref(), Some(r#"{"round":2}"#));
     assert_eq!(rec.status, SubtaskStatus::Running);
-    store.record_result(&conv.id, "w01", &SubtaskResult::Failed { reason: "out of time".into() }, &Usage::default(), &[], 2).await?;
+    store
+        .record_result(
+            &conv.id,
+            "w01",
+            &SubtaskResult::Failed { reason: "out of time".into() },
+            &Usage::default(),
+            &[],
+            2,
+        )
+        .await?;
     store.save_checkpoint(&conv.id, "w01", r#"{"round":3}"#).await?;
     let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
     assert_eq!(rec.checkpoint, None, "a finished subtask keeps no checkpoint");
@@ -520,7 +560,9 @@ mod aws {
         match std::env::var("SWARM_AWS_ENDPOINT") {
             Ok(e) if !e.trim().is_empty() => Ok(Some(e.trim().to_owned())),
             _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-                eprintln!("!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested");
+                eprintln!(
+                    "!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
+                );
                 Ok(None)
             }
             _ => anyhow::bail!(
@@ -541,7 +583,11 @@ mod aws {
             .credentials_provider(Credentials::new("test", "test", None, None, "contract-tests"))
             .build();
         let client = aws_sdk_dynamodb::Client::from_conf(config);
-        let table = format!("contract-{}-{}", test.replace('_', "-").chars().take(60).collect::<String>(), uuid::Uuid::now_v7().simple());
+        let table = format!(
+            "contract-{}-{}",
+            test.replace('_', "-").chars().take(60).collect::<String>(),
+            uuid::Uuid::now_v7().simple()
+        );
         create_table(&client, &table).await?;
         Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
     }

@@ -34,7 +34,8 @@ async fn burst_of_fifty_with_thirty_percent_rate_limits_all_succeed_with_spread_
             max_tokens: None,
         })
         .collect();
-    let results = futures::future::join_all(requests.iter().map(|r| complete_with_retry(&model, r, &policy, deadline))).await;
+    let results =
+        futures::future::join_all(requests.iter().map(|r| complete_with_retry(&model, r, &policy, deadline))).await;
     for (i, r) in results.iter().enumerate() {
         assert!(r.is_ok(), "call {i}: {r:?}");
     }

@@ -49,14 +49,27 @@ fn a_hosted_provider_without_a_key_is_refused() -> Result<()> {
 
 #[test]
 fn local_servers_need_no_key_unless_told_otherwise() -> Result<()> {
-    for base in ["http://localhost:11434/v1", "http://127.0.0.1:8000/v1", "http://ollama:11434/v1", "http://vllm.internal:8000/v1"] {
+    for base in [
+        "http://localhost:11434/v1",
+        "http://127.0.0.1:8000/v1",
+        "http://ollama:11434/v1",
+        "http://vllm.internal:8000/v1",
+    ] {
         let c = load(&[("LLM_BASE_URL", base), ("LLM_MODEL", "qwen2.5:7b")])?.context("configured")?;
         assert_eq!(c.main.api_key, None, "{base}");
     }
-    let e = error_of(&[("LLM_BASE_URL", "http://localhost:11434/v1"), ("LLM_MODEL", "m"), ("LLM_API_KEY_REQUIRED", "true")])?;
+    let e = error_of(&[
+        ("LLM_BASE_URL", "http://localhost:11434/v1"),
+        ("LLM_MODEL", "m"),
+        ("LLM_API_KEY_REQUIRED", "true"),
+    ])?;
     assert!(e.to_string().starts_with("LLM_API_KEY: missing"));
-    let c = load(&[("LLM_BASE_URL", "https://gateway.example.com/v1"), ("LLM_MODEL", "m"), ("LLM_API_KEY_REQUIRED", "false")])?
-        .context("configured")?;
+    let c = load(&[
+        ("LLM_BASE_URL", "https://gateway.example.com/v1"),
+        ("LLM_MODEL", "m"),
+        ("LLM_API_KEY_REQUIRED", "false"),
+    ])?
+    .context("configured")?;
     assert_eq!(c.main.api_key, None);
     Ok(())
 }
@@ -143,16 +156,26 @@ fn the_sub_model_shares_the_main_endpoint_and_key_on_the_same_host() -> Result<(
 
 #[test]
 fn the_main_key_is_never_sent_to_another_host() -> Result<()> {
-    let other = [MOONSHOT, KEY, MODEL, ("LLM_SUB_MODEL", "deepseek-chat"), ("LLM_SUB_BASE_URL", "https://api.deepseek.com/v1")];
+    let other =
+        [MOONSHOT, KEY, MODEL, ("LLM_SUB_MODEL", "deepseek-chat"), ("LLM_SUB_BASE_URL", "https://api.deepseek.com/v1")];
     let e = error_of(&other)?;
     assert!(e.to_string().starts_with("LLM_SUB_API_KEY: missing; api.deepseek.com needs an API key"), "{e}");
     let mut with_key = other.to_vec();
     with_key.push(("LLM_SUB_API_KEY", "sk-deepseek-0123456789ab"));
     let c = LlmConfig::from_lookup(lookup(&with_key))?.context("configured")?;
-    assert_eq!(c.sub.and_then(|s| s.api_key).map(|k| k.expose().to_owned()).as_deref(), Some("sk-deepseek-0123456789ab"));
+    assert_eq!(
+        c.sub.and_then(|s| s.api_key).map(|k| k.expose().to_owned()).as_deref(),
+        Some("sk-deepseek-0123456789ab")
+    );
     // A local sub model needs no key at all.
-    let c = load(&[MOONSHOT, KEY, MODEL, ("LLM_SUB_MODEL", "qwen2.5:7b"), ("LLM_SUB_BASE_URL", "http://localhost:11434/v1")])?
-        .context("configured")?;
+    let c = load(&[
+        MOONSHOT,
+        KEY,
+        MODEL,
+        ("LLM_SUB_MODEL", "qwen2.5:7b"),
+        ("LLM_SUB_BASE_URL", "http://localhost:11434/v1"),
+    ])?
+    .context("configured")?;
     assert_eq!(c.sub.context("sub")?.api_key, None);
     Ok(())
 }

@@ -10,7 +10,9 @@ use shared::llm::config::{LlmEndpoint, SecretString};
 use shared::llm::http::HttpChatModel;
 use shared::llm::pricing::{ModelPrice, PriceTable};
 use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
-use shared::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall, ToolSpec};
+use shared::ports::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall, ToolSpec,
+};
 
 const CASES: &str = include_str!("../../tests/fixtures/llm-responses.jsonl");
 
@@ -89,10 +91,7 @@ async fn openai_parallel_tool_calls_come_back_in_order_with_ids_verbatim_and_pri
     let r = m.complete(&work_request()).await?;
     assert_eq!(
         calls(&r),
-        vec![
-            ("call_a1", "get_order", r#"{"order_id":"A1029"}"#),
-            ("call_b2", "check_coupon", r#"{"code":"SAVE20"}"#),
-        ]
+        vec![("call_a1", "get_order", r#"{"order_id":"A1029"}"#), ("call_b2", "check_coupon", r#"{"code":"SAVE20"}"#),]
     );
     assert_eq!(r.content, None);
     assert_eq!(r.finish_reason, FinishReason::ToolCalls);
@@ -106,7 +105,10 @@ async fn openai_parallel_tool_calls_come_back_in_order_with_ids_verbatim_and_pri
 
 #[tokio::test]
 async fn kimi_ids_with_dots_and_colons_are_kept_and_echoed_back_as_tool_call_ids() -> Result<()> {
-    let final_answer = ScriptedResponse::json(200, &json!({"choices": [{"message": {"content": "A1031 is in transit."}, "finish_reason": "stop"}]}));
+    let final_answer = ScriptedResponse::json(
+        200,
+        &json!({"choices": [{"message": {"content": "A1031 is in transit."}, "finish_reason": "stop"}]}),
+    );
     let (mock, m) = serve(vec![case("kimi-style-ids-empty-content")?, final_answer]).await?;
     let mut request = work_request();
     let r = m.complete(&request).await?;
@@ -120,9 +122,15 @@ async fn kimi_ids_with_dots_and_colons_are_kept_and_echoed_back_as_tool_call_ids
     assert_eq!(r.content, None, "empty content is no text");
     assert_eq!(r.usage, usage(Some(88), Some(40), Some(64)));
 
-    request.messages.push(ChatMessage::Assistant { content: r.content.clone(), tool_calls: r.tool_calls.clone(), reasoning_content: None });
+    request.messages.push(ChatMessage::Assistant {
+        content: r.content.clone(),
+        tool_calls: r.tool_calls.clone(),
+        reasoning_content: None,
+    });
     for c in &r.tool_calls {
-        request.messages.push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: "{\"status\":\"in transit\"}".into() });
+        request
+            .messages
+            .push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: "{\"status\":\"in transit\"}".into() });
     }
     let second = m.complete(&request).await?;
     assert_eq!(second.content.as_deref(), Some("A1031 is in transit."));
@@ -150,13 +158,20 @@ async fn deepseek_reasoning_is_kept_aside_and_sent_back_only_where_the_endpoint_
         reasoning_content: r.reasoning_content.clone(),
     });
     next.messages.push(ChatMessage::Tool { tool_call_id: "call_0_1f".into(), content: "{}".into() });
-    for (send_reasoning, expected) in [(true, json!("The user wants the order status, I should call get_order.")), (false, Value::Null)] {
+    for (send_reasoning, expected) in
+        [(true, json!("The user wants the order status, I should call get_order.")), (false, Value::Null)]
+    {
         let (_, mock) = MockLlm::start(MockConfig::default()).await?;
-        let m = HttpChatModel::new(&endpoint(&mock, send_reasoning), Duration::from_secs(10), 4, PriceTable::default())?;
+        let m =
+            HttpChatModel::new(&endpoint(&mock, send_reasoning), Duration::from_secs(10), 4, PriceTable::default())?;
         m.complete(&next).await?;
         let assistant = &mock.bodies()[0]["messages"][2];
         assert_eq!(assistant["role"], "assistant");
-        assert_eq!(assistant.get("reasoning_content").cloned().unwrap_or(Value::Null), expected, "send_reasoning={send_reasoning}");
+        assert_eq!(
+            assistant.get("reasoning_content").cloned().unwrap_or(Value::Null),
+            expected,
+            "send_reasoning={send_reasoning}"
+        );
     }
     Ok(())
 }
@@ -298,10 +313,17 @@ async fn work_requests_carry_tools_and_openai_tool_calls_while_others_carry_no_t
     let mut work = work_request();
     work.messages.push(ChatMessage::Assistant {
         content: Some(String::new()),
-        tool_calls: vec![ToolCall { id: "functions.get_order:0".into(), name: "get_order".into(), arguments: String::new() }],
+        tool_calls: vec![ToolCall {
+            id: "functions.get_order:0".into(),
+            name: "get_order".into(),
+            arguments: String::new(),
+        }],
         reasoning_content: Some("thinking".into()),
     });
-    work.messages.push(ChatMessage::Tool { tool_call_id: "functions.get_order:0".into(), content: "{\"status\":\"shipped\"}".into() });
+    work.messages.push(ChatMessage::Tool {
+        tool_call_id: "functions.get_order:0".into(),
+        content: "{\"status\":\"shipped\"}".into(),
+    });
     m.complete(&work).await?;
     let plan = ChatRequest { purpose: Purpose::Plan, max_tokens: None, ..work_request() };
     m.complete(&plan).await?;
@@ -321,7 +343,10 @@ async fn work_requests_carry_tools_and_openai_tool_calls_while_others_carry_no_t
         json!({"role": "assistant", "content": null,
             "tool_calls": [{"id": "functions.get_order:0", "type": "function", "function": {"name": "get_order", "arguments": "{}"}}]})
     );
-    assert_eq!(w["messages"][3], json!({"role": "tool", "tool_call_id": "functions.get_order:0", "content": "{\"status\":\"shipped\"}"}));
+    assert_eq!(
+        w["messages"][3],
+        json!({"role": "tool", "tool_call_id": "functions.get_order:0", "content": "{\"status\":\"shipped\"}"})
+    );
     let p = &bodies[1];
     assert!(p.get("tools").is_none(), "the plan prompt lists the tools itself");
     assert!(p.get("max_tokens").is_none());
@@ -331,8 +356,14 @@ async fn work_requests_carry_tools_and_openai_tool_calls_while_others_carry_no_t
 
 #[tokio::test]
 async fn unknown_finish_reason_is_kept_with_text_and_transient_without_anything() -> Result<()> {
-    let with_text = ScriptedResponse::json(200, &json!({"choices": [{"message": {"content": "ok"}, "finish_reason": "insufficient_system_resource"}]}));
-    let empty = ScriptedResponse::json(200, &json!({"choices": [{"message": {"content": ""}, "finish_reason": "insufficient_system_resource"}]}));
+    let with_text = ScriptedResponse::json(
+        200,
+        &json!({"choices": [{"message": {"content": "ok"}, "finish_reason": "insufficient_system_resource"}]}),
+    );
+    let empty = ScriptedResponse::json(
+        200,
+        &json!({"choices": [{"message": {"content": ""}, "finish_reason": "insufficient_system_resource"}]}),
+    );
     let (_mock, m) = serve(vec![with_text, empty]).await?;
     let r = m.complete(&work_request()).await?;
     assert_eq!(r.finish_reason, FinishReason::Other("insufficient_system_resource".into()));
@@ -344,7 +375,8 @@ async fn unknown_finish_reason_is_kept_with_text_and_transient_without_anything(
 
 #[tokio::test]
 async fn malformed_and_choiceless_bodies_are_transient() -> Result<()> {
-    let truncated = ScriptedResponse { status: 200, headers: vec![], body: r#"{"choices":[{"message":{"content":"Your or"#.into() };
+    let truncated =
+        ScriptedResponse { status: 200, headers: vec![], body: r#"{"choices":[{"message":{"content":"Your or"#.into() };
     let no_choices = ScriptedResponse::json(200, &json!({"id": "x", "choices": []}));
     let (_mock, m) = serve(vec![truncated, no_choices]).await?;
     for _ in 0..2 {
@@ -362,17 +394,26 @@ async fn a_refused_connection_is_transient() -> Result<()> {
     let ep = LlmEndpoint::new(format!("http://{addr}/v1"), None, "m");
     let m = HttpChatModel::new(&ep, Duration::from_secs(5), 4, PriceTable::default())?;
     let e = m.complete(&work_request()).await.err().context("expected an error")?;
-    assert!(matches!(&e, LlmError::Transient { status: None, message } if message.starts_with("connection failed")), "{e:?}");
+    assert!(
+        matches!(&e, LlmError::Transient { status: None, message } if message.starts_with("connection failed")),
+        "{e:?}"
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn a_hanging_server_times_out_as_transient() -> Result<()> {
-    let config = MockConfig { faults: Faults { hang: 1.0, hang_for: Duration::from_secs(30), ..Faults::default() }, ..MockConfig::default() };
+    let config = MockConfig {
+        faults: Faults { hang: 1.0, hang_for: Duration::from_secs(30), ..Faults::default() },
+        ..MockConfig::default()
+    };
     let (_, mock) = MockLlm::start(config).await?;
     let m = HttpChatModel::new(&endpoint(&mock, false), Duration::from_millis(300), 4, PriceTable::default())?;
     let e = m.complete(&work_request()).await.err().context("expected an error")?;
-    assert!(matches!(&e, LlmError::Transient { status: None, message } if message.starts_with("no answer within 300ms")), "{e:?}");
+    assert!(
+        matches!(&e, LlmError::Transient { status: None, message } if message.starts_with("no answer within 300ms")),
+        "{e:?}"
+    );
     Ok(())
 }
 
@@ -397,7 +438,9 @@ async fn a_rate_limit_halves_the_in_flight_cap() -> Result<()> {
     let m = HttpChatModel::new(&endpoint(&mock, false), Duration::from_secs(10), 8, PriceTable::default())?;
     assert_eq!(m.in_flight_limit(), 8);
     let e = m.complete(&work_request()).await.err().context("expected an error")?;
-    assert!(matches!(e, LlmError::RateLimited { status: 429, retry_after: Some(d), .. } if d == Duration::from_secs(1)));
+    assert!(
+        matches!(e, LlmError::RateLimited { status: 429, retry_after: Some(d), .. } if d == Duration::from_secs(1))
+    );
     assert_eq!(m.in_flight_limit(), 4);
     Ok(())
 }

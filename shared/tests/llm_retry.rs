@@ -113,7 +113,8 @@ async fn retry_after_of_three_seconds_delays_the_next_attempt_past_three_seconds
 
 #[tokio::test(start_paused = true)]
 async fn transient_failures_back_off_within_the_doubling_cap_then_succeed() -> Result<()> {
-    let policy = RetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(4) };
+    let policy =
+        RetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(4) };
     let model = Scripted::new(vec![transient(), transient(), transient(), transient(), transient(), ok()]);
     complete_with_retry(&model, &request(), &policy, far()).await?;
     let calls = model.calls();
@@ -136,11 +137,13 @@ async fn attempts_stop_at_the_maximum_with_the_last_error() -> Result<()> {
 
 #[tokio::test(start_paused = true)]
 async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
-    let permanent: Outcome = Box::new(|| Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() }));
+    let permanent: Outcome =
+        Box::new(|| Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() }));
     let context: Outcome = Box::new(|| Err(LlmError::ContextLength { status: 400, message: "too long".into() }));
     for (outcome, want_status) in [(permanent, 401), (context, 400)] {
         let model = Scripted::new(vec![outcome, ok()]);
-        let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), far()).await.err().context("must fail")?;
+        let e =
+            complete_with_retry(&model, &request(), &RetryPolicy::default(), far()).await.err().context("must fail")?;
         let status = match e {
             CallError::Failed(LlmError::Permanent { status, .. } | LlmError::ContextLength { status, .. }) => status,
             other => panic!("unexpected {other:?}"),
@@ -185,7 +188,8 @@ async fn retries_never_sleep_past_the_deadline() -> Result<()> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(4);
     let model = Scripted::new((0..20).map(|_| transient()).collect());
-    let policy = RetryPolicy { max_attempts: 20, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(8) };
+    let policy =
+        RetryPolicy { max_attempts: 20, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(8) };
     let e = complete_with_retry(&model, &request(), &policy, deadline).await.err().context("must fail")?;
     assert!(matches!(e, CallError::OutOfTime { last: Some(LlmError::Transient { .. }) }), "{e:?}");
     assert!(Instant::now() <= deadline);
@@ -196,7 +200,10 @@ async fn retries_never_sleep_past_the_deadline() -> Result<()> {
 #[tokio::test(start_paused = true)]
 async fn a_deadline_already_passed_makes_no_call() -> Result<()> {
     let model = Scripted::new(vec![ok()]);
-    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), Instant::now()).await.err().context("must fail")?;
+    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), Instant::now())
+        .await
+        .err()
+        .context("must fail")?;
     assert!(matches!(e, CallError::OutOfTime { last: None }), "{e:?}");
     assert!(model.calls().is_empty());
     Ok(())

@@ -24,7 +24,11 @@ fn calls(ids: &[&str]) -> ChatMessage {
         content: None,
         tool_calls: ids
             .iter()
-            .map(|id| ToolCall { id: (*id).into(), name: "get_order".into(), arguments: format!("{{\"order_id\":\"{id}\"}}") })
+            .map(|id| ToolCall {
+                id: (*id).into(),
+                name: "get_order".into(),
+                arguments: format!("{{\"order_id\":\"{id}\"}}"),
+            })
             .collect(),
         reasoning_content: None,
     }
@@ -207,7 +211,10 @@ async fn an_earlier_summary_is_folded_into_the_new_one() -> Result<()> {
     let sub = Summariser::new("order 9 refunded; orders 0-2 shipped");
     let out = compress(&t, 3, estimate_tokens(&t[..3]) + 400, &sub, deadline()).await?;
     check_pairing(&out)?;
-    let summaries = out.iter().filter(|m| matches!(m, ChatMessage::User { content } if content.starts_with(SUMMARY_MARKER))).count();
+    let summaries = out
+        .iter()
+        .filter(|m| matches!(m, ChatMessage::User { content } if content.starts_with(SUMMARY_MARKER)))
+        .count();
     assert_eq!(summaries, 1);
     let shown = match &sub.seen()[0].messages[1] {
         ChatMessage::User { content } => content.clone(),

@@ -26,10 +26,25 @@ fn spec(name: &str, description: &str, properties: Value, required: &[&str]) -> 
 fn catalogue() -> Vec<ToolSpec> {
     let s = json!({"type": "string"});
     vec![
-        spec("get_order", "Look up one of the customer's orders by order id: status, items, totals, shipment summary.", json!({"order_id": s}), &["order_id"]),
+        spec(
+            "get_order",
+            "Look up one of the customer's orders by order id: status, items, totals, shipment summary.",
+            json!({"order_id": s}),
+            &["order_id"],
+        ),
         spec("list_customer_orders", "List the customer's orders, newest first.", json!({}), &[]),
-        spec("track_shipment", "Track a parcel by order id: carrier, events, ETA, whether it is late.", json!({"order_id": s, "tracking_no": s}), &[]),
-        spec("get_product", "Find a product by SKU or name: price, stock, restock date.", json!({"sku": s, "name": s}), &[]),
+        spec(
+            "track_shipment",
+            "Track a parcel by order id: carrier, events, ETA, whether it is late.",
+            json!({"order_id": s, "tracking_no": s}),
+            &[],
+        ),
+        spec(
+            "get_product",
+            "Find a product by SKU or name: price, stock, restock date.",
+            json!({"sku": s, "name": s}),
+            &[],
+        ),
         spec(
             "check_coupon",
             "Check whether a coupon code is usable, optionally for a product and quantity.",
@@ -37,7 +52,12 @@ fn catalogue() -> Vec<ToolSpec> {
             &["code"],
         ),
         spec("get_refund_policy", "The refund policy.", json!({}), &[]),
-        spec("refund", "Refund a delivered order within the refund window.", json!({"order_id": s, "amount": {"type": "number"}, "reason": s}), &["order_id"]),
+        spec(
+            "refund",
+            "Refund a delivered order within the refund window.",
+            json!({"order_id": s, "amount": {"type": "number"}, "reason": s}),
+            &["order_id"],
+        ),
     ]
 }
 
@@ -62,7 +82,10 @@ impl FakeShop {
     }
 
     fn order(&self, id: &str) -> Option<Value> {
-        self.list("orders").into_iter().find(|o| o["order_id"].as_str().is_some_and(|x| x.eq_ignore_ascii_case(id)) && o["customer_id"] == self.customer.as_str())
+        self.list("orders").into_iter().find(|o| {
+            o["order_id"].as_str().is_some_and(|x| x.eq_ignore_ascii_case(id))
+                && o["customer_id"] == self.customer.as_str()
+        })
     }
 
     fn shipment_view(&self, order_id: &str) -> Option<Value> {
@@ -94,7 +117,11 @@ impl FakeShop {
                         let en = p["name"].as_str().unwrap_or("").to_lowercase();
                         let zh = p["name_zh"].as_str().unwrap_or("");
                         let exact = usize::from(en == name.to_lowercase()) * 100;
-                        let words = name.to_lowercase().split_whitespace().filter(|w| en.split_whitespace().any(|x| x == *w)).count();
+                        let words = name
+                            .to_lowercase()
+                            .split_whitespace()
+                            .filter(|w| en.split_whitespace().any(|x| x == *w))
+                            .count();
                         exact + words * 10 + usize::from(zh.contains(name)) * 50
                     }
                     _ => 0,
@@ -118,7 +145,8 @@ impl FakeShop {
             "get_order" => {
                 let id = arg("order_id").unwrap_or_default();
                 let Some(mut o) = self.order(&id) else { return json!({"error": format!("order {id} not found")}) };
-                let refunded = o["refunded"].as_f64().unwrap_or(0.0) + if self.refunds.contains(&id) { 797.0 } else { 0.0 };
+                let refunded =
+                    o["refunded"].as_f64().unwrap_or(0.0) + if self.refunds.contains(&id) { 797.0 } else { 0.0 };
                 o["refundable"] = json!(o["paid"].as_f64().unwrap_or(0.0) - refunded);
                 if let Some(t) = self.shipment_view(o["order_id"].as_str().unwrap_or("")) {
                     o["shipment"] = json!({"carrier": t["carrier"], "status": t["status"], "latest_event": t["latest_event"], "eta": t["eta"], "eta_passed": t["eta_passed"]});
@@ -184,21 +212,32 @@ impl FakeShop {
         {
             reasons.push(format!("the minimum spend for {code} is {min} CNY; this basket is {total} CNY"));
         }
-        let cats: Vec<String> = c["categories"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        let cats: Vec<String> = c["categories"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
         if let Some(p) = &product
             && !cats.is_empty()
             && !cats.iter().any(|k| p["category"] == k.as_str())
         {
             reasons.push(format!("{code} applies only to {} products", cats.join(", ")));
         }
-        if c["first_order_only"] == true && !self.list("orders").iter().all(|o| o["customer_id"] != self.customer.as_str()) {
+        if c["first_order_only"] == true
+            && !self.list("orders").iter().all(|o| o["customer_id"] != self.customer.as_str())
+        {
             reasons.push(format!("{code} is for a customer's first order only, and this customer already has orders"));
         }
         if c["used_by"].as_array().is_some_and(|u| u.iter().any(|x| x == self.customer.as_str())) {
             reasons.push(format!("{code} was already used by this customer"));
         }
         let usable = reasons.is_empty();
-        let discount = basket.filter(|_| usable).map(|t| if c["kind"] == "percent" { t * c["value"].as_f64().unwrap_or(0.0) / 100.0 } else { c["value"].as_f64().unwrap_or(0.0) });
+        let discount = basket.filter(|_| usable).map(|t| {
+            if c["kind"] == "percent" {
+                t * c["value"].as_f64().unwrap_or(0.0) / 100.0
+            } else {
+                c["value"].as_f64().unwrap_or(0.0)
+            }
+        });
         json!({"code": code, "exists": true, "usable": usable, "reasons": reasons, "kind": c["kind"], "value": c["value"],
                "min_spend": c["min_spend"], "valid_until": c["valid_until"], "categories": cats,
                "first_order_only": c["first_order_only"].as_bool().unwrap_or(false), "discount": discount, "order_total": basket, "currency": "CNY"})
@@ -230,7 +269,12 @@ impl Run {
 }
 
 async fn plan(model: &OfflineModel, query: &str) -> Vec<Subtask> {
-    let request = ChatRequest { purpose: Purpose::Plan, messages: plan_messages(query, &catalogue()), tools: catalogue(), max_tokens: None };
+    let request = ChatRequest {
+        purpose: Purpose::Plan,
+        messages: plan_messages(query, &catalogue()),
+        tools: catalogue(),
+        max_tokens: None,
+    };
     let response = model.complete(&request).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::Stop);
     assert!(response.usage.is_empty(), "usage must be unknown");
@@ -244,7 +288,12 @@ async fn work(model: &OfflineModel, shop: &mut FakeShop, query: &str, subtask: &
     let mut messages = work_messages(query, &subtask.id, &subtask.instruction, &[]);
     let mut calls: Vec<Call> = Vec::new();
     for round in 1..=10 {
-        let request = ChatRequest { purpose: Purpose::Work, messages: messages.clone(), tools: offered.clone(), max_tokens: None };
+        let request = ChatRequest {
+            purpose: Purpose::Work,
+            messages: messages.clone(),
+            tools: offered.clone(),
+            max_tokens: None,
+        };
         let response = model.complete(&request).await.unwrap();
         assert!(response.usage.is_empty());
         if response.tool_calls.is_empty() {
@@ -253,7 +302,11 @@ async fn work(model: &OfflineModel, shop: &mut FakeShop, query: &str, subtask: &
         }
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         assert_eq!(response.content, None);
-        messages.push(ChatMessage::Assistant { content: None, tool_calls: response.tool_calls.clone(), reasoning_content: None });
+        messages.push(ChatMessage::Assistant {
+            content: None,
+            tool_calls: response.tool_calls.clone(),
+            reasoning_content: None,
+        });
         for c in &response.tool_calls {
             assert!(offered.iter().any(|t| t.name == c.name), "{} was not offered to {}", c.name, subtask.id);
             assert!(!calls.iter().any(|x| x.id == c.id), "call id {} reused", c.id);
@@ -268,7 +321,12 @@ async fn work(model: &OfflineModel, shop: &mut FakeShop, query: &str, subtask: &
 }
 
 async fn reply(model: &OfflineModel, query: &str, input: &ReplyInput) -> String {
-    let request = ChatRequest { purpose: Purpose::Reply, messages: reply_messages(query, input), tools: vec![], max_tokens: None };
+    let request = ChatRequest {
+        purpose: Purpose::Reply,
+        messages: reply_messages(query, input),
+        tools: vec![],
+        max_tokens: None,
+    };
     let response = model.complete(&request).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::Stop);
     response.content.unwrap()
@@ -282,7 +340,13 @@ async fn run(query: &str, customer: &str) -> Run {
     let mut results = Vec::new();
     for s in &plan {
         let (calls, answer) = work(&model, &mut shop, query, s).await;
-        results.push(ReplyItem { id: s.id.clone(), instruction: s.instruction.clone(), status: "succeeded".into(), answer: Some(answer.clone()), problem: None });
+        results.push(ReplyItem {
+            id: s.id.clone(),
+            instruction: s.instruction.clone(),
+            status: "succeeded".into(),
+            answer: Some(answer.clone()),
+            problem: None,
+        });
         work_done.insert(s.id.clone(), (calls, answer));
     }
     let reply = reply(&model, query, &ReplyInput { results, notes: vec![] }).await;
@@ -355,7 +419,11 @@ async fn every_case_reply_names_the_expected_facts_and_carries_the_offline_label
                 Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
                 other => vec![other.as_str().unwrap()],
             };
-            assert!(options.iter().any(|o| lower.contains(&o.to_lowercase())), "{id}: none of {options:?} in reply:\n{}", run.reply);
+            assert!(
+                options.iter().any(|o| lower.contains(&o.to_lowercase())),
+                "{id}: none of {options:?} in reply:\n{}",
+                run.reply
+            );
         }
         assert!(run.reply.trim_end().ends_with(OFFLINE_LABEL), "{id}: reply without the label:\n{}", run.reply);
         if let Some(max) = c["expect"]["max_tool_calls"].as_u64() {
@@ -382,8 +450,15 @@ async fn the_latest_order_is_found_first_and_then_its_parcel_is_tracked() {
     assert_eq!(run.plan.len(), 1);
     let calls = run.calls();
     let seen: Vec<(usize, &str, &Value)> = calls.iter().map(|c| (c.round, bare(&c.name), &c.args)).collect();
-    assert_eq!(seen, vec![(1, "list_customer_orders", &json!({})), (2, "track_shipment", &json!({"order_id": "A1003"}))]);
-    assert!(run.reply.contains("Your most recent order is A1003") && run.reply.contains("ZTO Express"), "{}", run.reply);
+    assert_eq!(
+        seen,
+        vec![(1, "list_customer_orders", &json!({})), (2, "track_shipment", &json!({"order_id": "A1003"}))]
+    );
+    assert!(
+        run.reply.contains("Your most recent order is A1003") && run.reply.contains("ZTO Express"),
+        "{}",
+        run.reply
+    );
 }
 
 #[tokio::test]
@@ -440,7 +515,11 @@ async fn a_refund_is_made_once_after_looking_at_the_order() {
 #[tokio::test]
 async fn a_refund_the_shop_refuses_is_reported_with_the_shops_reason() {
     let run = run_case("q06").await;
-    assert!(run.reply.contains("The refund of order A1032 was not made: order A1032 is SHIPPED, not delivered"), "{}", run.reply);
+    assert!(
+        run.reply.contains("The refund of order A1032 was not made: order A1032 is SHIPPED, not delivered"),
+        "{}",
+        run.reply
+    );
     assert!(!run.reply.contains("was refunded"));
 }
 
@@ -456,7 +535,11 @@ async fn an_overdue_parcel_is_called_overdue_and_the_jacket_restock_date_is_give
     let run = run_case("q02").await;
     assert!(run.reply.contains("SF Express") && run.reply.contains("in transit in Suzhou"), "{}", run.reply);
     assert!(run.reply.contains("overdue"), "{}", run.reply);
-    assert!(run.reply.contains("Navy Down Jacket L (SKU-1011) is out of stock; it is expected back in stock on 2026-12-28"), "{}", run.reply);
+    assert!(
+        run.reply.contains("Navy Down Jacket L (SKU-1011) is out of stock; it is expected back in stock on 2026-12-28"),
+        "{}",
+        run.reply
+    );
 }
 
 #[tokio::test]
@@ -485,16 +568,28 @@ async fn a_compressed_transcript_is_finished_without_repeating_calls() {
     let offered: Vec<ToolSpec> = catalogue().into_iter().filter(|t| subtask.tools.contains(&t.name)).collect();
     let mut messages = work_messages(query, &subtask.id, &subtask.instruction, &[]);
     for _ in 0..2 {
-        let request = ChatRequest { purpose: Purpose::Work, messages: messages.clone(), tools: offered.clone(), max_tokens: None };
+        let request = ChatRequest {
+            purpose: Purpose::Work,
+            messages: messages.clone(),
+            tools: offered.clone(),
+            max_tokens: None,
+        };
         let response = model.complete(&request).await.unwrap();
-        messages.push(ChatMessage::Assistant { content: None, tool_calls: response.tool_calls.clone(), reasoning_content: None });
+        messages.push(ChatMessage::Assistant {
+            content: None,
+            tool_calls: response.tool_calls.clone(),
+            reasoning_content: None,
+        });
         for c in &response.tool_calls {
             let result = shop.call(&c.name, &serde_json::from_str(&c.arguments).unwrap());
             messages.push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: result.to_string() });
         }
     }
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    let compressed = shared::llm::transcript::compress(&messages, shared::prompts::WORK_LEADING_MESSAGES, 10, &model, deadline).await.unwrap();
+    let compressed =
+        shared::llm::transcript::compress(&messages, shared::prompts::WORK_LEADING_MESSAGES, 10, &model, deadline)
+            .await
+            .unwrap();
     assert!(compressed.len() < messages.len(), "nothing was compressed");
     let request = ChatRequest { purpose: Purpose::Work, messages: compressed, tools: offered, max_tokens: None };
     let response = model.complete(&request).await.unwrap();
@@ -507,13 +602,30 @@ async fn a_compressed_transcript_is_finished_without_repeating_calls() {
 async fn a_failed_subtasks_problem_text_never_reaches_the_reply() {
     let input = ReplyInput {
         results: vec![
-            ReplyItem { id: "w01".into(), instruction: "Check the status of order A1029.".into(), status: "succeeded".into(), answer: Some("Order A1029 is paid.".into()), problem: None },
-            ReplyItem { id: "w02".into(), instruction: "Check whether coupon SAVE20 can be used.".into(), status: "failed".into(), answer: None, problem: Some("ToolError::Unavailable: 502 from upstream shop".into()) },
+            ReplyItem {
+                id: "w01".into(),
+                instruction: "Check the status of order A1029.".into(),
+                status: "succeeded".into(),
+                answer: Some("Order A1029 is paid.".into()),
+                problem: None,
+            },
+            ReplyItem {
+                id: "w02".into(),
+                instruction: "Check whether coupon SAVE20 can be used.".into(),
+                status: "failed".into(),
+                answer: None,
+                problem: Some("ToolError::Unavailable: 502 from upstream shop".into()),
+            },
         ],
         notes: vec![],
     };
     let text = reply(&OfflineModel::new(), "A1029? SAVE20?", &input).await;
-    assert_eq!(text, format!("Order A1029 is paid.\n\nI could not check whether coupon SAVE20 can be used right now.\n\n{OFFLINE_LABEL}"));
+    assert_eq!(
+        text,
+        format!(
+            "Order A1029 is paid.\n\nI could not check whether coupon SAVE20 can be used right now.\n\n{OFFLINE_LABEL}"
+        )
+    );
 }
 
 #[tokio::test]
@@ -521,7 +633,12 @@ async fn the_same_request_always_gets_the_same_answer() {
     let c = case("q11");
     let query = c["query"].as_str().unwrap();
     let model = OfflineModel::new();
-    let request = ChatRequest { purpose: Purpose::Plan, messages: plan_messages(query, &catalogue()), tools: catalogue(), max_tokens: None };
+    let request = ChatRequest {
+        purpose: Purpose::Plan,
+        messages: plan_messages(query, &catalogue()),
+        tools: catalogue(),
+        max_tokens: None,
+    };
     let first = model.complete(&request).await.unwrap();
     for _ in 0..5 {
         assert_eq!(model.complete(&request).await.unwrap(), first);
@@ -530,15 +647,17 @@ async fn the_same_request_always_gets_the_same_answer() {
     assert_eq!(model.label(), "offline model");
 }
 
-
-
-
 #[tokio::test]
 async fn a_hundred_plans_of_the_longest_case_take_well_under_a_second() {
     // Release builds take tens of microseconds per plan; the bound leaves room for debug builds on a busy machine.
     let query = case("q11")["query"].as_str().unwrap().to_owned();
     let model = OfflineModel::new();
-    let request = ChatRequest { purpose: Purpose::Plan, messages: plan_messages(&query, &catalogue()), tools: catalogue(), max_tokens: None };
+    let request = ChatRequest {
+        purpose: Purpose::Plan,
+        messages: plan_messages(&query, &catalogue()),
+        tools: catalogue(),
+        max_tokens: None,
+    };
     let started = std::time::Instant::now();
     for _ in 0..100 {
         model.complete(&request).await.unwrap();

@@ -7,11 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
+use shared::domain::{
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+};
 use shared::llm::config::Models;
 use shared::llm::offline::OfflineModel;
-use shared::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
-use shared::domain::{Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
 use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+use shared::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
 use shared::view::ConversationView;
 
 /// One line of `fixtures/queries.jsonl`.
@@ -177,7 +179,9 @@ fn subtask_text(request: &ChatRequest) -> String {
         .messages
         .iter()
         .filter_map(|m| match m {
-            ChatMessage::User { content } if content.starts_with(shared::prompts::SUBTASK_MARKER) => Some(content.clone()),
+            ChatMessage::User { content } if content.starts_with(shared::prompts::SUBTASK_MARKER) => {
+                Some(content.clone())
+            }
             _ => None,
         })
         .next_back()
@@ -245,10 +249,21 @@ impl ConversationStore for FlakyStore {
     async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
         self.inner.get_conversation(id).await
     }
-    async fn start_run(&self, id: &ConversationId, s: &[SubtaskRecord], n: &[String], u: &Usage) -> Result<bool, StoreError> {
+    async fn start_run(
+        &self,
+        id: &ConversationId,
+        s: &[SubtaskRecord],
+        n: &[String],
+        u: &Usage,
+    ) -> Result<bool, StoreError> {
         self.inner.start_run(id, s, n, u).await
     }
-    async fn transition_conversation(&self, id: &ConversationId, f: ConversationStatus, t: ConversationStatus) -> Result<bool, StoreError> {
+    async fn transition_conversation(
+        &self,
+        id: &ConversationId,
+        f: ConversationStatus,
+        t: ConversationStatus,
+    ) -> Result<bool, StoreError> {
         self.inner.transition_conversation(id, f, t).await
     }
     async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
@@ -263,7 +278,13 @@ impl ConversationStore for FlakyStore {
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
         self.inner.list_subtasks(id).await
     }
-    async fn transition_subtask(&self, id: &ConversationId, s: &str, f: &[SubtaskStatus], t: SubtaskStatus) -> Result<bool, StoreError> {
+    async fn transition_subtask(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        f: &[SubtaskStatus],
+        t: SubtaskStatus,
+    ) -> Result<bool, StoreError> {
         self.inner.transition_subtask(id, s, f, t).await
     }
     async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
@@ -275,7 +296,15 @@ impl ConversationStore for FlakyStore {
     async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
         self.inner.save_checkpoint(id, s, c).await
     }
-    async fn record_result(&self, id: &ConversationId, s: &str, r: &SubtaskResult, u: &Usage, t: &[String], now: i64) -> Result<RecordOutcome, StoreError> {
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        r: &SubtaskResult,
+        u: &Usage,
+        t: &[String],
+        now: i64,
+    ) -> Result<RecordOutcome, StoreError> {
         self.inner.record_result(id, s, r, u, t, now).await
     }
     async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {

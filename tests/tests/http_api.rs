@@ -55,7 +55,8 @@ async fn http_api_creates_and_reports_a_conversation() {
     assert_eq!(bad.status().as_u16(), 400);
     let err: serde_json::Value = bad.json().await.unwrap();
     assert_eq!(err["error"]["code"], "bad_json");
-    let missing = client.get(format!("{base}/conversations/{}", "01900000-0000-7000-8000-000000000000")).send().await.unwrap();
+    let missing =
+        client.get(format!("{base}/conversations/{}", "01900000-0000-7000-8000-000000000000")).send().await.unwrap();
     assert_eq!(missing.status().as_u16(), 404);
     server.abort();
 }

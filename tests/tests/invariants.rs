@@ -7,7 +7,7 @@ use shared::domain::ConversationId;
 use shared::llm::offline::OfflineModel;
 use shared::ports::ConversationStore;
 use swarm_local::{LocalStack, StackOptions};
-use swarm_tests::{FlakyStore, CountingModel, ScriptedModel, case, models_of, unmet_expectations};
+use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
 
 async fn ask(stack: &LocalStack, message: &str, customer: &str) -> shared::view::ConversationView {
     let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
@@ -20,7 +20,9 @@ async fn ask(stack: &LocalStack, message: &str, customer: &str) -> shared::view:
 async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
     let case = case("q11");
     let single = CountingModel::new(Arc::new(OfflineModel::new()));
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(single.clone())), ..StackOptions::default() }).await.unwrap();
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(single.clone())), ..StackOptions::default() })
+        .await
+        .unwrap();
     let baseline = ask(&stack, &case.query, &case.customer_id).await;
     stack.shutdown().await;
 
@@ -38,8 +40,14 @@ async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
     assert_eq!(view.progress.finished, 5, "each subtask counted exactly once");
     assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"));
     let counters = stack.counters();
-    assert!(counters.worker_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 10, "every message was delivered twice");
-    assert!(counters.aggregator_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 2, "the stream trigger fired twice");
+    assert!(
+        counters.worker_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 10,
+        "every message was delivered twice"
+    );
+    assert!(
+        counters.aggregator_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "the stream trigger fired twice"
+    );
     let (_, work_single, reply_single) = single.counts();
     let (_, work_doubled, reply_doubled) = doubled.counts();
     assert_eq!(reply_single, 1);
@@ -52,7 +60,9 @@ async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_subtask_gives_a_degraded_reply_without_its_error_text() {
     let model = ScriptedModel { fail_on: Some("SAVE20".into()), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
+        .await
+        .unwrap();
     let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
     assert_eq!(view.status, "DONE");
     let failed: Vec<_> = view.subtasks.iter().filter(|s| s.status == "FAILED").collect();
@@ -61,7 +71,10 @@ async fn failing_subtask_gives_a_degraded_reply_without_its_error_text() {
     let reply = view.reply.unwrap();
     assert!(reply.contains("A1029"), "the other branch is answered: {reply}");
     assert!(reply.to_lowercase().contains("could not"), "says plainly what could not be done: {reply}");
-    assert!(!reply.contains("Insufficient") && !reply.contains("402"), "error text never passed on as an answer: {reply}");
+    assert!(
+        !reply.contains("Insufficient") && !reply.contains("402"),
+        "error text never passed on as an answer: {reply}"
+    );
     stack.shutdown().await;
 }
 
@@ -78,7 +91,9 @@ fn chain_plan() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependency_chain_runs_in_order() {
     let model = ScriptedModel { plan: Some(chain_plan()), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
+        .await
+        .unwrap();
     let view = ask(&stack, "Where is my latest order A1003 and can I use SAVE20?", "C102").await;
     assert_eq!(view.status, "DONE");
     assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"), "{:?}", view.subtasks);
@@ -87,10 +102,7 @@ async fn dependency_chain_runs_in_order() {
     let at = |sid: &str| records.iter().find(|r| r.subtask.id == sid).unwrap().clone();
     for (parent, child) in [("w01", "w02"), ("w02", "w03"), ("w01", "w04"), ("w02", "w04")] {
         let (p, c) = (at(parent), at(child));
-        assert!(
-            c.started_at_ms.unwrap() >= p.finished_at_ms.unwrap(),
-            "{child} started before {parent} finished"
-        );
+        assert!(c.started_at_ms.unwrap() >= p.finished_at_ms.unwrap(), "{child} started before {parent} finished");
         assert_eq!(c.attempts, 1, "{child} was enqueued exactly once");
     }
     assert!(view.reply.unwrap().contains("ZTO"), "the dependent's answer reached the reply");
@@ -99,8 +111,14 @@ async fn dependency_chain_runs_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependents_of_a_failed_subtask_are_skipped_not_hung() {
-    let model = ScriptedModel { plan: Some(chain_plan()), fail_on: Some("List the customer's orders".into()), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() }).await.unwrap();
+    let model = ScriptedModel {
+        plan: Some(chain_plan()),
+        fail_on: Some("List the customer's orders".into()),
+        ..ScriptedModel::new()
+    };
+    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
+        .await
+        .unwrap();
     let view = ask(&stack, "Where is my latest order and can I use SAVE20?", "C102").await;
     assert_eq!(view.status, "DONE");
     let status = |sid: &str| view.subtasks.iter().find(|s| s.id == sid).unwrap().status.clone();
@@ -133,7 +151,8 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
         assert_eq!(answer["error"]["code"], code, "{answer}");
         assert!(!answer["error"]["message"].as_str().unwrap_or("").is_empty());
     }
-    let (status, answer) = stack.api("GET", "/conversations/01900000-0000-7000-8000-000000000000", None, &[]).await.unwrap();
+    let (status, answer) =
+        stack.api("GET", "/conversations/01900000-0000-7000-8000-000000000000", None, &[]).await.unwrap();
     assert_eq!(status, 404, "{answer}");
     let (status, _) = stack.api("GET", "/conversations/not-a-uuid", None, &[]).await.unwrap();
     assert_eq!(status, 404);
@@ -151,9 +170,13 @@ async fn configured_concurrency_cap_is_honoured() {
     })).collect::<Vec<_>>()})
     .to_string();
     let model = ScriptedModel { plan: Some(plan), work_delay: Duration::from_millis(40), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), worker_concurrency: 3, ..StackOptions::default() })
-        .await
-        .unwrap();
+    let stack = LocalStack::start(StackOptions {
+        models: Some(models_of(Arc::new(model))),
+        worker_concurrency: 3,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
     let view = ask(&stack, "stock check", "C105").await;
     assert_eq!(view.progress.finished, 12);
     let max = stack.counters().max_concurrent_workers.load(std::sync::atomic::Ordering::SeqCst);
@@ -164,9 +187,13 @@ async fn configured_concurrency_cap_is_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
     let model = ScriptedModel { stall_on: Some(("SAVE20".into(), Duration::from_secs(30))), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), deadline_secs: 2, ..StackOptions::default() })
-        .await
-        .unwrap();
+    let stack = LocalStack::start(StackOptions {
+        models: Some(models_of(Arc::new(model))),
+        deadline_secs: 2,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
     let started = std::time::Instant::now();
     let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
     assert!(started.elapsed() < Duration::from_secs(20), "the deadline path finished it, not the stalled worker");
@@ -179,11 +206,12 @@ async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
     stack.shutdown().await;
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
     let stack = LocalStack::start(StackOptions {
-        wrap_store: Some(Arc::new(|inner| Arc::new(FlakyStore { inner, subtask: "w02".into() }) as Arc<dyn ConversationStore>)),
+        wrap_store: Some(Arc::new(|inner| {
+            Arc::new(FlakyStore { inner, subtask: "w02".into() }) as Arc<dyn ConversationStore>
+        })),
         max_receive_count: 2,
         ..StackOptions::default()
     })

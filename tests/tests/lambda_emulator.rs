@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use shared::ports::ConversationStore;
 use swarm_local::aws::QueueDepth;
 use swarm_local::{AwsOptions, AwsStack, StackOptions};
-use swarm_tests::{FlakyStore, CountingModel, ScriptedModel, case, models_of, unmet_expectations};
+use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
 use worker::WorkerSettings;
 
 /// The emulator's endpoint; `None` (after a loud line) only when `SWARM_SKIP_AWS=1`.
@@ -46,7 +46,6 @@ fn plan() -> String {
     .to_string()
 }
 
-
 /// Polls a queue until its depth is as wanted, or 10 s pass; answers the last depth seen.
 async fn settle(stack: &AwsStack, queue_url: &str, want: impl Fn(&QueueDepth) -> bool) -> anyhow::Result<QueueDepth> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -60,11 +59,15 @@ async fn settle(stack: &AwsStack, queue_url: &str, want: impl Fn(&QueueDepth) ->
 }
 
 fn subtask_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).ok().and_then(|v| v["subtask_id"].as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and_a_dead_lettered_subtask_still_completes_it() {
+async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and_a_dead_lettered_subtask_still_completes_it()
+ {
     let test = "lambda_emulator::whole_conversation";
     let Some(endpoint) = endpoint(test) else { return };
     // Warnings and errors of the emulated platform show with a failure (RUST_LOG=info for the whole story).
@@ -74,14 +77,19 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     let model = CountingModel::new(Arc::new(ScriptedModel { plan: Some(plan()), ..ScriptedModel::new() }));
     let stack_options = StackOptions {
         models: Some(models_of(model.clone())),
-        wrap_store: Some(Arc::new(|inner| Arc::new(FlakyStore { inner, subtask: "w04".into() }) as Arc<dyn ConversationStore>)),
+        wrap_store: Some(Arc::new(|inner| {
+            Arc::new(FlakyStore { inner, subtask: "w04".into() }) as Arc<dyn ConversationStore>
+        })),
         // Short, so the redrive happens within seconds; not below the invocation
         // timeout (Lambda requires visibility timeout ≥ function timeout), and that must
         // exceed the worker's 3 s safety margin plus one round.
         visibility_timeout: Duration::from_secs(5),
         invocation_timeout: Duration::from_secs(5),
         max_receive_count: 2,
-        worker_settings: WorkerSettings { min_round_time: Duration::from_millis(500), ..StackOptions::default().worker_settings },
+        worker_settings: WorkerSettings {
+            min_round_time: Duration::from_millis(500),
+            ..StackOptions::default().worker_settings
+        },
         ..StackOptions::default()
     };
     let options = AwsOptions { poll_interval: Duration::from_millis(100), ..AwsOptions::new(endpoint, stack_options) };
@@ -134,8 +142,14 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     let view = finished.unwrap();
     assert_eq!(view.conversation_id, id);
     let [dlq_depth, tasks_depth, refund_depth, refund_dlq_depth] = depths.unwrap();
-    let [worker_invocations, batch_item_failures, dead_letter_invocations, stream_records, stream_records_matched, aggregator_invocations] =
-        counters;
+    let [
+        worker_invocations,
+        batch_item_failures,
+        dead_letter_invocations,
+        stream_records,
+        stream_records_matched,
+        aggregator_invocations,
+    ] = counters;
 
     // The conversation.
     assert_eq!(view.status, "DONE", "{view:?}");
@@ -163,7 +177,11 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     let tasks_queue = r.tasks_queue_url.rsplit('/').next().unwrap().to_owned();
     let dlq = r.tasks_dlq_url.rsplit('/').next().unwrap().to_owned();
     let of = |queue: &str, subtask: &str| -> Vec<(u32, bool)> {
-        received.iter().filter(|m| m.queue == queue && subtask_of(&m.body) == subtask).map(|m| (m.receive_count, m.retried)).collect()
+        received
+            .iter()
+            .filter(|m| m.queue == queue && subtask_of(&m.body) == subtask)
+            .map(|m| (m.receive_count, m.retried))
+            .collect()
     };
     assert_eq!(of(&tasks_queue, "w04"), vec![(1, true), (2, true)], "{received:?}");
     assert_eq!(of(&dlq, "w04").len(), 1, "{received:?}");
@@ -185,11 +203,19 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
 
     // The queues at the end: the DLQ empty, the tasks queue holding only the delayed deadline message.
     assert_eq!(dlq_depth, QueueDepth::default(), "the DLQ is empty at the end");
-    assert_eq!(tasks_depth, QueueDepth { visible: 0, in_flight: 0, delayed: 1 }, "only the not-yet-due deadline message is left");
+    assert_eq!(
+        tasks_depth,
+        QueueDepth { visible: 0, in_flight: 0, delayed: 1 },
+        "only the not-yet-due deadline message is left"
+    );
     assert_eq!((refund_depth.total(), refund_dlq_depth.total()), (0, 0));
 
     let took = started.elapsed();
-    eprintln!("{test}: {:.1} s wall on {}", took.as_secs_f64(), std::env::var("SWARM_AWS_ENDPOINT").unwrap_or_default());
+    eprintln!(
+        "{test}: {:.1} s wall on {}",
+        took.as_secs_f64(),
+        std::env::var("SWARM_AWS_ENDPOINT").unwrap_or_default()
+    );
     assert!(took < Duration::from_secs(60), "took {took:?}");
 }
 

@@ -10,7 +10,11 @@ use swarm_local::{LocalStack, StackOptions};
 async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     let config = MockConfig {
         seed: 7,
-        mode: Mode::Agent(AgentConfig { plan_subtasks: 50, final_text: Some("Order A1029 is paid.".into()), ..AgentConfig::default() }),
+        mode: Mode::Agent(AgentConfig {
+            plan_subtasks: 50,
+            final_text: Some("Order A1029 is paid.".into()),
+            ..AgentConfig::default()
+        }),
         faults: Faults { rate_limit: 0.3, retry_after: Some(Duration::from_secs(1)), ..Faults::default() },
         record_bodies: false,
         ..MockConfig::default()
@@ -24,7 +28,10 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     };
     let llm = shared::llm::config::LlmConfig::from_lookup(lookup).unwrap().unwrap();
     let models = shared::llm::config::build_models(Some(&llm)).unwrap();
-    let stack = LocalStack::start(StackOptions { models: Some(models), worker_concurrency: 50, ..StackOptions::default() }).await.unwrap();
+    let stack =
+        LocalStack::start(StackOptions { models: Some(models), worker_concurrency: 50, ..StackOptions::default() })
+            .await
+            .unwrap();
 
     let (status, body) = stack.post_conversation("Check order A1029 fifty times", "C104", None).await.unwrap();
     assert_eq!(status, 202, "{body}");
@@ -32,7 +39,11 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     let view = stack.wait_finished(&id, Duration::from_secs(90)).await.unwrap();
     assert_eq!(view.status, "DONE");
     assert_eq!(view.subtasks.len(), 50);
-    assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"), "{:?}", view.subtasks.iter().filter(|s| s.status != "SUCCEEDED").collect::<Vec<_>>());
+    assert!(
+        view.subtasks.iter().all(|s| s.status == "SUCCEEDED"),
+        "{:?}",
+        view.subtasks.iter().filter(|s| s.status != "SUCCEEDED").collect::<Vec<_>>()
+    );
 
     let stats = mock.stats();
     let ok = stats.arrivals.iter().filter(|a| a.status == 200).count();
@@ -46,7 +57,11 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     let mut retry_starts = Vec::new();
     for a in &stats.arrivals {
         if let Some((at, wait_ms)) = last_429.remove(a.key.as_str()) {
-            assert!(a.arrived_ms >= at + wait_ms as f64, "a retry came {:.0} ms after its 429, before Retry-After {wait_ms} ms", a.arrived_ms - at);
+            assert!(
+                a.arrived_ms >= at + wait_ms as f64,
+                "a retry came {:.0} ms after its 429, before Retry-After {wait_ms} ms",
+                a.arrived_ms - at
+            );
             retry_starts.push(a.arrived_ms);
         }
         if a.status == 429 {

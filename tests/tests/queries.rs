@@ -36,7 +36,8 @@ async fn every_case_message_meets_its_expectations() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refund_request_moves_money_once_even_when_sent_again() {
     let case = swarm_tests::case("q04");
-    let stack = LocalStack::start(StackOptions { duplicate_deliveries: true, ..StackOptions::default() }).await.unwrap();
+    let stack =
+        LocalStack::start(StackOptions { duplicate_deliveries: true, ..StackOptions::default() }).await.unwrap();
     // The same request three times: twice with one Idempotency-Key, once without.
     let (_, first) = stack.post_conversation(&case.query, &case.customer_id, Some("refund-1")).await.unwrap();
     let (_, again) = stack.post_conversation(&case.query, &case.customer_id, Some("refund-1")).await.unwrap();

@@ -27,11 +27,15 @@ impl Default for AggregatorSettings {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AggregateOutcome {
     /// This call won the flip and wrote the reply.
-    Replied { by_model: bool },
+    Replied {
+        by_model: bool,
+    },
     /// Another trigger won the flip, or the conversation is already over: nothing done.
     AlreadyHandled,
     /// Subtasks still open: not ready (a filter mismatch or an early trigger).
-    NotReady { remaining: u32 },
+    NotReady {
+        remaining: u32,
+    },
     Unknown,
 }
 
@@ -59,10 +63,7 @@ impl Aggregator {
         if conversation.remaining > 0 {
             return Ok(AggregateOutcome::NotReady { remaining: conversation.remaining });
         }
-        if !self
-            .store
-            .transition_conversation(id, ConversationStatus::Running, ConversationStatus::Aggregating)
-            .await?
+        if !self.store.transition_conversation(id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
         {
             tracing::info!(conversation_id = %id, "lost the aggregation flip: another trigger aggregates");
             return Ok(AggregateOutcome::AlreadyHandled);
@@ -76,7 +77,14 @@ impl Aggregator {
             max_tokens: Some(2048),
         };
         let deadline = tokio::time::Instant::now() + self.settings.reply_timeout;
-        let (reply, usage, by_model) = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
+        let (reply, usage, by_model) = match complete_with_retry(
+            self.model.as_ref(),
+            &request,
+            &self.settings.retry,
+            deadline,
+        )
+        .await
+        {
             Ok(r) if r.content.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), r.usage, true)
             }

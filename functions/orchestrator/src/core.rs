@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared::domain::{
-    Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord,
-    TaskMessage, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, TaskMessage, Usage,
+    now_ms,
 };
 use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
 use shared::plan::{fallback_plan, parse_plan, validate_plan};
 use shared::ports::{
-    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS,
-    Purpose, StoreError, ToolContext, ToolGateway,
+    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
+    ToolContext, ToolGateway,
 };
 use shared::prompts::{plan_messages, plan_retry_message};
 use shared::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
@@ -116,7 +116,10 @@ pub fn validate_request(
         ));
     }
     let customer_id = customer_id.trim();
-    if customer_id.is_empty() || customer_id.len() > 64 || !customer_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if customer_id.is_empty()
+        || customer_id.len() > 64
+        || !customer_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         return Err(ApiError::bad(
             "bad_customer_id",
             "customer_id must be 1-64 characters of letters, digits, '-' or '_'",
@@ -166,7 +169,8 @@ impl Orchestrator {
     /// `RUNNING`, enqueue the subtasks with no pending dependencies.
     pub async fn create(&self, request: CreateRequest) -> Result<Created, ApiError> {
         let now = now_ms();
-        let mut conversation = Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
+        let mut conversation =
+            Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
         conversation.idempotency_key = request.idempotency_key.clone();
         let id = conversation.id.clone();
         match self.store.create_conversation(&conversation).await? {
@@ -181,11 +185,8 @@ impl Orchestrator {
         // The deadline message goes out before planning: a crash after the
         // write above still ends in the deadline path, never a hang.
         let delay = self.settings.deadline_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
-        if let Err(e) = self
-            .queues
-            .default_queue()
-            .send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay)
-            .await
+        if let Err(e) =
+            self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
         {
             tracing::error!(error = %e, "could not arm the deadline; failing the conversation");
             let _ = self.store.fail_conversation(&id, "could not schedule the conversation").await;
@@ -245,14 +246,20 @@ impl Orchestrator {
             }
         };
         let known: HashSet<String> = catalogue.iter().map(|t| t.name.clone()).collect();
-        let all_tools: Vec<String> = catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
+        let all_tools: Vec<String> =
+            catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
         let mut messages = plan_messages(&conversation.query, &catalogue);
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = RetryPolicy { max_attempts: 5, ..RetryPolicy::default() };
         let mut last_error;
         for attempt in 0..2 {
-            let request = ChatRequest { purpose: Purpose::Plan, messages: messages.clone(), tools: catalogue.clone(), max_tokens: Some(4096) };
+            let request = ChatRequest {
+                purpose: Purpose::Plan,
+                messages: messages.clone(),
+                tools: catalogue.clone(),
+                max_tokens: Some(4096),
+            };
             let response = match complete_with_retry(self.model.as_ref(), &request, &policy, deadline).await {
                 Ok(r) => r,
                 Err(e) => {

@@ -1,7 +1,7 @@
 //! HTTP API (payload 2.0) events ⇄ orchestrator calls: routing, request bodies, the caller's customer, JSON responses.
 
-use lambda_http::{Body, Request, RequestExt, Response};
 use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -41,7 +41,11 @@ struct CreateBody {
 
 /// Handles one HTTP API request: `POST /conversations`, `GET /conversations/{id}`.
 /// Never fails the invocation: every problem becomes a 4xx/5xx JSON response.
-pub async fn handle(core: &Orchestrator, auth: AuthMode, request: Request) -> Result<Response<Body>, lambda_http::Error> {
+pub async fn handle(
+    core: &Orchestrator,
+    auth: AuthMode,
+    request: Request,
+) -> Result<Response<Body>, lambda_http::Error> {
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let pos = segments.iter().position(|s| *s == "conversations");
@@ -53,11 +57,10 @@ pub async fn handle(core: &Orchestrator, auth: AuthMode, request: Request) -> Re
     };
     let result = match (pos.is_some(), method.as_str(), tail.as_slice()) {
         (true, "POST", []) => create(core, caller.as_deref(), &request).await,
-        (true, "GET", [id]) => core
-            .status(id, caller.as_deref())
-            .await
-            .and_then(|view| json_response(200, &view)),
-        (true, _, [] | [_]) => Err(ApiError::BadRequest { code: "method_not_allowed", message: format!("{method} is not supported here") }),
+        (true, "GET", [id]) => core.status(id, caller.as_deref()).await.and_then(|view| json_response(200, &view)),
+        (true, _, [] | [_]) => {
+            Err(ApiError::BadRequest { code: "method_not_allowed", message: format!("{method} is not supported here") })
+        }
         _ => Err(ApiError::NotFound),
     };
     Ok(match result {
@@ -69,13 +72,18 @@ pub async fn handle(core: &Orchestrator, auth: AuthMode, request: Request) -> Re
 async fn create(core: &Orchestrator, caller: Option<&str>, request: &Request) -> Result<Response<Body>, ApiError> {
     let bytes: &[u8] = request.body().as_ref();
     if bytes.len() > MAX_BODY_BYTES {
-        return Err(ApiError::BadRequest { code: "body_too_large", message: format!("request body is over {MAX_BODY_BYTES} bytes") });
+        return Err(ApiError::BadRequest {
+            code: "body_too_large",
+            message: format!("request body is over {MAX_BODY_BYTES} bytes"),
+        });
     }
     let body: CreateBody = serde_json::from_slice(bytes).map_err(|e| ApiError::BadRequest {
         code: "bad_json",
         message: format!("request body must be a JSON object {{\"message\": \"...\", \"customer_id\": \"...\"}}: {e}"),
     })?;
-    let message = body.message.ok_or(ApiError::BadRequest { code: "missing_message", message: "field \"message\" is required".into() })?;
+    let message = body
+        .message
+        .ok_or(ApiError::BadRequest { code: "missing_message", message: "field \"message\" is required".into() })?;
     // With authentication on, the customer is the caller's, never the body's.
     let customer = match caller {
         Some(c) => c.to_owned(),
@@ -88,15 +96,13 @@ async fn create(core: &Orchestrator, caller: Option<&str>, request: &Request) ->
     let validated = validate_request(&message, &customer, key, core.settings().max_message_chars)?;
     let created = core.create(validated).await?;
     let id = created.conversation_id.to_string();
-    json_response(
-        202,
-        &json!({ "conversation_id": id, "status_url": format!("/conversations/{id}") }),
-    )
+    json_response(202, &json!({ "conversation_id": id, "status_url": format!("/conversations/{id}") }))
 }
 
 /// The caller's customer id from the authorizer, when authentication is on.
 fn caller_customer(request: &Request, auth: AuthMode) -> Result<Option<String>, ApiError> {
-    let unauthorized = || ApiError::BadRequest { code: "unauthorized", message: "the request carries no customer identity".into() };
+    let unauthorized =
+        || ApiError::BadRequest { code: "unauthorized", message: "the request carries no customer identity".into() };
     match auth {
         AuthMode::None => Ok(None),
         AuthMode::Jwt | AuthMode::Iam => {

@@ -10,8 +10,8 @@ use serde_json::json;
 use shared::adapters::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use shared::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
 use shared::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, QueueConsumer, TaskQueue,
-    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, QueueConsumer,
+    TaskQueue, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
 use shared::roles::{RoleTable, TaskQueues};
 
@@ -25,7 +25,14 @@ impl ChatModel for Planner {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         self.seen.lock().unwrap().push(request.clone());
         let content = self.answers.lock().unwrap().pop().unwrap_or_else(|| "no plan".into());
-        Ok(ChatResponse { content: Some(content), tool_calls: vec![], finish_reason: FinishReason::Stop, reasoning_content: None, usage: Default::default(), model: "m".into() })
+        Ok(ChatResponse {
+            content: Some(content),
+            tool_calls: vec![],
+            finish_reason: FinishReason::Stop,
+            reasoning_content: None,
+            usage: Default::default(),
+            model: "m".into(),
+        })
     }
     fn label(&self) -> String {
         "planner".into()
@@ -40,10 +47,20 @@ impl ToolGateway for Catalogue {
         assert_eq!(ctx.role, "planner", "the orchestrator lists tools with the planner credential");
         Ok(["shop__get_order", "shop__check_coupon", "shop__refund"]
             .iter()
-            .map(|n| ToolSpec { name: (*n).into(), description: format!("{n} tool"), input_schema: json!({"type": "object"}) })
+            .map(|n| ToolSpec {
+                name: (*n).into(),
+                description: format!("{n} tool"),
+                input_schema: json!({"type": "object"}),
+            })
             .collect())
     }
-    async fn call_tool(&self, _: &ToolContext, _: &str, _: serde_json::Value, _: Duration) -> Result<ToolOutput, ToolError> {
+    async fn call_tool(
+        &self,
+        _: &ToolContext,
+        _: &str,
+        _: serde_json::Value,
+        _: Duration,
+    ) -> Result<ToolOutput, ToolError> {
         Err(ToolError::Permanent("the planner calls no tools".into()))
     }
 }
@@ -60,9 +77,20 @@ fn rig(answers: &[&str]) -> Rig {
     let store = Arc::new(InMemoryConversationStore::new());
     let tasks = InMemoryQueue::new(QueueSettings::default());
     let refunds = InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() });
-    let model = Arc::new(Planner { answers: Mutex::new(answers.iter().rev().map(|s| s.to_string()).collect()), seen: Mutex::new(vec![]) });
-    let queues = TaskQueues::new(Arc::new(tasks.clone()) as Arc<dyn TaskQueue>).with_role("refund", Arc::new(refunds.clone()) as Arc<dyn TaskQueue>);
-    let core = Orchestrator::new(store.clone(), queues, model.clone(), Arc::new(Catalogue), RoleTable::demo(), OrchestratorSettings::default());
+    let model = Arc::new(Planner {
+        answers: Mutex::new(answers.iter().rev().map(|s| s.to_string()).collect()),
+        seen: Mutex::new(vec![]),
+    });
+    let queues = TaskQueues::new(Arc::new(tasks.clone()) as Arc<dyn TaskQueue>)
+        .with_role("refund", Arc::new(refunds.clone()) as Arc<dyn TaskQueue>);
+    let core = Orchestrator::new(
+        store.clone(),
+        queues,
+        model.clone(),
+        Arc::new(Catalogue),
+        RoleTable::demo(),
+        OrchestratorSettings::default(),
+    );
     Rig { store, tasks, refunds, model, core }
 }
 
@@ -82,7 +110,10 @@ async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
     let seen = r.model.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     let retry = seen[1].messages.last().unwrap();
-    assert!(matches!(retry, ChatMessage::User { content } if content.contains("delete_db")), "the model sees what was wrong: {retry:?}");
+    assert!(
+        matches!(retry, ChatMessage::User { content } if content.contains("delete_db")),
+        "the model sees what was wrong: {retry:?}"
+    );
 
     let conv = r.store.get_conversation(&created.conversation_id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Running);

@@ -40,9 +40,8 @@ impl Config {
         let addr = addr_text.parse().map_err(|_| {
             ShopError::Config(format!("SHOP_TOOLS_ADDR must be an address like {DEFAULT_ADDR}, got '{addr_text}'"))
         })?;
-        let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS").map(|v| {
-            v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>()
-        });
+        let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS")
+            .map(|v| v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>());
         let json_logs = on_lambda || set("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
         Ok(Config { on_lambda, addr, allowed_hosts, json_logs })
     }
@@ -55,15 +54,10 @@ pub fn init_tracing(json: bool) {
     let directives = ["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"]
         .iter()
         .find_map(|key| std::env::var(key).ok().map(|v| v.trim().to_lowercase()).filter(|v| !v.is_empty()));
-    let filter = directives
-        .and_then(|d| EnvFilter::try_new(d).ok())
-        .unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
+    let filter =
+        directives.and_then(|d| EnvFilter::try_new(d).ok()).unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().with_ansi(false).without_time().try_init()
-    } else {
-        builder.try_init()
-    };
+    let _ = if json { builder.json().with_ansi(false).without_time().try_init() } else { builder.try_init() };
 }
 
 #[cfg(test)]
@@ -89,7 +83,10 @@ mod tests {
 
     #[test]
     fn lambda_runtime_variable_selects_lambda_mode_with_json_logs() -> anyhow::Result<()> {
-        let c = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"), ("SHOP_TOOLS_ALLOWED_HOSTS", " a.example.com, b:8080 ,")])?;
+        let c = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("SHOP_TOOLS_ALLOWED_HOSTS", " a.example.com, b:8080 ,"),
+        ])?;
         assert!(c.on_lambda);
         assert!(c.json_logs);
         assert_eq!(c.allowed_hosts, Some(vec!["a.example.com".to_string(), "b:8080".to_string()]));

@@ -153,10 +153,7 @@ impl ShopData {
         }
         for shipment in &self.shipments {
             if !seen.contains(&shipment.order_id.to_ascii_uppercase()) {
-                return bad(format!(
-                    "shipment {} names unknown order {}",
-                    shipment.tracking_no, shipment.order_id
-                ));
+                return bad(format!("shipment {} names unknown order {}", shipment.tracking_no, shipment.order_id));
             }
         }
         let mut codes = std::collections::HashSet::new();

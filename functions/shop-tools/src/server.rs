@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
+use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -207,14 +207,9 @@ pub fn router(shop: Arc<Shop>, allowed_hosts: Vec<String>) -> axum::Router {
         config.with_allowed_hosts(allowed_hosts)
     };
     let tools = ShopTools::new(shop);
-    let service = StreamableHttpService::new(
-        move || Ok(tools.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
-    axum::Router::new()
-        .route("/health", axum::routing::get(|| async { "ok" }))
-        .nest_service(MCP_PATH, service)
+    let service =
+        StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
+    axum::Router::new().route("/health", axum::routing::get(|| async { "ok" })).nest_service(MCP_PATH, service)
 }
 
 /// Binds `addr` (port 0 picks a free port) and serves [`router`] in the background with

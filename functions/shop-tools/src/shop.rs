@@ -608,8 +608,9 @@ impl Shop {
         let sku = sku.map(str::trim).filter(|s| !s.is_empty());
         let name = name.map(str::trim).filter(|s| !s.is_empty());
         if let Some(sku) = sku {
-            let product =
-                self.product_by_sku(sku).ok_or_else(|| Refusal::NotFound(format!("no product with SKU '{}'", shown(sku))))?;
+            let product = self
+                .product_by_sku(sku)
+                .ok_or_else(|| Refusal::NotFound(format!("no product with SKU '{}'", shown(sku))))?;
             return Ok(ProductMatches { matches: vec![self.product_view(product)], not_found: vec![] });
         }
         let skus: Vec<&str> = skus.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
@@ -673,7 +674,10 @@ impl Shop {
             return Err(Refusal::InvalidArguments("order_total must be a non-negative amount".into()));
         }
         let product = if let Some(sku) = non_empty(query.sku.as_ref()) {
-            Some(self.product_by_sku(sku).ok_or_else(|| Refusal::NotFound(format!("no product with SKU '{}'", shown(sku))))?)
+            Some(
+                self.product_by_sku(sku)
+                    .ok_or_else(|| Refusal::NotFound(format!("no product with SKU '{}'", shown(sku))))?,
+            )
         } else if let Some(name) = non_empty(query.product_name.as_ref()) {
             Some(
                 self.search_products(name)
@@ -685,7 +689,8 @@ impl Shop {
             None
         };
         let currency = self.currency().to_string();
-        let basket: Option<i64> = query.order_total.map(cents).or(product.map(|p| cents(p.price) * i64::from(quantity)));
+        let basket: Option<i64> =
+            query.order_total.map(cents).or(product.map(|p| cents(p.price) * i64::from(quantity)));
         let category: Option<String> = non_empty(query.category.as_ref())
             .map(str::to_lowercase)
             .or_else(|| product.map(|p| p.category.to_lowercase()));
@@ -723,7 +728,9 @@ impl Shop {
                 money(total, &currency),
                 money(min_spend - total, &currency)
             )),
-            None if min_spend > 0 => pending.push(format!("needs a basket of at least {}", money(min_spend, &currency))),
+            None if min_spend > 0 => {
+                pending.push(format!("needs a basket of at least {}", money(min_spend, &currency)))
+            }
             _ => {}
         }
         if !coupon.categories.is_empty() {
@@ -752,7 +759,9 @@ impl Shop {
         if let Some(max) = coupon.max_uses_per_customer {
             let used = coupon.used_by.iter().filter(|c| c.eq_ignore_ascii_case(&customer.customer_id)).count();
             if used >= max as usize {
-                failures.push(format!("{code} can be used {max} time(s) per customer and this customer has already used it"));
+                failures.push(format!(
+                    "{code} can be used {max} time(s) per customer and this customer has already used it"
+                ));
             }
         }
 
@@ -894,7 +903,9 @@ impl Shop {
             )));
         }
         let Some(delivered_at) = order.delivered_at else {
-            return Err(Refusal::Refused(format!("order {id} has no delivery time on record, so the refund window is unknown")));
+            return Err(Refusal::Refused(format!(
+                "order {id} has no delivery time on record, so the refund window is unknown"
+            )));
         };
         let days = self.data.policy.refund_window_days_after_delivery;
         let window_end = delivered_at + Duration::days(days);

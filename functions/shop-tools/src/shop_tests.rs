@@ -173,7 +173,10 @@ fn an_out_of_stock_product_shows_its_restock_date() -> anyhow::Result<()> {
     let found = shop()?.get_product(Some("sku-1016"), &[], None)?;
     assert_eq!(found.matches.len(), 1);
     let p = &found.matches[0];
-    assert_eq!((p.sku.as_str(), p.name.as_str(), p.price, p.stock, p.in_stock), ("SKU-1016", "Grey Running Shoes 43", 549.0, 0, false));
+    assert_eq!(
+        (p.sku.as_str(), p.name.as_str(), p.price, p.stock, p.in_stock),
+        ("SKU-1016", "Grey Running Shoes 43", 549.0, 0, false)
+    );
     assert_eq!(p.restock_date.map(|d| d.to_string()).as_deref(), Some("2026-12-05"));
     Ok(())
 }
@@ -190,9 +193,8 @@ fn an_in_stock_product_has_no_restock_date() -> anyhow::Result<()> {
 #[test]
 fn name_search_puts_the_exact_variant_first() -> anyhow::Result<()> {
     let shop = shop()?;
-    let first = |q: &str| -> anyhow::Result<String> {
-        Ok(shop.get_product(None, &[], Some(q))?.matches[0].sku.clone())
-    };
+    let first =
+        |q: &str| -> anyhow::Result<String> { Ok(shop.get_product(None, &[], Some(q))?.matches[0].sku.clone()) };
     assert_eq!(first("Navy Down Jacket L")?, "SKU-1011");
     assert_eq!(first("is the air purifier back in stock?")?, "SKU-1021");
     assert_eq!(first("mechanical keyboard")?, "SKU-1018");
@@ -301,7 +303,8 @@ fn welcome50_is_refused_to_a_customer_with_earlier_orders() -> anyhow::Result<()
 
 #[test]
 fn an_expired_coupon_is_not_usable() -> anyhow::Result<()> {
-    let check = shop()?.check_coupon(&CheckCouponArgs { order_total: Some(1000.0), ..coupon_args("C104", "DOUBLE11") })?;
+    let check =
+        shop()?.check_coupon(&CheckCouponArgs { order_total: Some(1000.0), ..coupon_args("C104", "DOUBLE11") })?;
     assert!(!check.usable);
     assert_eq!(check.reasons, vec!["DOUBLE11 expired on 2026-11-12"]);
     Ok(())
@@ -354,7 +357,11 @@ fn an_unknown_coupon_does_not_exist_and_is_not_an_error() -> anyhow::Result<()> 
 #[test]
 fn a_coupon_check_with_zero_quantity_is_refused() -> anyhow::Result<()> {
     assert_eq!(
-        shop()?.check_coupon(&CheckCouponArgs { sku: Some("SKU-1022".into()), quantity: Some(0), ..coupon_args("C107", "TEA5") }),
+        shop()?.check_coupon(&CheckCouponArgs {
+            sku: Some("SKU-1022".into()),
+            quantity: Some(0),
+            ..coupon_args("C107", "TEA5")
+        }),
         Err(Refusal::InvalidArguments("quantity must be at least 1".into()))
     );
     Ok(())
@@ -375,7 +382,8 @@ fn the_refund_policy_is_seven_days_after_delivery() -> anyhow::Result<()> {
 #[test]
 fn a_repeated_refund_key_refunds_once_and_returns_the_first_result() -> anyhow::Result<()> {
     let shop = shop()?;
-    let first = shop.refund(&RefundArgs { reason: Some("earbuds broken".into()), ..refund_args("C103", "A1016", "key-1") })?;
+    let first =
+        shop.refund(&RefundArgs { reason: Some("earbuds broken".into()), ..refund_args("C103", "A1016", "key-1") })?;
     let again = shop.refund(&refund_args("C103", "a1016", "key-1"))?;
     assert_eq!(first, again);
     assert!(first.refunded);

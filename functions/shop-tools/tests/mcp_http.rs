@@ -42,7 +42,8 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
     let order = tokio::time::timeout(
         DEADLINE,
         client.call_tool(
-            CallToolRequestParams::new("get_order").with_arguments(args(json!({"customer_id": "C104", "order_id": "a1029"}))?),
+            CallToolRequestParams::new("get_order")
+                .with_arguments(args(json!({"customer_id": "C104", "order_id": "a1029"}))?),
         ),
     )
     .await??;
@@ -55,7 +56,8 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
     let hidden = tokio::time::timeout(
         DEADLINE,
         client.call_tool(
-            CallToolRequestParams::new("get_order").with_arguments(args(json!({"customer_id": "C100", "order_id": "A1005"}))?),
+            CallToolRequestParams::new("get_order")
+                .with_arguments(args(json!({"customer_id": "C100", "order_id": "A1005"}))?),
         ),
     )
     .await??;
@@ -70,11 +72,15 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
         )
         .await??;
         let body = text_json(&refunded)?;
-        assert_eq!((body["refunded"].clone(), body["amount"].clone(), body["refund_id"].clone()), (json!(true), json!(797.0), json!("RF-000001")));
+        assert_eq!(
+            (body["refunded"].clone(), body["amount"].clone(), body["refund_id"].clone()),
+            (json!(true), json!(797.0), json!("RF-000001"))
+        );
     }
     assert_eq!(shop.refunds().len(), 1);
 
-    let policy = tokio::time::timeout(DEADLINE, client.call_tool(CallToolRequestParams::new("get_refund_policy"))).await??;
+    let policy =
+        tokio::time::timeout(DEADLINE, client.call_tool(CallToolRequestParams::new("get_refund_policy"))).await??;
     assert_eq!(text_json(&policy)?["refund_window_days_after_delivery"], 7);
 
     tokio::time::timeout(DEADLINE, client.cancel()).await??;

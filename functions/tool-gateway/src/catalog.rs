@@ -55,11 +55,7 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 /// Removes property `arg` from a JSON Schema object (and from `required`).
 /// Returns whether the schema had it.
 pub fn hide_argument(schema: &mut JsonObject, arg: &str) -> bool {
-    let had = schema
-        .get_mut("properties")
-        .and_then(|p| p.as_object_mut())
-        .and_then(|p| p.remove(arg))
-        .is_some();
+    let had = schema.get_mut("properties").and_then(|p| p.as_object_mut()).and_then(|p| p.remove(arg)).is_some();
     if let Some(required) = schema.get_mut("required").and_then(|r| r.as_array_mut()) {
         required.retain(|v| v.as_str() != Some(arg));
     }
@@ -77,7 +73,11 @@ pub struct Skipped {
 /// upstream's allow/deny, the prefix, the name rule, and hides the customer
 /// and idempotency arguments. Tools breaking the name rule are skipped (and
 /// reported), never renamed.
-pub fn expose_tools(upstream: usize, config: &UpstreamConfig, tools: Vec<Tool>) -> (Vec<Arc<ExposedTool>>, Vec<Skipped>) {
+pub fn expose_tools(
+    upstream: usize,
+    config: &UpstreamConfig,
+    tools: Vec<Tool>,
+) -> (Vec<Arc<ExposedTool>>, Vec<Skipped>) {
     let prefix = config.prefix_str();
     let upstream_name: Arc<str> = Arc::from(config.name.as_str());
     let mut exposed = Vec::with_capacity(tools.len());
@@ -152,12 +152,7 @@ pub struct RolePolicy {
 
 impl RolePolicy {
     pub fn from_config(name: &str, config: &RoleConfig) -> Self {
-        Self {
-            name: name.to_owned(),
-            allow: config.tools.clone(),
-            deny: config.deny.clone(),
-            call: config.call,
-        }
+        Self { name: name.to_owned(), allow: config.tools.clone(), deny: config.deny.clone(), call: config.call }
     }
 
     /// Whether the role may see `tool` (the hard allowlist).
@@ -194,21 +189,12 @@ pub fn merge(per_upstream: &[&[Arc<ExposedTool>]], roles: &[RolePolicy]) -> (Cat
     let listings = roles
         .iter()
         .map(|role| {
-            let visible: Vec<Tool> = by_name
-                .values()
-                .filter(|t| role.may_see(&t.name))
-                .map(|t| t.listed.clone())
-                .collect();
+            let visible: Vec<Tool> =
+                by_name.values().filter(|t| role.may_see(&t.name)).map(|t| t.listed.clone()).collect();
             (role.name.clone(), Arc::new(visible))
         })
         .collect();
-    (
-        Catalog {
-            tools: by_name.into_iter().collect(),
-            listings,
-        },
-        collisions,
-    )
+    (Catalog { tools: by_name.into_iter().collect(), listings }, collisions)
 }
 
 #[cfg(test)]

@@ -32,12 +32,13 @@ impl Secret {
         while let Some(start) = rest.find("${env:") {
             out.push_str(&rest[..start]);
             let after = &rest[start + 6..];
-            let end = after
-                .find('}')
-                .ok_or_else(|| GatewayError::Config("unterminated ${env:...} reference".into()))?;
+            let end =
+                after.find('}').ok_or_else(|| GatewayError::Config("unterminated ${env:...} reference".into()))?;
             let name = &after[..end];
             let value = lookup(name).ok_or_else(|| {
-                GatewayError::Config(format!("environment variable {name} (referenced by the gateway config) is not set"))
+                GatewayError::Config(format!(
+                    "environment variable {name} (referenced by the gateway config) is not set"
+                ))
             })?;
             out.push_str(&value);
             rest = &after[end + 1..];
@@ -261,8 +262,7 @@ pub struct GatewayConfig {
 
 /// Whether `name` fits the LLM function-name rule `^[a-zA-Z0-9_-]{1,64}$`.
 pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn positive(what: &str, value: f64) -> Result<(), GatewayError> {
@@ -352,10 +352,14 @@ impl GatewayConfig {
             positive(&format!("upstream {} breaker.window_secs", u.name), u.breaker.window_secs)?;
             positive(&format!("upstream {} breaker.open_secs", u.name), u.breaker.open_secs)?;
             for (header, value) in &u.headers {
-                http::HeaderName::from_bytes(header.as_bytes())
-                    .map_err(|_| GatewayError::Config(format!("upstream {} header name {header:?} is invalid", u.name)))?;
+                http::HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
+                    GatewayError::Config(format!("upstream {} header name {header:?} is invalid", u.name))
+                })?;
                 http::HeaderValue::from_str(value.expose()).map_err(|_| {
-                    GatewayError::Config(format!("upstream {} header {header} has a value that is not a valid header value", u.name))
+                    GatewayError::Config(format!(
+                        "upstream {} header {header} has a value that is not a valid header value",
+                        u.name
+                    ))
                 })?;
             }
         }
@@ -469,12 +473,7 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     );
     roles.insert(
         "planner".to_owned(),
-        RoleConfig {
-            token: token("planner"),
-            tools: vec!["*".into()],
-            deny: vec![],
-            call: false,
-        },
+        RoleConfig { token: token("planner"), tools: vec!["*".into()], deny: vec![], call: false },
     );
     GatewayConfig {
         upstreams: vec![shop],

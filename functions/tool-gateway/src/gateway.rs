@@ -8,8 +8,8 @@ use std::{
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation,
-        JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, JsonObject,
+        ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
 };
@@ -138,10 +138,7 @@ impl Gateway {
                 policy: RolePolicy::from_config(name, role),
             })
             .collect();
-        let anonymous = config
-            .anonymous_role
-            .as_ref()
-            .and_then(|a| roles.iter().position(|r| &r.policy.name == a));
+        let anonymous = config.anonymous_role.as_ref().and_then(|a| roles.iter().position(|r| &r.policy.name == a));
         let on_lambda = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
         let inner = Inner {
             limits: RateLimits::new(
@@ -200,9 +197,7 @@ impl Gateway {
             Arc::new(NeverSessionManager::default()),
             server_config,
         );
-        axum::Router::new()
-            .route_service("/mcp", service)
-            .route("/health", axum::routing::get(|| async { "ok" }))
+        axum::Router::new().route_service("/mcp", service).route("/health", axum::routing::get(|| async { "ok" }))
     }
 
     /// Every counter (calls, refusals, rate-limit hits, breaker transitions, discovery failures).
@@ -263,7 +258,12 @@ impl Gateway {
             Ok(tools) => {
                 let (exposed, skipped) = expose_tools(index, &slot.config, tools);
                 for s in &skipped {
-                    tracing::warn!(upstream = slot.config.name, tool = s.tool, reason = s.reason, "upstream tool not exposed");
+                    tracing::warn!(
+                        upstream = slot.config.name,
+                        tool = s.tool,
+                        reason = s.reason,
+                        "upstream tool not exposed"
+                    );
                 }
                 let mut d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
                 let changed = d.tools.as_ref() != Some(&exposed);
@@ -386,11 +386,7 @@ impl Gateway {
         let policy = &self.inner.roles[role].policy;
         let name = request.name.as_ref();
         let header = |h: &str| {
-            headers
-                .and_then(|m| m.get(h))
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
+            headers.and_then(|m| m.get(h)).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
         };
         let mut labels = CallLabels {
             tool: name,
@@ -425,16 +421,26 @@ impl Gateway {
         let mut arguments: JsonObject = request.arguments.unwrap_or_default();
         if tool.customer_scoped {
             let Some(customer) = header(HEADER_CUSTOMER_ID) else {
-                return refuse(format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"), &labels);
+                return refuse(
+                    format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"),
+                    &labels,
+                );
             };
             let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
             if previous.is_some_and(|p| p.as_str() != Some(customer)) {
-                tracing::info!(tool = name, role = policy.name, "customer id in the arguments replaced by the caller's header");
+                tracing::info!(
+                    tool = name,
+                    role = policy.name,
+                    "customer id in the arguments replaced by the caller's header"
+                );
             }
         }
         if tool.side_effecting {
             let Some(key) = header(HEADER_IDEMPOTENCY_KEY) else {
-                return refuse(format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"), &labels);
+                return refuse(
+                    format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"),
+                    &labels,
+                );
             };
             arguments.insert(slot.config.idempotency_arg.clone(), key.into());
         }
@@ -445,7 +451,9 @@ impl Gateway {
                 LimitHit::Global => "the gateway's",
             };
             self.inner.metrics.record_call(&labels, Outcome::RateLimited, started.elapsed());
-            return Ok(error_result(&format!("rate limit: {which} call rate is exhausted; try {name} again in a moment")));
+            return Ok(error_result(&format!(
+                "rate limit: {which} call rate is exhausted; try {name} again in a moment"
+            )));
         }
         let admission = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
         match admission {
@@ -462,10 +470,7 @@ impl Gateway {
             Admission::Allowed => {}
         }
         let timeout = slot.config.call_timeout();
-        let result = slot
-            .client
-            .call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel)
-            .await;
+        let result = slot.client.call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel).await;
         let transition = {
             let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
             match &result {
@@ -482,10 +487,17 @@ impl Gateway {
             Ok(r) => (Outcome::Ok, Ok(r)),
             Err(UpstreamError::Timeout(t)) => (
                 Outcome::Timeout,
-                Ok(error_result(&format!("tool {name} did not answer within {:.1}s and was cancelled", t.as_secs_f64()))),
+                Ok(error_result(&format!(
+                    "tool {name} did not answer within {:.1}s and was cancelled",
+                    t.as_secs_f64()
+                ))),
             ),
-            Err(UpstreamError::Protocol(e)) => (Outcome::ToolError, Ok(error_result(&format!("tool {name} failed: {}", e.message)))),
-            Err(UpstreamError::Cancelled) => (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None))),
+            Err(UpstreamError::Protocol(e)) => {
+                (Outcome::ToolError, Ok(error_result(&format!("tool {name} failed: {}", e.message))))
+            }
+            Err(UpstreamError::Cancelled) => {
+                (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
+            }
             Err(e) => (
                 Outcome::UpstreamError,
                 Ok(error_result(&format!("upstream {upstream_name} is unavailable ({e}); try {name} again later"))),
@@ -524,8 +536,6 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let parts = request_parts(&context);
         let role = self.authenticate(parts)?;
-        self.call(role, parts.map(|p| &p.headers), request, &context.ct)
-            .await
-            .map(CallToolResponse::Complete)
+        self.call(role, parts.map(|p| &p.headers), request, &context.ct).await.map(CallToolResponse::Complete)
     }
 }

@@ -26,12 +26,9 @@ pub async fn serve(addr: SocketAddr, config: GatewayConfig) -> Result<(SocketAdd
 
 /// Serves an already started gateway on `addr` (tests keep the handle to read metrics).
 pub async fn serve_gateway(addr: SocketAddr, gateway: &Gateway) -> Result<(SocketAddr, JoinHandle<()>), GatewayError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| GatewayError::Bind { addr, message: e.to_string() })?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| GatewayError::Bind { addr, message: e.to_string() })?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Bind { addr, message: e.to_string() })?;
+    let local = listener.local_addr().map_err(|e| GatewayError::Bind { addr, message: e.to_string() })?;
     let router = gateway.router();
     let handle = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router).await {

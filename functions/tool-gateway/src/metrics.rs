@@ -128,7 +128,16 @@ impl Metrics {
         let latency_ms = latency.as_secs_f64() * 1000.0;
         match outcome {
             Outcome::Ok | Outcome::ToolError => {
-                tracing::info!(tool, upstream, role, conversation, subtask, outcome = outcome.as_str(), latency_ms, "tool call")
+                tracing::info!(
+                    tool,
+                    upstream,
+                    role,
+                    conversation,
+                    subtask,
+                    outcome = outcome.as_str(),
+                    latency_ms,
+                    "tool call"
+                )
             }
             _ => tracing::warn!(
                 tool,

@@ -165,10 +165,7 @@ impl RateLimits {
     pub fn new(global_per_sec: Option<f64>, per_upstream: impl IntoIterator<Item = Option<f64>>) -> Self {
         Self {
             global: global_per_sec.and_then(quota).map(DefaultDirectRateLimiter::direct),
-            per_tool: per_upstream
-                .into_iter()
-                .map(|r| r.and_then(quota).map(DefaultKeyedRateLimiter::keyed))
-                .collect(),
+            per_tool: per_upstream.into_iter().map(|r| r.and_then(quota).map(DefaultKeyedRateLimiter::keyed)).collect(),
         }
     }
 
@@ -204,10 +201,7 @@ mod tests {
         assert_eq!(b.record_failure(t0 + Duration::from_secs(1)), None);
         assert_eq!(b.admit(t0 + Duration::from_secs(1)), Admission::Allowed);
         assert_eq!(b.record_failure(t0 + Duration::from_secs(2)), Some(BreakerState::Open));
-        assert_eq!(
-            b.admit(t0 + Duration::from_secs(3)),
-            Admission::Rejected { retry_in: Duration::from_secs(4) }
-        );
+        assert_eq!(b.admit(t0 + Duration::from_secs(3)), Admission::Rejected { retry_in: Duration::from_secs(4) });
     }
 
     #[tokio::test(start_paused = true)]

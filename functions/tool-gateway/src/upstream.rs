@@ -10,9 +10,9 @@ use http::{HeaderName, HeaderValue};
 use rmcp::{
     ServiceError, ServiceExt,
     model::{
-        CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-        CancelledNotificationParam, ClientConfig, ClientRequest, ErrorData, Implementation, JsonObject,
-        ListToolsRequest, PaginatedRequestParams, ServerResult, Tool,
+        CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
+        ClientConfig, ClientRequest, ErrorData, Implementation, JsonObject, ListToolsRequest, PaginatedRequestParams,
+        ServerResult, Tool,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
     transport::{
@@ -120,8 +120,9 @@ impl UpstreamClient {
     pub fn new(config: &UpstreamConfig, http: reqwest::Client) -> Result<Self, GatewayError> {
         let mut headers = HashMap::with_capacity(config.headers.len());
         for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| GatewayError::Config(format!("upstream {} header name {name:?} is invalid", config.name)))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                GatewayError::Config(format!("upstream {} header name {name:?} is invalid", config.name))
+            })?;
             let mut value = HeaderValue::from_str(value.expose())
                 .map_err(|_| GatewayError::Config(format!("upstream {} header {name} is invalid", config.name)))?;
             value.set_sensitive(true);
@@ -280,7 +281,11 @@ impl UpstreamClient {
         };
         match first {
             Err(UpstreamError::SessionExpired) => {
-                tracing::info!(upstream = &*self.name, tool = name, "upstream session expired; re-initializing and retrying");
+                tracing::info!(
+                    upstream = &*self.name,
+                    tool = name,
+                    "upstream session expired; re-initializing and retrying"
+                );
                 self.request(make(arguments), timeout, cancel).await.and_then(expect_call_result)
             }
             other => other.and_then(expect_call_result),

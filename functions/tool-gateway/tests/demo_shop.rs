@@ -108,11 +108,8 @@ async fn model_naming_another_customer_reads_nothing_of_theirs() {
         .unwrap();
     assert!(out.is_error, "{}", out.text);
     assert!(out.text.to_lowercase().contains("not found"), "{}", out.text);
-    let own = s
-        .tools
-        .call_tool(&ctx("support", "C106"), "shop__get_order", json!({"order_id": "A1007"}), T)
-        .await
-        .unwrap();
+    let own =
+        s.tools.call_tool(&ctx("support", "C106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(!own.is_error, "{}", own.text);
     assert!(own.text.contains("A1007"), "{}", own.text);
 }

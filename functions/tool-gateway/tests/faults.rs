@@ -59,10 +59,8 @@ async fn hanging_upstream_is_cancelled_opens_the_breaker_and_half_opens_after_th
         let out = tools.call_tool(&ctx("support", "C1"), "shop__slow", json!({}), T).await.unwrap();
         assert!(out.is_error);
         assert!(out.text.contains("did not answer within 0.3s and was cancelled"), "{}", out.text);
-        eventually("the upstream saw the MCP cancellation", || {
-            up.fake.state.cancellations.load(Ordering::SeqCst) == i
-        })
-        .await;
+        eventually("the upstream saw the MCP cancellation", || up.fake.state.cancellations.load(Ordering::SeqCst) == i)
+            .await;
     }
     assert_eq!(gateway.upstream_status()[0].breaker, "open");
 
@@ -215,7 +213,8 @@ async fn failing_upstream_is_retried_in_the_background_without_holding_up_listin
         .expect("a listing must not wait for a hanging upstream's 30 s discovery")
         .unwrap();
     assert_eq!(names(&listed), ["shop__get_order", "shop__get_product", "shop__slow"]);
-    eventually("the background retry reached the upstream", || ev_up.fake.state.lists.load(Ordering::SeqCst) >= 1).await;
+    eventually("the background retry reached the upstream", || ev_up.fake.state.lists.load(Ordering::SeqCst) >= 1)
+        .await;
 
     ev_up.fake.state.hang_list.store(false, Ordering::SeqCst);
     eventually("the upstream's tools are exposed", || gateway.upstream_status()[1].tools == 1).await;

@@ -28,7 +28,12 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
         upstreams: vec![conf],
         roles: BTreeMap::from([(
             "conformance".to_owned(),
-            RoleConfig { token: Secret::new("conformance-token-0123456789"), tools: vec!["*".into()], deny: vec![], call: true },
+            RoleConfig {
+                token: Secret::new("conformance-token-0123456789"),
+                tools: vec!["*".into()],
+                deny: vec![],
+                call: true,
+            },
         )]),
         list_ttl_secs: 60.0,
         discovery_retry_secs: 1.0,
@@ -57,14 +62,19 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
 
     let mut problems = Vec::new();
     for (scenario, (direct_ok, direct_why), (gateway_ok, gateway_why)) in &runs {
-        println!("{scenario:32} direct: {:4}  gateway: {}", if *direct_ok { "pass" } else { "FAIL" }, if *gateway_ok { "pass" } else { "fail" });
+        println!(
+            "{scenario:32} direct: {:4}  gateway: {}",
+            if *direct_ok { "pass" } else { "FAIL" },
+            if *gateway_ok { "pass" } else { "fail" }
+        );
         if !direct_ok {
             problems.push(format!("{scenario} fails against the upstream itself: {direct_why}"));
             continue;
         }
         match (excused.contains_key(scenario), gateway_ok) {
             (false, false) => problems.push(format!("{scenario} fails through the gateway: {gateway_why}")),
-            (true, true) => problems.push(format!("{scenario} now passes through the gateway: remove it from conformance-baseline.json")),
+            (true, true) => problems
+                .push(format!("{scenario} now passes through the gateway: remove it from conformance-baseline.json")),
             _ => {}
         }
     }

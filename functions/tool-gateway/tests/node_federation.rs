@@ -31,7 +31,8 @@ async fn server_everything_tools_are_listed_and_called_through_the_gateway_besid
     config.upstreams.push(UpstreamConfig::new("everything", &format!("http://127.0.0.1:{port}/mcp")));
     config.roles.get_mut("support").unwrap().tools.push("everything__*".into());
     let (addr, _gateway) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
-    let tools = McpToolGateway::new(&format!("http://{addr}/mcp"), tokens.role_tokens(), Duration::from_secs(10)).unwrap();
+    let tools =
+        McpToolGateway::new(&format!("http://{addr}/mcp"), tokens.role_tokens(), Duration::from_secs(10)).unwrap();
     let ctx = ToolContext {
         role: "support".into(),
         customer_id: "C104".into(),
@@ -51,12 +52,17 @@ async fn server_everything_tools_are_listed_and_called_through_the_gateway_besid
     let sum = listed.iter().find(|t| t.name == "everything__get-sum").unwrap();
     assert!(sum.input_schema["properties"]["a"].is_object(), "{}", sum.input_schema);
 
-    let echo = tools.call_tool(&ctx, "everything__echo", json!({"message": "hello gateway"}), Duration::from_secs(10)).await.unwrap();
+    let echo = tools
+        .call_tool(&ctx, "everything__echo", json!({"message": "hello gateway"}), Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(!echo.is_error, "{}", echo.text);
     assert_eq!(echo.text, "Echo: hello gateway");
-    let sum = tools.call_tool(&ctx, "everything__get-sum", json!({"a": 2, "b": 3}), Duration::from_secs(10)).await.unwrap();
+    let sum =
+        tools.call_tool(&ctx, "everything__get-sum", json!({"a": 2, "b": 3}), Duration::from_secs(10)).await.unwrap();
     assert!(!sum.is_error, "{}", sum.text);
     assert!(sum.text.contains('5'), "{}", sum.text);
-    let order = tools.call_tool(&ctx, "shop__get_order", json!({"order_id": "A1029"}), Duration::from_secs(10)).await.unwrap();
+    let order =
+        tools.call_tool(&ctx, "shop__get_order", json!({"order_id": "A1029"}), Duration::from_secs(10)).await.unwrap();
     assert!(!order.is_error && order.text.contains("A1029"), "{}", order.text);
 }

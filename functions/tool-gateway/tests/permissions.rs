@@ -18,7 +18,8 @@ async fn support_role_neither_sees_nor_can_call_refund_and_nothing_reaches_the_u
     let (gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
     let tools = adapter(&url);
 
-    let listed: Vec<String> = tools.list_tools(&ctx("support", "C104")).await.unwrap().into_iter().map(|t| t.name).collect();
+    let listed: Vec<String> =
+        tools.list_tools(&ctx("support", "C104")).await.unwrap().into_iter().map(|t| t.name).collect();
     assert_eq!(listed, ["shop__get_order", "shop__get_product", "shop__slow"]);
 
     let out = tools
@@ -39,7 +40,8 @@ async fn refund_role_call_reaches_the_upstream_with_header_customer_and_idempote
     let (_gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
     let tools = adapter(&url);
 
-    let listed: Vec<String> = tools.list_tools(&ctx("refund", "C104")).await.unwrap().into_iter().map(|t| t.name).collect();
+    let listed: Vec<String> =
+        tools.list_tools(&ctx("refund", "C104")).await.unwrap().into_iter().map(|t| t.name).collect();
     assert_eq!(listed, ["shop__get_order", "shop__refund"]);
     let out = tools
         .call_tool(&ctx("refund", "C104"), "shop__refund", json!({"order_id": "A1029", "_idempotency_key": "key-7"}), T)
@@ -98,7 +100,12 @@ async fn side_effecting_call_without_idempotency_key_is_refused_before_dispatch(
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
     let (_gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
     let out = adapter(&url)
-        .call_tool(&ctx("refund", "C104"), "shop__refund", json!({"order_id": "A1029", "idempotency_key": "model-made"}), T)
+        .call_tool(
+            &ctx("refund", "C104"),
+            "shop__refund",
+            json!({"order_id": "A1029", "idempotency_key": "model-made"}),
+            T,
+        )
         .await
         .unwrap();
     assert!(out.is_error);

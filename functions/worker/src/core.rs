@@ -9,15 +9,15 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use shared::domain::{
-    ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
+    ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord,
+    Usage, now_ms, truncate_chars,
 };
 use shared::jsonfix::parse_tool_arguments;
 use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
 use shared::llm::transcript::{check_pairing, compress, estimate_tokens};
 use shared::ports::{
-    AttemptStart, ChatMessage, ChatModel, MAX_DELAY_SECONDS, ChatRequest, ConversationStore, CountOutcome, FinishReason,
-    LlmError, Purpose, RecordOutcome, StoreError, ToolCall, ToolContext, ToolGateway, ToolSpec,
+    AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LlmError,
+    MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolContext, ToolGateway, ToolSpec,
 };
 use shared::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
 use shared::reply::{compose_reply, reply_input};
@@ -143,9 +143,7 @@ impl Worker {
             TaskMessage::Run { conversation_id, subtask_id, handbacks } => {
                 let span = tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id);
                 let _g = span.enter();
-                self.run(&conversation_id, &subtask_id, handbacks, deadline)
-                    .await
-                    .unwrap_or_else(Outcome::from)
+                self.run(&conversation_id, &subtask_id, handbacks, deadline).await.unwrap_or_else(Outcome::from)
             }
             TaskMessage::Deadline { conversation_id } => {
                 self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
@@ -172,7 +170,13 @@ impl Worker {
         }
     }
 
-    async fn run(&self, id: &ConversationId, subtask_id: &str, handbacks: u32, deadline: Instant) -> Result<Outcome, StoreError> {
+    async fn run(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        handbacks: u32,
+        deadline: Instant,
+    ) -> Result<Outcome, StoreError> {
         let Some(conversation) = self.store.get_conversation(id).await? else {
             return Ok(Outcome::Poison(format!("unknown conversation {id}")));
         };
@@ -194,7 +198,9 @@ impl Worker {
         if let Some(budget) = self.settings.token_budget
             && conversation.usage.total_tokens() >= budget
         {
-            let result = SubtaskResult::Failed { reason: format!("the conversation's token budget ({budget} tokens) was used up") };
+            let result = SubtaskResult::Failed {
+                reason: format!("the conversation's token budget ({budget} tokens) was used up"),
+            };
             return self.finish(id, subtask_id, result, Usage::default(), &[]).await;
         }
 
@@ -205,7 +211,9 @@ impl Worker {
             match dependency_results(&record, &all) {
                 DependencyState::Ready(d) => d,
                 DependencyState::Failed(dep) => {
-                    return self.finish(id, subtask_id, SubtaskResult::Skipped { dependency: dep }, Usage::default(), &[]).await;
+                    return self
+                        .finish(id, subtask_id, SubtaskResult::Skipped { dependency: dep }, Usage::default(), &[])
+                        .await;
                 }
                 DependencyState::Waiting(dep) => {
                     // Should not happen (released only when all are done): give it back for later.
@@ -243,7 +251,11 @@ impl Worker {
                 if json.len() <= MAX_CHECKPOINT_BYTES {
                     self.store.save_checkpoint(id, subtask_id, &json).await?;
                 }
-                let again = TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks: handbacks + 1 };
+                let again = TaskMessage::Run {
+                    conversation_id: id.clone(),
+                    subtask_id: subtask_id.to_owned(),
+                    handbacks: handbacks + 1,
+                };
                 let delay = self.settings.handback_delay_secs.min(MAX_DELAY_SECONDS);
                 if let Err(e) = self.queues.for_role(&record.role).send(&[again], delay).await {
                     return Ok(Outcome::Retry(format!("could not hand the subtask back: {e}")));
@@ -280,7 +292,12 @@ impl Worker {
                 if let SubtaskResult::Failed { reason } = &result {
                     tracing::warn!(reason = %reason, "subtask failed");
                 }
-                tracing::info!(status = status.as_str(), tool_calls = tools_used.len(), tokens = usage.total_tokens(), "subtask finished");
+                tracing::info!(
+                    status = status.as_str(),
+                    tool_calls = tools_used.len(),
+                    tokens = usage.total_tokens(),
+                    "subtask finished"
+                );
                 let rec = self.store.get_subtask(id, subtask_id).await?;
                 match rec {
                     Some(rec) => self.count_and_release(id, &rec).await?,
@@ -318,10 +335,14 @@ impl Worker {
                             .transition_subtask(id, &sid, &[SubtaskStatus::Pending], SubtaskStatus::Queued)
                             .await?
                         {
-                            let role = all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
+                            let role =
+                                all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
                             if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {
                                 // Put it back to PENDING so a retry of this message or the deadline path releases it.
-                                let _ = self.store.transition_subtask(id, &sid, &[SubtaskStatus::Queued], SubtaskStatus::Pending).await;
+                                let _ = self
+                                    .store
+                                    .transition_subtask(id, &sid, &[SubtaskStatus::Queued], SubtaskStatus::Pending)
+                                    .await;
                                 return Err(StoreError::Transient(format!("could not enqueue dependent {sid}: {e}")));
                             }
                             tracing::info!(dependent = %sid, "dependent released");
@@ -353,7 +374,9 @@ impl Worker {
         if now < conversation.deadline_ms && !conversation.status.is_terminal() {
             // SQS delays are at most 15 minutes: re-arm for the rest.
             let left = ((conversation.deadline_ms - now) / 1000 + 1).clamp(1, i64::from(MAX_DELAY_SECONDS)) as u32;
-            if let Err(e) = self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], left).await {
+            if let Err(e) =
+                self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], left).await
+            {
                 return Ok(Outcome::Retry(e.to_string()));
             }
             return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
@@ -373,9 +396,15 @@ impl Worker {
                 for rec in all.iter().filter(|r| !r.status.is_terminal()) {
                     let result = match dependency_results(rec, &all) {
                         DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
-                        _ => SubtaskResult::Failed { reason: "the conversation's deadline passed before it finished".into() },
+                        _ => SubtaskResult::Failed {
+                            reason: "the conversation's deadline passed before it finished".into(),
+                        },
                     };
-                    match self.store.record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now).await? {
+                    match self
+                        .store
+                        .record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now)
+                        .await?
+                    {
                         RecordOutcome::Recorded => closed += 1,
                         RecordOutcome::AlreadyFinished(_) | RecordOutcome::Missing => {}
                     }
@@ -395,13 +424,21 @@ impl Worker {
                 tracing::warn!("aggregation never finished: wrote the fallback reply");
                 Ok(Outcome::Finished(SubtaskStatus::Succeeded))
             }
-            ConversationStatus::Done | ConversationStatus::Failed => Ok(Outcome::Ignored("conversation already over".into())),
+            ConversationStatus::Done | ConversationStatus::Failed => {
+                Ok(Outcome::Ignored("conversation already over".into()))
+            }
         }
     }
 
     /// The LLM ↔ tool loop. Every assistant tool call gets exactly one tool
     /// message, in call order, whatever happens to the call.
-    async fn tool_loop(&self, ctx: &ToolContext, record: &SubtaskRecord, state: &mut LoopState, deadline: Instant) -> LoopEnd {
+    async fn tool_loop(
+        &self,
+        ctx: &ToolContext,
+        record: &SubtaskRecord,
+        state: &mut LoopState,
+        deadline: Instant,
+    ) -> LoopEnd {
         let tools: Vec<ToolSpec> = if record.subtask.tools.is_empty() {
             Vec::new()
         } else {
@@ -409,9 +446,13 @@ impl Worker {
                 Ok(Ok(t)) => t,
                 Ok(Err(e)) if e.is_transient() => {
                     tracing::warn!(error = %e, "tool list unavailable");
-                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway is unavailable: {e}") });
+                    return LoopEnd::Done(SubtaskResult::Failed {
+                        reason: format!("the tool gateway is unavailable: {e}"),
+                    });
                 }
-                Ok(Err(e)) => return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway refused: {e}") }),
+                Ok(Err(e)) => {
+                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway refused: {e}") });
+                }
                 Err(_) => return LoopEnd::OutOfTime,
             };
             // The plan's allowlist narrows the role's tools; the gateway's allowlist is the hard limit.
@@ -440,7 +481,9 @@ impl Worker {
                 tools: if last_round { Vec::new() } else { tools.clone() },
                 max_tokens: Some(2048),
             };
-            let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
+            let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline)
+                .await
+            {
                 Ok(r) => r,
                 Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
                 Err(CallError::Failed(LlmError::ContextLength { .. })) if !compressed_for_length => {
@@ -464,7 +507,11 @@ impl Worker {
                         reason: format!("the model returned no answer (finish_reason {:?})", response.finish_reason),
                     });
                 }
-                let text = if response.finish_reason == FinishReason::Length { format!("{text} …(answer cut off)") } else { text };
+                let text = if response.finish_reason == FinishReason::Length {
+                    format!("{text} …(answer cut off)")
+                } else {
+                    text
+                };
                 return LoopEnd::Done(SubtaskResult::Succeeded { text, tool_calls: state.tool_calls.clone() });
             }
             let truncated = response.finish_reason == FinishReason::Length;
@@ -499,7 +546,9 @@ impl Worker {
                 Ok(())
             }
             Err(CallError::OutOfTime { .. }) => Err(LoopEnd::OutOfTime),
-            Err(CallError::Failed(e)) => Err(LoopEnd::Done(SubtaskResult::Failed { reason: format!("context compression failed: {e}") })),
+            Err(CallError::Failed(e)) => {
+                Err(LoopEnd::Done(SubtaskResult::Failed { reason: format!("context compression failed: {e}") }))
+            }
         }
     }
 
@@ -683,7 +732,12 @@ mod tests {
         let c = Conversation::new("C1", "q", 0, 120);
         let mut r = SubtaskRecord::new(
             &c,
-            Subtask { id: id.into(), instruction: id.into(), tools: vec![], depends_on: deps.iter().map(|d| d.to_string()).collect() },
+            Subtask {
+                id: id.into(),
+                instruction: id.into(),
+                tools: vec![],
+                depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            },
             "support".into(),
         );
         r.status = status;
@@ -733,7 +787,12 @@ mod tests {
 
     #[test]
     fn idempotency_key_is_stable_per_call_and_differs_per_arguments() {
-        let ctx = ToolContext { role: "refund".into(), customer_id: "C1".into(), conversation_id: ConversationId::from_trusted("c"), subtask_id: "w01".into() };
+        let ctx = ToolContext {
+            role: "refund".into(),
+            customer_id: "C1".into(),
+            conversation_id: ConversationId::from_trusted("c"),
+            subtask_id: "w01".into(),
+        };
         let a = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
         let b = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
         let c = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A2"}));

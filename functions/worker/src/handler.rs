@@ -36,7 +36,11 @@ pub const SAFETY_MARGIN: Duration = Duration::from_secs(3);
 /// Handles one SQS batch. Records run concurrently; only retryable failures
 /// are listed in `batchItemFailures` (ReportBatchItemFailures), so a poison
 /// message is acknowledged instead of being retried until the DLQ.
-pub async fn handle(worker: &Worker, mode: WorkerMode, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+pub async fn handle(
+    worker: &Worker,
+    mode: WorkerMode,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let deadline = invocation_deadline(event.context.deadline);
     let runs = event.payload.records.into_iter().map(|record| async move {
         let message_id = record.message_id.clone().unwrap_or_default();
@@ -49,7 +53,9 @@ pub async fn handle(worker: &Worker, mode: WorkerMode, event: LambdaEvent<SqsEve
             },
         };
         match &outcome {
-            Outcome::Poison(why) => tracing::warn!(message_id = %message_id, reason = %why, "poison message acknowledged"),
+            Outcome::Poison(why) => {
+                tracing::warn!(message_id = %message_id, reason = %why, "poison message acknowledged")
+            }
             Outcome::Retry(why) => tracing::warn!(message_id = %message_id, reason = %why, "message will be retried"),
             _ => tracing::debug!(message_id = %message_id, outcome = ?outcome, "message handled"),
         }

@@ -8,7 +8,9 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
 use shared::adapters::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
-use shared::domain::{Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage};
+use shared::domain::{
+    Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
+};
 use shared::ports::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue, ToolCall,
     ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
@@ -33,7 +35,11 @@ impl Scripted {
 impl ChatModel for Scripted {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         self.seen.lock().unwrap().push(request.clone());
-        self.responses.lock().unwrap().pop().ok_or(LlmError::Permanent { status: 500, message: "script exhausted".into() })
+        self.responses
+            .lock()
+            .unwrap()
+            .pop()
+            .ok_or(LlmError::Permanent { status: 500, message: "script exhausted".into() })
     }
     fn label(&self) -> String {
         "scripted".into()
@@ -43,7 +49,10 @@ impl ChatModel for Scripted {
 fn calls(calls: &[(&str, &str, &str)], finish: FinishReason) -> ChatResponse {
     ChatResponse {
         content: None,
-        tool_calls: calls.iter().map(|(id, name, args)| ToolCall { id: (*id).into(), name: (*name).into(), arguments: (*args).into() }).collect(),
+        tool_calls: calls
+            .iter()
+            .map(|(id, name, args)| ToolCall { id: (*id).into(), name: (*name).into(), arguments: (*args).into() })
+            .collect(),
         finish_reason: finish,
         reasoning_content: Some("thinking".into()),
         usage: Usage { prompt_tokens: Some(100), completion_tokens: Some(10), cached_tokens: Some(64), cost_usd: None },
@@ -52,7 +61,14 @@ fn calls(calls: &[(&str, &str, &str)], finish: FinishReason) -> ChatResponse {
 }
 
 fn text(t: &str) -> ChatResponse {
-    ChatResponse { content: Some(t.into()), tool_calls: vec![], finish_reason: FinishReason::Stop, reasoning_content: None, usage: Usage::default(), model: "m".into() }
+    ChatResponse {
+        content: Some(t.into()),
+        tool_calls: vec![],
+        finish_reason: FinishReason::Stop,
+        reasoning_content: None,
+        usage: Usage::default(),
+        model: "m".into(),
+    }
 }
 
 /// A gateway whose tools answer after different delays (so parallel calls finish out of order) and record what ran.
@@ -63,13 +79,20 @@ struct FakeTools {
 #[async_trait]
 impl ToolGateway for FakeTools {
     async fn list_tools(&self, _ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
-        let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
+        let schema =
+            json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
         Ok(["shop__get_order", "shop__track_shipment", "shop__refund"]
             .iter()
             .map(|n| ToolSpec { name: (*n).into(), description: String::new(), input_schema: schema.clone() })
             .collect())
     }
-    async fn call_tool(&self, _ctx: &ToolContext, name: &str, args: serde_json::Value, _timeout: Duration) -> Result<ToolOutput, ToolError> {
+    async fn call_tool(
+        &self,
+        _ctx: &ToolContext,
+        name: &str,
+        args: serde_json::Value,
+        _timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
         let delay = if name.ends_with("get_order") { 60 } else { 5 };
         tokio::time::sleep(Duration::from_millis(delay)).await;
         self.ran.lock().unwrap().push((name.to_owned(), args.clone()));
@@ -95,7 +118,12 @@ async fn setup_with_usage(tools: &[&str], planning_usage: Usage) -> Setup {
     let mut conversation = Conversation::new("C104", "Where is A1029?", shared::domain::now_ms(), 120);
     conversation.id = ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07");
     store.create_conversation(&conversation).await.unwrap();
-    let subtask = Subtask { id: "w01".into(), instruction: "Check order A1029.".into(), tools: tools.iter().map(|t| t.to_string()).collect(), depends_on: vec![] };
+    let subtask = Subtask {
+        id: "w01".into(),
+        instruction: "Check order A1029.".into(),
+        tools: tools.iter().map(|t| t.to_string()).collect(),
+        depends_on: vec![],
+    };
     let rec = SubtaskRecord::new(&conversation, subtask, "support".into());
     assert!(store.start_run(&conversation.id, &[rec], &[], &planning_usage).await.unwrap());
     Setup { store, queue: InMemoryQueue::new(QueueSettings::default()), id: conversation.id }
@@ -149,7 +177,11 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
         })
         .collect();
     let ids: Vec<&str> = answers.iter().map(|(id, _)| *id).collect();
-    assert_eq!(ids, vec!["functions.get_order:0", "call_b", "call_c", "call_d", "call_e"], "ids verbatim, in call order");
+    assert_eq!(
+        ids,
+        vec!["functions.get_order:0", "call_b", "call_c", "call_d", "call_e"],
+        "ids verbatim, in call order"
+    );
     assert!(answers[0].1.contains("\"tool\":\"shop__get_order\""), "the slow call's result stays with its id");
     assert!(answers[1].1.contains("timed out"), "a timed-out call is answered: {}", answers[1].1);
     assert!(answers[2].1.contains("not available"), "a tool outside the subtask's list is refused: {}", answers[2].1);
@@ -159,7 +191,11 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
     let ran = tools.ran.lock().unwrap().clone();
     assert_eq!(ran.len(), 2, "{ran:?}");
     assert!(ran.iter().all(|(_, a)| a["_idempotency_key"].as_str().is_some_and(|k| k.contains("w01"))));
-    assert!(second.iter().any(|m| matches!(m, ChatMessage::Assistant { reasoning_content: Some(r), .. } if r == "thinking")));
+    assert!(
+        second
+            .iter()
+            .any(|m| matches!(m, ChatMessage::Assistant { reasoning_content: Some(r), .. } if r == "thinking"))
+    );
 
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert_eq!(rec.usage.prompt_tokens, Some(100));
@@ -228,43 +264,90 @@ struct Throttled;
 
 #[async_trait]
 impl ConversationStore for Throttled {
-    async fn create_conversation(&self, _: &Conversation) -> Result<shared::ports::CreateOutcome, shared::ports::StoreError> {
+    async fn create_conversation(
+        &self,
+        _: &Conversation,
+    ) -> Result<shared::ports::CreateOutcome, shared::ports::StoreError> {
         Err(shared::ports::StoreError::Transient("throttled".into()))
     }
     async fn get_conversation(&self, _: &ConversationId) -> Result<Option<Conversation>, shared::ports::StoreError> {
         Err(shared::ports::StoreError::Transient("ProvisionedThroughputExceeded".into()))
     }
-    async fn start_run(&self, _: &ConversationId, _: &[SubtaskRecord], _: &[String], _: &Usage) -> Result<bool, shared::ports::StoreError> {
+    async fn start_run(
+        &self,
+        _: &ConversationId,
+        _: &[SubtaskRecord],
+        _: &[String],
+        _: &Usage,
+    ) -> Result<bool, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn transition_conversation(&self, _: &ConversationId, _: shared::domain::ConversationStatus, _: shared::domain::ConversationStatus) -> Result<bool, shared::ports::StoreError> {
+    async fn transition_conversation(
+        &self,
+        _: &ConversationId,
+        _: shared::domain::ConversationStatus,
+        _: shared::domain::ConversationStatus,
+    ) -> Result<bool, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn finish_conversation(&self, _: &ConversationId, _: &str, _: &Usage) -> Result<bool, shared::ports::StoreError> {
+    async fn finish_conversation(
+        &self,
+        _: &ConversationId,
+        _: &str,
+        _: &Usage,
+    ) -> Result<bool, shared::ports::StoreError> {
         unreachable!()
     }
     async fn fail_conversation(&self, _: &ConversationId, _: &str) -> Result<bool, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn get_subtask(&self, _: &ConversationId, _: &str) -> Result<Option<SubtaskRecord>, shared::ports::StoreError> {
+    async fn get_subtask(
+        &self,
+        _: &ConversationId,
+        _: &str,
+    ) -> Result<Option<SubtaskRecord>, shared::ports::StoreError> {
         unreachable!()
     }
     async fn list_subtasks(&self, _: &ConversationId) -> Result<Vec<SubtaskRecord>, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn transition_subtask(&self, _: &ConversationId, _: &str, _: &[SubtaskStatus], _: SubtaskStatus) -> Result<bool, shared::ports::StoreError> {
+    async fn transition_subtask(
+        &self,
+        _: &ConversationId,
+        _: &str,
+        _: &[SubtaskStatus],
+        _: SubtaskStatus,
+    ) -> Result<bool, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn begin_attempt(&self, _: &ConversationId, _: &str, _: i64) -> Result<shared::ports::AttemptStart, shared::ports::StoreError> {
+    async fn begin_attempt(
+        &self,
+        _: &ConversationId,
+        _: &str,
+        _: i64,
+    ) -> Result<shared::ports::AttemptStart, shared::ports::StoreError> {
         unreachable!()
     }
     async fn save_checkpoint(&self, _: &ConversationId, _: &str, _: &str) -> Result<(), shared::ports::StoreError> {
         unreachable!()
     }
-    async fn record_result(&self, _: &ConversationId, _: &str, _: &SubtaskResult, _: &Usage, _: &[String], _: i64) -> Result<shared::ports::RecordOutcome, shared::ports::StoreError> {
+    async fn record_result(
+        &self,
+        _: &ConversationId,
+        _: &str,
+        _: &SubtaskResult,
+        _: &Usage,
+        _: &[String],
+        _: i64,
+    ) -> Result<shared::ports::RecordOutcome, shared::ports::StoreError> {
         unreachable!()
     }
-    async fn count_finished(&self, _: &ConversationId, _: &str, _: &Usage) -> Result<shared::ports::CountOutcome, shared::ports::StoreError> {
+    async fn count_finished(
+        &self,
+        _: &ConversationId,
+        _: &str,
+        _: &Usage,
+    ) -> Result<shared::ports::CountOutcome, shared::ports::StoreError> {
         unreachable!()
     }
 }
@@ -273,7 +356,14 @@ impl ConversationStore for Throttled {
 async fn throttled_store_reports_the_message_for_redelivery() {
     let queue: Arc<dyn TaskQueue> = Arc::new(InMemoryQueue::new(QueueSettings::default()));
     let model: Arc<dyn ChatModel> = Scripted::new(vec![]);
-    let w = Worker::new(Arc::new(Throttled), TaskQueues::new(queue), model.clone(), model, Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }), WorkerSettings::default());
+    let w = Worker::new(
+        Arc::new(Throttled),
+        TaskQueues::new(queue),
+        model.clone(),
+        model,
+        Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }),
+        WorkerSettings::default(),
+    );
     let body = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), "w01")).unwrap();
     let e = event(&["not json", &body]);
     let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(e, context())).await.unwrap();
@@ -282,7 +372,8 @@ async fn throttled_store_reports_the_message_for_redelivery() {
 
 #[tokio::test]
 async fn fixture_events_parse_and_name_the_task_messages() {
-    for (file, kind) in [("sqs-tasks.json", "run"), ("sqs-deadline.json", "deadline"), ("sqs-dead-letter.json", "run")] {
+    for (file, kind) in [("sqs-tasks.json", "run"), ("sqs-deadline.json", "deadline"), ("sqs-dead-letter.json", "run")]
+    {
         let text = std::fs::read_to_string(format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let e: SqsEvent = serde_json::from_str(&text).unwrap();
         assert!(!e.records.is_empty(), "{file}");
@@ -311,5 +402,9 @@ async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_sp
     assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
     assert!(model.seen.lock().unwrap().is_empty(), "no LLM call past the budget");
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
-    assert!(matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("token budget (1000 tokens)")), "{:?}", rec.result);
+    assert!(
+        matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("token budget (1000 tokens)")),
+        "{:?}",
+        rec.result
+    );
 }

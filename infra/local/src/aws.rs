@@ -75,7 +75,10 @@ impl AwsOptions {
     pub fn new(endpoint: impl Into<String>, stack: StackOptions) -> Self {
         Self {
             endpoint: endpoint.into(),
-            region: std::env::var("AWS_REGION").ok().filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "us-east-1".into()),
+            region: std::env::var("AWS_REGION")
+                .ok()
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or_else(|| "us-east-1".into()),
             name_prefix: "swarm-local".into(),
             poll_interval: Duration::from_millis(250),
             keep_resources: false,
@@ -163,8 +166,13 @@ pub struct AwsStack {
 
 /// A DynamoDB, DynamoDB Streams and SQS client for `endpoint`: credentials from
 /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`, else the emulator's `test` / `test`.
-pub fn emulator_clients(endpoint: &str, region: &str) -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client, aws_sdk_sqs::Client) {
-    let var = |k: &str, default: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned());
+pub fn emulator_clients(
+    endpoint: &str,
+    region: &str,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client, aws_sdk_sqs::Client) {
+    let var = |k: &str, default: &str| {
+        std::env::var(k).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+    };
     let credentials = aws_sdk_dynamodb::config::Credentials::new(
         var("AWS_ACCESS_KEY_ID", "test"),
         var("AWS_SECRET_ACCESS_KEY", "test"),
@@ -214,9 +222,9 @@ impl AwsStack {
         let run = uuid::Uuid::now_v7().simple().to_string();
         let base = format!("{}-{}", options.name_prefix, &run[run.len() - 12..]);
         let table = base.clone();
-        create_table(&dynamodb, &table)
-            .await
-            .with_context(|| format!("creating table {table} on {} (is the emulator running? infra/aws/moto.sh start)", options.endpoint))?;
+        create_table(&dynamodb, &table).await.with_context(|| {
+            format!("creating table {table} on {} (is the emulator running? infra/aws/moto.sh start)", options.endpoint)
+        })?;
         let visibility = u32::try_from(stack_options.visibility_timeout.as_secs()).unwrap_or(u32::MAX).max(1);
         let (tasks_queue_url, tasks_dlq_url) =
             create_queue_with_dlq(&sqs, &format!("{base}-tasks"), visibility, stack_options.max_receive_count).await?;
@@ -237,16 +245,20 @@ impl AwsStack {
         tracing::info!(?resources, endpoint = %options.endpoint, "emulator resources ready");
 
         let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
-        let (shop_addr, shop_task) = shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
+        let (shop_addr, shop_task) =
+            shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
         let tokens = tool_gateway::DemoTokens::generate();
         let (gateway_addr, gateway_task) =
-            tool_gateway::serve(loopback(), tool_gateway::demo_config(&shop_url, &tokens)).await.context("starting the tool gateway")?;
+            tool_gateway::serve(loopback(), tool_gateway::demo_config(&shop_url, &tokens))
+                .await
+                .context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
         let role_tokens: HashMap<String, String> =
             tokens.role_tokens().into_iter().map(|(role, token)| (role, token.expose().to_owned())).collect();
         let base_tools: Arc<dyn ToolGateway> = Arc::new(
-            McpToolGateway::new(&gateway_url, role_tokens, Duration::from_secs(10)).context("connecting to the tool gateway")?,
+            McpToolGateway::new(&gateway_url, role_tokens, Duration::from_secs(10))
+                .context("connecting to the tool gateway")?,
         );
         let worker_tools = match &stack_options.wrap_tools {
             Some(wrap) => wrap(base_tools.clone()),
@@ -262,8 +274,13 @@ impl AwsStack {
 
         let store = Arc::new(DynamoConversationStore::new(dynamodb.clone(), table.clone()));
         let dyn_store: Arc<dyn ConversationStore> = store.clone();
-        let queues = TaskQueues::new(Arc::new(SqsTaskQueue::new(sqs.clone(), resources.tasks_queue_url.clone())) as Arc<dyn TaskQueue>)
-            .with_role(REFUND_ROLE, Arc::new(SqsTaskQueue::new(sqs.clone(), resources.refund_queue_url.clone())) as Arc<dyn TaskQueue>);
+        let queues = TaskQueues::new(
+            Arc::new(SqsTaskQueue::new(sqs.clone(), resources.tasks_queue_url.clone())) as Arc<dyn TaskQueue>
+        )
+        .with_role(
+            REFUND_ROLE,
+            Arc::new(SqsTaskQueue::new(sqs.clone(), resources.refund_queue_url.clone())) as Arc<dyn TaskQueue>,
+        );
         let orchestrator = Arc::new(Orchestrator::new(
             dyn_store.clone(),
             queues.clone(),
@@ -363,17 +380,32 @@ impl AwsStack {
             .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
         let status = response.status().as_u16();
         let bytes: &[u8] = response.body().as_ref();
-        let json = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(bytes).context("response body is not JSON")? };
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(bytes).context("response body is not JSON")?
+        };
         Ok((status, json))
     }
 
     /// `method path` through the orchestrator's handler; answers `(status, JSON body)`.
-    pub async fn api(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> anyhow::Result<(u16, Value)> {
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
         self.api_event(&events::http_api_event(method, path, body, headers)).await
     }
 
     /// `POST /conversations`; answers `(status, body)`.
-    pub async fn post_conversation(&self, message: &str, customer_id: &str, idempotency_key: Option<&str>) -> anyhow::Result<(u16, Value)> {
+    pub async fn post_conversation(
+        &self,
+        message: &str,
+        customer_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<(u16, Value)> {
         let body = serde_json::json!({ "message": message, "customer_id": customer_id }).to_string();
         let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("idempotency-key", k)]).unwrap_or_default();
         self.api("POST", "/conversations", Some(&body), &headers).await
@@ -394,7 +426,12 @@ impl AwsStack {
     }
 
     /// As [`Self::wait_finished`], calling `seen` with every view polled (progress output).
-    pub async fn wait_until(&self, id: &str, timeout: Duration, mut seen: impl FnMut(&ConversationView)) -> anyhow::Result<ConversationView> {
+    pub async fn wait_until(
+        &self,
+        id: &str,
+        timeout: Duration,
+        mut seen: impl FnMut(&ConversationView),
+    ) -> anyhow::Result<ConversationView> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let view = self.view(id).await?;
@@ -404,7 +441,12 @@ impl AwsStack {
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                anyhow::bail!("conversation {id} did not finish within {timeout:?} (last status {}, {}/{} subtasks finished)", view.status, view.progress.finished, view.progress.total);
+                anyhow::bail!(
+                    "conversation {id} did not finish within {timeout:?} (last status {}, {}/{} subtasks finished)",
+                    view.status,
+                    view.progress.finished,
+                    view.progress.total
+                );
             }
             tokio::time::sleep(self.poll_interval.min(deadline - now)).await;
         }
@@ -451,13 +493,17 @@ impl AwsStack {
         for url in [&r.tasks_queue_url, &r.tasks_dlq_url, &r.refund_queue_url, &r.refund_dlq_url] {
             match tokio::time::timeout(CLEANUP_TIMEOUT, self.sqs.delete_queue().queue_url(url).send()).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(queue_url = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not delete queue"),
+                Ok(Err(e)) => {
+                    tracing::warn!(queue_url = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not delete queue")
+                }
                 Err(_) => tracing::warn!(queue_url = %url, "DeleteQueue gave no answer"),
             }
         }
         match tokio::time::timeout(CLEANUP_TIMEOUT, self.dynamodb.delete_table().table_name(&r.table).send()).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(table = %r.table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "could not delete table"),
+            Ok(Err(e)) => {
+                tracing::warn!(table = %r.table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "could not delete table")
+            }
             Err(_) => tracing::warn!(table = %r.table, "DeleteTable gave no answer"),
         }
     }
@@ -523,7 +569,8 @@ impl EventSourceMapping {
             }
             .fetch_add(1, Ordering::SeqCst);
             let (event, context) = events::sqs_event(&self.queue, &deliveries, self.invocation_timeout);
-            let call = worker::handler::handle(&self.worker, self.mode, lambda_runtime::LambdaEvent::new(event, context));
+            let call =
+                worker::handler::handle(&self.worker, self.mode, lambda_runtime::LambdaEvent::new(event, context));
             failed = match tokio::time::timeout(self.invocation_timeout + INVOCATION_GRACE, call).await {
                 Ok(Ok(response)) => response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect(),
                 Ok(Err(e)) => {
@@ -557,7 +604,9 @@ impl EventSourceMapping {
                 Ok(()) => {
                     self.counters.messages_deleted.fetch_add(1, Ordering::SeqCst);
                 }
-                Err(e) => tracing::warn!(queue = %self.queue, message_id = %d.message_id, error = %e, "DeleteMessage failed: the message will be delivered again"),
+                Err(e) => {
+                    tracing::warn!(queue = %self.queue, message_id = %d.message_id, error = %e, "DeleteMessage failed: the message will be delivered again")
+                }
             }
         }
         self.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -618,7 +667,10 @@ async fn invoke_aggregator(aggregator: &Aggregator, event: &StreamEvent, counter
     let timeout = Duration::from_secs(60);
     for attempt in 0..=STREAM_MAX_RETRIES {
         counters.aggregator_invocations.fetch_add(1, Ordering::SeqCst);
-        let call = aggregator::handler::handle(aggregator, lambda_runtime::LambdaEvent::new(event.clone(), events::lambda_context(timeout)));
+        let call = aggregator::handler::handle(
+            aggregator,
+            lambda_runtime::LambdaEvent::new(event.clone(), events::lambda_context(timeout)),
+        );
         match tokio::time::timeout(timeout + INVOCATION_GRACE, call).await {
             Ok(Ok(())) => return,
             Ok(Err(e)) => tracing::warn!(attempt, error = %e, "aggregator invocation failed; retrying the batch"),

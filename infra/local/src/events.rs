@@ -115,7 +115,13 @@ mod tests {
 
     #[test]
     fn built_events_parse_as_lambda_events() {
-        let d = Delivery { message_id: "m1".into(), receipt_handle: "r1".into(), body: "{}".into(), receive_count: 2, sent_at_ms: 1 };
+        let d = Delivery {
+            message_id: "m1".into(),
+            receipt_handle: "r1".into(),
+            body: "{}".into(),
+            receive_count: 2,
+            sent_at_ms: 1,
+        };
         let (e, ctx) = sqs_event("tasks", &[d], Duration::from_secs(30));
         assert_eq!(e.records.len(), 1);
         assert_eq!(e.records[0].message_id.as_deref(), Some("m1"));
@@ -123,7 +129,8 @@ mod tests {
         let c = Conversation::new("C1", "q", 0, 120);
         let s = stream_event(&c);
         assert_eq!(s.records.len(), 1);
-        let r = lambda_http::request::from_str(&http_api_event("GET", "/conversations/x", None, &[]).to_string()).unwrap();
+        let r =
+            lambda_http::request::from_str(&http_api_event("GET", "/conversations/x", None, &[]).to_string()).unwrap();
         assert_eq!(r.uri().path(), "/conversations/x");
     }
 }

@@ -108,18 +108,21 @@ impl LocalStack {
     /// event source mappings and the stream trigger.
     pub async fn start(options: StackOptions) -> anyhow::Result<Self> {
         let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
-        let (shop_addr, shop_task) = shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
+        let (shop_addr, shop_task) =
+            shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
         let tokens = tool_gateway::DemoTokens::generate();
         let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
-        let (gateway_addr, gateway_task) = tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
+        let (gateway_addr, gateway_task) =
+            tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
         let role_tokens: HashMap<String, String> =
             tokens.role_tokens().into_iter().map(|(role, token)| (role, token.expose().to_owned())).collect();
         let base_tools: Arc<dyn ToolGateway> = Arc::new(
-            McpToolGateway::new(&gateway_url, role_tokens, Duration::from_secs(10)).context("connecting to the tool gateway")?,
+            McpToolGateway::new(&gateway_url, role_tokens, Duration::from_secs(10))
+                .context("connecting to the tool gateway")?,
         );
         let worker_tools = match &options.wrap_tools {
             Some(wrap) => wrap(base_tools.clone()),
@@ -170,7 +173,8 @@ impl LocalStack {
             worker_tools,
             options.worker_settings.clone(),
         ));
-        let aggregator = Arc::new(Aggregator::new(dyn_store.clone(), models.main.clone(), AggregatorSettings::default()));
+        let aggregator =
+            Arc::new(Aggregator::new(dyn_store.clone(), models.main.clone(), AggregatorSettings::default()));
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
@@ -194,7 +198,13 @@ impl LocalStack {
                 shutdown_rx.clone(),
             )));
         }
-        background.push(tokio::spawn(stream_trigger(stream, aggregator, options.duplicate_deliveries, counters.clone(), shutdown_rx)));
+        background.push(tokio::spawn(stream_trigger(
+            stream,
+            aggregator,
+            options.duplicate_deliveries,
+            counters.clone(),
+            shutdown_rx,
+        )));
 
         Ok(Self {
             store,
@@ -229,7 +239,13 @@ impl LocalStack {
 
     /// Sends one HTTP API request (payload 2.0) through the orchestrator's
     /// Lambda handler; answers `(status, JSON body)`.
-    pub async fn api(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> anyhow::Result<(u16, serde_json::Value)> {
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
         let event = events::http_api_event(method, path, body, headers);
         let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
         let response = orchestrator::handler::handle(&self.orchestrator, AuthMode::None, request)
@@ -237,12 +253,21 @@ impl LocalStack {
             .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
         let status = response.status().as_u16();
         let bytes: &[u8] = response.body().as_ref();
-        let json = if bytes.is_empty() { serde_json::Value::Null } else { serde_json::from_slice(bytes).context("response body is not JSON")? };
+        let json = if bytes.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(bytes).context("response body is not JSON")?
+        };
         Ok((status, json))
     }
 
     /// `POST /conversations`; answers `(status, body)`.
-    pub async fn post_conversation(&self, message: &str, customer_id: &str, idempotency_key: Option<&str>) -> anyhow::Result<(u16, serde_json::Value)> {
+    pub async fn post_conversation(
+        &self,
+        message: &str,
+        customer_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
         let body = serde_json::json!({ "message": message, "customer_id": customer_id }).to_string();
         let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("idempotency-key", k)]).unwrap_or_default();
         self.api("POST", "/conversations", Some(&body), &headers).await
@@ -338,7 +363,8 @@ async fn event_source_mapping(
             for _ in 0..times {
                 counters.worker_invocations.fetch_add(1, Ordering::SeqCst);
                 let (event, context) = events::sqs_event(queue.name(), &deliveries, invocation_timeout);
-                let response = worker::handler::handle(&worker, mode, lambda_runtime::LambdaEvent::new(event, context)).await;
+                let response =
+                    worker::handler::handle(&worker, mode, lambda_runtime::LambdaEvent::new(event, context)).await;
                 failed_ids = match response {
                     Ok(r) => r.batch_item_failures.into_iter().map(|f| f.item_identifier).collect(),
                     Err(e) => {
@@ -397,7 +423,9 @@ async fn stream_trigger(
             let event = events::stream_event(&conversation);
             tokio::spawn(async move {
                 let context = events::lambda_context(Duration::from_secs(60));
-                if let Err(e) = aggregator::handler::handle(&aggregator, lambda_runtime::LambdaEvent::new(event, context)).await {
+                if let Err(e) =
+                    aggregator::handler::handle(&aggregator, lambda_runtime::LambdaEvent::new(event, context)).await
+                {
                     tracing::error!(error = %e, "aggregator invocation failed");
                 }
             });

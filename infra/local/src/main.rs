@@ -15,7 +15,11 @@ use shared::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{AwsOptions, AwsStack, LocalStack, StackOptions, describe};
 
 #[derive(Parser)]
-#[command(name = "swarm-local", version, about = "Run the lambda-swarm locally: API, orchestrator, queue, workers, aggregator, tool gateway and the demo shop in one process")]
+#[command(
+    name = "swarm-local",
+    version,
+    about = "Run the lambda-swarm locally: API, orchestrator, queue, workers, aggregator, tool gateway and the demo shop in one process"
+)]
 struct Cli {
     /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
     /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
@@ -63,18 +67,31 @@ async fn main() -> anyhow::Result<()> {
         (Command::Ask { message, customer, json, concurrency, deadline }, Some(endpoint)) => {
             ask_aws(&endpoint, &message, &customer, json, concurrency, deadline).await
         }
-        (Command::Ask { message, customer, json, concurrency, deadline }, None) => ask(&message, &customer, json, concurrency, deadline).await,
-        (Command::Serve { .. }, Some(_)) => anyhow::bail!("--aws-endpoint works with `ask` only; `serve` runs the embedded stack"),
+        (Command::Ask { message, customer, json, concurrency, deadline }, None) => {
+            ask(&message, &customer, json, concurrency, deadline).await
+        }
+        (Command::Serve { .. }, Some(_)) => {
+            anyhow::bail!("--aws-endpoint works with `ask` only; `serve` runs the embedded stack")
+        }
         (Command::Serve { port, concurrency }, None) => serve(port, concurrency).await,
     }
 }
 
 async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, deadline: u64) -> anyhow::Result<()> {
     let started = Instant::now();
-    let stack = LocalStack::start(StackOptions { worker_concurrency: concurrency, deadline_secs: deadline, ..StackOptions::default() }).await?;
+    let stack = LocalStack::start(StackOptions {
+        worker_concurrency: concurrency,
+        deadline_secs: deadline,
+        ..StackOptions::default()
+    })
+    .await?;
     eprintln!(
         "lambda-swarm local · model: {} · {} workers · customer {}",
-        if stack.offline { "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned() } else { stack.model_label.clone() },
+        if stack.offline {
+            "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned()
+        } else {
+            stack.model_label.clone()
+        },
         concurrency,
         customer
     );
@@ -88,7 +105,10 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
 
     let bar = ProgressBar::new(0);
     if std::io::stderr().is_terminal() {
-        bar.set_style(ProgressStyle::with_template("{spinner} {pos}/{len} subtasks finished {elapsed}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {pos}/{len} subtasks finished {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
         bar.enable_steady_tick(Duration::from_millis(120));
     } else {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -118,10 +138,18 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
             Ok(Err(_)) => continue,
             Ok(Ok(ItemChange::Subtask(rec))) if rec.conversation_id == conversation_id => match rec.status {
                 SubtaskStatus::Running if started_at.insert(rec.subtask.id.clone(), Instant::now()).is_none() => {
-                    say(format!("  ▶ {} started  {} [{}]", rec.subtask.id, rec.subtask.instruction, rec.subtask.tools.join(", ")));
+                    say(format!(
+                        "  ▶ {} started  {} [{}]",
+                        rec.subtask.id,
+                        rec.subtask.instruction,
+                        rec.subtask.tools.join(", ")
+                    ));
                 }
                 s if s.is_terminal() => {
-                    let took = started_at.get(&rec.subtask.id).map(|t| format!(" {:.1}s", t.elapsed().as_secs_f64())).unwrap_or_default();
+                    let took = started_at
+                        .get(&rec.subtask.id)
+                        .map(|t| format!(" {:.1}s", t.elapsed().as_secs_f64()))
+                        .unwrap_or_default();
                     let mark = if s == SubtaskStatus::Succeeded { "✔" } else { "✘" };
                     say(format!("  {mark} {}{took}", describe(&rec)));
                 }
@@ -150,7 +178,14 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
 }
 
 /// `ask` the AWS way: the same handlers on the emulator's DynamoDB and SQS, progress from polling `GET /conversations/{id}`.
-async fn ask_aws(endpoint: &str, message: &str, customer: &str, json: bool, concurrency: usize, deadline: u64) -> anyhow::Result<()> {
+async fn ask_aws(
+    endpoint: &str,
+    message: &str,
+    customer: &str,
+    json: bool,
+    concurrency: usize,
+    deadline: u64,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let options = StackOptions { worker_concurrency: concurrency, deadline_secs: deadline, ..StackOptions::default() };
     let stack = AwsStack::start(AwsOptions::new(endpoint, options)).await?;
@@ -160,7 +195,11 @@ async fn ask_aws(endpoint: &str, message: &str, customer: &str, json: bool, conc
         r.table,
         r.tasks_queue_url.rsplit('/').next().unwrap_or_default(),
         r.refund_queue_url.rsplit('/').next().unwrap_or_default(),
-        if stack.offline { "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned() } else { stack.model_label.clone() },
+        if stack.offline {
+            "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned()
+        } else {
+            stack.model_label.clone()
+        },
         concurrency,
         customer
     );
@@ -187,7 +226,12 @@ async fn ask_aws(endpoint: &str, message: &str, customer: &str, json: bool, conc
 }
 
 /// Posts the message and follows the conversation to its end, one line per subtask change.
-async fn ask_on(stack: &AwsStack, message: &str, customer: &str, deadline: u64) -> anyhow::Result<shared::view::ConversationView> {
+async fn ask_on(
+    stack: &AwsStack,
+    message: &str,
+    customer: &str,
+    deadline: u64,
+) -> anyhow::Result<shared::view::ConversationView> {
     let (status, body) = stack.post_conversation(message, customer, None).await?;
     if status != 202 {
         anyhow::bail!("the API answered {status}: {body}");
@@ -202,7 +246,11 @@ async fn ask_on(stack: &AwsStack, message: &str, customer: &str, deadline: u64) 
                 planned = true;
                 eprintln!("▸ conversation {id}: {} subtasks planned", view.progress.total);
                 for s in &view.subtasks {
-                    let deps = if s.depends_on.is_empty() { String::new() } else { format!(" (after {})", s.depends_on.join(", ")) };
+                    let deps = if s.depends_on.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (after {})", s.depends_on.join(", "))
+                    };
                     eprintln!("  · {} {}{}", s.id, s.instruction, deps);
                 }
             }
@@ -215,7 +263,11 @@ async fn ask_on(stack: &AwsStack, message: &str, customer: &str, deadline: u64) 
                     "RUNNING" => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
                     "SUCCEEDED" | "FAILED" | "SKIPPED" => {
                         let mark = if s.status == "SUCCEEDED" { "✔" } else { "✘" };
-                        let tools = if s.tools_used.is_empty() { String::new() } else { format!("  [{}]", s.tools_used.join(", ")) };
+                        let tools = if s.tools_used.is_empty() {
+                            String::new()
+                        } else {
+                            format!("  [{}]", s.tools_used.join(", "))
+                        };
                         let error = s.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default();
                         eprintln!("  {mark} {} {:<9} {}{tools}{error}", s.id, s.status, s.instruction);
                     }
@@ -279,23 +331,42 @@ async fn store_view(stack: &LocalStack, id: &shared::domain::ConversationId) -> 
     let lines = subtasks
         .iter()
         .map(|r| {
-            let deps = if r.subtask.depends_on.is_empty() { String::new() } else { format!(" (after {})", r.subtask.depends_on.join(", ")) };
-            format!("{} {}{} [{}] role={}", r.subtask.id, r.subtask.instruction, deps, r.subtask.tools.join(", "), r.role)
+            let deps = if r.subtask.depends_on.is_empty() {
+                String::new()
+            } else {
+                format!(" (after {})", r.subtask.depends_on.join(", "))
+            };
+            format!(
+                "{} {}{} [{}] role={}",
+                r.subtask.id,
+                r.subtask.instruction,
+                deps,
+                r.subtask.tools.join(", "),
+                r.role
+            )
         })
         .collect();
     Ok((lines, subtasks.len() as u32))
 }
 
 async fn serve(port: u16, concurrency: usize) -> anyhow::Result<()> {
-    let stack = Arc::new(LocalStack::start(StackOptions { worker_concurrency: concurrency, ..StackOptions::default() }).await?);
+    let stack =
+        Arc::new(LocalStack::start(StackOptions { worker_concurrency: concurrency, ..StackOptions::default() }).await?);
     let app = swarm_local::http::router(stack.clone());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let addr = listener.local_addr()?;
     println!("lambda-swarm local stack");
-    println!("  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})");
+    println!(
+        "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
+    );
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
-    println!("  model        {}", if stack.offline { "offline model (no LLM_BASE_URL set)".to_owned() } else { stack.model_label.clone() });
+    println!(
+        "  model        {}",
+        if stack.offline { "offline model (no LLM_BASE_URL set)".to_owned() } else { stack.model_label.clone() }
+    );
     println!("Ctrl-C stops it.");
     axum::serve(listener, app)
         .with_graceful_shutdown(async {

@@ -52,11 +52,7 @@ pub enum CaseError {
 impl ScriptedResponse {
     /// A JSON answer with `content-type: application/json`.
     pub fn json(status: u16, body: &Value) -> Self {
-        Self {
-            status,
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: body.to_string(),
-        }
+        Self { status, headers: vec![("content-type".into(), "application/json".into())], body: body.to_string() }
     }
 
     /// From one case of `llm-responses.jsonl`: `{"status", "headers"?, "body"}`;
@@ -143,7 +139,10 @@ pub enum Latency {
     None,
     Fixed(Duration),
     /// Uniform in `[min, max]`.
-    Uniform { min: Duration, max: Duration },
+    Uniform {
+        min: Duration,
+        max: Duration,
+    },
 }
 
 /// Injected faults: each a probability in `[0, 1]` per request (their sum ≤ 1).
@@ -459,7 +458,8 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             (400, None, "bad_request", r)
         }
         (Some(_), Fate::RateLimit) => {
-            let mut r = error_response(StatusCode::TOO_MANY_REQUESTS, "mock-llm: injected rate limit, please retry later");
+            let mut r =
+                error_response(StatusCode::TOO_MANY_REQUESTS, "mock-llm: injected rate limit, please retry later");
             let ms = faults.retry_after.map(|d| d.as_millis() as u64);
             if let Some(d) = faults.retry_after {
                 let (name, value) = if d.subsec_millis() == 0 {
@@ -473,9 +473,12 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             }
             (429, ms, "rate_limit", r)
         }
-        (Some(_), Fate::ServerError { html: false }) => {
-            (500, None, "server_error", error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock-llm: injected server error"))
-        }
+        (Some(_), Fate::ServerError { html: false }) => (
+            500,
+            None,
+            "server_error",
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock-llm: injected server error"),
+        ),
         (Some(_), Fate::ServerError { html: true }) => {
             let r = (
                 StatusCode::BAD_GATEWAY,
@@ -521,7 +524,15 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
     response
 }
 
-fn record_arrival(s: &Shared, seq: u64, arrived_ms: f64, status: u16, retry_after_ms: Option<u64>, key: String, kind: &'static str) {
+fn record_arrival(
+    s: &Shared,
+    seq: u64,
+    arrived_ms: f64,
+    status: u16,
+    retry_after_ms: Option<u64>,
+    key: String,
+    kind: &'static str,
+) {
     let mut inner = s.lock();
     if inner.stats.arrivals.len() < MAX_ARRIVALS {
         inner.stats.arrivals.push(Arrival { seq, arrived_ms, responded_ms: None, status, retry_after_ms, key, kind });
@@ -567,11 +578,8 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
     let (content, tool_calls, finish) = match tools {
         Some(tools) if !msgs.iter().any(|m| role(m) == "tool") => {
             let name_of = |t: &Value| t.pointer("/function/name").and_then(Value::as_str).unwrap_or("").to_owned();
-            let name = tools
-                .iter()
-                .map(name_of)
-                .find(|n| n.contains(&agent.tool_match))
-                .unwrap_or_else(|| name_of(&tools[0]));
+            let name =
+                tools.iter().map(name_of).find(|n| n.contains(&agent.tool_match)).unwrap_or_else(|| name_of(&tools[0]));
             let call = json!({
                 "id": format!("call_{seq}_0"),
                 "type": "function",
@@ -633,7 +641,10 @@ mod tests {
     }
 
     fn work_request(with_result: bool) -> Value {
-        let mut messages = vec![json!({"role": "system", "content": "You are a worker"}), json!({"role": "user", "content": "Subtask w1"})];
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a worker"}),
+            json!({"role": "user", "content": "Subtask w1"}),
+        ];
         if with_result {
             messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shop__get_order", "arguments": "{}"}}]}));
             messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "{\"status\":\"shipped\"}"}));
@@ -652,7 +663,10 @@ mod tests {
         assert_eq!(status, 200);
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v.pointer("/choices/0/message/tool_calls/0/function/name"), Some(&json!("shop__get_order")));
-        assert_eq!(v.pointer("/choices/0/message/tool_calls/0/function/arguments"), Some(&json!("{\"order_id\":\"A1029\"}")));
+        assert_eq!(
+            v.pointer("/choices/0/message/tool_calls/0/function/arguments"),
+            Some(&json!("{\"order_id\":\"A1029\"}"))
+        );
         let (_, _, body) = post(&url, &work_request(true)).await;
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("Done: {\"status\":\"shipped\"}")));
@@ -661,15 +675,22 @@ mod tests {
 
     #[tokio::test]
     async fn agent_plans_the_configured_number_of_subtasks() {
-        let config = MockConfig { mode: Mode::Agent(AgentConfig { plan_subtasks: 5, ..AgentConfig::default() }), ..MockConfig::default() };
+        let config = MockConfig {
+            mode: Mode::Agent(AgentConfig { plan_subtasks: 5, ..AgentConfig::default() }),
+            ..MockConfig::default()
+        };
         let (_, h) = MockLlm::start(config).await.unwrap();
         let req = json!({"model": "m", "messages": [{"role": "system", "content": "Answer {\"subtasks\": [...]}"}, {"role": "user", "content": "hi"}]});
         let (_, _, body) = post(&format!("{}/chat/completions", h.base_url()), &req).await;
         let v: Value = serde_json::from_str(&body).unwrap();
-        let plan: Value = serde_json::from_str(v.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap()).unwrap();
+        let plan: Value =
+            serde_json::from_str(v.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap()).unwrap();
         let subtasks = plan["subtasks"].as_array().unwrap();
         assert_eq!(subtasks.len(), 5);
-        assert_eq!(subtasks[4], json!({"id": "w005", "instruction": "Check order A1029", "tools": ["shop__get_order"]}));
+        assert_eq!(
+            subtasks[4],
+            json!({"id": "w005", "instruction": "Check order A1029", "tools": ["shop__get_order"]})
+        );
     }
 
     #[tokio::test]
@@ -714,10 +735,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cases.len(), 2);
-        let (addr, _h) = MockLlm::start(MockConfig::scripted(cases.into_iter().map(|(_, r)| r).collect())).await.unwrap();
+        let (addr, _h) =
+            MockLlm::start(MockConfig::scripted(cases.into_iter().map(|(_, r)| r).collect())).await.unwrap();
         let url = format!("http://{addr}/v1/chat/completions");
         let (s1, h1, b1) = post(&url, &json!({})).await;
-        assert_eq!((s1, h1.get("content-type").unwrap().to_str().unwrap(), b1.as_str()), (503, "text/html", "<html>x</html>"));
+        assert_eq!(
+            (s1, h1.get("content-type").unwrap().to_str().unwrap(), b1.as_str()),
+            (503, "text/html", "<html>x</html>")
+        );
         let (s2, _, b2) = post(&url, &json!({})).await;
         assert_eq!((s2, b2.as_str()), (200, "{\"choices\":[]}"));
         let (s3, _, _) = post(&url, &json!({})).await;

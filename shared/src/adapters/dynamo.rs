@@ -21,18 +21,16 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put, PutRequest,
-    ReturnValue, ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus,
-    TimeToLiveSpecification, TransactWriteItem, WriteRequest,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put, PutRequest, ReturnValue,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification, TransactWriteItem,
+    WriteRequest,
 };
 
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    Usage, truncate_chars,
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    truncate_chars,
 };
-use crate::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError,
-};
+use crate::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
 
 /// Most items in one `BatchWriteItem` call (DynamoDB limit).
 pub const BATCH_WRITE_LIMIT: usize = 25;
@@ -73,7 +71,8 @@ const TRANSIENT_CODES: &[&str] = &[
 ];
 
 /// Cancellation reasons of a transaction that make retrying worthwhile.
-const TRANSIENT_REASONS: &[&str] = &["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
+const TRANSIENT_REASONS: &[&str] =
+    &["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
 
 /// How an AWS adapter retries a transient failure in place: bounded attempts,
 /// exponential backoff with full jitter, and a deadline on every attempt.
@@ -104,10 +103,7 @@ impl RetryPolicy {
     /// Full-jitter delay before attempt `attempt + 1` (0-based `attempt` that failed):
     /// uniform in `0..=min(max_delay, base_delay * 2^attempt)`.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base_delay
-            .saturating_mul(2u32.saturating_pow(attempt.min(16)))
-            .min(self.max_delay);
+        let exp = self.base_delay.saturating_mul(2u32.saturating_pow(attempt.min(16))).min(self.max_delay);
         let ms = u64::try_from(exp.as_millis()).unwrap_or(u64::MAX);
         Duration::from_millis(rand::random_range(0..=ms))
     }
@@ -187,22 +183,16 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     let message = format!("DynamoDB {op}: {}", DisplayErrorContext(&e));
-    if sdk_error_is_transient(&e) {
-        StoreError::Transient(message)
-    } else {
-        StoreError::Permanent(message)
-    }
+    if sdk_error_is_transient(&e) { StoreError::Transient(message) } else { StoreError::Permanent(message) }
 }
 
 /// Reason codes of a cancelled transaction, in item order (`"None"` for items that passed).
 fn cancellation_codes(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> Vec<String> {
     match e {
         SdkError::ServiceError(ctx) => match ctx.err() {
-            TransactWriteItemsError::TransactionCanceledException(t) => t
-                .cancellation_reasons()
-                .iter()
-                .map(|r| r.code().unwrap_or("None").to_owned())
-                .collect(),
+            TransactWriteItemsError::TransactionCanceledException(t) => {
+                t.cancellation_reasons().iter().map(|r| r.code().unwrap_or("None").to_owned()).collect()
+            }
             _ => Vec::new(),
         },
         _ => Vec::new(),
@@ -286,9 +276,7 @@ fn opt_n<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T>, Sto
     match item.get(name) {
         None => Ok(None),
         Some(v) => {
-            let text = v
-                .as_n()
-                .map_err(|_| corrupt(&format!("attribute `{name}` is not a number"), item))?;
+            let text = v.as_n().map_err(|_| corrupt(&format!("attribute `{name}` is not a number"), item))?;
             text.parse::<T>()
                 .map(Some)
                 .map_err(|_| corrupt(&format!("attribute `{name}` = {text} is out of range"), item))
@@ -353,17 +341,12 @@ fn conversation_item(c: &Conversation) -> Item {
 
 fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
     let pk = get_s(item, "PK")?;
-    let id = pk
-        .strip_prefix("CONV#")
-        .ok_or_else(|| corrupt("PK does not start with CONV#", item))?;
+    let id = pk.strip_prefix("CONV#").ok_or_else(|| corrupt("PK does not start with CONV#", item))?;
     let status_text = get_s(item, "status")?;
     let status = ConversationStatus::parse(&status_text)
         .ok_or_else(|| corrupt(&format!("unknown status {status_text}"), item))?;
-    let finished = item
-        .get("finished")
-        .and_then(|v| v.as_ss().ok())
-        .map(|ss| ss.iter().cloned().collect())
-        .unwrap_or_default();
+    let finished =
+        item.get("finished").and_then(|v| v.as_ss().ok()).map(|ss| ss.iter().cloned().collect()).unwrap_or_default();
     Ok(Conversation {
         id: ConversationId::from_trusted(id),
         customer_id: get_s(item, "customer_id")?,
@@ -421,12 +404,10 @@ fn subtask_item(r: &SubtaskRecord) -> Result<Item, StoreError> {
 
 fn subtask_from_item(item: &Item) -> Result<SubtaskRecord, StoreError> {
     let pk = get_s(item, "PK")?;
-    let id = pk
-        .strip_prefix("CONV#")
-        .ok_or_else(|| corrupt("PK does not start with CONV#", item))?;
+    let id = pk.strip_prefix("CONV#").ok_or_else(|| corrupt("PK does not start with CONV#", item))?;
     let status_text = get_s(item, "status")?;
-    let status = SubtaskStatus::parse(&status_text)
-        .ok_or_else(|| corrupt(&format!("unknown status {status_text}"), item))?;
+    let status =
+        SubtaskStatus::parse(&status_text).ok_or_else(|| corrupt(&format!("unknown status {status_text}"), item))?;
     Ok(SubtaskRecord {
         conversation_id: ConversationId::from_trusted(id),
         subtask: json_attr(item, "subtask")?.ok_or_else(|| corrupt("missing `subtask`", item))?,
@@ -463,7 +444,11 @@ fn fit_result(result: &SubtaskResult) -> Result<String, StoreError> {
         let candidate = SubtaskResult::Succeeded { text: text.clone(), tool_calls: tool_calls.clone() };
         let json = to_json(&candidate)?;
         if json.len() <= MAX_RESULT_BYTES || tool_calls.is_empty() {
-            tracing::warn!(bytes = json.len(), kept_tool_calls = tool_calls.len(), "subtask result shrunk to fit the item size budget");
+            tracing::warn!(
+                bytes = json.len(),
+                kept_tool_calls = tool_calls.len(),
+                "subtask result shrunk to fit the item size budget"
+            );
             return Ok(json);
         }
         let keep = tool_calls.len() / 2;
@@ -545,11 +530,8 @@ impl Update {
     /// `status IN (...)` condition on the aliased `status` attribute.
     fn status_in(&mut self, statuses: &[&str]) -> String {
         let name = self.name("status");
-        let values: Vec<String> = statuses
-            .iter()
-            .enumerate()
-            .map(|(i, st)| self.value(&format!("from{i}"), s(*st)))
-            .collect();
+        let values: Vec<String> =
+            statuses.iter().enumerate().map(|(i, st)| self.value(&format!("from{i}"), s(*st))).collect();
         format!("attribute_exists(#PK) AND {name} IN ({})", values.join(", "))
     }
 
@@ -588,11 +570,8 @@ impl DynamoConversationStore {
     /// A store on `table`. The client's own SDK retries are switched off: this
     /// adapter owns the retry policy, so attempts do not multiply.
     pub fn new(client: Client, table: String) -> Self {
-        let config = client
-            .config()
-            .to_builder()
-            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-            .build();
+        let config =
+            client.config().to_builder().retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled()).build();
         Self { client: Client::from_conf(config), table, retry: RetryPolicy::default() }
     }
 
@@ -607,12 +586,7 @@ impl DynamoConversationStore {
     }
 
     async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
-        let req = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk, sk)))
-            .consistent_read(true);
+        let req = self.client.get_item().table_name(&self.table).set_key(Some(key(pk, sk))).consistent_read(true);
         let out = self
             .retry
             .run("dynamodb", "GetItem", sdk_error_is_transient, || req.clone().send())
@@ -642,11 +616,7 @@ impl DynamoConversationStore {
             .set_expression_attribute_names(Some(update.names))
             .set_expression_attribute_values(Some(update.values))
             .return_values(return_values);
-        match self
-            .retry
-            .run("dynamodb", op, sdk_error_is_transient, || req.clone().send())
-            .await
-        {
+        match self.retry.run("dynamodb", op, sdk_error_is_transient, || req.clone().send()).await {
             Ok(out) => Ok(Some(out.attributes.unwrap_or_default())),
             Err(e) if is_conditional_failure(&e) => Ok(None),
             Err(e) => Err(to_store_error(op, e)),
@@ -666,19 +636,13 @@ impl DynamoConversationStore {
             }
             let mut round = 0u32;
             while !pending.is_empty() {
-                let req = self
-                    .client
-                    .batch_write_item()
-                    .request_items(self.table.clone(), pending.clone());
+                let req = self.client.batch_write_item().request_items(self.table.clone(), pending.clone());
                 let out = self
                     .retry
                     .run("dynamodb", "BatchWriteItem", sdk_error_is_transient, || req.clone().send())
                     .await
                     .map_err(|e| to_store_error("BatchWriteItem", e))?;
-                pending = out
-                    .unprocessed_items
-                    .and_then(|mut m| m.remove(&self.table))
-                    .unwrap_or_default();
+                pending = out.unprocessed_items.and_then(|mut m| m.remove(&self.table)).unwrap_or_default();
                 if pending.is_empty() {
                     break;
                 }
@@ -690,7 +654,12 @@ impl DynamoConversationStore {
                     )));
                 }
                 let delay = self.retry.backoff(round);
-                tracing::warn!(unprocessed = pending.len(), round, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "BatchWriteItem unprocessed items, retrying");
+                tracing::warn!(
+                    unprocessed = pending.len(),
+                    round,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    "BatchWriteItem unprocessed items, retrying"
+                );
                 tokio::time::sleep(delay).await;
             }
         }
@@ -698,7 +667,11 @@ impl DynamoConversationStore {
     }
 
     /// After a failed condition on a subtask: the stored record, read consistently.
-    async fn subtask_after_conflict(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+    async fn subtask_after_conflict(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+    ) -> Result<Option<SubtaskRecord>, StoreError> {
         self.get_subtask(id, subtask_id).await
     }
 }
@@ -724,16 +697,11 @@ impl ConversationStore for DynamoConversationStore {
                 .table_name(&self.table)
                 .set_item(Some(meta))
                 .condition_expression("attribute_not_exists(PK)");
-            return match self
-                .retry
-                .run("dynamodb", "PutItem", sdk_error_is_transient, || req.clone().send())
-                .await
-            {
+            return match self.retry.run("dynamodb", "PutItem", sdk_error_is_transient, || req.clone().send()).await {
                 Ok(_) => Ok(CreateOutcome::Created),
-                Err(e) if is_conditional_failure(&e) => Err(StoreError::Permanent(format!(
-                    "conversation {} already exists",
-                    conversation.id
-                ))),
+                Err(e) if is_conditional_failure(&e) => {
+                    Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)))
+                }
                 Err(e) => Err(to_store_error("PutItem", e)),
             };
         };
@@ -747,22 +715,15 @@ impl ConversationStore for DynamoConversationStore {
             .transact_write_items()
             .transact_items(put(meta, &self.table)?)
             .transact_items(put(idem, &self.table)?);
-        match self
-            .retry
-            .run("dynamodb", "TransactWriteItems", transaction_is_transient, || req.clone().send())
-            .await
-        {
+        match self.retry.run("dynamodb", "TransactWriteItems", transaction_is_transient, || req.clone().send()).await {
             Ok(_) => Ok(CreateOutcome::Created),
             Err(e) => {
                 let codes = cancellation_codes(&e);
                 if codes.get(1).is_some_and(|c| c == "ConditionalCheckFailed") {
                     let existing = self.get_item(idem_pk, "IDEM".to_owned()).await?;
-                    let id = existing
-                        .as_ref()
-                        .and_then(|i| opt_s(i, "conversation_id"))
-                        .ok_or_else(|| {
-                            StoreError::Transient("idempotency key claimed but its item is gone (expired?); retry".into())
-                        })?;
+                    let id = existing.as_ref().and_then(|i| opt_s(i, "conversation_id")).ok_or_else(|| {
+                        StoreError::Transient("idempotency key claimed but its item is gone (expired?); retry".into())
+                    })?;
                     tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
                     return Ok(CreateOutcome::Existing(ConversationId::from_trusted(id)));
                 }
@@ -775,10 +736,7 @@ impl ConversationStore for DynamoConversationStore {
     }
 
     async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
-        self.get_item(conv_pk(id), META.to_owned())
-            .await?
-            .map(|item| conversation_from_item(&item))
-            .transpose()
+        self.get_item(conv_pk(id), META.to_owned()).await?.map(|item| conversation_from_item(&item)).transpose()
     }
 
     async fn start_run(
@@ -802,9 +760,7 @@ impl ConversationStore for DynamoConversationStore {
         self.batch_put(items).await?;
         let count = subtasks.len() as u32;
         let mut u = Update::default();
-        u.set("status", s(ConversationStatus::Running.as_str()))
-            .set("total", n(count))
-            .set("remaining", n(count));
+        u.set("status", s(ConversationStatus::Running.as_str())).set("total", n(count)).set("remaining", n(count));
         if notes.is_empty() {
             u.remove("notes");
         } else {
@@ -830,7 +786,14 @@ impl ConversationStore for DynamoConversationStore {
         u.set("status", s(to.as_str()));
         let condition = u.status_in(&[from.as_str()]);
         Ok(self
-            .update("UpdateItem(transition_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update(
+                "UpdateItem(transition_conversation)",
+                conv_pk(id),
+                META.to_owned(),
+                u,
+                condition,
+                ReturnValue::None,
+            )
             .await?
             .is_some())
     }
@@ -861,10 +824,7 @@ impl ConversationStore for DynamoConversationStore {
     }
 
     async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
-        self.get_item(conv_pk(id), task_sk(subtask_id))
-            .await?
-            .map(|item| subtask_from_item(&item))
-            .transpose()
+        self.get_item(conv_pk(id), task_sk(subtask_id)).await?.map(|item| subtask_from_item(&item)).transpose()
     }
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
@@ -917,7 +877,12 @@ impl ConversationStore for DynamoConversationStore {
             .is_some())
     }
 
-    async fn begin_attempt(&self, id: &ConversationId, subtask_id: &str, now_ms: i64) -> Result<AttemptStart, StoreError> {
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        now_ms: i64,
+    ) -> Result<AttemptStart, StoreError> {
         let mut u = Update::default();
         u.set("status", s(SubtaskStatus::Running.as_str()));
         let attempts = u.name("attempts");
@@ -998,7 +963,12 @@ impl ConversationStore for DynamoConversationStore {
         }
     }
 
-    async fn count_finished(&self, id: &ConversationId, subtask_id: &str, usage: &Usage) -> Result<CountOutcome, StoreError> {
+    async fn count_finished(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        usage: &Usage,
+    ) -> Result<CountOutcome, StoreError> {
         let mut u = Update::default();
         u.add("finished", AttributeValue::Ss(vec![subtask_id.to_owned()]));
         let remaining = u.name("remaining");
@@ -1008,9 +978,7 @@ impl ConversationStore for DynamoConversationStore {
         let finished = u.name("finished");
         let sid = u.value("sid", s(subtask_id));
         let zero = u.value("zero", n(0));
-        let condition = format!(
-            "attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero}"
-        );
+        let condition = format!("attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero}");
         match self
             .update("UpdateItem(count_finished)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::UpdatedNew)
             .await?
@@ -1117,7 +1085,10 @@ mod tests {
     fn update_expression_aliases_every_name() {
         let mut u = Update::default();
         u.set("status", s("RUNNING")).add("usage_prompt_tokens", n(3)).remove("checkpoint");
-        assert_eq!(u.expression(), "SET #status = :status ADD #usage_prompt_tokens :usage_prompt_tokens REMOVE #checkpoint");
+        assert_eq!(
+            u.expression(),
+            "SET #status = :status ADD #usage_prompt_tokens :usage_prompt_tokens REMOVE #checkpoint"
+        );
         assert_eq!(u.names.get("#status").map(String::as_str), Some("status"));
     }
 
@@ -1166,7 +1137,9 @@ mod tests {
         match kind.as_str() {
             "S" => AttributeValue::S(inner.as_str().unwrap().to_owned()),
             "N" => AttributeValue::N(inner.as_str().unwrap().to_owned()),
-            "SS" => AttributeValue::Ss(inner.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()),
+            "SS" => {
+                AttributeValue::Ss(inner.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+            }
             "L" => AttributeValue::L(inner.as_array().unwrap().iter().map(from_dynamo_json).collect()),
             "BOOL" => AttributeValue::Bool(inner.as_bool().unwrap()),
             other => panic!("unsupported DynamoDB JSON type {other}"),
@@ -1184,12 +1157,8 @@ mod tests {
         assert_eq!(ddb["Keys"]["SK"]["S"], "META");
         assert_eq!(ddb["NewImage"]["remaining"]["N"], "0");
         assert_eq!(ddb["NewImage"]["status"]["S"], "RUNNING");
-        let item: Item = ddb["NewImage"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), from_dynamo_json(v)))
-            .collect();
+        let item: Item =
+            ddb["NewImage"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), from_dynamo_json(v))).collect();
         let conv = conversation_from_item(&item).unwrap();
         assert_eq!(conv.status, ConversationStatus::Running);
         assert_eq!((conv.total, conv.remaining), (2, 0));

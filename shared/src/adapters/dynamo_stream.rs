@@ -27,11 +27,11 @@ use super::dynamo::{RetryPolicy, sdk_error_is_transient};
 
 /// The aggregator's event filter, exactly as `template.yaml` declares it
 /// (`Aggregator` → `Events` → `FilterCriteria.Filters[0].Pattern`; a unit test keeps them identical).
-pub const AGGREGATOR_FILTER_PATTERN: &str =
-    r#"{"dynamodb": {"Keys": {"SK": {"S": ["META"]}}, "NewImage": {"remaining": {"N": ["0"]}, "status": {"S": ["RUNNING"]}}}}"#;
+pub const AGGREGATOR_FILTER_PATTERN: &str = r#"{"dynamodb": {"Keys": {"SK": {"S": ["META"]}}, "NewImage": {"remaining": {"N": ["0"]}, "status": {"S": ["RUNNING"]}}}}"#;
 
 /// The parsed pattern; `Null` (which matches nothing) only if the constant above were broken.
-static AGGREGATOR_FILTER: LazyLock<Value> = LazyLock::new(|| serde_json::from_str(AGGREGATOR_FILTER_PATTERN).unwrap_or(Value::Null));
+static AGGREGATOR_FILTER: LazyLock<Value> =
+    LazyLock::new(|| serde_json::from_str(AGGREGATOR_FILTER_PATTERN).unwrap_or(Value::Null));
 
 /// Default wait between two polls that found no record.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -80,7 +80,6 @@ pub enum StartPosition {
     Latest,
 }
 
-
 /// Reading state of one shard.
 #[derive(Debug)]
 struct ShardCursor {
@@ -126,17 +125,22 @@ impl DynamoStreamReader {
     ) -> Result<Self, StreamError> {
         let retry = RetryPolicy::default();
         let req = dynamodb.describe_table().table_name(table);
-        let out = retry
-            .run("dynamodb", "DescribeTable", sdk_error_is_transient, || req.clone().send())
-            .await
-            .map_err(|e| {
+        let out = retry.run("dynamodb", "DescribeTable", sdk_error_is_transient, || req.clone().send()).await.map_err(
+            |e| {
                 let message = format!("DynamoDB DescribeTable: {}", DisplayErrorContext(&e));
-                if sdk_error_is_transient(&e) { StreamError::Transient(message) } else { StreamError::Permanent(message) }
-            })?;
+                if sdk_error_is_transient(&e) {
+                    StreamError::Transient(message)
+                } else {
+                    StreamError::Permanent(message)
+                }
+            },
+        )?;
         let stream_arn = out
             .table()
             .and_then(|t| t.latest_stream_arn())
-            .ok_or_else(|| StreamError::Permanent(format!("table {table} has no stream (StreamSpecification not enabled)")))?
+            .ok_or_else(|| {
+                StreamError::Permanent(format!("table {table} has no stream (StreamSpecification not enabled)"))
+            })?
             .to_owned();
         let mut reader = Self {
             client: streams,
@@ -209,7 +213,12 @@ impl DynamoStreamReader {
                         self.order.push(id.to_owned());
                         self.shards.insert(
                             id.to_owned(),
-                            ShardCursor { parent: None, iterator: None, last_sequence: None, start: ShardIteratorType::Latest },
+                            ShardCursor {
+                                parent: None,
+                                iterator: None,
+                                last_sequence: None,
+                                start: ShardIteratorType::Latest,
+                            },
                         );
                         continue;
                     }
@@ -219,7 +228,12 @@ impl DynamoStreamReader {
                 self.order.push(id.to_owned());
                 self.shards.insert(
                     id.to_owned(),
-                    ShardCursor { parent: shard.parent_shard_id().map(str::to_owned), iterator, last_sequence: None, start },
+                    ShardCursor {
+                        parent: shard.parent_shard_id().map(str::to_owned),
+                        iterator,
+                        last_sequence: None,
+                        start,
+                    },
                 );
             }
             match description.last_evaluated_shard_id() {
@@ -229,13 +243,14 @@ impl DynamoStreamReader {
         }
     }
 
-    async fn shard_iterator(&self, shard_id: &str, kind: ShardIteratorType, after: Option<&str>) -> Result<Option<String>, StreamError> {
-        let mut req = self
-            .client
-            .get_shard_iterator()
-            .stream_arn(&self.stream_arn)
-            .shard_id(shard_id)
-            .shard_iterator_type(kind);
+    async fn shard_iterator(
+        &self,
+        shard_id: &str,
+        kind: ShardIteratorType,
+        after: Option<&str>,
+    ) -> Result<Option<String>, StreamError> {
+        let mut req =
+            self.client.get_shard_iterator().stream_arn(&self.stream_arn).shard_id(shard_id).shard_iterator_type(kind);
         if let Some(sequence) = after {
             req = req.sequence_number(sequence);
         }
@@ -500,7 +515,11 @@ mod tests {
             .filter_map(|l| l.strip_suffix('\''))
             .filter(|p| p.contains("\"dynamodb\""))
             .collect();
-        assert_eq!(patterns, vec![AGGREGATOR_FILTER_PATTERN], "template.yaml's stream filter and this constant must be identical");
+        assert_eq!(
+            patterns,
+            vec![AGGREGATOR_FILTER_PATTERN],
+            "template.yaml's stream filter and this constant must be identical"
+        );
         assert!(AGGREGATOR_FILTER.is_object());
     }
 
@@ -540,7 +559,10 @@ mod tests {
         assert!(matches_pattern(&event, &json!({ "a": [{ "anything-but": ["bye"] }] })));
         assert!(!matches_pattern(&event, &json!({ "a": [{ "anything-but": "hello" }] })));
         assert!(matches_pattern(&event, &json!({ "z": [null] })));
-        assert!(!matches_pattern(&event, &json!({ "a": [{ "numeric": [">", 0] }] })), "unsupported operators match nothing");
+        assert!(
+            !matches_pattern(&event, &json!({ "a": [{ "numeric": [">", 0] }] })),
+            "unsupported operators match nothing"
+        );
     }
 
     #[test]

@@ -18,16 +18,16 @@ use http::{HeaderName, HeaderValue};
 use rmcp::{
     ServiceError, ServiceExt,
     model::{
-        CallToolRequest, CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, ClientRequest,
-        GetExtensions, Implementation, ListToolsRequest, PaginatedRequestParams, ServerResult,
+        CallToolRequest, CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, ClientRequest, GetExtensions,
+        Implementation, ListToolsRequest, PaginatedRequestParams, ServerResult,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
     transport::{
         StreamableHttpClientTransport,
         common::client_side_sse::BoxedSseResponse,
         streamable_http_client::{
-            StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
-            StreamableHttpPostResponse, StreamableHttpResponseLimits,
+            StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError, StreamableHttpPostResponse,
+            StreamableHttpResponseLimits,
         },
     },
 };
@@ -133,9 +133,7 @@ impl StreamableHttpClient for HeaderInjectingClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let headers = Self::with_request_headers(&message, custom_headers);
-        self.inner
-            .post_message(uri, message, session_id, auth_header, headers)
-            .await
+        self.inner.post_message(uri, message, session_id, auth_header, headers).await
     }
 
     async fn post_message_with_response_limits(
@@ -148,9 +146,7 @@ impl StreamableHttpClient for HeaderInjectingClient {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let headers = Self::with_request_headers(&message, custom_headers);
-        self.inner
-            .post_message_with_response_limits(uri, message, session_id, auth_header, headers, limits)
-            .await
+        self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, headers, limits).await
     }
 
     async fn delete_session(
@@ -160,9 +156,7 @@ impl StreamableHttpClient for HeaderInjectingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.inner
-            .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
     }
 
     async fn get_stream(
@@ -173,9 +167,7 @@ impl StreamableHttpClient for HeaderInjectingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        self.inner
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
     }
 }
 
@@ -249,9 +241,7 @@ impl McpToolGateway {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ToolError::Permanent(format!("gateway URL {url:?} is invalid: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ToolError::Permanent(format!(
-                "gateway URL {url:?} must be http or https"
-            )));
+            return Err(ToolError::Permanent(format!("gateway URL {url:?} must be http or https")));
         }
         if call_timeout.is_zero() {
             return Err(ToolError::Permanent("gateway call timeout must be positive".into()));
@@ -259,9 +249,7 @@ impl McpToolGateway {
         let mut tokens = HashMap::with_capacity(role_tokens.len());
         for (role, token) in role_tokens {
             let token: GatewayToken = token.into();
-            if token.expose().is_empty()
-                || HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err()
-            {
+            if token.expose().is_empty() || HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
                 return Err(ToolError::Permanent(format!(
                     "gateway token for role {role:?} is empty or not a valid header value"
                 )));
@@ -296,10 +284,7 @@ impl McpToolGateway {
             return None;
         }
         let listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
-        listings
-            .get(role)
-            .filter(|(at, _)| at.elapsed() < self.list_ttl)
-            .map(|(_, tools)| tools.clone())
+        listings.get(role).filter(|(at, _)| at.elapsed() < self.list_ttl).map(|(_, tools)| tools.clone())
     }
 
     /// Asks the gateway for every page of the role's tools, sorted by name.
@@ -330,17 +315,12 @@ impl McpToolGateway {
                 }
             }
         }
-        Err(ToolError::Permanent(format!(
-            "tools/list did not finish within {MAX_LIST_PAGES} pages"
-        )))
+        Err(ToolError::Permanent(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
     }
 
     fn cached_session(&self, role: &str) -> Option<Arc<Session>> {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        sessions
-            .get(role)
-            .filter(|s| !s.is_closed() && !s.peer().is_transport_closed())
-            .cloned()
+        sessions.get(role).filter(|s| !s.is_closed() && !s.peer().is_transport_closed()).cloned()
     }
 
     /// The open session of `role`, opening one (MCP `initialize`) if needed.
@@ -348,9 +328,10 @@ impl McpToolGateway {
         if let Some(session) = self.cached_session(role) {
             return Ok(session);
         }
-        let token = self.tokens.get(role).ok_or_else(|| {
-            ToolError::Permanent(format!("no gateway credential configured for role {role:?}"))
-        })?;
+        let token = self
+            .tokens
+            .get(role)
+            .ok_or_else(|| ToolError::Permanent(format!("no gateway credential configured for role {role:?}")))?;
         let _guard = tokio::time::timeout(self.call_timeout, self.connecting.lock())
             .await
             .map_err(|_| ToolError::Timeout(self.call_timeout))?;
@@ -377,10 +358,7 @@ impl McpToolGateway {
                 }
             })?;
         let session = Arc::new(session);
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(role.to_owned(), session.clone());
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(role.to_owned(), session.clone());
         tracing::debug!(role, "opened tool gateway session");
         Ok(session)
     }
@@ -404,10 +382,8 @@ impl McpToolGateway {
         let headers = context_headers(ctx, extra)?;
         request.extensions_mut().insert(headers);
         let outcome = async {
-            let handle = session
-                .peer()
-                .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
-                .await?;
+            let handle =
+                session.peer().send_request_with_option(request, PeerRequestOptions::with_timeout(timeout)).await?;
             handle.await_response().await
         };
         // The inner timeout sends `notifications/cancelled`; the outer one only
@@ -430,23 +406,14 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, ToolError> {
         .map_err(|_| ToolError::Permanent(format!("{name} {value:?} cannot be sent as an HTTP header")))
 }
 
-fn context_headers(
-    ctx: &ToolContext,
-    extra: Option<(HeaderName, HeaderValue)>,
-) -> Result<RequestHeaders, ToolError> {
+fn context_headers(ctx: &ToolContext, extra: Option<(HeaderName, HeaderValue)>) -> Result<RequestHeaders, ToolError> {
     let mut headers = Vec::with_capacity(4);
-    headers.push((
-        HeaderName::from_static(HEADER_CUSTOMER_ID),
-        header_value("customer id", &ctx.customer_id)?,
-    ));
+    headers.push((HeaderName::from_static(HEADER_CUSTOMER_ID), header_value("customer id", &ctx.customer_id)?));
     headers.push((
         HeaderName::from_static(HEADER_CONVERSATION_ID),
         header_value("conversation id", ctx.conversation_id.as_str())?,
     ));
-    headers.push((
-        HeaderName::from_static(HEADER_SUBTASK_ID),
-        header_value("subtask id", &ctx.subtask_id)?,
-    ));
+    headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", &ctx.subtask_id)?));
     headers.extend(extra);
     Ok(RequestHeaders(Arc::new(headers)))
 }
@@ -475,11 +442,7 @@ fn classify(error: ServiceError, timeout: Duration) -> ToolError {
 /// Joins the text blocks of a tool result (newline-separated); falls back to
 /// the structured content as JSON text when there is no text block.
 fn result_text(result: &rmcp::model::CallToolResult) -> String {
-    let texts: Vec<&str> = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect();
+    let texts: Vec<&str> = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
     if texts.is_empty()
         && let Some(structured) = &result.structured_content
     {
@@ -521,16 +484,13 @@ impl ToolGateway for McpToolGateway {
         timeout: Duration,
     ) -> Result<ToolOutput, ToolError> {
         let serde_json::Value::Object(mut arguments) = arguments else {
-            return Err(ToolError::Permanent(format!(
-                "arguments of {name} must be a JSON object"
-            )));
+            return Err(ToolError::Permanent(format!("arguments of {name} must be a JSON object")));
         };
         let idempotency = match arguments.remove(IDEMPOTENCY_ARGUMENT) {
             None => None,
-            Some(serde_json::Value::String(key)) if !key.is_empty() => Some((
-                HeaderName::from_static(HEADER_IDEMPOTENCY_KEY),
-                header_value("idempotency key", &key)?,
-            )),
+            Some(serde_json::Value::String(key)) if !key.is_empty() => {
+                Some((HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), header_value("idempotency key", &key)?))
+            }
             Some(other) => {
                 return Err(ToolError::Permanent(format!(
                     "{IDEMPOTENCY_ARGUMENT} must be a non-empty string, got {other}"
@@ -541,13 +501,10 @@ impl ToolGateway for McpToolGateway {
             CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
         ));
         match self.request(ctx, request, idempotency, timeout).await? {
-            ServerResult::CallToolResult(result) => Ok(ToolOutput {
-                text: result_text(&result),
-                is_error: result.is_error.unwrap_or(false),
-            }),
-            _ => Err(ToolError::Permanent(format!(
-                "tools/call {name} answered with an unsupported result type"
-            ))),
+            ServerResult::CallToolResult(result) => {
+                Ok(ToolOutput { text: result_text(&result), is_error: result.is_error.unwrap_or(false) })
+            }
+            _ => Err(ToolError::Permanent(format!("tools/call {name} answered with an unsupported result type"))),
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::domain::{TaskMessage, now_ms};
-use crate::ports::{Delivery, QueueConsumer, QueueError, TaskQueue, MAX_DELAY_SECONDS};
+use crate::ports::{Delivery, MAX_DELAY_SECONDS, QueueConsumer, QueueError, TaskQueue};
 
 /// Queue settings, named as SQS names them.
 #[derive(Clone, Debug)]
@@ -158,9 +158,7 @@ impl InMemoryQueue {
 impl TaskQueue for InMemoryQueue {
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         if delay_seconds > MAX_DELAY_SECONDS {
-            return Err(QueueError::Permanent(format!(
-                "DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}"
-            )));
+            return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));
         }
         for m in messages {
             let body = serde_json::to_string(m).map_err(|e| QueueError::Permanent(e.to_string()))?;
@@ -205,10 +203,7 @@ impl QueueConsumer for InMemoryQueue {
 
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
         let mut s = self.lock()?;
-        let found = s
-            .messages
-            .iter_mut()
-            .find(|m| m.receipt.as_deref() == Some(receipt_handle));
+        let found = s.messages.iter_mut().find(|m| m.receipt.as_deref() == Some(receipt_handle));
         match found {
             Some(m) => {
                 m.visible_at = Instant::now() + Duration::from_secs(u64::from(seconds));
@@ -229,7 +224,11 @@ mod tests {
     fn q(max_receive: u32) -> (InMemoryQueue, InMemoryQueue) {
         let dlq = InMemoryQueue::new(QueueSettings { name: "dlq".into(), ..Default::default() });
         let main = InMemoryQueue::with_dlq(
-            QueueSettings { name: "tasks".into(), visibility_timeout: Duration::from_secs(5), max_receive_count: max_receive },
+            QueueSettings {
+                name: "tasks".into(),
+                visibility_timeout: Duration::from_secs(5),
+                max_receive_count: max_receive,
+            },
             dlq.clone(),
         );
         (main, dlq)

@@ -7,12 +7,9 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    Usage,
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
 };
-use crate::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError,
-};
+use crate::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
 
 /// A change of an item, as a DynamoDB stream (`NEW_AND_OLD_IMAGES` of the new image) would carry it.
 #[derive(Clone, Debug)]
@@ -61,9 +58,7 @@ impl InMemoryConversationStore {
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Tables>, StoreError> {
-        self.tables
-            .lock()
-            .map_err(|_| StoreError::Permanent("store lock poisoned".into()))
+        self.tables.lock().map_err(|_| StoreError::Permanent("store lock poisoned".into()))
     }
 
     fn emit(&self, conv: &Conversation) {
@@ -87,16 +82,10 @@ impl ConversationStore for InMemoryConversationStore {
             }
         }
         if t.conversations.contains_key(&conversation.id) {
-            return Err(StoreError::Permanent(format!(
-                "conversation {} already exists",
-                conversation.id
-            )));
+            return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
         }
         if let Some(key) = &conversation.idempotency_key {
-            t.idempotency.insert(
-                (conversation.customer_id.clone(), key.clone()),
-                conversation.id.clone(),
-            );
+            t.idempotency.insert((conversation.customer_id.clone(), key.clone()), conversation.id.clone());
         }
         t.conversations.insert(conversation.id.clone(), conversation.clone());
         self.emit(conversation);
@@ -178,21 +167,11 @@ impl ConversationStore for InMemoryConversationStore {
     }
 
     async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
-        Ok(self
-            .lock()?
-            .subtasks
-            .get(id)
-            .and_then(|m| m.get(subtask_id))
-            .cloned())
+        Ok(self.lock()?.subtasks.get(id).and_then(|m| m.get(subtask_id)).cloned())
     }
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        Ok(self
-            .lock()?
-            .subtasks
-            .get(id)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default())
+        Ok(self.lock()?.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default())
     }
 
     async fn transition_subtask(
@@ -215,7 +194,12 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(true)
     }
 
-    async fn begin_attempt(&self, id: &ConversationId, subtask_id: &str, now_ms: i64) -> Result<AttemptStart, StoreError> {
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        now_ms: i64,
+    ) -> Result<AttemptStart, StoreError> {
         let mut t = self.lock()?;
         let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
             return Ok(AttemptStart::Missing);
@@ -270,7 +254,12 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(RecordOutcome::Recorded)
     }
 
-    async fn count_finished(&self, id: &ConversationId, subtask_id: &str, usage: &Usage) -> Result<CountOutcome, StoreError> {
+    async fn count_finished(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        usage: &Usage,
+    ) -> Result<CountOutcome, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(CountOutcome::Missing) };
         if conv.finished.contains(subtask_id) {

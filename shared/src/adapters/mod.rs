@@ -4,9 +4,9 @@
 pub mod dynamo;
 #[cfg(feature = "aws")]
 pub mod dynamo_stream;
+pub mod mcp_gateway;
 pub mod memory_queue;
 pub mod memory_store;
-pub mod mcp_gateway;
 #[cfg(feature = "aws")]
 pub mod sqs;
 

@@ -24,20 +24,12 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     let message = format!("SQS {op}: {}", DisplayErrorContext(&e));
-    if sdk_error_is_transient(&e) {
-        QueueError::Transient(message)
-    } else {
-        QueueError::Permanent(message)
-    }
+    if sdk_error_is_transient(&e) { QueueError::Transient(message) } else { QueueError::Permanent(message) }
 }
 
 /// The SQS client with its own retries switched off: the adapters own the retry policy.
 fn without_sdk_retries(client: Client) -> Client {
-    let config = client
-        .config()
-        .to_builder()
-        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-        .build();
+    let config = client.config().to_builder().retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled()).build();
     Client::from_conf(config)
 }
 
@@ -132,7 +124,9 @@ impl TaskQueue for SqsTaskQueue {
         }
         let bodies = messages
             .iter()
-            .map(|m| serde_json::to_string(m).map_err(|e| QueueError::Permanent(format!("cannot serialize message: {e}"))))
+            .map(|m| {
+                serde_json::to_string(m).map_err(|e| QueueError::Permanent(format!("cannot serialize message: {e}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let results = futures::future::join_all(
             bodies.chunks(SQS_BATCH_LIMIT).map(|chunk| self.send_chunk(chunk, delay_seconds)),
@@ -211,7 +205,9 @@ impl QueueConsumer for SqsConsumer {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
                 let (Some(message_id), Some(receipt_handle)) = (m.message_id(), m.receipt_handle()) else {
-                    return Err(QueueError::Permanent("ReceiveMessage answered a message without id or receipt handle".into()));
+                    return Err(QueueError::Permanent(
+                        "ReceiveMessage answered a message without id or receipt handle".into(),
+                    ));
                 };
                 deliveries.push(Delivery {
                     message_id: message_id.to_owned(),
@@ -238,7 +234,9 @@ impl QueueConsumer for SqsConsumer {
 
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
         if seconds > MAX_VISIBILITY_SECS {
-            return Err(QueueError::Permanent(format!("visibility timeout {seconds} s exceeds {MAX_VISIBILITY_SECS} s")));
+            return Err(QueueError::Permanent(format!(
+                "visibility timeout {seconds} s exceeds {MAX_VISIBILITY_SECS} s"
+            )));
         }
         let req = self
             .client
@@ -246,13 +244,11 @@ impl QueueConsumer for SqsConsumer {
             .queue_url(&self.queue_url)
             .receipt_handle(receipt_handle)
             .visibility_timeout(seconds as i32);
-        match self
-            .retry
-            .run("sqs", "ChangeMessageVisibility", sdk_error_is_transient, || req.clone().send())
-            .await
-        {
+        match self.retry.run("sqs", "ChangeMessageVisibility", sdk_error_is_transient, || req.clone().send()).await {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().and_then(|se| se.code()).is_some_and(|c| STALE_RECEIPT_CODES.contains(&c)) => {
+            Err(e)
+                if e.as_service_error().and_then(|se| se.code()).is_some_and(|c| STALE_RECEIPT_CODES.contains(&c)) =>
+            {
                 Err(QueueError::Permanent(format!("receipt handle is not valid: {}", DisplayErrorContext(&e))))
             }
             Err(e) => Err(to_queue_error("ChangeMessageVisibility", e)),
@@ -283,10 +279,7 @@ pub async fn create_queue_with_dlq(
         .map_err(|e| to_queue_error("CreateQueue", e))?
         .queue_url
         .ok_or_else(|| QueueError::Permanent("CreateQueue answered no queue URL".into()))?;
-    let req = client
-        .get_queue_attributes()
-        .queue_url(&dlq_url)
-        .attribute_names(QueueAttributeName::QueueArn);
+    let req = client.get_queue_attributes().queue_url(&dlq_url).attribute_names(QueueAttributeName::QueueArn);
     let dlq_arn = retry
         .run("sqs", "GetQueueAttributes", sdk_error_is_transient, || req.clone().send())
         .await

@@ -135,12 +135,7 @@ impl LlmConfig {
         };
         let base = parse_base_url("LLM_BASE_URL", &raw_base)?;
         let key_required_override = parse_bool(&get, "LLM_API_KEY_REQUIRED")?;
-        let key = check_key(
-            "LLM_API_KEY",
-            lookup("LLM_API_KEY"),
-            &base,
-            key_required_override,
-        )?;
+        let key = check_key("LLM_API_KEY", lookup("LLM_API_KEY"), &base, key_required_override)?;
         let model = get("LLM_MODEL").ok_or_else(|| {
             LlmConfigError::invalid("LLM_MODEL", "missing; set the model name, e.g. LLM_MODEL=deepseek-chat")
         })?;
@@ -169,7 +164,12 @@ impl LlmConfig {
                 });
                 let sub_key = check_key("LLM_SUB_API_KEY", sub_key_raw, &sub_base, key_required_override)?;
                 let sub_reasoning = parse_bool(&get, "LLM_SUB_SEND_REASONING")?.unwrap_or(send_reasoning);
-                Some(LlmEndpoint { base_url: sub_base.url, api_key: sub_key, model: sub_model, send_reasoning: sub_reasoning })
+                Some(LlmEndpoint {
+                    base_url: sub_base.url,
+                    api_key: sub_key,
+                    model: sub_model,
+                    send_reasoning: sub_reasoning,
+                })
             }
         };
 
@@ -199,9 +199,8 @@ impl LlmConfig {
         };
         let prices = match get("LLM_PRICES") {
             None => PriceTable::with_defaults(),
-            Some(v) => PriceTable::with_defaults().merged(
-                PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?,
-            ),
+            Some(v) => PriceTable::with_defaults()
+                .merged(PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?),
         };
         let token_budget = match get("LLM_TOKEN_BUDGET") {
             None => None,
@@ -248,8 +247,7 @@ pub fn build_models(config: Option<&LlmConfig>) -> Result<Models, LlmConfigError
         let offline: Arc<dyn ChatModel> = Arc::new(OfflineModel::new());
         return Ok(Models { main: offline.clone(), sub: offline });
     };
-    let main: Arc<dyn ChatModel> =
-        Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
+    let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
     let sub: Arc<dyn ChatModel> = match &c.sub {
         Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),
         None => main.clone(),
@@ -305,11 +303,35 @@ pub fn is_placeholder_key(key: &str) -> bool {
     if (k.starts_with('<') && k.ends_with('>')) || (k.starts_with("${") && k.ends_with('}')) || k.starts_with('$') {
         return true;
     }
-    const EXACT: &[&str] = &["changeme", "change-me", "change_me", "replace_me", "replace-me", "placeholder", "undefined", "api_key", "api-key", "apikey", "secret", "password", "sk-..."];
+    const EXACT: &[&str] = &[
+        "changeme",
+        "change-me",
+        "change_me",
+        "replace_me",
+        "replace-me",
+        "placeholder",
+        "undefined",
+        "api_key",
+        "api-key",
+        "apikey",
+        "secret",
+        "password",
+        "sk-...",
+    ];
     if EXACT.contains(&k.as_str()) {
         return true;
     }
-    const CONTAINS: &[&str] = &["your_api_key", "your-api-key", "yourapikey", "your_key", "your-key", "api_key_here", "insert", "xxxx", "..."];
+    const CONTAINS: &[&str] = &[
+        "your_api_key",
+        "your-api-key",
+        "yourapikey",
+        "your_key",
+        "your-key",
+        "api_key_here",
+        "insert",
+        "xxxx",
+        "...",
+    ];
     if CONTAINS.iter().any(|p| k.contains(p)) {
         return true;
     }
@@ -371,7 +393,8 @@ mod tests {
 
     #[test]
     fn placeholder_keys_are_recognised() {
-        for k in ["YOUR_API_KEY", "sk-xxx", "sk-xxxxxxxxxxxx", "<your key>", "changeme", "", "${LLM_API_KEY}", "sk-..."] {
+        for k in ["YOUR_API_KEY", "sk-xxx", "sk-xxxxxxxxxxxx", "<your key>", "changeme", "", "${LLM_API_KEY}", "sk-..."]
+        {
             assert!(is_placeholder_key(k), "{k}");
         }
         for k in ["sk-proj-8f3kD0aLq1", "sk-4f1c2e9b7a6d5c3b", "ms-abcdefgh12345678"] {

@@ -21,9 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::domain::Usage;
 use crate::llm::config::{LlmConfigError, LlmEndpoint};
 use crate::llm::pricing::PriceTable;
-use crate::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolSpec,
-};
+use crate::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolSpec};
 
 /// Connection set-up bound, within the per-request timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,12 +70,11 @@ impl HttpChatModel {
     ) -> Result<Self, LlmConfigError> {
         let auth = match &endpoint.api_key {
             Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| {
-                    LlmConfigError::Invalid {
+                let mut v =
+                    HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| LlmConfigError::Invalid {
                         var: "LLM_API_KEY",
                         message: "contains characters not allowed in an HTTP header".into(),
-                    }
-                })?;
+                    })?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -122,7 +119,8 @@ impl HttpChatModel {
             max_tokens: request.max_tokens,
             stream: false,
         };
-        serde_json::to_vec(&body).map_err(|e| LlmError::Permanent { status: 0, message: format!("request not serialisable: {e}") })
+        serde_json::to_vec(&body)
+            .map_err(|e| LlmError::Permanent { status: 0, message: format!("request not serialisable: {e}") })
     }
 
     /// One HTTP exchange: send, read the body, parse or classify.
@@ -401,7 +399,11 @@ fn parse_success(status: u16, body: &[u8], configured_model: &str) -> Result<Cha
     let Some(choice) = wire.choices.and_then(|c| c.into_iter().next()) else {
         if let Some(err) = &wire.error {
             let code = err.get("code").and_then(serde_json::Value::as_u64).filter(|c| (400..600).contains(c));
-            return Err(classify_parts(code.map_or(502, |c| c as u16), None, error_parts_from_value(&serde_json::json!({ "error": err }))));
+            return Err(classify_parts(
+                code.map_or(502, |c| c as u16),
+                None,
+                error_parts_from_value(&serde_json::json!({ "error": err })),
+            ));
         }
         return Err(LlmError::Transient { status: Some(status), message: "response has no choices".into() });
     };
@@ -492,11 +494,8 @@ struct ErrorParts {
 /// HTML; otherwise the message quotes its start.
 pub fn classify_error(status: u16, headers: &HeaderMap, body: &[u8]) -> LlmError {
     let retry_after = parse_retry_after(headers);
-    let content_type = headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let content_type =
+        headers.get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     let text = String::from_utf8_lossy(body);
     let trimmed = text.trim_start();
     let json = if content_type.contains("html") || !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
@@ -508,7 +507,8 @@ pub fn classify_error(status: u16, headers: &HeaderMap, body: &[u8]) -> LlmError
         Some(v) => error_parts_from_value(&v),
         None => {
             let snippet: String = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
-            let kind = if content_type.is_empty() { "non-JSON".to_owned() } else { format!("non-JSON ({content_type})") };
+            let kind =
+                if content_type.is_empty() { "non-JSON".to_owned() } else { format!("non-JSON ({content_type})") };
             ErrorParts { message: format!("{kind} body: {}", clip(&snippet, 120)), hint: String::new() }
         }
     };
@@ -517,7 +517,11 @@ pub fn classify_error(status: u16, headers: &HeaderMap, body: &[u8]) -> LlmError
 
 fn classify_parts(status: u16, retry_after: Option<Duration>, parts: ErrorParts) -> LlmError {
     let ErrorParts { message, hint } = parts;
-    let message = if message.is_empty() { format!("HTTP {status} without a message") } else { clip(&message, MAX_ERROR_MESSAGE_CHARS) };
+    let message = if message.is_empty() {
+        format!("HTTP {status} without a message")
+    } else {
+        clip(&message, MAX_ERROR_MESSAGE_CHARS)
+    };
     let lower = format!("{} {hint}", message.to_ascii_lowercase());
     const CONTEXT_MARKERS: &[&str] = &[
         "context_length_exceeded",
@@ -531,11 +535,10 @@ fn classify_parts(status: u16, retry_after: Option<Duration>, parts: ErrorParts)
         "reduce the length",
     ];
     // A spent balance or quota answered as 429 (OpenAI, Moonshot) will not heal by waiting.
-    const QUOTA_MARKERS: &[&str] = &["insufficient_quota", "exceeded your current quota", "exceeded_current_quota", "insufficient balance"];
+    const QUOTA_MARKERS: &[&str] =
+        &["insufficient_quota", "exceeded your current quota", "exceeded_current_quota", "insufficient balance"];
     match status {
-        429 if QUOTA_MARKERS.iter().any(|m| lower.contains(m)) => {
-            LlmError::Permanent { status, message }
-        }
+        429 if QUOTA_MARKERS.iter().any(|m| lower.contains(m)) => LlmError::Permanent { status, message },
         429 | 529 => LlmError::RateLimited { status, retry_after, message },
         503 if retry_after.is_some() => LlmError::RateLimited { status, retry_after, message },
         413 => LlmError::ContextLength { status, message },
@@ -947,7 +950,10 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("retry-after", HeaderValue::from_static("2"));
         let e = classify_error(503, &h, b"{\"error\":\"overloaded\"}");
-        assert!(matches!(e, LlmError::RateLimited { status: 503, retry_after: Some(d), .. } if d == Duration::from_secs(2)), "{e:?}");
+        assert!(
+            matches!(e, LlmError::RateLimited { status: 503, retry_after: Some(d), .. } if d == Duration::from_secs(2)),
+            "{e:?}"
+        );
         let e = classify_error(503, &HeaderMap::new(), b"{\"error\":\"overloaded\"}");
         assert!(matches!(e, LlmError::Transient { status: Some(503), .. }), "{e:?}");
     }
@@ -970,6 +976,9 @@ mod tests {
         assert_eq!(r.tool_calls[0].id, "call_0");
         assert_eq!(r.tool_calls[0].arguments, r#"{"order_id":"A1"}"#);
         assert_eq!(r.model, "cfg");
-        assert_eq!((r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens), (Some(12), Some(3), Some(8)));
+        assert_eq!(
+            (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens),
+            (Some(12), Some(3), Some(8))
+        );
     }
 }

@@ -68,9 +68,7 @@ impl PriceTable {
     pub fn with_defaults() -> Self {
         let prices = DEFAULT_PRICES
             .iter()
-            .map(|&(m, input, cached, output)| {
-                (m.to_owned(), ModelPrice { input, cached_input: Some(cached), output })
-            })
+            .map(|&(m, input, cached, output)| (m.to_owned(), ModelPrice { input, cached_input: Some(cached), output }))
             .collect();
         Self { prices }
     }
@@ -119,7 +117,9 @@ impl PriceTable {
         }
         self.prices
             .iter()
-            .filter(|(k, _)| model.len() > k.len() && model.starts_with(k.as_str()) && model.as_bytes()[k.len()] == b'-')
+            .filter(|(k, _)| {
+                model.len() > k.len() && model.starts_with(k.as_str()) && model.as_bytes()[k.len()] == b'-'
+            })
             .max_by_key(|(k, _)| k.len())
             .map(|(_, p)| p)
     }

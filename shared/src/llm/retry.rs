@@ -74,7 +74,12 @@ impl CallError {
 ///   `[1 ms, min(max(retry_after, base_delay), max_delay)]` — never sooner
 ///   than the provider asked, and spread over up to one more such interval.
 /// - Without: full jitter, uniform in `[0, min(max_delay, base_delay · 2^attempt)]`.
-pub fn backoff_delay(attempt: u32, retry_after: Option<Duration>, policy: &RetryPolicy, rng: &mut impl Rng) -> Duration {
+pub fn backoff_delay(
+    attempt: u32,
+    retry_after: Option<Duration>,
+    policy: &RetryPolicy,
+    rng: &mut impl Rng,
+) -> Duration {
     match retry_after {
         Some(ra) => {
             let span = ra.max(policy.base_delay).min(policy.max_delay).max(Duration::from_millis(1));
@@ -82,10 +87,7 @@ pub fn backoff_delay(attempt: u32, retry_after: Option<Duration>, policy: &Retry
             ra + Duration::from_millis(jitter_ms)
         }
         None => {
-            let cap = policy
-                .base_delay
-                .saturating_mul(2u32.saturating_pow(attempt.min(31)))
-                .min(policy.max_delay);
+            let cap = policy.base_delay.saturating_mul(2u32.saturating_pow(attempt.min(31))).min(policy.max_delay);
             let cap_ms = cap.as_millis() as u64;
             Duration::from_millis(if cap_ms == 0 { 0 } else { rng.random_range(0..=cap_ms) })
         }

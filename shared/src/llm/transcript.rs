@@ -309,6 +309,9 @@ mod tests {
             ChatMessage::Assistant { content: Some("done".into()), tool_calls: vec![], reasoning_content: None },
         ];
         let u = rounds(&m, 1);
-        assert_eq!(u.iter().map(|u| (u.start, u.end, u.is_tool_round)).collect::<Vec<_>>(), vec![(1, 4, true), (4, 5, false)]);
+        assert_eq!(
+            u.iter().map(|u| (u.start, u.end, u.is_tool_round)).collect::<Vec<_>>(),
+            vec![(1, 4, true), (4, 5, false)]
+        );
     }
 }

@@ -12,13 +12,12 @@ use clap::Parser;
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
+        ServerCapabilities, ServerConfig, Tool,
     },
     service::RequestContext,
     transport::{
-        StreamableHttpServerConfig, StreamableHttpService,
-        streamable_http_server::session::never::NeverSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager,
     },
 };
 use shared::{
@@ -88,8 +87,7 @@ async fn start_upstream() -> anyhow::Result<String> {
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None);
-    let service =
-        StreamableHttpService::new(|| Ok(BenchUpstream), Arc::new(NeverSessionManager::default()), config);
+    let service = StreamableHttpService::new(|| Ok(BenchUpstream), Arc::new(NeverSessionManager::default()), config);
     let router = axum::Router::new().route_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -184,9 +182,8 @@ async fn throughput(
     }
     let elapsed = started.elapsed().as_secs_f64();
     let calls = (per_task * concurrency) as f64;
-    let cpu_per_call_ms = cpu_before
-        .zip(cpu_time())
-        .map(|(before, after)| (after - before).as_secs_f64() * 1000.0 / calls);
+    let cpu_per_call_ms =
+        cpu_before.zip(cpu_time()).map(|(before, after)| (after - before).as_secs_f64() * 1000.0 / calls);
     Ok((calls / elapsed, cpu_per_call_ms))
 }
 
@@ -213,7 +210,8 @@ async fn main() -> anyhow::Result<()> {
 
     let d = latencies(&direct, "lookup", args.warmup, args.calls).await?;
     let g = latencies(&through, "bench__lookup", args.warmup, args.calls).await?;
-    let (direct_rate, direct_cpu) = throughput(Arc::new(direct), "lookup", args.concurrency, args.throughput_calls).await?;
+    let (direct_rate, direct_cpu) =
+        throughput(Arc::new(direct), "lookup", args.concurrency, args.throughput_calls).await?;
     let (gateway_rate, gateway_cpu) =
         throughput(through, "bench__lookup", args.concurrency, args.throughput_calls).await?;
 

@@ -31,7 +31,9 @@ pub fn node_or_skip(test: &str) -> Option<PathBuf> {
         let _ = writeln!(std::io::stderr(), "\n!!!!!!!! SKIPPED {test}: {what} (SWARM_SKIP_NODE=1) !!!!!!!!\n");
         return None;
     }
-    panic!("{test} needs Node 20 and the npm packages: {what}. Run infra/gateway/run-node-tests.sh (it runs npm ci), or set SWARM_SKIP_NODE=1 to skip.");
+    panic!(
+        "{test} needs Node 20 and the npm packages: {what}. Run infra/gateway/run-node-tests.sh (it runs npm ci), or set SWARM_SKIP_NODE=1 to skip."
+    );
 }
 
 /// A child process killed when dropped.
@@ -81,7 +83,15 @@ pub async fn run_conformance(dir: &PathBuf, url: &str, scenario: &str) -> (bool,
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
     ));
     let mut child = Command::new("node")
-        .args(["node_modules/@modelcontextprotocol/conformance/dist/index.js", "server", "--url", url, "--scenario", scenario, "-o"])
+        .args([
+            "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+            "server",
+            "--url",
+            url,
+            "--scenario",
+            scenario,
+            "-o",
+        ])
         .arg(&out_dir)
         .current_dir(dir)
         .stdout(Stdio::null())

@@ -24,11 +24,7 @@ use rmcp::{
     },
 };
 use serde_json::json;
-use shared::{
-    adapters::mcp_gateway::McpToolGateway,
-    domain::ConversationId,
-    ports::ToolContext,
-};
+use shared::{adapters::mcp_gateway::McpToolGateway, domain::ConversationId, ports::ToolContext};
 use tool_gateway::{Gateway, GatewayConfig, RoleConfig, Secret, UpstreamConfig};
 
 /// One call the fake upstream received.
@@ -133,7 +129,11 @@ impl ServerHandler for FakeUpstream {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.clone().unwrap_or_default();
-        self.state.calls.lock().unwrap().push(Received { tool: request.name.to_string(), arguments: arguments.clone() });
+        self.state
+            .calls
+            .lock()
+            .unwrap()
+            .push(Received { tool: request.name.to_string(), arguments: arguments.clone() });
         if self.state.fail.load(Ordering::SeqCst) {
             return Err(ErrorData::internal_error("injected failure", None));
         }
@@ -214,7 +214,12 @@ pub fn roles() -> BTreeMap<String, RoleConfig> {
     let mut roles = BTreeMap::new();
     roles.insert(
         "support".into(),
-        RoleConfig { token: Secret::new(SUPPORT_TOKEN), tools: vec!["*".into()], deny: vec!["shop__refund".into()], call: true },
+        RoleConfig {
+            token: Secret::new(SUPPORT_TOKEN),
+            tools: vec!["*".into()],
+            deny: vec!["shop__refund".into()],
+            call: true,
+        },
     );
     roles.insert(
         "refund".into(),

@@ -55,7 +55,13 @@ impl ToolGateway for SlowTools {
     async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
         self.inner.list_tools(ctx).await
     }
-    async fn call_tool(&self, ctx: &ToolContext, name: &str, args: serde_json::Value, timeout: Duration) -> Result<ToolOutput, ToolError> {
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        args: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
         tokio::time::sleep(self.delay).await;
         self.inner.call_tool(ctx, name, args, timeout).await
     }
@@ -87,7 +93,9 @@ fn process_cpu_ns() -> u64 {
 fn peak_rss_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -103,12 +111,30 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("mock-llm"),
     };
-    anyhow::ensure!(mock_bin.exists(), "mock-llm binary not found at {} (build it: cargo build --release -p mock-llm)", mock_bin.display());
+    anyhow::ensure!(
+        mock_bin.exists(),
+        "mock-llm binary not found at {} (build it: cargo build --release -p mock-llm)",
+        mock_bin.display()
+    );
     let port = free_port()?;
     let _mock = KillOnDrop(
         Command::new(&mock_bin)
-            .args(["--port", &port.to_string(), "--latency-ms", &args.llm_ms.to_string(), "--plan-subtasks", &args.subtasks.to_string()])
-            .args(["--plan-tool", "shop__get_order", "--tool-match", "get_order", "--final-text", "Order A1029 is paid."])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--latency-ms",
+                &args.llm_ms.to_string(),
+                "--plan-subtasks",
+                &args.subtasks.to_string(),
+            ])
+            .args([
+                "--plan-tool",
+                "shop__get_order",
+                "--tool-match",
+                "get_order",
+                "--final-text",
+                "Order A1029 is paid.",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -157,7 +183,12 @@ async fn main() -> anyhow::Result<()> {
         let wall = t0.elapsed();
         let cpu = process_cpu_ns() - cpu0;
         let ok = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
-        anyhow::ensure!(view.status == "DONE" && ok == args.subtasks, "round {round}: {} with {ok}/{} succeeded", view.status, args.subtasks);
+        anyhow::ensure!(
+            view.status == "DONE" && ok == args.subtasks,
+            "round {round}: {} with {ok}/{} succeeded",
+            view.status,
+            args.subtasks
+        );
         if round == 0 {
             continue; // warm-up: connections, caches
         }

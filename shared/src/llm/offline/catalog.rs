@@ -27,33 +27,94 @@ struct KindWords {
 }
 
 /// Name words that say nothing about the kind ("get_order", "check_coupon").
-const NEUTRAL_NAME_WORDS: &[&str] = &["get", "check", "find", "lookup", "look", "up", "query", "fetch", "read", "show", "search", "info", "details", "by", "id"];
+const NEUTRAL_NAME_WORDS: &[&str] = &[
+    "get", "check", "find", "lookup", "look", "up", "query", "fetch", "read", "show", "search", "info", "details",
+    "by", "id",
+];
 
 impl ToolKind {
     fn words(self) -> KindWords {
         match self {
             Self::GetOrder => KindWords {
-                name: &[("order", 4), ("status", 1), ("orders", -6), ("list", -6), ("refund", -8), ("cancel", -8), ("track", -4), ("history", -6)],
+                name: &[
+                    ("order", 4),
+                    ("status", 1),
+                    ("orders", -6),
+                    ("list", -6),
+                    ("refund", -8),
+                    ("cancel", -8),
+                    ("track", -4),
+                    ("history", -6),
+                ],
                 description: &["status", "order id", "one of the customer's orders", "items"],
                 core: &["order"],
             },
             Self::ListOrders => KindWords {
-                name: &[("orders", 4), ("list", 3), ("history", 3), ("customer", 1), ("order", 1), ("purchases", 3), ("refund", -8), ("cancel", -8)],
+                name: &[
+                    ("orders", 4),
+                    ("list", 3),
+                    ("history", 3),
+                    ("customer", 1),
+                    ("order", 1),
+                    ("purchases", 3),
+                    ("refund", -8),
+                    ("cancel", -8),
+                ],
                 description: &["newest", "list", "order history", "orders"],
                 core: &["orders", "history", "purchases"],
             },
             Self::TrackShipment => KindWords {
-                name: &[("track", 4), ("tracking", 4), ("shipment", 4), ("shipping", 3), ("delivery", 3), ("logistics", 4), ("parcel", 3), ("package", 3), ("shipments", 3)],
+                name: &[
+                    ("track", 4),
+                    ("tracking", 4),
+                    ("shipment", 4),
+                    ("shipping", 3),
+                    ("delivery", 3),
+                    ("logistics", 4),
+                    ("parcel", 3),
+                    ("package", 3),
+                    ("shipments", 3),
+                ],
                 description: &["carrier", "tracking", "parcel", "eta"],
-                core: &["track", "tracking", "shipment", "shipments", "shipping", "delivery", "logistics", "parcel", "package"],
+                core: &[
+                    "track",
+                    "tracking",
+                    "shipment",
+                    "shipments",
+                    "shipping",
+                    "delivery",
+                    "logistics",
+                    "parcel",
+                    "package",
+                ],
             },
             Self::GetProduct => KindWords {
-                name: &[("product", 4), ("products", 4), ("inventory", 4), ("stock", 4), ("sku", 3), ("item", 2), ("catalog", 3), ("catalogue", 3), ("coupon", -8), ("order", -4)],
+                name: &[
+                    ("product", 4),
+                    ("products", 4),
+                    ("inventory", 4),
+                    ("stock", 4),
+                    ("sku", 3),
+                    ("item", 2),
+                    ("catalog", 3),
+                    ("catalogue", 3),
+                    ("coupon", -8),
+                    ("order", -4),
+                ],
                 description: &["stock", "price", "sku", "inventory"],
                 core: &["product", "products", "inventory", "stock", "sku", "item", "catalog", "catalogue"],
             },
             Self::CheckCoupon => KindWords {
-                name: &[("coupon", 5), ("coupons", 5), ("voucher", 5), ("promo", 4), ("discount", 3), ("redeem", -10), ("apply", -10), ("use", -6)],
+                name: &[
+                    ("coupon", 5),
+                    ("coupons", 5),
+                    ("voucher", 5),
+                    ("promo", 4),
+                    ("discount", 3),
+                    ("redeem", -10),
+                    ("apply", -10),
+                    ("use", -6),
+                ],
                 description: &["coupon", "usable", "valid", "discount"],
                 core: &["coupon", "coupons", "voucher", "promo", "discount"],
             },
@@ -194,7 +255,11 @@ mod tests {
     use serde_json::json;
 
     fn tool(name: &str, description: &str, props: Value) -> ToolSpec {
-        ToolSpec { name: name.into(), description: description.into(), input_schema: json!({"type": "object", "properties": props}) }
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": props}),
+        }
     }
 
     fn shop() -> Vec<ToolSpec> {
@@ -226,7 +291,10 @@ mod tests {
 
     #[test]
     fn other_names_for_the_same_job_are_recognised() {
-        let tools = vec![tool("inv__query_inventory", "Stock by SKU.", json!({"sku": {}})), tool("getOrderStatus", "", json!({}))];
+        let tools = vec![
+            tool("inv__query_inventory", "Stock by SKU.", json!({"sku": {}})),
+            tool("getOrderStatus", "", json!({})),
+        ];
         assert_eq!(find_tool(ToolKind::GetProduct, &tools).map(|t| t.name.as_str()), Some("inv__query_inventory"));
         assert_eq!(find_tool(ToolKind::GetOrder, &tools).map(|t| t.name.as_str()), Some("getOrderStatus"));
         assert!(find_tool(ToolKind::Refund, &tools).is_none());
@@ -236,7 +304,10 @@ mod tests {
     fn arguments_keep_only_schema_properties_and_never_gateway_owned_ones() {
         let tools = shop();
         let refund = &tools[8];
-        let args = arguments(refund, &[("order_id", json!("A1016")), ("reason", json!("noise")), ("idempotency_key", json!("k"))]);
+        let args = arguments(
+            refund,
+            &[("order_id", json!("A1016")), ("reason", json!("noise")), ("idempotency_key", json!("k"))],
+        );
         assert_eq!(args, json!({"order_id": "A1016", "reason": "noise"}));
         let coupon = &tools[5];
         let args = arguments(coupon, &[("code", json!("TEA5")), ("sku", json!("SKU-1022")), ("quantity", json!(2))]);

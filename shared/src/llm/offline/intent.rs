@@ -32,10 +32,7 @@ pat!(
     r"(?i)\bstock\b|\bstocks\b|\bavailable\b|\bavailability\b|\bsold out\b|\brestock|\binventory\b|\bdo you have\b|\bhave you got\b|\bdo you sell\b|库存|有货|没货|缺货|补货|现货|有没有货|卖完"
 );
 pat!(PRICE, r"(?i)\bprices?\b|\bhow much\b|\bcosts?\b|多少钱|价格|价钱|怎么卖|几块|售价");
-pat!(
-    COUPON_WORD,
-    r"(?i)\bcoupons?\b|\bvouchers?\b|\bpromo\b|\bdiscount|\bcodes?\b|优惠券|优惠码|折扣|券|优惠"
-);
+pat!(COUPON_WORD, r"(?i)\bcoupons?\b|\bvouchers?\b|\bpromo\b|\bdiscount|\bcodes?\b|优惠券|优惠码|折扣|券|优惠");
 pat!(COUPON_USE, r"(?i)\buse\b|\bused\b|\bapply\b|\bredeem\b|\bvalid\b|\bworks?\b|能用|可以用|用吗|可用|有效");
 pat!(
     POLICY,
@@ -57,10 +54,7 @@ pat!(
     GREETING,
     r"(?i)^\W*(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening)|thanks|thank you|cheers|greetings)\b|\bgreet|你好|您好|在吗|谢谢|哈喽|嗨"
 );
-pat!(
-    PRONOUN,
-    r"(?i)\b(?:it|its|it's|they|them|their|this|that|these|those|one)\b|它|这个|那个|这些|那些"
-);
+pat!(PRONOUN, r"(?i)\b(?:it|its|it's|they|them|their|this|that|these|those|one)\b|它|这个|那个|这些|那些");
 
 /// What the words of a piece of text ask for, before entities are taken into account.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,7 +81,8 @@ impl Words {
         let shipment = SHIPMENT_STRONG.is_match(text) || will_deliver;
         let where_ = WHERE.is_match(text);
         Self {
-            status: (STATUS_STRONG.is_match(text) && !will_deliver) || (CHECK_ORDER.is_match(text) && !shipment && !where_),
+            status: (STATUS_STRONG.is_match(text) && !will_deliver)
+                || (CHECK_ORDER.is_match(text) && !shipment && !where_),
             order: ORDER_WORD.is_match(text),
             shipment,
             where_,

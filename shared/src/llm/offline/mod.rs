@@ -137,8 +137,17 @@ mod tests {
 
     #[test]
     fn the_plan_tools_are_read_back_from_the_prompt_when_none_are_sent() {
-        let tools = vec![ToolSpec { name: "shop__get_order".into(), description: "Look up an order.".into(), input_schema: serde_json::json!({}) }];
-        let request = ChatRequest { purpose: Purpose::Plan, messages: plan_messages("A1029?", &tools), tools: vec![], max_tokens: None };
+        let tools = vec![ToolSpec {
+            name: "shop__get_order".into(),
+            description: "Look up an order.".into(),
+            input_schema: serde_json::json!({}),
+        }];
+        let request = ChatRequest {
+            purpose: Purpose::Plan,
+            messages: plan_messages("A1029?", &tools),
+            tools: vec![],
+            max_tokens: None,
+        };
         let read = plan_tools(&request);
         assert_eq!(read.len(), 1);
         assert_eq!(read[0].name, "shop__get_order");

@@ -12,8 +12,7 @@ use super::text::{Boundary, Product, split_message};
 /// Instruction of the subtask a greeting gets.
 pub(crate) const GREET_INSTRUCTION: &str = "Greet the customer and ask how the shop can help.";
 /// Instruction of the subtask a message gets when it asks for nothing the shop's tools do.
-pub(crate) const HELP_INSTRUCTION: &str =
-    "Tell the customer what the shop can help with (orders, deliveries, products, coupons, refunds) and ask what they need.";
+pub(crate) const HELP_INSTRUCTION: &str = "Tell the customer what the shop can help with (orders, deliveries, products, coupons, refunds) and ask what they need.";
 
 /// Far above the validator's limit; the validator drops the rest with a note for the reply.
 const MAX_DRAFTS: usize = 200;
@@ -167,7 +166,10 @@ fn drafts_for(text: &str, a: &Analysis) -> Vec<Draft> {
                 "Find the customer's most recent order, check its status and where its parcel is.",
                 &[ListOrders, GetOrder, TrackShipment],
             ),
-            (_, true) => Draft::new("Find the customer's most recent order and check where its parcel is.", &[ListOrders, TrackShipment]),
+            (_, true) => Draft::new(
+                "Find the customer's most recent order and check where its parcel is.",
+                &[ListOrders, TrackShipment],
+            ),
             _ => Draft::new("Find the customer's most recent order and check its status.", &[ListOrders, GetOrder]),
         });
     }
@@ -195,7 +197,10 @@ fn drafts_for(text: &str, a: &Analysis) -> Vec<Draft> {
             let instruction = match (i.stock, i.price) {
                 (true, false) => format!("Check whether {subject} {be} in stock."),
                 (false, true) => format!("Check the price of {the}{subject}."),
-                _ => format!("Check the price of {the}{subject} and whether {} {be} in stock.", if plural { "they" } else { "it" }),
+                _ => format!(
+                    "Check the price of {the}{subject} and whether {} {be} in stock.",
+                    if plural { "they" } else { "it" }
+                ),
             };
             out.push(Draft::new(instruction, &[GetProduct]));
         }
@@ -247,7 +252,11 @@ mod tests {
     fn each_listed_order_gets_its_own_subtask() {
         assert_eq!(
             instructions("Check all three of my orders A1001, A1013 and A1025 please."),
-            vec!["Check the status of order A1001.", "Check the status of order A1013.", "Check the status of order A1025."]
+            vec![
+                "Check the status of order A1001.",
+                "Check the status of order A1013.",
+                "Check the status of order A1025."
+            ]
         );
     }
 
@@ -258,7 +267,9 @@ mod tests {
             vec!["Check the status of order A1029.", "Check whether coupon SAVE20 can be used."]
         );
         assert_eq!(
-            instructions("Where is my parcel for order A1031 and when will it arrive? Also, is the Navy Down Jacket L back in stock?"),
+            instructions(
+                "Where is my parcel for order A1031 and when will it arrive? Also, is the Navy Down Jacket L back in stock?"
+            ),
             vec![
                 "Check where the parcel of order A1031 is and when it will arrive.",
                 "Check whether Navy Down Jacket L is in stock."
@@ -296,7 +307,10 @@ mod tests {
     fn a_refund_request_keeps_the_customers_reason_and_gets_the_order_first() {
         let plan = plan("订单 A1016 的耳机有杂音，我想退款。", &catalogue());
         assert_eq!(plan.len(), 1);
-        assert_eq!(plan[0].instruction, "Refund order A1016 if the shop allows it; the customer's reason: \"订单 A1016 的耳机有杂音，我想退款\".");
+        assert_eq!(
+            plan[0].instruction,
+            "Refund order A1016 if the shop allows it; the customer's reason: \"订单 A1016 的耳机有杂音，我想退款\"."
+        );
         assert_eq!(plan[0].tools, vec!["shop__get_order", "shop__refund"]);
     }
 

@@ -38,10 +38,15 @@ pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str) -> Vec<St
     if obj.contains_key("refund_id") || obj.get("refunded").is_some_and(|v| v.as_bool() == Some(true)) {
         return vec![refund_receipt(obj)];
     }
-    if obj.contains_key("refund_window_days_after_delivery") || (kind == Some(ToolKind::RefundPolicy) && obj.contains_key("text")) {
+    if obj.contains_key("refund_window_days_after_delivery")
+        || (kind == Some(ToolKind::RefundPolicy) && obj.contains_key("text"))
+    {
         return vec![policy(obj)];
     }
-    if obj.contains_key("carrier") && (obj.contains_key("events") || obj.contains_key("latest_event")) && !obj.contains_key("items") {
+    if obj.contains_key("carrier")
+        && (obj.contains_key("events") || obj.contains_key("latest_event"))
+        && !obj.contains_key("items")
+    {
         return vec![shipment(obj)];
     }
     if obj.contains_key("order_id") && obj.contains_key("status") {
@@ -87,7 +92,9 @@ fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str) -> String {
     match (kind, order, sku, name, code) {
         (Some(ToolKind::Refund), Some(o), ..) => format!("The refund of order {o} was not made: {error}."),
         (_, Some(o), ..) if not_found => format!("Order {o} was not found."),
-        (Some(ToolKind::TrackShipment), Some(o), ..) => format!("The parcel of order {o} could not be tracked: {error}."),
+        (Some(ToolKind::TrackShipment), Some(o), ..) => {
+            format!("The parcel of order {o} could not be tracked: {error}.")
+        }
         (_, Some(o), ..) => format!("Order {o} could not be looked up: {error}."),
         (_, None, Some(s), ..) if not_found => format!("Product {s} was not found."),
         (_, None, None, Some(n), _) if not_found => format!("No product matching \"{n}\" was found."),
@@ -214,9 +221,9 @@ fn eta_sentence(t: &Map<String, Value>) -> String {
     let delivered = str_of(t, "status").is_some_and(|s| s.eq_ignore_ascii_case("DELIVERED"));
     let passed = t.get("eta_passed").and_then(Value::as_bool).unwrap_or(false);
     match str_of(t, "eta") {
-        Some(eta) if passed => format!(
-            " It was expected by {eta} and is now overdue; the carrier has not given a new delivery date."
-        ),
+        Some(eta) if passed => {
+            format!(" It was expected by {eta} and is now overdue; the carrier has not given a new delivery date.")
+        }
         Some(eta) => format!(" Estimated delivery: {eta}."),
         None if delivered => String::new(),
         None if passed => " It is overdue; the carrier has not given a new delivery date.".into(),
@@ -263,8 +270,11 @@ fn order_line(o: &Map<String, Value>) -> String {
 }
 
 fn order_list(l: &Map<String, Value>, only_newest: bool) -> String {
-    let orders: Vec<&Map<String, Value>> =
-        l.get("orders").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_object).collect()).unwrap_or_default();
+    let orders: Vec<&Map<String, Value>> = l
+        .get("orders")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default();
     if orders.is_empty() {
         return "You have no orders yet.".into();
     }
@@ -282,13 +292,18 @@ fn order_list(l: &Map<String, Value>, only_newest: bool) -> String {
 }
 
 fn products(p: &Map<String, Value>, args: &Value) -> Vec<String> {
-    let matches: Vec<&Map<String, Value>> =
-        p.get("matches").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_object).collect()).unwrap_or_default();
+    let matches: Vec<&Map<String, Value>> = p
+        .get("matches")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_object).collect())
+        .unwrap_or_default();
     let asked_sku = args.get("sku").map(scalar);
     let asked_name = args.get("name").or_else(|| args.get("query")).or_else(|| args.get("product_name")).map(scalar);
     let mut out = Vec::new();
     let chosen = match &asked_sku {
-        Some(sku) => matches.iter().find(|m| str_of(m, "sku").is_some_and(|s| s.eq_ignore_ascii_case(sku))).or(matches.first()),
+        Some(sku) => {
+            matches.iter().find(|m| str_of(m, "sku").is_some_and(|s| s.eq_ignore_ascii_case(sku))).or(matches.first())
+        }
         None => matches.first(),
     };
     match chosen {
@@ -352,9 +367,11 @@ fn product_sentence(m: &Map<String, Value>, asked_sku: Option<&str>) -> String {
 }
 
 fn coupon(c: &Map<String, Value>, args: &Value) -> String {
-    let code = str_of(c, "code").map(str::to_owned).or_else(|| args.get("code").map(scalar)).unwrap_or_else(|| "?".into());
+    let code =
+        str_of(c, "code").map(str::to_owned).or_else(|| args.get("code").map(scalar)).unwrap_or_else(|| "?".into());
     let currency = str_of(c, "currency").unwrap_or("");
-    let reasons: Vec<String> = c.get("reasons").and_then(Value::as_array).map(|r| r.iter().map(scalar).collect()).unwrap_or_default();
+    let reasons: Vec<String> =
+        c.get("reasons").and_then(Value::as_array).map(|r| r.iter().map(scalar).collect()).unwrap_or_default();
     if c.get("exists").and_then(Value::as_bool) == Some(false) {
         return format!("Coupon {code} does not exist.");
     }
@@ -392,7 +409,10 @@ fn coupon(c: &Map<String, Value>, args: &Value) -> String {
         s.push_str(&format!(" Terms: {}.", terms.join(", ")));
     }
     if usable {
-        let basket = match (args.get("quantity").map(scalar), args.get("product_name").or_else(|| args.get("sku")).map(scalar)) {
+        let basket = match (
+            args.get("quantity").map(scalar),
+            args.get("product_name").or_else(|| args.get("sku")).map(scalar),
+        ) {
             (Some(q), Some(p)) => Some(format!("{q} × {p}")),
             (None, Some(p)) => Some(p),
             _ => None,
@@ -548,7 +568,11 @@ mod tests {
 
     #[test]
     fn a_delivered_order_says_when() {
-        let s = one(None, json!({}), json!({"order_id": "A1034", "status": "DELIVERED", "delivered_at": "2026-11-25T11:00:00+08:00"}));
+        let s = one(
+            None,
+            json!({}),
+            json!({"order_id": "A1034", "status": "DELIVERED", "delivered_at": "2026-11-25T11:00:00+08:00"}),
+        );
         assert_eq!(s, "Order A1034 was delivered on 2026-11-25.");
     }
 
@@ -573,7 +597,10 @@ mod tests {
             json!({"matches": [{"sku": "SKU-1016", "name": "Grey Running Shoes 43", "price": 549.0, "currency": "CNY",
                                 "stock": 0, "in_stock": false, "restock_date": "2026-12-05"}]}),
         );
-        assert_eq!(s, "Grey Running Shoes 43 (SKU-1016) is out of stock; it is expected back in stock on 2026-12-05; price 549 CNY.");
+        assert_eq!(
+            s,
+            "Grey Running Shoes 43 (SKU-1016) is out of stock; it is expected back in stock on 2026-12-05; price 549 CNY."
+        );
         let none = one(Some(ToolKind::GetProduct), json!({"name": "flux capacitor"}), json!({"matches": []}));
         assert_eq!(none, "No product matching \"flux capacitor\" was found.");
     }
@@ -603,15 +630,24 @@ mod tests {
 
     #[test]
     fn errors_name_the_entity_and_say_not_found() {
-        let s = one(Some(ToolKind::TrackShipment), json!({"order_id": "A9999"}), json!({"error": "order A9999 not found"}));
+        let s =
+            one(Some(ToolKind::TrackShipment), json!({"order_id": "A9999"}), json!({"error": "order A9999 not found"}));
         assert_eq!(s, "Order A9999 was not found.");
-        let r = one(Some(ToolKind::Refund), json!({"order_id": "A1032"}), json!({"error": "order A1032 is SHIPPED, not delivered"}));
+        let r = one(
+            Some(ToolKind::Refund),
+            json!({"order_id": "A1032"}),
+            json!({"error": "order A1032 is SHIPPED, not delivered"}),
+        );
         assert_eq!(r, "The refund of order A1032 was not made: order A1032 is SHIPPED, not delivered.");
     }
 
     #[test]
     fn the_policy_names_its_window_and_unknown_json_is_kept_as_key_value() {
-        let p = one(Some(ToolKind::RefundPolicy), json!({}), json!({"refund_window_days_after_delivery": 7, "text": "Refunds within a week."}));
+        let p = one(
+            Some(ToolKind::RefundPolicy),
+            json!({}),
+            json!({"refund_window_days_after_delivery": 7, "text": "Refunds within a week."}),
+        );
         assert_eq!(p, "Refund policy: Refunds within a week. Refunds are accepted within 7 days after delivery.");
         let g = one(None, json!({}), json!({"weather": "sunny", "temp": 21.5, "tags": ["a", "b"]}));
         assert!(g.contains("weather: sunny") && g.contains("temp: 21.50") && g.contains("tags: a; b"), "{g}");

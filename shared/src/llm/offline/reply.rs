@@ -32,7 +32,8 @@ pub(crate) fn reply(messages: &[ChatMessage]) -> String {
 /// Succeeded answers in plan order, then one plain sentence per failed or
 /// skipped subtask (never its `problem` text), then the notes, then the label.
 pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
-    let (greetings, work): (Vec<&ReplyItem>, Vec<&ReplyItem>) = input.results.iter().partition(|r| is_greeting(&r.instruction));
+    let (greetings, work): (Vec<&ReplyItem>, Vec<&ReplyItem>) =
+        input.results.iter().partition(|r| is_greeting(&r.instruction));
     let mut parts: Vec<String> = Vec::new();
     if work.is_empty() {
         let own = greetings.iter().find_map(|g| succeeded_answer(g));
@@ -194,7 +195,13 @@ mod tests {
         let input = ReplyInput {
             results: vec![
                 item("w01", "Check the status of order A1029.", "succeeded", Some("Order A1029 is paid."), None),
-                item("w02", "Check whether coupon SAVE20 can be used.", "failed", None, Some("upstream 503 from gateway")),
+                item(
+                    "w02",
+                    "Check whether coupon SAVE20 can be used.",
+                    "failed",
+                    None,
+                    Some("upstream 503 from gateway"),
+                ),
                 item("w03", "Check whether SKU-1016 is in stock.", "skipped", None, Some("dependency w02 failed")),
             ],
             notes: vec!["2 subtasks over the limit were dropped.".into()],
@@ -221,7 +228,8 @@ mod tests {
 
     #[test]
     fn a_greeting_only_conversation_gets_a_greeting_and_the_label() {
-        let input = ReplyInput { results: vec![item("w01", GREET_INSTRUCTION, "failed", None, Some("boom"))], notes: vec![] };
+        let input =
+            ReplyInput { results: vec![item("w01", GREET_INSTRUCTION, "failed", None, Some("boom"))], notes: vec![] };
         let reply = compose("hi", &input);
         assert!(reply.starts_with("Hello! How can I help you today?"), "{reply}");
         assert!(reply.ends_with(OFFLINE_LABEL));
@@ -258,7 +266,11 @@ mod tests {
             ChatMessage::User { content: format!("{SUMMARY_BULLET}shop__x {{}}{SUMMARY_ARROW}old fact") },
             ChatMessage::Assistant {
                 content: None,
-                tool_calls: vec![ToolCall { id: "c1".into(), name: "shop__get_order".into(), arguments: r#"{"order_id":"A1029"}"#.into() }],
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "shop__get_order".into(),
+                    arguments: r#"{"order_id":"A1029"}"#.into(),
+                }],
                 reasoning_content: None,
             },
             ChatMessage::Tool { tool_call_id: "c1".into(), content: r#"{"order_id":"A1029","status":"PAID"}"#.into() },

@@ -112,7 +112,8 @@ pub(crate) fn split_message(text: &str) -> Vec<Piece> {
         let mut boundary = Boundary::Item;
         let sentences = split_range(text, item, &SENTENCE_END, |m, after| {
             // "还有货" / "还有库存" mean "still in stock", not "and also".
-            !(m.starts_with("还有") && (after.starts_with('货') || after.starts_with("库存") || after.starts_with("现货")))
+            !(m.starts_with("还有")
+                && (after.starts_with('货') || after.starts_with("库存") || after.starts_with("现货")))
         });
         for sentence in sentences {
             for clause in split_range(text, sentence, &CLAUSE_SEP, |_, _| true) {
@@ -138,11 +139,7 @@ fn split_range(text: &str, range: Range<usize>, sep: &Pat, keep: impl Fn(&str, &
         start = m.end();
     }
     parts.push(start..slice.len());
-    parts
-        .into_iter()
-        .filter_map(|r| trim_range(slice, r))
-        .map(|r| r.start + range.start..r.end + range.start)
-        .collect()
+    parts.into_iter().filter_map(|r| trim_range(slice, r)).map(|r| r.start + range.start..r.end + range.start).collect()
 }
 
 /// Trims whitespace and stray punctuation; `None` when nothing is left.
@@ -215,7 +212,8 @@ pub(crate) fn skus(text: &str) -> Vec<String> {
     out
 }
 
-const CODE_STOPWORDS: &[&str] = &["CODE", "COUPON", "VOUCHER", "PROMO", "SKU", "ORDER", "THE", "THIS", "THAT", "FOR", "MY"];
+const CODE_STOPWORDS: &[&str] =
+    &["CODE", "COUPON", "VOUCHER", "PROMO", "SKU", "ORDER", "THE", "THIS", "THAT", "FOR", "MY"];
 
 /// Coupon codes: letter+digit tokens (SAVE20, tea5) — lower-case ones only near a
 /// coupon word — and upper-case words right after a coupon word ("code FREESHIP").
@@ -237,7 +235,11 @@ pub(crate) fn coupon_codes(text: &str) -> Vec<String> {
         let token = m.as_str();
         let upper = token.to_ascii_uppercase();
         let is_caps = token.chars().all(|ch| !ch.is_ascii_lowercase());
-        if is_caps && !CODE_STOPWORDS.contains(&upper.as_str()) && !ORDER_ID.is_match(token) && !upper.starts_with("SKU") {
+        if is_caps
+            && !CODE_STOPWORDS.contains(&upper.as_str())
+            && !ORDER_ID.is_match(token)
+            && !upper.starts_with("SKU")
+        {
             found.push((m.start(), upper));
         }
     }
@@ -465,10 +467,27 @@ mod tests {
     #[test]
     fn every_pattern_compiles() {
         for p in [
-            &*ORDER_ID, &*SKU, &*CODE_TOKEN, &*CODE_AFTER_WORD, &*COUPON_CONTEXT, &*CJK, &*ENUMERATION,
-            &*SENTENCE_END, &*CLAUSE_SEP, &*QUANTITY_LEAD, &*QUANTITY_ANYWHERE, &*QUANTITY_TIMES,
-            &*ZH_QUANTITY_LEAD, &*PRODUCT_END, &*PRODUCT_LEADING_FILLER, &*PRODUCT_TRAILING_FILLER,
-            &*NOT_A_PRODUCT, &*ZH_PRODUCT_BEFORE, &*ZH_PRODUCT_AFTER, &*ZH_END, &*ZH_FILLER,
+            &*ORDER_ID,
+            &*SKU,
+            &*CODE_TOKEN,
+            &*CODE_AFTER_WORD,
+            &*COUPON_CONTEXT,
+            &*CJK,
+            &*ENUMERATION,
+            &*SENTENCE_END,
+            &*CLAUSE_SEP,
+            &*QUANTITY_LEAD,
+            &*QUANTITY_ANYWHERE,
+            &*QUANTITY_TIMES,
+            &*ZH_QUANTITY_LEAD,
+            &*PRODUCT_END,
+            &*PRODUCT_LEADING_FILLER,
+            &*PRODUCT_TRAILING_FILLER,
+            &*NOT_A_PRODUCT,
+            &*ZH_PRODUCT_BEFORE,
+            &*ZH_PRODUCT_AFTER,
+            &*ZH_END,
+            &*ZH_FILLER,
         ] {
             assert!(p.compiles());
         }
@@ -546,7 +565,11 @@ mod tests {
         );
         assert_eq!(
             pieces("Check orders A1001, A1013 and A1025 please."),
-            vec![("Check orders A1001", Boundary::Item), ("A1013", Boundary::Clause), ("A1025 please", Boundary::Clause)]
+            vec![
+                ("Check orders A1001", Boundary::Item),
+                ("A1013", Boundary::Clause),
+                ("A1025 please", Boundary::Clause)
+            ]
         );
         // "还有货" is "still in stock", not a connector.
         assert_eq!(pieces("羽绒服还有货吗"), vec![("羽绒服还有货吗", Boundary::Item)]);

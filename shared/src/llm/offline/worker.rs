@@ -95,11 +95,8 @@ fn read_subtask(messages: &[ChatMessage]) -> Subtask {
             _ => None,
         })
         .collect();
-    let customer_query = users
-        .iter()
-        .find_map(|u| u.strip_prefix(CUSTOMER_MESSAGE_MARKER))
-        .unwrap_or_default()
-        .to_owned();
+    let customer_query =
+        users.iter().find_map(|u| u.strip_prefix(CUSTOMER_MESSAGE_MARKER)).unwrap_or_default().to_owned();
     let own = users.iter().rev().find(|u| u.starts_with(SUBTASK_MARKER)).or(users.last()).copied().unwrap_or_default();
     let (head, deps) = match own.split_once(DEPENDENCY_RESULTS_MARKER) {
         Some((head, deps)) => (head, deps),
@@ -160,7 +157,13 @@ fn summary_calls(text: &str) -> Vec<Done> {
             let (name, rest) = rest.split_once(' ')?;
             let (args, facts) = rest.split_once(SUMMARY_ARROW)?;
             let args: Value = serde_json::from_str(args).ok()?;
-            Some(Done { id: String::new(), name: name.to_owned(), args, result: Some(facts.to_owned()), summarized: true })
+            Some(Done {
+                id: String::new(),
+                name: name.to_owned(),
+                args,
+                result: Some(facts.to_owned()),
+                summarized: true,
+            })
         })
         .collect()
 }
@@ -298,7 +301,9 @@ impl<'a> State<'a> {
             return;
         }
         match render::field(result, "refundable") {
-            Some(Value::Bool(false)) => self.lines.push(format!("No refund was made for order {id}: the shop marks it as not refundable.")),
+            Some(Value::Bool(false)) => {
+                self.lines.push(format!("No refund was made for order {id}: the shop marks it as not refundable."))
+            }
             Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v <= 0.0) => {
                 self.lines.push(format!("No refund was made for order {id}: nothing is left to refund on it."));
             }
@@ -329,9 +334,12 @@ impl<'a> State<'a> {
             if w.kind == ToolKind::GetProduct
                 && let Some(p) = render::chosen_product(result, w.args.get("sku").and_then(Value::as_str))
             {
-                let label = w.args.get("sku").and_then(Value::as_str).map(str::to_owned).or_else(|| {
-                    p.get("sku").and_then(Value::as_str).map(str::to_owned)
-                });
+                let label = w
+                    .args
+                    .get("sku")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or_else(|| p.get("sku").and_then(Value::as_str).map(str::to_owned));
                 match (render::in_stock(&p), label) {
                     (Some(true), Some(l)) => stock.0.push(l),
                     (Some(false), Some(l)) => stock.1.push(l),
@@ -398,7 +406,11 @@ mod tests {
     use crate::prompts::work_messages;
 
     fn tool(name: &str, props: Value) -> ToolSpec {
-        ToolSpec { name: name.into(), description: String::new(), input_schema: json!({"type": "object", "properties": props}) }
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object", "properties": props}),
+        }
     }
 
     fn tools() -> Vec<ToolSpec> {
@@ -415,7 +427,9 @@ mod tests {
 
     fn calls(outcome: &Outcome) -> Vec<(String, Value)> {
         match outcome {
-            Outcome::Calls(c) => c.iter().map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap_or_default())).collect(),
+            Outcome::Calls(c) => {
+                c.iter().map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap_or_default())).collect()
+            }
             Outcome::Answer(_) => Vec::new(),
         }
     }
@@ -459,7 +473,11 @@ mod tests {
         assert_eq!(calls(&work(&msgs, &tools())), vec![("shop__get_order".to_owned(), json!({"order_id": "A1016"}))]);
         msgs.push(ChatMessage::Assistant {
             content: None,
-            tool_calls: vec![ToolCall { id: "call_1".into(), name: "shop__get_order".into(), arguments: r#"{"order_id":"A1016"}"#.into() }],
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "shop__get_order".into(),
+                arguments: r#"{"order_id":"A1016"}"#.into(),
+            }],
             reasoning_content: None,
         });
         msgs.push(ChatMessage::Tool {
@@ -474,13 +492,21 @@ mod tests {
 
     #[test]
     fn a_parcel_that_is_not_shipped_yet_is_explained_by_the_order() {
-        let mut msgs = work_messages("q", "w01", "Check where the parcel of order A1029 is and when it will arrive.", &[]);
+        let mut msgs =
+            work_messages("q", "w01", "Check where the parcel of order A1029 is and when it will arrive.", &[]);
         msgs.push(ChatMessage::Assistant {
             content: None,
-            tool_calls: vec![ToolCall { id: "call_1".into(), name: "shop__track_shipment".into(), arguments: r#"{"order_id":"A1029"}"#.into() }],
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "shop__track_shipment".into(),
+                arguments: r#"{"order_id":"A1029"}"#.into(),
+            }],
             reasoning_content: None,
         });
-        msgs.push(ChatMessage::Tool { tool_call_id: "call_1".into(), content: json!({"error": "order A1029 has no shipment yet (status PAID)"}).to_string() });
+        msgs.push(ChatMessage::Tool {
+            tool_call_id: "call_1".into(),
+            content: json!({"error": "order A1029 has no shipment yet (status PAID)"}).to_string(),
+        });
         let out = work(&msgs, &tools());
         assert_eq!(calls(&out), vec![("shop__get_order".to_owned(), json!({"order_id": "A1029"}))]);
         let Outcome::Calls(c) = out else { panic!("calls expected") };
@@ -492,7 +518,11 @@ mod tests {
         let mut msgs = work_messages("q", "w01", "Refund order A1027.", &[]);
         msgs.push(ChatMessage::Assistant {
             content: None,
-            tool_calls: vec![ToolCall { id: "call_1".into(), name: "shop__get_order".into(), arguments: r#"{"order_id":"A1027"}"#.into() }],
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "shop__get_order".into(),
+                arguments: r#"{"order_id":"A1027"}"#.into(),
+            }],
             reasoning_content: None,
         });
         msgs.push(ChatMessage::Tool {
@@ -505,16 +535,25 @@ mod tests {
 
     #[test]
     fn order_ids_come_from_dependency_results_when_the_instruction_has_none() {
-        let deps = [crate::prompts::DependencyResult { id: "w01".into(), instruction: "x".into(), answer: "Your order is A1003.".into() }];
+        let deps = [crate::prompts::DependencyResult {
+            id: "w01".into(),
+            instruction: "x".into(),
+            answer: "Your order is A1003.".into(),
+        }];
         let msgs = work_messages("q", "w02", "Track the parcel of the order found in w01.", &deps);
-        assert_eq!(calls(&work(&msgs, &tools())), vec![("shop__track_shipment".to_owned(), json!({"order_id": "A1003"}))]);
+        assert_eq!(
+            calls(&work(&msgs, &tools())),
+            vec![("shop__track_shipment".to_owned(), json!({"order_id": "A1003"}))]
+        );
     }
 
     #[test]
     fn calls_in_a_compressed_summary_are_not_repeated() {
         let mut msgs = work_messages("q", "w01", "Check the status of order A1029.", &[]);
         msgs.push(ChatMessage::User {
-            content: format!("Facts:\n{SUMMARY_BULLET}shop__get_order {{\"order_id\":\"A1029\"}}{SUMMARY_ARROW}Order A1029 is paid."),
+            content: format!(
+                "Facts:\n{SUMMARY_BULLET}shop__get_order {{\"order_id\":\"A1029\"}}{SUMMARY_ARROW}Order A1029 is paid."
+            ),
         });
         assert_eq!(work(&msgs, &tools()), Outcome::Answer("Order A1029 is paid.".into()));
     }
