@@ -38,6 +38,7 @@ export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port"
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 unset SWARM_SKIP_AWS LLM_BASE_URL LLM_API_KEY LLM_MODEL
 
+step "cargo fmt --check" cargo fmt --all --check
 if [[ "${SWARM_SKIP_NODE:-0}" == "1" ]]; then
     echo "!!! SWARM_SKIP_NODE=1: the Node-based gateway tests (federation with server-everything, MCP conformance) are SKIPPED"
     report+=("SKIP       gateway Node tests (SWARM_SKIP_NODE=1)")

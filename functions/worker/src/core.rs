@@ -160,7 +160,7 @@ impl Worker {
                 let result = SubtaskResult::Failed {
                     reason: "gave up after repeated failures (the message reached the dead-letter queue)".into(),
                 };
-                self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[])
+                self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None)
                     .await
                     .unwrap_or_else(Outcome::from)
             }
@@ -201,7 +201,7 @@ impl Worker {
             let result = SubtaskResult::Failed {
                 reason: format!("the conversation's token budget ({budget} tokens) was used up"),
             };
-            return self.finish(id, subtask_id, result, Usage::default(), &[]).await;
+            return self.finish(id, subtask_id, result, Usage::default(), &[], Some(&record)).await;
         }
 
         let dependencies = if record.subtask.depends_on.is_empty() {
@@ -212,7 +212,14 @@ impl Worker {
                 DependencyState::Ready(d) => d,
                 DependencyState::Failed(dep) => {
                     return self
-                        .finish(id, subtask_id, SubtaskResult::Skipped { dependency: dep }, Usage::default(), &[])
+                        .finish(
+                            id,
+                            subtask_id,
+                            SubtaskResult::Skipped { dependency: dep },
+                            Usage::default(),
+                            &[],
+                            Some(&record),
+                        )
                         .await;
                 }
                 DependencyState::Waiting(dep) => {
@@ -243,7 +250,7 @@ impl Worker {
         match self.tool_loop(&ctx, &record, &mut state, deadline).await {
             LoopEnd::Done(result) => {
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
-                self.finish(id, subtask_id, result, state.usage, &tools_used).await
+                self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
             LoopEnd::OutOfTime if handbacks < self.settings.max_handbacks => {
                 let cp = Checkpoint { messages: state.messages, tool_calls: state.tool_calls, usage: state.usage };
@@ -266,7 +273,7 @@ impl Worker {
             LoopEnd::OutOfTime => {
                 let result = partial_result(&state);
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
-                self.finish(id, subtask_id, result, state.usage, &tools_used).await
+                self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
         }
     }
@@ -279,6 +286,7 @@ impl Worker {
         result: SubtaskResult,
         usage: Usage,
         tools_used: &[String],
+        known: Option<&SubtaskRecord>,
     ) -> Result<Outcome, StoreError> {
         let status = result.status();
         let result = result.bounded();
@@ -298,7 +306,12 @@ impl Worker {
                     tokens = usage.total_tokens(),
                     "subtask finished"
                 );
-                let rec = self.store.get_subtask(id, subtask_id).await?;
+                // The record this attempt started from knows the dependents; only a
+                // dead letter (no attempt) reads the item back.
+                let rec = match known {
+                    Some(r) => Some(SubtaskRecord { usage, ..r.clone() }),
+                    None => self.store.get_subtask(id, subtask_id).await?,
+                };
                 match rec {
                     Some(rec) => self.count_and_release(id, &rec).await?,
                     None => return Ok(Outcome::Poison(format!("subtask {subtask_id} vanished"))),

@@ -30,7 +30,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{AuthMode, Orchestrator, OrchestratorSettings};
+use orchestrator::{Orchestrator, OrchestratorSettings};
 use shared::adapters::dynamo::{DynamoConversationStore, create_table};
 use shared::adapters::dynamo_stream::{DynamoStreamReader, StartPosition, matches_aggregator_filter};
 use shared::adapters::mcp_gateway::McpToolGateway;
@@ -374,18 +374,7 @@ impl AwsStack {
     /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
     /// the orchestrator's Lambda handler; answers `(status, JSON body)`.
     pub async fn api_event(&self, event: &Value) -> anyhow::Result<(u16, Value)> {
-        let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
-        let response = orchestrator::handler::handle(&self.orchestrator, AuthMode::None, request)
-            .await
-            .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
-        let status = response.status().as_u16();
-        let bytes: &[u8] = response.body().as_ref();
-        let json = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(bytes).context("response body is not JSON")?
-        };
-        Ok((status, json))
+        crate::invoke_orchestrator(&self.orchestrator, event).await
     }
 
     /// `method path` through the orchestrator's handler; answers `(status, JSON body)`.

@@ -246,19 +246,7 @@ impl LocalStack {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> anyhow::Result<(u16, serde_json::Value)> {
-        let event = events::http_api_event(method, path, body, headers);
-        let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
-        let response = orchestrator::handler::handle(&self.orchestrator, AuthMode::None, request)
-            .await
-            .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
-        let status = response.status().as_u16();
-        let bytes: &[u8] = response.body().as_ref();
-        let json = if bytes.is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::from_slice(bytes).context("response body is not JSON")?
-        };
-        Ok((status, json))
+        invoke_orchestrator(&self.orchestrator, &events::http_api_event(method, path, body, headers)).await
     }
 
     /// `POST /conversations`; answers `(status, body)`.
@@ -312,6 +300,26 @@ impl LocalStack {
             let _ = t.await;
         }
     }
+}
+
+/// Invokes the orchestrator's Lambda handler with an HTTP API (payload 2.0)
+/// event; answers `(status, JSON body)`. Both stacks call the API this way.
+pub async fn invoke_orchestrator(
+    orchestrator: &Orchestrator,
+    event: &serde_json::Value,
+) -> anyhow::Result<(u16, serde_json::Value)> {
+    let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
+    let response = orchestrator::handler::handle(orchestrator, AuthMode::None, request)
+        .await
+        .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
+    let status = response.status().as_u16();
+    let bytes: &[u8] = response.body().as_ref();
+    let json = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(bytes).context("response body is not JSON")?
+    };
+    Ok((status, json))
 }
 
 fn loopback() -> SocketAddr {
