@@ -13,7 +13,7 @@ use serde_json::json;
 use shared::llm::config::LlmEndpoint;
 use shared::llm::http::HttpChatModel;
 use shared::llm::pricing::PriceTable;
-use shared::llm::retry::{RetryPolicy, complete_with_retry};
+use shared::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use shared::ports::{ChatMessage, ChatRequest, Purpose, ToolSpec};
 
 /// User + system CPU time of this process (Linux `/proc/self/stat`, fields 14 and 15, in clock ticks of 10 ms).
@@ -45,7 +45,7 @@ async fn main() -> Result<()> {
             input_schema: json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}),
         })
         .collect();
-    let policy = RetryPolicy::default();
+    let policy = LlmRetryPolicy::default();
 
     // Warm-up: connections and allocator.
     let warm = ChatRequest {

@@ -1,16 +1,10 @@
-//! Shared crate of lambda-swarm: domain, ports (traits) and their adapters, config and telemetry.
+//! Shared crate of lambda-swarm: the adapters, config and telemetry; the core lives in `swarm-core`, the offline model in `swarm-offline` (re-exported here while the split goes on).
 
 pub mod adapters;
-pub mod domain;
-pub mod jsonfix;
 pub mod llm;
-pub mod plan;
-pub mod ports;
-pub mod prompts;
-pub mod reply;
-pub mod roles;
 pub mod secrets;
 pub mod telemetry;
-pub mod view;
 #[cfg(feature = "aws")]
 pub mod wiring;
+
+pub use swarm_core::{domain, jsonfix, plan, ports, prompts, reply, roles, view};

@@ -8,7 +8,7 @@ use mock_llm::{Arrival, Faults, MockConfig, MockLlm};
 use shared::llm::config::LlmEndpoint;
 use shared::llm::http::HttpChatModel;
 use shared::llm::pricing::PriceTable;
-use shared::llm::retry::{RetryPolicy, complete_with_retry};
+use shared::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use shared::ports::{ChatMessage, ChatRequest, Purpose};
 
 const CALLS: usize = 50;
@@ -25,7 +25,7 @@ async fn burst_of_fifty_with_thirty_percent_rate_limits_all_succeed_with_spread_
     let endpoint = LlmEndpoint::new(mock.base_url(), None, "burst-model");
     let model = HttpChatModel::new(&endpoint, Duration::from_secs(10), 64, PriceTable::default())?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let policy = RetryPolicy::default();
+    let policy = LlmRetryPolicy::default();
     let requests: Vec<ChatRequest> = (0..CALLS)
         .map(|i| ChatRequest {
             purpose: Purpose::Reply,

@@ -9,7 +9,7 @@ use shared::domain::Usage;
 use shared::llm::config::{LlmEndpoint, SecretString};
 use shared::llm::http::HttpChatModel;
 use shared::llm::pricing::{ModelPrice, PriceTable};
-use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use shared::ports::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall, ToolSpec,
 };
@@ -260,7 +260,7 @@ async fn flat_error_object_about_context_length_is_context_length_with_status_40
 async fn balance_error_402_is_permanent_and_never_retried() -> Result<()> {
     let (mock, m) = serve(vec![case("error-402-balance")?, case("error-402-balance")?]).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let r = complete_with_retry(&m, &work_request(), &RetryPolicy::default(), deadline).await;
+    let r = complete_with_retry(&m, &work_request(), &LlmRetryPolicy::default(), deadline).await;
     match r {
         Err(CallError::Failed(LlmError::Permanent { status, message })) => {
             assert_eq!((status, message.as_str()), (402, "Insufficient Balance"));

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use shared::domain::Usage;
 use shared::llm::http::classify_error;
-use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use shared::ports::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
 use tokio::time::Instant;
 
@@ -96,7 +96,7 @@ async fn retry_after_of_three_seconds_delays_the_next_attempt_past_three_seconds
     let mut waits = Vec::new();
     for _ in 0..20 {
         let model = Scripted::new(vec![fixture_429(), ok()]);
-        let r = complete_with_retry(&model, &request(), &RetryPolicy::default(), far()).await?;
+        let r = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far()).await?;
         assert_eq!(r.content.as_deref(), Some("done"));
         let calls = model.calls();
         assert_eq!(calls.len(), 2);
@@ -114,7 +114,7 @@ async fn retry_after_of_three_seconds_delays_the_next_attempt_past_three_seconds
 #[tokio::test(start_paused = true)]
 async fn transient_failures_back_off_within_the_doubling_cap_then_succeed() -> Result<()> {
     let policy =
-        RetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(4) };
+        LlmRetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(4) };
     let model = Scripted::new(vec![transient(), transient(), transient(), transient(), transient(), ok()]);
     complete_with_retry(&model, &request(), &policy, far()).await?;
     let calls = model.calls();
@@ -129,7 +129,8 @@ async fn transient_failures_back_off_within_the_doubling_cap_then_succeed() -> R
 #[tokio::test(start_paused = true)]
 async fn attempts_stop_at_the_maximum_with_the_last_error() -> Result<()> {
     let model = Scripted::new((0..10).map(|_| transient()).collect());
-    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), far()).await.err().context("must fail")?;
+    let e =
+        complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far()).await.err().context("must fail")?;
     assert!(matches!(e, CallError::Failed(LlmError::Transient { status: Some(502), .. })), "{e:?}");
     assert_eq!(model.calls().len(), 6);
     Ok(())
@@ -142,8 +143,10 @@ async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
     let context: Outcome = Box::new(|| Err(LlmError::ContextLength { status: 400, message: "too long".into() }));
     for (outcome, want_status) in [(permanent, 401), (context, 400)] {
         let model = Scripted::new(vec![outcome, ok()]);
-        let e =
-            complete_with_retry(&model, &request(), &RetryPolicy::default(), far()).await.err().context("must fail")?;
+        let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far())
+            .await
+            .err()
+            .context("must fail")?;
         let status = match e {
             CallError::Failed(LlmError::Permanent { status, .. } | LlmError::ContextLength { status, .. }) => status,
             other => panic!("unexpected {other:?}"),
@@ -158,7 +161,7 @@ async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
 async fn a_retry_after_past_the_deadline_gives_out_of_time_without_sleeping() -> Result<()> {
     let start = Instant::now();
     let model = Scripted::new(vec![rate_limited(Duration::from_secs(10)), ok()]);
-    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), start + Duration::from_secs(5))
+    let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), start + Duration::from_secs(5))
         .await
         .err()
         .context("must run out of time")?;
@@ -173,7 +176,7 @@ async fn a_hanging_model_is_cut_off_exactly_at_the_deadline() -> Result<()> {
     let start = Instant::now();
     let mut model = Scripted::new(vec![ok()]);
     model.hang = true;
-    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), start + Duration::from_secs(5))
+    let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), start + Duration::from_secs(5))
         .await
         .err()
         .context("must run out of time")?;
@@ -189,7 +192,7 @@ async fn retries_never_sleep_past_the_deadline() -> Result<()> {
     let deadline = start + Duration::from_secs(4);
     let model = Scripted::new((0..20).map(|_| transient()).collect());
     let policy =
-        RetryPolicy { max_attempts: 20, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(8) };
+        LlmRetryPolicy { max_attempts: 20, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(8) };
     let e = complete_with_retry(&model, &request(), &policy, deadline).await.err().context("must fail")?;
     assert!(matches!(e, CallError::OutOfTime { last: Some(LlmError::Transient { .. }) }), "{e:?}");
     assert!(Instant::now() <= deadline);
@@ -200,7 +203,7 @@ async fn retries_never_sleep_past_the_deadline() -> Result<()> {
 #[tokio::test(start_paused = true)]
 async fn a_deadline_already_passed_makes_no_call() -> Result<()> {
     let model = Scripted::new(vec![ok()]);
-    let e = complete_with_retry(&model, &request(), &RetryPolicy::default(), Instant::now())
+    let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), Instant::now())
         .await
         .err()
         .context("must fail")?;

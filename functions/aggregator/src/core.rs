@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared::domain::{ConversationId, ConversationStatus, Usage};
-use shared::llm::retry::{RetryPolicy, complete_with_retry};
+use shared::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use shared::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
 use shared::prompts::reply_messages;
 use shared::reply::{compose_reply, reply_input};
@@ -14,12 +14,12 @@ use shared::reply::{compose_reply, reply_input};
 pub struct AggregatorSettings {
     /// Longest wait for the reply model, retries included; past it the model-free reply is written.
     pub reply_timeout: Duration,
-    pub retry: RetryPolicy,
+    pub retry: LlmRetryPolicy,
 }
 
 impl Default for AggregatorSettings {
     fn default() -> Self {
-        Self { reply_timeout: Duration::from_secs(45), retry: RetryPolicy::default() }
+        Self { reply_timeout: Duration::from_secs(45), retry: LlmRetryPolicy::default() }
     }
 }
 

@@ -8,7 +8,7 @@ use shared::domain::{
     Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, TaskMessage, Usage,
     now_ms,
 };
-use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use shared::plan::{fallback_plan, parse_plan, validate_plan};
 use shared::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
@@ -251,7 +251,7 @@ impl Orchestrator {
         let mut messages = plan_messages(&conversation.query, &catalogue);
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
-        let policy = RetryPolicy { max_attempts: 5, ..RetryPolicy::default() };
+        let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };
         let mut last_error;
         for attempt in 0..2 {
             let request = ChatRequest {

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use shared::domain::{
-    ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord,
-    Usage, now_ms, truncate_chars,
+    ConversationId, ConversationStatus, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage,
+    ToolCallRecord, Usage, now_ms, truncate_chars,
 };
 use shared::jsonfix::parse_tool_arguments;
-use shared::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use shared::llm::transcript::{check_pairing, compress, estimate_tokens};
 use shared::ports::{
     AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LlmError,
@@ -36,7 +36,7 @@ pub struct WorkerSettings {
     pub handback_delay_secs: u32,
     /// Hand-backs allowed before a partial result is recorded.
     pub max_handbacks: u32,
-    pub retry: RetryPolicy,
+    pub retry: LlmRetryPolicy,
     /// Conversation-wide token budget; past it remaining subtasks stop with that reason.
     pub token_budget: Option<u64>,
     /// Transcript size (estimated tokens) above which older rounds are compressed.
@@ -53,7 +53,7 @@ impl Default for WorkerSettings {
             min_round_time: Duration::from_secs(5),
             handback_delay_secs: 5,
             max_handbacks: 1,
-            retry: RetryPolicy::default(),
+            retry: LlmRetryPolicy::default(),
             token_budget: None,
             compress_above_tokens: 24_000,
             max_tool_output_chars: 8_000,
@@ -97,9 +97,6 @@ struct Checkpoint {
     tool_calls: Vec<ToolCallRecord>,
     usage: Usage,
 }
-
-/// Largest checkpoint stored, in bytes; a larger transcript restarts the subtask instead.
-const MAX_CHECKPOINT_BYTES: usize = 100_000;
 
 /// Result of running the loop.
 enum LoopEnd {
@@ -255,6 +252,7 @@ impl Worker {
             LoopEnd::OutOfTime if handbacks < self.settings.max_handbacks => {
                 let cp = Checkpoint { messages: state.messages, tool_calls: state.tool_calls, usage: state.usage };
                 let json = serde_json::to_string(&cp).unwrap_or_default();
+                // A larger transcript restarts the subtask instead of saving a cut, unparseable checkpoint.
                 if json.len() <= MAX_CHECKPOINT_BYTES {
                     self.store.save_checkpoint(id, subtask_id, &json).await?;
                 }

@@ -27,18 +27,13 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
-    truncate_chars,
+    Conversation, ConversationId, ConversationStatus, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, Usage, truncate_chars,
 };
 use crate::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
 
 /// Most items in one `BatchWriteItem` call (DynamoDB limit).
 pub const BATCH_WRITE_LIMIT: usize = 25;
-/// Longest checkpoint kept, in bytes of UTF-8; a longer one is cut at a character
-/// boundary so the subtask item stays far below DynamoDB's 400 KB item limit.
-/// A cut checkpoint is no longer valid JSON: the worker must bound its own
-/// checkpoint and treat an unparseable one as absent.
-pub const MAX_CHECKPOINT_BYTES: usize = 256 * 1024;
 /// Largest serialized result kept inline, in bytes (after [`SubtaskResult::bounded`]).
 pub const MAX_RESULT_BYTES: usize = 96 * 1024;
 /// Longest failure reason kept on a conversation, in characters.
@@ -457,6 +452,8 @@ fn fit_result(result: &SubtaskResult) -> Result<String, StoreError> {
 }
 
 /// The checkpoint cut to at most [`MAX_CHECKPOINT_BYTES`] at a character boundary.
+/// A cut checkpoint is no longer valid JSON: the worker bounds its own checkpoint
+/// and treats an unparseable one as absent.
 fn fit_checkpoint(checkpoint: &str) -> String {
     if checkpoint.len() <= MAX_CHECKPOINT_BYTES {
         return checkpoint.to_owned();

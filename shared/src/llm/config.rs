@@ -19,7 +19,6 @@
 //! resolves `LLM_API_KEY_SECRET_ARN` (Secrets Manager or SSM) and passes it to
 //! [`LlmConfig::from_lookup`] as `LLM_API_KEY`.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,33 +26,8 @@ use crate::llm::http::HttpChatModel;
 use crate::llm::offline::OfflineModel;
 use crate::llm::pricing::PriceTable;
 use crate::ports::ChatModel;
-
-/// A secret (API key). `Debug` and `Display` print `***`; read it with [`SecretString::expose`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretString(String);
-
-impl SecretString {
-    pub fn new(secret: impl Into<String>) -> Self {
-        Self(secret.into())
-    }
-
-    /// The secret itself; never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use swarm_core::SecretString;
+pub use swarm_core::llm::Models;
 
 /// One OpenAI-compatible endpoint and model.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,21 +197,6 @@ impl LlmConfig {
     }
 }
 
-/// The models a function uses: `main` for planning, tool loops and the reply;
-/// `sub` for compression (the same instance as `main` when no sub model is
-/// set). Both are the offline model when there is no configuration.
-#[derive(Clone)]
-pub struct Models {
-    pub main: Arc<dyn ChatModel>,
-    pub sub: Arc<dyn ChatModel>,
-}
-
-impl fmt::Debug for Models {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Models").field("main", &self.main.label()).field("sub", &self.sub.label()).finish()
-    }
-}
-
 /// Builds the models once at start-up: [`HttpChatModel`]s from `config`
 /// (`sub` its own instance, with its own in-flight cap, when a sub model is
 /// configured), or the offline model for both when `config` is `None`.
@@ -350,7 +309,7 @@ fn check_key(
     let required = required_override.unwrap_or_else(|| !looks_local(base));
     let key = raw.map(|k| k.trim().to_owned());
     if !required {
-        return Ok(key.filter(|k| !k.is_empty()).map(SecretString));
+        return Ok(key.filter(|k| !k.is_empty()).map(SecretString::new));
     }
     match key {
         None => Err(LlmConfigError::invalid(
@@ -364,7 +323,7 @@ fn check_key(
             var,
             format!("looks like a placeholder, not a real key for {}; paste the provider's key", base.host),
         )),
-        Some(k) => Ok(Some(SecretString(k))),
+        Some(k) => Ok(Some(SecretString::new(k))),
     }
 }
 
@@ -383,13 +342,6 @@ fn parse_bool(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Resul
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_never_prints() {
-        let s = SecretString::new("sk-live-1234567890");
-        assert_eq!(format!("{s:?} {s}"), "*** ***");
-        assert_eq!(s.expose(), "sk-live-1234567890");
-    }
 
     #[test]
     fn placeholder_keys_are_recognised() {

@@ -1,8 +1,7 @@
-//! Chat-model adapters: the tolerant OpenAI-compatible HTTP client, retries, pricing, transcript care, and the deterministic offline model.
+//! Chat-model adapters: the tolerant OpenAI-compatible HTTP client and its config; the LLM rules live in `swarm-core`, the offline model in `swarm-offline`.
 
 pub mod config;
 pub mod http;
-pub mod offline;
-pub mod pricing;
-pub mod retry;
-pub mod transcript;
+
+pub use swarm_core::llm::{pricing, retry, transcript};
+pub use swarm_offline as offline;

@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use super::text::{self, Entities, Pat};
+use crate::text::{self, Entities, Pat};
 
 macro_rules! pat {
     ($(#[$doc:meta])* $name:ident, $re:expr) => {

@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::domain::truncate_chars;
+use swarm_core::domain::truncate_chars;
 
-use super::catalog::ToolKind;
+use crate::catalog::ToolKind;
 
 /// Longest rendering of one unknown result.
 const MAX_GENERIC_CHARS: usize = 600;

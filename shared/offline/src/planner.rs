@@ -2,12 +2,12 @@
 
 use serde::Serialize;
 
-use crate::domain::{Subtask, truncate_chars};
-use crate::ports::ToolSpec;
+use swarm_core::domain::{Subtask, truncate_chars};
+use swarm_core::ports::ToolSpec;
 
-use super::catalog::{ToolKind, find_tool};
-use super::intent::{Analysis, analyse};
-use super::text::{Boundary, Product, split_message};
+use crate::catalog::{ToolKind, find_tool};
+use crate::intent::{Analysis, analyse};
+use crate::text::{Boundary, Product, split_message};
 
 /// Instruction of the subtask a greeting gets.
 pub(crate) const GREET_INSTRUCTION: &str = "Greet the customer and ask how the shop can help.";

@@ -1,6 +1,8 @@
 //! The deterministic offline model: a keyword planner, tool picker and reply writer behind the `ChatModel` port (never presented as an LLM).
 //!
-//! It runs the whole swarm without an LLM key and in tests. Per
+//! It runs the whole swarm without an LLM key, in `swarm-local` / `swarm-bench`
+//! and in tests; no Lambda links it (a deployed function without an LLM
+//! endpoint refuses to start instead). Per
 //! [`Purpose`]:
 //! - `Plan`: splits the customer's message into questions and answers the
 //!   plan JSON `{"subtasks": [{id, instruction, tools, depends_on}]}`, tools
@@ -25,9 +27,9 @@ mod worker;
 
 use async_trait::async_trait;
 
-use crate::domain::Usage;
-use crate::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolSpec};
-use crate::prompts::CUSTOMER_MESSAGE_MARKER;
+use swarm_core::domain::Usage;
+use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolSpec};
+use swarm_core::prompts::CUSTOMER_MESSAGE_MARKER;
 
 pub use reply::OFFLINE_LABEL;
 
@@ -133,7 +135,7 @@ fn plan_tools(request: &ChatRequest) -> Vec<ToolSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prompts::plan_messages;
+    use swarm_core::prompts::plan_messages;
 
     #[test]
     fn the_plan_tools_are_read_back_from_the_prompt_when_none_are_sent() {

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::ports::ToolSpec;
+use swarm_core::ports::ToolSpec;
 
 /// A kind of lookup or action the offline model knows how to ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

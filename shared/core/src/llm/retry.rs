@@ -19,7 +19,7 @@ pub const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(500);
 
 /// How often and how long to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub struct LlmRetryPolicy {
     /// Attempts in all, the first included (≥ 1).
     pub max_attempts: u32,
     /// Backoff cap of the first retry; doubles per attempt.
@@ -28,7 +28,7 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
 }
 
-impl Default for RetryPolicy {
+impl Default for LlmRetryPolicy {
     /// 6 attempts, 500 ms base, 20 s cap.
     fn default() -> Self {
         Self { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(20) }
@@ -77,7 +77,7 @@ impl CallError {
 pub fn backoff_delay(
     attempt: u32,
     retry_after: Option<Duration>,
-    policy: &RetryPolicy,
+    policy: &LlmRetryPolicy,
     rng: &mut impl Rng,
 ) -> Duration {
     match retry_after {
@@ -107,7 +107,7 @@ pub fn backoff_delay(
 pub async fn complete_with_retry(
     model: &dyn ChatModel,
     request: &ChatRequest,
-    policy: &RetryPolicy,
+    policy: &LlmRetryPolicy,
     deadline: Instant,
 ) -> Result<ChatResponse, CallError> {
     let max_attempts = policy.max_attempts.max(1);
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn full_jitter_stays_under_the_doubling_cap() {
-        let p = RetryPolicy::default();
+        let p = LlmRetryPolicy::default();
         let mut rng = StdRng::seed_from_u64(7);
         for attempt in 0..12 {
             let cap = (p.base_delay * 2u32.pow(attempt)).min(p.max_delay);
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_plus_a_positive_jitter() {
-        let p = RetryPolicy::default();
+        let p = LlmRetryPolicy::default();
         let mut rng = StdRng::seed_from_u64(1);
         let ra = Duration::from_secs(1);
         let samples: Vec<Duration> = (0..500).map(|_| backoff_delay(0, Some(ra), &p, &mut rng)).collect();

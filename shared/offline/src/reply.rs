@@ -1,13 +1,13 @@
 //! The offline reply writer and transcript compressor: subtask answers joined in plan order, plain sentences for what failed, and a label saying no LLM wrote it.
 
-use crate::domain::truncate_chars;
-use crate::ports::ChatMessage;
-use crate::prompts::{ReplyInput, ReplyItem, parse_reply_input};
+use swarm_core::domain::truncate_chars;
+use swarm_core::ports::ChatMessage;
+use swarm_core::prompts::{ReplyInput, ReplyItem, parse_reply_input};
 
-use super::intent::analyse;
-use super::planner::{GREET_INSTRUCTION, HELP_INSTRUCTION};
-use super::render;
-use super::worker::{SUMMARY_ARROW, SUMMARY_BULLET, greeting};
+use crate::intent::analyse;
+use crate::planner::{GREET_INSTRUCTION, HELP_INSTRUCTION};
+use crate::render;
+use crate::worker::{SUMMARY_ARROW, SUMMARY_BULLET, greeting};
 
 /// Last line of every reply the offline model writes.
 pub const OFFLINE_LABEL: &str = "— Answered by lambda-swarm's offline model (no LLM configured).";
@@ -178,7 +178,7 @@ fn from_text(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::ToolCall;
+    use swarm_core::ports::ToolCall;
 
     fn item(id: &str, instruction: &str, status: &str, answer: Option<&str>, problem: Option<&str>) -> ReplyItem {
         ReplyItem {

@@ -8,14 +8,14 @@ use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
-use crate::ports::{ChatMessage, ToolCall, ToolSpec};
-use crate::prompts::{CUSTOMER_MESSAGE_MARKER, DEPENDENCY_RESULTS_MARKER, SUBTASK_MARKER};
+use swarm_core::ports::{ChatMessage, ToolCall, ToolSpec};
+use swarm_core::prompts::{CUSTOMER_MESSAGE_MARKER, DEPENDENCY_RESULTS_MARKER, SUBTASK_MARKER};
 
-use super::catalog::{ToolKind, arguments, find_tool};
-use super::intent::{Analysis, analyse};
-use super::planner::GREET_INSTRUCTION;
-use super::render;
-use super::text::{self, Pat};
+use crate::catalog::{ToolKind, arguments, find_tool};
+use crate::intent::{Analysis, analyse};
+use crate::planner::GREET_INSTRUCTION;
+use crate::render;
+use crate::text::{self, Pat};
 
 /// Tool rounds after which the worker answers with what it has.
 const MAX_ROUNDS: usize = 6;
@@ -149,7 +149,7 @@ fn read_calls(messages: &[ChatMessage]) -> Vec<Done> {
     done
 }
 
-/// Calls recorded in a compressed transcript (lines written by [`super::reply::compress`]).
+/// Calls recorded in a compressed transcript (lines written by [`crate::reply::compress`]).
 fn summary_calls(text: &str) -> Vec<Done> {
     text.lines()
         .filter_map(|line| {
@@ -403,7 +403,7 @@ fn no_lookup_answer(s: &Subtask) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prompts::work_messages;
+    use swarm_core::prompts::work_messages;
 
     fn tool(name: &str, props: Value) -> ToolSpec {
         ToolSpec {
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn order_ids_come_from_dependency_results_when_the_instruction_has_none() {
-        let deps = [crate::prompts::DependencyResult {
+        let deps = [swarm_core::prompts::DependencyResult {
             id: "w01".into(),
             instruction: "x".into(),
             answer: "Your order is A1003.".into(),

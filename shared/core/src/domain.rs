@@ -14,6 +14,11 @@ pub const DEFAULT_DEADLINE_SECS: u64 = 120;
 /// Longest text kept inline in a result; longer text is truncated so items stay
 /// far below DynamoDB's 400 KB item limit.
 pub const MAX_RESULT_CHARS: usize = 16_000;
+/// Largest checkpoint (an interrupted attempt's progress, JSON) kept on a subtask
+/// item, in bytes of UTF-8. The worker saves no larger checkpoint (the subtask
+/// restarts instead); a store cuts anything larger at a character boundary, so
+/// the item stays far below DynamoDB's 400 KB item limit.
+pub const MAX_CHECKPOINT_BYTES: usize = 100_000;
 
 /// Conversation id: a UUIDv7 string (time-ordered, so ids sort by creation).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -8,7 +8,7 @@
 use tokio::time::Instant;
 
 use crate::domain::truncate_chars;
-use crate::llm::retry::{CallError, RetryPolicy, complete_with_retry};
+use crate::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use crate::ports::{ChatMessage, ChatModel, ChatRequest, LlmError, Purpose};
 use crate::prompts::COMPRESS_PROMPT;
 
@@ -184,7 +184,7 @@ pub async fn compress(
         tools: Vec::new(),
         max_tokens: Some(MAX_SUMMARY_TOKENS),
     };
-    let response = complete_with_retry(sub, &request, &RetryPolicy::default(), deadline).await?;
+    let response = complete_with_retry(sub, &request, &LlmRetryPolicy::default(), deadline).await?;
     let summary = response.content.unwrap_or_else(|| digest(old));
 
     let mut out = Vec::with_capacity(messages.len() - (cut - keep_leading) + 1);
