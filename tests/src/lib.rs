@@ -7,14 +7,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
-use shared::domain::{
+use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
 };
-use shared::llm::config::Models;
-use shared::llm::offline::OfflineModel;
-use shared::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
-use shared::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
-use shared::view::ConversationView;
+use swarm_core::llm::Models;
+use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
+use swarm_core::view::ConversationView;
+use swarm_offline::OfflineModel;
 
 /// One line of `fixtures/queries.jsonl`.
 #[derive(Clone, Debug, Deserialize)]
@@ -179,7 +179,7 @@ fn subtask_text(request: &ChatRequest) -> String {
         .messages
         .iter()
         .filter_map(|m| match m {
-            ChatMessage::User { content } if content.starts_with(shared::prompts::SUBTASK_MARKER) => {
+            ChatMessage::User { content } if content.starts_with(swarm_core::prompts::SUBTASK_MARKER) => {
                 Some(content.clone())
             }
             _ => None,

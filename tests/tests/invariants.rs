@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::domain::ConversationId;
-use shared::llm::offline::OfflineModel;
-use shared::ports::ConversationStore;
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::ConversationStore;
 use swarm_local::{LocalStack, StackOptions};
+use swarm_offline::OfflineModel;
 use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
 
-async fn ask(stack: &LocalStack, message: &str, customer: &str) -> shared::view::ConversationView {
+async fn ask(stack: &LocalStack, message: &str, customer: &str) -> swarm_core::view::ConversationView {
     let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
     assert_eq!(status, 202, "{body}");
     let id = body["conversation_id"].as_str().unwrap().to_owned();

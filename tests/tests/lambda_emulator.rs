@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use shared::ports::ConversationStore;
+use swarm_core::ports::ConversationStore;
 use swarm_local::aws::QueueDepth;
 use swarm_local::{AwsOptions, AwsStack, StackOptions};
 use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
@@ -71,7 +71,7 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     let test = "lambda_emulator::whole_conversation";
     let Some(endpoint) = endpoint(test) else { return };
     // Warnings and errors of the emulated platform show with a failure (RUST_LOG=info for the whole story).
-    shared::telemetry::init_with_default("warn");
+    swarm_adapters::telemetry::init_with_default("warn");
     let started = Instant::now();
     let q03 = case("q03");
     let model = CountingModel::new(Arc::new(ScriptedModel { plan: Some(plan()), ..ScriptedModel::new() }));

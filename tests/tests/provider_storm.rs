@@ -26,8 +26,8 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
         "LLM_MODEL" => Some("mock".to_owned()),
         _ => None,
     };
-    let llm = shared::llm::config::LlmConfig::from_lookup(lookup).unwrap().unwrap();
-    let models = shared::llm::config::build_models(Some(&llm)).unwrap();
+    let llm = swarm_adapters::llm::LlmConfig::from_lookup(lookup).unwrap();
+    let models = swarm_adapters::llm::build_models(&llm).unwrap();
     let stack =
         LocalStack::start(StackOptions { models: Some(models), worker_concurrency: 50, ..StackOptions::default() })
             .await

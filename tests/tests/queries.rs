@@ -5,7 +5,7 @@ use std::time::Duration;
 use swarm_local::{LocalStack, StackOptions};
 use swarm_tests::{Case, cases, unmet_expectations};
 
-async fn run_case(case: &Case) -> (LocalStack, shared::view::ConversationView) {
+async fn run_case(case: &Case) -> (LocalStack, swarm_core::view::ConversationView) {
     let stack = LocalStack::start(StackOptions::default()).await.expect("stack starts");
     let (status, body) = stack.post_conversation(&case.query, &case.customer_id, None).await.expect("post");
     assert_eq!(status, 202, "{}: {body}", case.id);

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::domain::{ConversationId, ConversationStatus, Usage};
-use shared::llm::retry::{LlmRetryPolicy, complete_with_retry};
-use shared::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
-use shared::prompts::reply_messages;
-use shared::reply::{compose_reply, reply_input};
+use swarm_core::domain::{ConversationId, ConversationStatus, Usage};
+use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
+use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
+use swarm_core::prompts::reply_messages;
+use swarm_core::reply::{compose_reply, reply_input};
 
 /// Aggregator settings.
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::LambdaEvent;
-use shared::domain::ConversationId;
+use swarm_core::domain::ConversationId;
 
 use crate::core::{AggregateOutcome, Aggregator};
 

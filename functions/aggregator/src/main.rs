@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use aggregator::{Aggregator, AggregatorSettings, handler};
 use lambda_runtime::{LambdaEvent, service_fn};
-use shared::wiring::{AwsClients, FunctionSettings};
+use swarm_adapters::wiring::{AwsClients, FunctionSettings};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::telemetry::init();
+    swarm_adapters::telemetry::init();
     let settings = FunctionSettings::from_env()?;
     let aws = AwsClients::from_env().await;
-    let models = shared::wiring::models().await?;
+    let models = swarm_adapters::wiring::models().await?;
     let core = Arc::new(Aggregator::new(aws.store(&settings), models.main, AggregatorSettings::default()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let core = core.clone();

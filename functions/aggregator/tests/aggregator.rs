@@ -7,9 +7,11 @@ use aggregator::{AggregateOutcome, Aggregator, AggregatorSettings};
 use async_trait::async_trait;
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::LambdaEvent;
-use shared::adapters::InMemoryConversationStore;
-use shared::domain::{Conversation, ConversationId, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, Usage};
-use shared::ports::{ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError};
+use swarm_adapters::embedded::InMemoryConversationStore;
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, Usage,
+};
+use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError};
 
 struct Replier {
     calls: AtomicU32,
@@ -39,7 +41,7 @@ impl ChatModel for Replier {
 }
 
 async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> ConversationId {
-    let mut c = Conversation::new("C104", "Where is A1029? SAVE20?", shared::domain::now_ms(), 120);
+    let mut c = Conversation::new("C104", "Where is A1029? SAVE20?", swarm_core::domain::now_ms(), 120);
     c.id = ConversationId::from_trusted(id);
     store.create_conversation(&c).await.unwrap();
     let mk = |sid: &str, text: &str| {

@@ -4,19 +4,19 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::domain::{
+use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, TaskMessage, Usage,
     now_ms,
 };
-use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use shared::plan::{fallback_plan, parse_plan, validate_plan};
-use shared::ports::{
+use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
+use swarm_core::plan::{fallback_plan, parse_plan, validate_plan};
+use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
     ToolContext, ToolGateway,
 };
-use shared::prompts::{plan_messages, plan_retry_message};
-use shared::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
-use shared::view::ConversationView;
+use swarm_core::prompts::{plan_messages, plan_retry_message};
+use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use swarm_core::view::ConversationView;
 
 /// Orchestrator settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ impl Default for OrchestratorSettings {
     fn default() -> Self {
         Self {
             max_message_chars: MAX_MESSAGE_CHARS,
-            deadline_secs: shared::domain::DEFAULT_DEADLINE_SECS,
+            deadline_secs: swarm_core::domain::DEFAULT_DEADLINE_SECS,
             plan_timeout: Duration::from_secs(25),
         }
     }
@@ -199,7 +199,7 @@ impl Orchestrator {
             .iter()
             .map(|s| SubtaskRecord::new(&conversation, s.clone(), self.roles.role_for(&s.tools)))
             .collect();
-        shared::domain::link_dependents(&mut records);
+        swarm_core::domain::link_dependents(&mut records);
         if !self.store.start_run(&id, &records, &plan.notes, &usage).await? {
             // Another request (or the deadline path) moved it on; nothing more to do.
             return Ok(Created { conversation_id: id, new: true });

@@ -3,18 +3,18 @@
 use std::sync::Arc;
 
 use orchestrator::{AuthMode, Orchestrator, OrchestratorSettings, handler};
-use shared::roles::RoleTable;
-use shared::wiring::{AwsClients, FunctionSettings};
+use swarm_adapters::wiring::{AwsClients, FunctionSettings};
+use swarm_core::roles::RoleTable;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    shared::telemetry::init();
+    swarm_adapters::telemetry::init();
     let settings = FunctionSettings::from_env()?;
     let auth = AuthMode::parse(&std::env::var("AUTH_MODE").unwrap_or_default())?;
     let roles = RoleTable::parse(&std::env::var("ROLE_TABLE").unwrap_or_default())?;
     let aws = AwsClients::from_env().await;
-    let models = shared::wiring::models().await?;
-    let tools = shared::wiring::tool_gateway(&settings).await?;
+    let models = swarm_adapters::wiring::models().await?;
+    let tools = swarm_adapters::wiring::tool_gateway(&settings).await?;
     let core = Arc::new(Orchestrator::new(
         aws.store(&settings),
         aws.queues(&settings)?,

@@ -7,13 +7,13 @@ use async_trait::async_trait;
 use orchestrator::core::CreateRequest;
 use orchestrator::{Orchestrator, OrchestratorSettings};
 use serde_json::json;
-use shared::adapters::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
-use shared::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
-use shared::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, QueueConsumer,
-    TaskQueue, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
+use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
+use swarm_core::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
+use swarm_core::ports::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue,
+    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
-use shared::roles::{RoleTable, TaskQueues};
+use swarm_core::roles::{RoleTable, TaskQueues};
 
 struct Planner {
     answers: Mutex<Vec<String>>,

@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, collections::HashMap, time::Duration};
 
 use serde::Deserialize;
-use shared::adapters::mcp_gateway::GatewayToken;
+use swarm_adapters::mcp::GatewayToken;
 
 use crate::error::GatewayError;
 

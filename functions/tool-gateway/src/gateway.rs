@@ -13,9 +13,7 @@ use rmcp::{
     },
     service::RequestContext,
 };
-use shared::adapters::mcp_gateway::{
-    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID,
-};
+use swarm_adapters::mcp::{HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

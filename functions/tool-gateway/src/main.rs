@@ -8,12 +8,12 @@ use tool_gateway::{Gateway, GatewayConfig};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // rmcp logs every stateless request at INFO; keep the gateway's own per-call lines only.
-    shared::telemetry::init_with_default("info,rmcp=warn");
+    swarm_adapters::telemetry::init_with_default("info,rmcp=warn");
     // `${env:X}` in GATEWAY_CONFIG reads X, or on Lambda the secret named by X_SECRET_ARN.
     let mut secrets = HashMap::new();
     for (name, _) in std::env::vars().filter(|(k, _)| k.ends_with("_SECRET_ARN")) {
         let plain = name.trim_end_matches("_SECRET_ARN").to_owned();
-        if let Some(value) = shared::secrets::secret(&plain, &name).await? {
+        if let Some(value) = swarm_adapters::secrets::secret(&plain, &name).await? {
             secrets.insert(plain, value);
         }
     }

@@ -4,12 +4,10 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
-use shared::{
-    adapters::mcp_gateway::McpToolGateway,
-    domain::ConversationId,
-    ports::{ToolContext, ToolGateway},
-};
 use shop_tools::Shop;
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::{ToolContext, ToolGateway};
 use tool_gateway::{DemoTokens, demo_config};
 
 const T: Duration = Duration::from_secs(10);
@@ -41,7 +39,7 @@ fn ctx(role: &str, customer: &str) -> ToolContext {
 #[tokio::test]
 async fn demo_roles_see_their_tool_sets() {
     let s = stack().await;
-    let names = |tools: Vec<shared::ports::ToolSpec>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    let names = |tools: Vec<swarm_core::ports::ToolSpec>| tools.into_iter().map(|t| t.name).collect::<Vec<_>>();
     assert_eq!(
         names(s.tools.list_tools(&ctx("support", "C104")).await.unwrap()),
         [

@@ -6,12 +6,12 @@ mod support;
 use std::{sync::atomic::Ordering, time::Duration};
 
 use serde_json::json;
-use shared::ports::{ToolError, ToolGateway};
 use support::*;
+use swarm_core::ports::{ToolError, ToolGateway};
 
 const T: Duration = Duration::from_secs(5);
 
-fn names(tools: &[shared::ports::ToolSpec]) -> Vec<&str> {
+fn names(tools: &[swarm_core::ports::ToolSpec]) -> Vec<&str> {
     tools.iter().map(|t| t.name.as_str()).collect()
 }
 

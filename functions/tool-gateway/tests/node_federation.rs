@@ -6,11 +6,9 @@ mod node;
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
-use shared::{
-    adapters::mcp_gateway::McpToolGateway,
-    domain::ConversationId,
-    ports::{ToolContext, ToolGateway},
-};
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::{ToolContext, ToolGateway};
 use tool_gateway::{DemoTokens, UpstreamConfig, demo_config};
 
 #[tokio::test]

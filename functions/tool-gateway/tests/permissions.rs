@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use shared::ports::{ToolError, ToolGateway};
 use support::*;
+use swarm_core::ports::{ToolError, ToolGateway};
 use tool_gateway::GatewayError;
 
 const T: Duration = Duration::from_secs(5);

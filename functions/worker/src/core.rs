@@ -8,20 +8,20 @@ use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use shared::domain::{
+use swarm_core::domain::{
     ConversationId, ConversationStatus, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage,
     ToolCallRecord, Usage, now_ms, truncate_chars,
 };
-use shared::jsonfix::parse_tool_arguments;
-use shared::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use shared::llm::transcript::{check_pairing, compress, estimate_tokens};
-use shared::ports::{
+use swarm_core::jsonfix::parse_tool_arguments;
+use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
+use swarm_core::llm::transcript::{check_pairing, compress, estimate_tokens};
+use swarm_core::ports::{
     AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LlmError,
     MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolContext, ToolGateway, ToolSpec,
 };
-use shared::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
-use shared::reply::{compose_reply, reply_input};
-use shared::roles::TaskQueues;
+use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
+use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::roles::TaskQueues;
 
 /// Worker settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -737,7 +737,7 @@ pub fn release_decisions(all: &[SubtaskRecord], finished: &str) -> Vec<Release> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::domain::{Conversation, Subtask};
+    use swarm_core::domain::{Conversation, Subtask};
 
     fn rec(id: &str, deps: &[&str], status: SubtaskStatus) -> SubtaskRecord {
         let c = Conversation::new("C1", "q", 0, 120);

@@ -5,7 +5,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::future::join_all;
 use lambda_runtime::LambdaEvent;
-use shared::domain::TaskMessage;
+use swarm_core::domain::TaskMessage;
 use tokio::time::Instant;
 
 use crate::core::{Outcome, Worker};
@@ -73,7 +73,7 @@ pub async fn handle(
 /// The instant the invocation must be done by: the Lambda deadline (epoch ms)
 /// minus [`SAFETY_MARGIN`], on tokio's clock.
 pub fn invocation_deadline(deadline_epoch_ms: u64) -> Instant {
-    let now = shared::domain::now_ms().max(0) as u64;
+    let now = swarm_core::domain::now_ms().max(0) as u64;
     let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(SAFETY_MARGIN);
     Instant::now() + left
 }

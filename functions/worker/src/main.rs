@@ -3,17 +3,17 @@
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use shared::wiring::{AwsClients, FunctionSettings};
+use swarm_adapters::wiring::{AwsClients, FunctionSettings};
 use worker::{Worker, WorkerMode, WorkerSettings, handler};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::telemetry::init();
+    swarm_adapters::telemetry::init();
     let settings = FunctionSettings::from_env()?;
     let mode = WorkerMode::parse(&std::env::var("WORKER_MODE").unwrap_or_default())?;
     let aws = AwsClients::from_env().await;
-    let models = shared::wiring::models().await?;
-    let tools = shared::wiring::tool_gateway(&settings).await?;
+    let models = swarm_adapters::wiring::models().await?;
+    let tools = swarm_adapters::wiring::tool_gateway(&settings).await?;
     let budget = std::env::var("LLM_TOKEN_BUDGET").ok().and_then(|v| v.parse().ok());
     let core = Arc::new(Worker::new(
         aws.store(&settings),

@@ -7,15 +7,15 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
-use shared::adapters::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
-use shared::domain::{
+use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
+use swarm_core::domain::{
     Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
-use shared::ports::{
+use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue, ToolCall,
     ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
-use shared::roles::TaskQueues;
+use swarm_core::roles::TaskQueues;
 use worker::{Outcome, Worker, WorkerMode, WorkerSettings};
 
 /// Answers with scripted responses in order and keeps every request.
@@ -115,7 +115,7 @@ async fn setup(tools: &[&str]) -> Setup {
 
 async fn setup_with_usage(tools: &[&str], planning_usage: Usage) -> Setup {
     let store = Arc::new(InMemoryConversationStore::new());
-    let mut conversation = Conversation::new("C104", "Where is A1029?", shared::domain::now_ms(), 120);
+    let mut conversation = Conversation::new("C104", "Where is A1029?", swarm_core::domain::now_ms(), 120);
     conversation.id = ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07");
     store.create_conversation(&conversation).await.unwrap();
     let subtask = Subtask {
@@ -168,7 +168,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
 
     let seen = model.seen.lock().unwrap().clone();
     let second = &seen[1].messages;
-    shared::llm::transcript::check_pairing(second).unwrap();
+    swarm_core::llm::transcript::check_pairing(second).unwrap();
     let answers: Vec<(&str, &str)> = second
         .iter()
         .filter_map(|m| match m {
@@ -243,7 +243,7 @@ fn event(bodies: &[&str]) -> SqsEvent {
 
 fn context() -> lambda_runtime::Context {
     let mut c = lambda_runtime::Context::default();
-    c.deadline = (shared::domain::now_ms() as u64) + 60_000;
+    c.deadline = (swarm_core::domain::now_ms() as u64) + 60_000;
     c
 }
 
@@ -267,11 +267,14 @@ impl ConversationStore for Throttled {
     async fn create_conversation(
         &self,
         _: &Conversation,
-    ) -> Result<shared::ports::CreateOutcome, shared::ports::StoreError> {
-        Err(shared::ports::StoreError::Transient("throttled".into()))
+    ) -> Result<swarm_core::ports::CreateOutcome, swarm_core::ports::StoreError> {
+        Err(swarm_core::ports::StoreError::Transient("throttled".into()))
     }
-    async fn get_conversation(&self, _: &ConversationId) -> Result<Option<Conversation>, shared::ports::StoreError> {
-        Err(shared::ports::StoreError::Transient("ProvisionedThroughputExceeded".into()))
+    async fn get_conversation(
+        &self,
+        _: &ConversationId,
+    ) -> Result<Option<Conversation>, swarm_core::ports::StoreError> {
+        Err(swarm_core::ports::StoreError::Transient("ProvisionedThroughputExceeded".into()))
     }
     async fn start_run(
         &self,
@@ -279,15 +282,15 @@ impl ConversationStore for Throttled {
         _: &[SubtaskRecord],
         _: &[String],
         _: &Usage,
-    ) -> Result<bool, shared::ports::StoreError> {
+    ) -> Result<bool, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn transition_conversation(
         &self,
         _: &ConversationId,
-        _: shared::domain::ConversationStatus,
-        _: shared::domain::ConversationStatus,
-    ) -> Result<bool, shared::ports::StoreError> {
+        _: swarm_core::domain::ConversationStatus,
+        _: swarm_core::domain::ConversationStatus,
+    ) -> Result<bool, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn finish_conversation(
@@ -295,20 +298,20 @@ impl ConversationStore for Throttled {
         _: &ConversationId,
         _: &str,
         _: &Usage,
-    ) -> Result<bool, shared::ports::StoreError> {
+    ) -> Result<bool, swarm_core::ports::StoreError> {
         unreachable!()
     }
-    async fn fail_conversation(&self, _: &ConversationId, _: &str) -> Result<bool, shared::ports::StoreError> {
+    async fn fail_conversation(&self, _: &ConversationId, _: &str) -> Result<bool, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn get_subtask(
         &self,
         _: &ConversationId,
         _: &str,
-    ) -> Result<Option<SubtaskRecord>, shared::ports::StoreError> {
+    ) -> Result<Option<SubtaskRecord>, swarm_core::ports::StoreError> {
         unreachable!()
     }
-    async fn list_subtasks(&self, _: &ConversationId) -> Result<Vec<SubtaskRecord>, shared::ports::StoreError> {
+    async fn list_subtasks(&self, _: &ConversationId) -> Result<Vec<SubtaskRecord>, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn transition_subtask(
@@ -317,7 +320,7 @@ impl ConversationStore for Throttled {
         _: &str,
         _: &[SubtaskStatus],
         _: SubtaskStatus,
-    ) -> Result<bool, shared::ports::StoreError> {
+    ) -> Result<bool, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn begin_attempt(
@@ -325,10 +328,10 @@ impl ConversationStore for Throttled {
         _: &ConversationId,
         _: &str,
         _: i64,
-    ) -> Result<shared::ports::AttemptStart, shared::ports::StoreError> {
+    ) -> Result<swarm_core::ports::AttemptStart, swarm_core::ports::StoreError> {
         unreachable!()
     }
-    async fn save_checkpoint(&self, _: &ConversationId, _: &str, _: &str) -> Result<(), shared::ports::StoreError> {
+    async fn save_checkpoint(&self, _: &ConversationId, _: &str, _: &str) -> Result<(), swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn record_result(
@@ -339,7 +342,7 @@ impl ConversationStore for Throttled {
         _: &Usage,
         _: &[String],
         _: i64,
-    ) -> Result<shared::ports::RecordOutcome, shared::ports::StoreError> {
+    ) -> Result<swarm_core::ports::RecordOutcome, swarm_core::ports::StoreError> {
         unreachable!()
     }
     async fn count_finished(
@@ -347,7 +350,7 @@ impl ConversationStore for Throttled {
         _: &ConversationId,
         _: &str,
         _: &Usage,
-    ) -> Result<shared::ports::CountOutcome, shared::ports::StoreError> {
+    ) -> Result<swarm_core::ports::CountOutcome, swarm_core::ports::StoreError> {
         unreachable!()
     }
 }

@@ -31,16 +31,18 @@ use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
 use orchestrator::{Orchestrator, OrchestratorSettings};
-use shared::adapters::dynamo::{DynamoConversationStore, create_table};
-use shared::adapters::dynamo_stream::{DynamoStreamReader, StartPosition, matches_aggregator_filter};
-use shared::adapters::mcp_gateway::McpToolGateway;
-use shared::adapters::sqs::{SqsConsumer, SqsTaskQueue, create_queue_with_dlq};
-use shared::llm::config::{LlmConfig, build_models};
-use shared::ports::{ConversationStore, QueueConsumer, TaskQueue, ToolGateway};
-use shared::roles::{REFUND_ROLE, RoleTable, TaskQueues};
-use shared::view::ConversationView;
+use swarm_adapters::aws::dynamo::DynamoConversationStore;
+use swarm_adapters::aws::sqs::SqsTaskQueue;
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::ports::{ConversationStore, TaskQueue, ToolGateway};
+use swarm_core::roles::{REFUND_ROLE, RoleTable, TaskQueues};
+use swarm_core::view::ConversationView;
 use worker::{Worker, WorkerMode};
 
+use crate::platform::dynamo_stream::{DynamoStreamReader, StartPosition, matches_aggregator_filter};
+use crate::platform::dynamo_table::create_table;
+use crate::platform::sqs::{SqsConsumer, create_queue_with_dlq};
+use crate::platform::{Delivery, QueueConsumer};
 use crate::{StackOptions, events, loopback};
 
 /// Longest `WaitTimeSeconds` the pollers use: short, so a stopped stack stops promptly.
@@ -266,10 +268,7 @@ impl AwsStack {
         };
         let models = match stack_options.models.clone() {
             Some(m) => m,
-            None => {
-                let config = LlmConfig::from_env().context("reading the LLM settings")?;
-                build_models(config.as_ref()).context("building the LLM client")?
-            }
+            None => crate::models::models_from_env().context("reading the LLM settings")?,
         };
 
         let store = Arc::new(DynamoConversationStore::new(dynamodb.clone(), table.clone()));
@@ -546,7 +545,7 @@ impl EventSourceMapping {
     }
 
     /// One invocation of the worker handler with `deliveries`; deletes what succeeded.
-    async fn invoke(&self, deliveries: Vec<shared::ports::Delivery>) {
+    async fn invoke(&self, deliveries: Vec<Delivery>) {
         let now_in = self.counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.counters.max_concurrent_workers.fetch_max(now_in, Ordering::SeqCst);
         let times = if self.duplicate { 2 } else { 1 };

@@ -5,8 +5,9 @@ use std::time::Duration;
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::SqsEvent;
 use serde_json::{Value, json};
-use shared::domain::{Conversation, now_ms};
-use shared::ports::Delivery;
+use swarm_core::domain::{Conversation, now_ms};
+
+use crate::platform::Delivery;
 
 /// An API Gateway HTTP API (payload format 2.0) event for `method path`.
 pub fn http_api_event(method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Value {

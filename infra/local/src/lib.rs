@@ -8,8 +8,11 @@
 pub mod aws;
 pub mod events;
 pub mod http;
+pub mod models;
+pub mod platform;
 
 pub use aws::{AwsOptions, AwsStack};
+pub use models::{models_from_env, models_from_lookup};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,13 +25,13 @@ use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
 use orchestrator::{AuthMode, Orchestrator, OrchestratorSettings};
-use shared::adapters::mcp_gateway::McpToolGateway;
-use shared::adapters::{InMemoryConversationStore, InMemoryQueue, ItemChange, QueueSettings};
-use shared::domain::{ConversationStatus, SubtaskRecord};
-use shared::llm::config::{LlmConfig, Models, build_models};
-use shared::ports::{ConversationStore, QueueConsumer, TaskQueue, ToolGateway};
-use shared::roles::{REFUND_ROLE, RoleTable, TaskQueues};
-use shared::view::ConversationView;
+use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, ItemChange, QueueSettings};
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::{ConversationStatus, SubtaskRecord};
+use swarm_core::llm::Models;
+use swarm_core::ports::{ConversationStore, TaskQueue, ToolGateway};
+use swarm_core::roles::{REFUND_ROLE, RoleTable, TaskQueues};
+use swarm_core::view::ConversationView;
 use worker::{Worker, WorkerMode, WorkerSettings};
 
 /// Wraps a port adapter (fault injection, latency) before the worker gets it.
@@ -65,7 +68,7 @@ impl Default for StackOptions {
             worker_concurrency: 10,
             visibility_timeout: Duration::from_secs(90),
             max_receive_count: 3,
-            deadline_secs: shared::domain::DEFAULT_DEADLINE_SECS,
+            deadline_secs: swarm_core::domain::DEFAULT_DEADLINE_SECS,
             invocation_timeout: Duration::from_secs(60),
             duplicate_deliveries: false,
             models: None,
@@ -131,10 +134,7 @@ impl LocalStack {
 
         let models = match options.models.clone() {
             Some(m) => m,
-            None => {
-                let config = LlmConfig::from_env().context("reading the LLM settings")?;
-                build_models(config.as_ref()).context("building the LLM client")?
-            }
+            None => crate::models::models_from_env().context("reading the LLM settings")?,
         };
         let model_label = models.main.label();
         let offline = models.main.is_offline();
@@ -271,7 +271,7 @@ impl LocalStack {
     /// Waits (by notification, not polling) until the conversation is `DONE`
     /// or `FAILED`, or `timeout` passes.
     pub async fn wait_finished(&self, id: &str, timeout: Duration) -> anyhow::Result<ConversationView> {
-        let conversation_id = shared::domain::ConversationId::parse(id).context("bad conversation id")?;
+        let conversation_id = swarm_core::domain::ConversationId::parse(id).context("bad conversation id")?;
         let mut changes = self.store.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use shared::adapters::ItemChange;
-use shared::domain::{ConversationStatus, SubtaskStatus};
+use swarm_adapters::embedded::ItemChange;
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{AwsOptions, AwsStack, LocalStack, StackOptions, describe};
 
 #[derive(Parser)]
@@ -61,7 +61,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::telemetry::init_with_default("warn");
+    swarm_adapters::telemetry::init_with_default("warn");
     let cli = Cli::parse();
     match (cli.command, cli.aws_endpoint) {
         (Command::Ask { message, customer, json, concurrency, deadline }, Some(endpoint)) => {
@@ -101,7 +101,7 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
         anyhow::bail!("the API answered {status}: {body}");
     }
     let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
-    let conversation_id = shared::domain::ConversationId::parse(&id).context("bad conversation id")?;
+    let conversation_id = swarm_core::domain::ConversationId::parse(&id).context("bad conversation id")?;
 
     let bar = ProgressBar::new(0);
     if std::io::stderr().is_terminal() {
@@ -127,7 +127,8 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
     let wait_until = tokio::time::Instant::now() + timeout;
     let mut started_at = std::collections::HashMap::new();
     loop {
-        if let Some(c) = shared::ports::ConversationStore::get_conversation(store.as_ref(), &conversation_id).await?
+        if let Some(c) =
+            swarm_core::ports::ConversationStore::get_conversation(store.as_ref(), &conversation_id).await?
             && c.status.is_terminal()
         {
             break;
@@ -231,7 +232,7 @@ async fn ask_on(
     message: &str,
     customer: &str,
     deadline: u64,
-) -> anyhow::Result<shared::view::ConversationView> {
+) -> anyhow::Result<swarm_core::view::ConversationView> {
     let (status, body) = stack.post_conversation(message, customer, None).await?;
     if status != 202 {
         anyhow::bail!("the API answered {status}: {body}");
@@ -283,7 +284,7 @@ async fn ask_on(
 }
 
 /// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
-fn print_outcome(view: &shared::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
+fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
     let tool_calls: usize = view.subtasks.iter().map(|s| s.tools_used.len()).sum();
     let succeeded = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
     let tokens = match &view.usage {
@@ -325,9 +326,9 @@ fn print_outcome(view: &shared::view::ConversationView, json: bool, started: Ins
 }
 
 /// The planned subtasks (one line each) and their number.
-async fn store_view(stack: &LocalStack, id: &shared::domain::ConversationId) -> anyhow::Result<(Vec<String>, u32)> {
+async fn store_view(stack: &LocalStack, id: &swarm_core::domain::ConversationId) -> anyhow::Result<(Vec<String>, u32)> {
     let store = stack.store();
-    let subtasks = shared::ports::ConversationStore::list_subtasks(store.as_ref(), id).await?;
+    let subtasks = swarm_core::ports::ConversationStore::list_subtasks(store.as_ref(), id).await?;
     let lines = subtasks
         .iter()
         .map(|r| {

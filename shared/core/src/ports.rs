@@ -1,9 +1,10 @@
-//! Port traits: the conversation store, the task queue, the chat model and the tool gateway.
+//! Port traits: the conversation store, the task queue (sending side), the chat model and the tool gateway.
 //!
 //! The function cores talk only to these traits (`Arc<dyn Trait>`), so the same
 //! code runs on Lambda (AWS adapters), in the local stack (embedded adapters)
 //! and in tests. Every error says whether it is transient (retry may help) or
-//! permanent.
+//! permanent. The receiving side of a queue is the event source mapping's
+//! business, not a function's: it belongs to the local platform (`infra/local`).
 
 use std::time::Duration;
 
@@ -190,32 +191,6 @@ pub trait TaskQueue: Send + Sync {
     /// Adapters send in chunks of at most 10 ([`SQS_BATCH_LIMIT`]) and retry
     /// failed entries; an error means some message may not have been sent.
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError>;
-}
-
-/// One received message, as an event source mapping hands it to a function.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delivery {
-    pub message_id: String,
-    pub receipt_handle: String,
-    pub body: String,
-    /// `ApproximateReceiveCount`, 1 on first delivery.
-    pub receive_count: u32,
-    /// When the message was first sent, Unix epoch milliseconds.
-    pub sent_at_ms: i64,
-}
-
-/// The receiving side of a queue: what an event source mapping (or the local
-/// stack's poller) uses. Semantics as SQS: a received message is invisible for
-/// the visibility timeout, reappears unless deleted, and after `maxReceiveCount`
-/// receives moves to the DLQ (redrive policy).
-#[async_trait]
-pub trait QueueConsumer: Send + Sync {
-    /// Receives up to `max` (1..=10) messages, waiting up to `wait` for the first (long poll).
-    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, QueueError>;
-    /// Deletes a received message (acknowledge).
-    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
-    /// Makes a received message visible again after `seconds` (0..=43200).
-    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError>;
 }
 
 // ---------------------------------------------------------------- chat model

@@ -20,11 +20,9 @@ use rmcp::{
         StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager,
     },
 };
-use shared::{
-    adapters::mcp_gateway::McpToolGateway,
-    domain::ConversationId,
-    ports::{ToolContext, ToolGateway},
-};
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::{ToolContext, ToolGateway};
 use tokio::time::Instant;
 use tool_gateway::{GatewayConfig, RoleConfig, Secret, UpstreamConfig};
 

@@ -24,7 +24,9 @@ use rmcp::{
     },
 };
 use serde_json::json;
-use shared::{adapters::mcp_gateway::McpToolGateway, domain::ConversationId, ports::ToolContext};
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::ToolContext;
 use tool_gateway::{Gateway, GatewayConfig, RoleConfig, Secret, UpstreamConfig};
 
 /// One call the fake upstream received.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Parser;
-use shared::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
+use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
 use swarm_local::{LocalStack, StackOptions};
 
 #[derive(Parser)]
@@ -105,7 +105,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    shared::telemetry::init_with_default("error");
+    swarm_adapters::telemetry::init_with_default("error");
     let args = Args::parse();
     let mock_bin = match &args.mock_llm {
         Some(p) => p.clone(),
@@ -152,8 +152,8 @@ async fn main() -> anyhow::Result<()> {
         "LLM_MAX_IN_FLIGHT" => Some("256".to_owned()),
         _ => None,
     };
-    let config = shared::llm::config::LlmConfig::from_lookup(lookup)?.context("LLM config")?;
-    let models = shared::llm::config::build_models(Some(&config))?;
+    let config = swarm_adapters::llm::LlmConfig::from_lookup(lookup).context("LLM config")?;
+    let models = swarm_adapters::llm::build_models(&config)?;
     let delay = Duration::from_millis(args.tool_ms);
     let stack = LocalStack::start(StackOptions {
         worker_concurrency: args.concurrency,

@@ -1,0 +1,84 @@
+//! Table provisioning for the emulator, tests and `swarm-local`: the single table as `template.yaml` declares it.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
+    StreamViewType, TableStatus, TimeToLiveSpecification,
+};
+use swarm_adapters::aws::dynamo::store::to_store_error;
+use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
+use swarm_core::ports::StoreError;
+
+/// Creates the single table as `template.yaml` declares it (for the emulator,
+/// tests and `swarm-local`): `PK`/`SK` strings, on-demand billing, stream
+/// `NEW_IMAGE`, TTL on `ttl`. Waits (at most 60 s) until the table is `ACTIVE`.
+/// An existing table of that name is reused.
+///
+/// Errors: [`StoreError::Permanent`] for a rejected request or a table that
+/// never becomes active; [`StoreError::Transient`] for throttling.
+pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    let attr = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))
+    };
+    let key_el = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))
+    };
+    let stream = StreamSpecification::builder()
+        .stream_enabled(true)
+        .stream_view_type(StreamViewType::NewImage)
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
+    let req = client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(attr("PK")?)
+        .attribute_definitions(attr("SK")?)
+        .key_schema(key_el("PK", KeyType::Hash)?)
+        .key_schema(key_el("SK", KeyType::Range)?)
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(stream);
+    let retry = AwsRetryPolicy::default();
+    match retry.run("dynamodb", "CreateTable", sdk_error_is_transient, || req.clone().send()).await {
+        Ok(_) => {}
+        Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("ResourceInUseException") => {}
+        Err(e) => return Err(to_store_error("CreateTable", e)),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let req = client.describe_table().table_name(table);
+        let out = retry
+            .run("dynamodb", "DescribeTable", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_store_error("DescribeTable", e))?;
+        if out.table.and_then(|t| t.table_status) == Some(TableStatus::Active) {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StoreError::Permanent(format!("table {table} not ACTIVE after 60 s")));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ttl = TimeToLiveSpecification::builder()
+        .enabled(true)
+        .attribute_name("ttl")
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("UpdateTimeToLive request: {e}")))?;
+    let req = client.update_time_to_live().table_name(table).time_to_live_specification(ttl);
+    match retry.run("dynamodb", "UpdateTimeToLive", sdk_error_is_transient, || req.clone().send()).await {
+        Ok(_) => Ok(()),
+        // Re-running on an existing table: "TimeToLive is already enabled".
+        Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("ValidationException") => Ok(()),
+        Err(e) => Err(to_store_error("UpdateTimeToLive", e)),
+    }
+}

@@ -1,0 +1,593 @@
+//! Contract tests of the `ConversationStore` port: each test is written once and runs against the embedded store and DynamoDB on a local emulator.
+//!
+//! The DynamoDB instantiations need `SWARM_AWS_ENDPOINT` (e.g. `http://127.0.0.1:5000`
+//! after `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`.
+//! Each test creates its own table, so tests run in parallel.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, ensure};
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, MAX_RESULT_CHARS, Subtask, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, ToolCallRecord, Usage, now_ms,
+};
+use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome};
+
+type Store = Arc<dyn ConversationStore>;
+
+/// Instantiates every listed contract test for each adapter.
+macro_rules! contract_tests {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name(std::sync::Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new())).await
+                }
+            )*
+        }
+
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    match super::aws::store(stringify!($name)).await? {
+                        Some(store) => super::$name(store).await,
+                        None => Ok(()),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+contract_tests!(
+    created_conversation_reads_back_unchanged,
+    idempotency_key_returns_the_existing_conversation_and_writes_nothing,
+    creating_the_same_id_twice_is_a_permanent_error,
+    start_run_writes_the_subtasks_and_flips_planning_to_running,
+    start_run_outside_planning_returns_false_and_writes_nothing,
+    a_plan_with_no_subtasks_runs_with_nothing_remaining,
+    only_one_of_two_concurrent_aggregation_flips_wins,
+    transition_needs_the_expected_from_status,
+    fail_conversation_works_only_from_a_non_terminal_status,
+    begin_attempt_counts_attempts_and_reports_a_finished_subtask,
+    a_result_is_recorded_only_once_even_under_concurrent_writers,
+    twenty_duplicate_deliveries_are_counted_once,
+    distinct_subtasks_racing_each_decrement_once_and_never_below_zero,
+    usage_adds_up_and_unknown_fields_stay_none,
+    list_subtasks_returns_only_this_conversation_in_id_order,
+    a_plan_of_one_hundred_subtasks_is_written_whole,
+    unknown_ids_are_missing_not_errors,
+    a_huge_tool_output_still_writes,
+    transition_subtask_flips_only_from_the_listed_statuses,
+    checkpoint_is_kept_until_a_result_clears_it,
+);
+
+// ------------------------------------------------------------------ fixtures
+
+fn conversation(customer: &str) -> Conversation {
+    Conversation::new(customer, "where is order A1029 and is coupon SAVE20 valid?", now_ms(), 120)
+}
+
+fn record(conv: &Conversation, id: &str, depends_on: &[&str]) -> SubtaskRecord {
+    let subtask = Subtask {
+        id: id.to_owned(),
+        instruction: format!("find out part {id}"),
+        tools: vec!["shop__get_order".into()],
+        depends_on: depends_on.iter().map(|d| (*d).to_owned()).collect(),
+    };
+    SubtaskRecord::new(conv, subtask, "reader".into())
+}
+
+/// A conversation created and started with subtasks `ids` (no dependencies).
+async fn running(store: &Store, ids: &[&str]) -> Result<(Conversation, Vec<SubtaskRecord>)> {
+    let conv = conversation("C104");
+    ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
+    let records: Vec<SubtaskRecord> = ids.iter().map(|id| record(&conv, id, &[])).collect();
+    ensure!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?, "start_run refused");
+    Ok((conv, records))
+}
+
+fn succeeded(text: &str) -> SubtaskResult {
+    SubtaskResult::Succeeded {
+        text: text.to_owned(),
+        tool_calls: vec![ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None }],
+    }
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() < 1e-9)
+}
+
+// ------------------------------------------------------------------ the contract
+
+async fn created_conversation_reads_back_unchanged(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    conv.idempotency_key = Some("key-1".into());
+    assert_eq!(store.create_conversation(&conv).await?, CreateOutcome::Created);
+    let back = store.get_conversation(&conv.id).await?;
+    assert_eq!(back, Some(conv.clone()));
+    let back = back.context("conversation missing")?;
+    assert_eq!(back.status, ConversationStatus::Planning);
+    assert_eq!(back.usage, Usage::default(), "no usage known yet: every field None");
+    assert!(back.finished.is_empty());
+    assert_eq!(store.get_conversation(&ConversationId::new()).await?, None);
+    Ok(())
+}
+
+async fn idempotency_key_returns_the_existing_conversation_and_writes_nothing(store: Store) -> Result<()> {
+    let mut first = conversation("C104");
+    first.idempotency_key = Some("retry-7".into());
+    assert_eq!(store.create_conversation(&first).await?, CreateOutcome::Created);
+
+    let mut again = conversation("C104");
+    again.idempotency_key = Some("retry-7".into());
+    assert_eq!(store.create_conversation(&again).await?, CreateOutcome::Existing(first.id.clone()));
+    assert_eq!(store.get_conversation(&again.id).await?, None, "the second conversation must not be written");
+    assert_eq!(store.get_conversation(&first.id).await?, Some(first.clone()), "the first is unchanged");
+
+    // The key is scoped to the customer: another customer's identical key is a new conversation.
+    let mut other = conversation("C200");
+    other.idempotency_key = Some("retry-7".into());
+    assert_eq!(store.create_conversation(&other).await?, CreateOutcome::Created);
+    // Key separators in customer ids do not alias another customer's key.
+    let mut tricky = conversation("C104#retry");
+    tricky.idempotency_key = Some("7".into());
+    assert_eq!(store.create_conversation(&tricky).await?, CreateOutcome::Created);
+    Ok(())
+}
+
+async fn creating_the_same_id_twice_is_a_permanent_error(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let mut dup = conv.clone();
+    dup.query = "something else".into();
+    let err = store.create_conversation(&dup).await;
+    assert!(matches!(&err, Err(e) if !e.is_transient()), "got {err:?}");
+    assert_eq!(store.get_conversation(&conv.id).await?.map(|c| c.query), Some(conv.query));
+    Ok(())
+}
+
+async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &[]), record(&conv, "w03", &["w01", "w02"])];
+    let notes = vec!["2 subtasks dropped over the limit".to_owned()];
+    let usage =
+        Usage { prompt_tokens: Some(120), completion_tokens: Some(30), cached_tokens: None, cost_usd: Some(0.25) };
+    assert!(store.start_run(&conv.id, &records, &notes, &usage).await?);
+
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.status, ConversationStatus::Running);
+    assert_eq!((after.total, after.remaining), (3, 3));
+    assert_eq!(after.notes, notes);
+    assert_eq!(after.usage.prompt_tokens, Some(120));
+    assert_eq!(after.usage.completion_tokens, Some(30));
+    assert_eq!(after.usage.cached_tokens, None);
+    assert!(close(after.usage.cost_usd, 0.25));
+    assert_eq!(store.list_subtasks(&conv.id).await?, records);
+    let w03 = store.get_subtask(&conv.id, "w03").await?.context("item missing")?;
+    assert_eq!(w03.status, SubtaskStatus::Pending);
+    assert_eq!(w03.subtask.depends_on, vec!["w01".to_owned(), "w02".to_owned()]);
+    Ok(())
+}
+
+async fn start_run_outside_planning_returns_false_and_writes_nothing(store: Store) -> Result<()> {
+    let (conv, records) = running(&store, &["w01", "w02"]).await?;
+    let extra = vec![record(&conv, "w09", &[])];
+    assert!(!store.start_run(&conv.id, &extra, &["late".into()], &Usage::default()).await?);
+    assert_eq!(store.list_subtasks(&conv.id).await?, records);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.total, after.remaining), (2, 2));
+    assert!(after.notes.is_empty());
+
+    let missing = ConversationId::new();
+    assert!(!store.start_run(&missing, &extra, &[], &Usage::default()).await?);
+    assert!(store.list_subtasks(&missing).await?.is_empty());
+    Ok(())
+}
+
+async fn a_plan_with_no_subtasks_runs_with_nothing_remaining(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &[]).await?;
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 0, 0));
+    assert_eq!(store.count_finished(&conv.id, "w01", &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    Ok(())
+}
+
+async fn only_one_of_two_concurrent_aggregation_flips_wins(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let (a, b) = tokio::join!(
+        store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating),
+        store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating),
+    );
+    assert_eq!([a?, b?].iter().filter(|w| **w).count(), 1, "exactly one flip wins");
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
+
+    let usage = Usage { completion_tokens: Some(40), ..Default::default() };
+    assert!(store.finish_conversation(&conv.id, "Your order ships today.", &usage).await?);
+    assert!(!store.finish_conversation(&conv.id, "a second reply", &usage).await?);
+    let done = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(done.status, ConversationStatus::Done);
+    assert_eq!(done.reply.as_deref(), Some("Your order ships today."));
+    assert_eq!(done.usage.completion_tokens, Some(40), "usage added once");
+    Ok(())
+}
+
+async fn transition_needs_the_expected_from_status(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
+    assert!(!store.finish_conversation(&conv.id, "too early", &Usage::default()).await?);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.status, ConversationStatus::Planning);
+    assert_eq!(after.reply, None);
+    Ok(())
+}
+
+async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    assert!(store.fail_conversation(&conv.id, "deadline passed while planning").await?);
+    assert!(!store.fail_conversation(&conv.id, "second reason").await?);
+    let failed = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(failed.status, ConversationStatus::Failed);
+    assert_eq!(failed.error.as_deref(), Some("deadline passed while planning"));
+    assert!(
+        !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
+
+    let planning = conversation("C104");
+    store.create_conversation(&planning).await?;
+    assert!(store.fail_conversation(&planning.id, "orchestrator crashed").await?);
+    Ok(())
+}
+
+async fn begin_attempt_counts_attempts_and_reports_a_finished_subtask(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let AttemptStart::Started(first) = store.begin_attempt(&conv.id, "w01", 1_000).await? else {
+        anyhow::bail!("first attempt did not start");
+    };
+    assert_eq!((first.status, first.attempts, first.started_at_ms), (SubtaskStatus::Running, 1, Some(1_000)));
+    let AttemptStart::Started(second) = store.begin_attempt(&conv.id, "w01", 2_000).await? else {
+        anyhow::bail!("second attempt did not start");
+    };
+    assert_eq!((second.attempts, second.started_at_ms), (2, Some(1_000)), "started_at_ms keeps the first attempt");
+
+    let result = succeeded("A1029 shipped on Monday");
+    assert_eq!(
+        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 3_000).await?,
+        RecordOutcome::Recorded
+    );
+    match store.begin_attempt(&conv.id, "w01", 4_000).await? {
+        AttemptStart::AlreadyFinished(rec) => {
+            assert_eq!(rec.status, SubtaskStatus::Succeeded);
+            assert_eq!(rec.attempts, 2, "a duplicate delivery does not count as an attempt");
+            assert_eq!(rec.result, Some(result));
+        }
+        other => anyhow::bail!("expected AlreadyFinished, got {other:?}"),
+    }
+    Ok(())
+}
+
+async fn a_result_is_recorded_only_once_even_under_concurrent_writers(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01", "w02"]).await?;
+    let first = succeeded("first answer");
+    let usage = Usage { prompt_tokens: Some(11), ..Default::default() };
+    let tools = vec!["shop__get_order".to_owned(), "shop__track_shipment".to_owned()];
+    assert_eq!(store.record_result(&conv.id, "w01", &first, &usage, &tools, 5_000).await?, RecordOutcome::Recorded);
+    match store
+        .record_result(&conv.id, "w01", &SubtaskResult::Failed { reason: "late".into() }, &Usage::default(), &[], 6_000)
+        .await?
+    {
+        RecordOutcome::AlreadyFinished(rec) => {
+            assert_eq!(rec.result, Some(first.clone()));
+            assert_eq!(rec.usage, usage);
+            assert_eq!(rec.tools_used, tools);
+            assert_eq!(rec.finished_at_ms, Some(5_000));
+        }
+        other => anyhow::bail!("expected AlreadyFinished, got {other:?}"),
+    }
+
+    let writers = (0..20).map(|i| {
+        let store = store.clone();
+        let conv_id = conv.id.clone();
+        tokio::spawn(async move {
+            store
+                .record_result(&conv_id, "w02", &succeeded(&format!("writer {i}")), &Usage::default(), &[], 7_000 + i)
+                .await
+        })
+    });
+    let mut recorded = 0;
+    for w in futures::future::join_all(writers).await {
+        if w?? == RecordOutcome::Recorded {
+            recorded += 1;
+        }
+    }
+    assert_eq!(recorded, 1, "exactly one concurrent writer records");
+    Ok(())
+}
+
+async fn twenty_duplicate_deliveries_are_counted_once(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01", "w02", "w03"]).await?;
+    let usage = Usage { prompt_tokens: Some(10), ..Default::default() };
+    let calls = (0..20).map(|_| {
+        let store = store.clone();
+        let conv_id = conv.id.clone();
+        tokio::spawn(async move { store.count_finished(&conv_id, "w02", &usage).await })
+    });
+    let mut outcomes = Vec::new();
+    for c in futures::future::join_all(calls).await {
+        outcomes.push(c??);
+    }
+    let counted: Vec<_> = outcomes.iter().filter(|o| matches!(o, CountOutcome::Counted { .. })).collect();
+    assert_eq!(counted, vec![&CountOutcome::Counted { remaining: 2 }]);
+    assert_eq!(outcomes.iter().filter(|o| **o == CountOutcome::AlreadyCounted).count(), 19);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.remaining, 2);
+    assert_eq!(after.finished, BTreeSet::from(["w02".to_owned()]));
+    assert_eq!(after.usage.prompt_tokens, Some(10), "usage added once");
+    Ok(())
+}
+
+async fn distinct_subtasks_racing_each_decrement_once_and_never_below_zero(store: Store) -> Result<()> {
+    let ids: Vec<String> = (1..=20).map(|i| format!("w{i:02}")).collect();
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (conv, _) = running(&store, &id_refs).await?;
+    // Every subtask delivered twice, all at once.
+    let calls = ids.iter().chain(ids.iter()).map(|sid| {
+        let store = store.clone();
+        let conv_id = conv.id.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move { store.count_finished(&conv_id, &sid, &Usage::default()).await })
+    });
+    let mut remaining_seen = Vec::new();
+    let mut duplicates = 0;
+    for c in futures::future::join_all(calls).await {
+        match c?? {
+            CountOutcome::Counted { remaining } => remaining_seen.push(remaining),
+            CountOutcome::AlreadyCounted => duplicates += 1,
+            CountOutcome::Missing => anyhow::bail!("conversation reported missing"),
+        }
+    }
+    remaining_seen.sort_unstable();
+    assert_eq!(remaining_seen, (0..20).collect::<Vec<u32>>(), "each decrement seen exactly once");
+    assert_eq!(duplicates, 20);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.remaining, 0);
+    assert_eq!(after.finished, ids.iter().cloned().collect::<BTreeSet<_>>());
+    // An id outside the plan arriving after the end never drives the counter negative.
+    assert_eq!(store.count_finished(&conv.id, "w99", &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(store.get_conversation(&conv.id).await?.map(|c| c.remaining), Some(0));
+    Ok(())
+}
+
+async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &[])];
+    let plan_usage = Usage { prompt_tokens: Some(100), cost_usd: Some(0.5), ..Default::default() };
+    store.start_run(&conv.id, &records, &[], &plan_usage).await?;
+    store
+        .count_finished(
+            &conv.id,
+            "w01",
+            &Usage { prompt_tokens: Some(5), completion_tokens: Some(3), ..Default::default() },
+        )
+        .await?;
+    store.count_finished(&conv.id, "w02", &Usage::default()).await?;
+    store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
+    store
+        .finish_conversation(
+            &conv.id,
+            "done",
+            &Usage { completion_tokens: Some(2), cost_usd: Some(0.25), ..Default::default() },
+        )
+        .await?;
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.usage.prompt_tokens, Some(105));
+    assert_eq!(after.usage.completion_tokens, Some(5));
+    assert_eq!(after.usage.cached_tokens, None, "never reported, so unknown, not 0");
+    assert!(close(after.usage.cost_usd, 0.75), "cost {:?}", after.usage.cost_usd);
+    Ok(())
+}
+
+async fn list_subtasks_returns_only_this_conversation_in_id_order(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w10", "w02", "w01", "w03"]).await?;
+    let (_other, _) = running(&store, &["w04", "w05"]).await?;
+    let ids: Vec<String> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.subtask.id).collect();
+    assert_eq!(ids, ["w01", "w02", "w03", "w10"]);
+    assert!(store.list_subtasks(&ConversationId::new()).await?.is_empty());
+    Ok(())
+}
+
+async fn a_plan_of_one_hundred_subtasks_is_written_whole(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let records: Vec<SubtaskRecord> = (1..=100)
+        .map(|i| {
+            let mut r = record(&conv, &format!("w{i:03}"), &[]);
+            // Long-ish instructions so the plan spans several query pages' worth of bytes.
+            r.subtask.instruction = format!("{i}: {}", "check the order status and the delivery estimate ".repeat(40));
+            r
+        })
+        .collect();
+    assert!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?);
+    let listed = store.list_subtasks(&conv.id).await?;
+    assert_eq!(listed.len(), 100);
+    assert_eq!(listed, records);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 100, 100));
+    Ok(())
+}
+
+async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let nobody = ConversationId::new();
+    let none = Usage::default();
+    let result = succeeded("x");
+    assert_eq!(store.get_conversation(&nobody).await?, None);
+    assert_eq!(store.get_subtask(&nobody, "w01").await?, None);
+    assert_eq!(store.get_subtask(&conv.id, "w77").await?, None);
+    assert_eq!(store.begin_attempt(&nobody, "w01", 1).await?, AttemptStart::Missing);
+    assert_eq!(store.begin_attempt(&conv.id, "w77", 1).await?, AttemptStart::Missing);
+    assert_eq!(store.record_result(&nobody, "w01", &result, &none, &[], 1).await?, RecordOutcome::Missing);
+    assert_eq!(store.record_result(&conv.id, "w77", &result, &none, &[], 1).await?, RecordOutcome::Missing);
+    assert_eq!(store.count_finished(&nobody, "w01", &none).await?, CountOutcome::Missing);
+    assert!(
+        !store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
+    assert!(!store.finish_conversation(&nobody, "r", &none).await?);
+    assert!(!store.fail_conversation(&nobody, "r").await?);
+    assert!(!store.transition_subtask(&conv.id, "w77", &[SubtaskStatus::Queued], SubtaskStatus::Running).await?);
+    store.save_checkpoint(&nobody, "w01", "{}").await?;
+    // None of those calls created an item.
+    assert_eq!(store.get_conversation(&nobody).await?, None);
+    assert_eq!(store.get_subtask(&conv.id, "w77").await?, None);
+    assert_eq!(store.list_subtasks(&conv.id).await?.len(), 1);
+    Ok(())
+}
+
+async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    store.begin_attempt(&conv.id, "w01", 1).await?;
+    // 1 MiB of tool output, well past DynamoDB's 400 KB item limit, in the
+    // transcript checkpoint and (bounded, as workers store it) in the result.
+    let huge = "订单 A1029 状态: shipped; ".repeat(40_000);
+    assert!(huge.len() > 1_000_000);
+    let checkpoint = serde_json::json!({ "transcript": [{ "role": "tool", "content": huge }] }).to_string();
+    store.save_checkpoint(&conv.id, "w01", &checkpoint).await?;
+    let saved = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    let saved_checkpoint = saved.checkpoint.unwrap_or_default();
+    assert!(saved_checkpoint.starts_with("{\"transcript\""), "checkpoint kept (possibly cut)");
+
+    let result = SubtaskResult::Succeeded {
+        text: huge.clone(),
+        tool_calls: vec![ToolCallRecord { name: "shop__list_customer_orders".into(), ok: true, error: None }],
+    }
+    .bounded();
+    assert_eq!(
+        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 2).await?,
+        RecordOutcome::Recorded
+    );
+    let stored = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    let Some(SubtaskResult::Succeeded { text, .. }) = &stored.result else {
+        anyhow::bail!("result not stored: {:?}", stored.result);
+    };
+    assert!(text.chars().count() <= MAX_RESULT_CHARS);
+    assert!(text.ends_with("[truncated]"));
+    assert!(text.starts_with("订单 A1029"));
+    assert_eq!(stored.checkpoint, None, "the result clears the checkpoint");
+    Ok(())
+}
+
+async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &["w01"])];
+    store.start_run(&conv.id, &records, &[], &Usage::default()).await?;
+    assert!(!store.transition_subtask(&conv.id, "w02", &[], SubtaskStatus::Queued).await?);
+    assert!(!store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Queued], SubtaskStatus::Running).await?);
+    // Two parents finishing at once: exactly one enqueues the dependent.
+    let (a, b) = tokio::join!(
+        store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Pending], SubtaskStatus::Queued),
+        store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Pending], SubtaskStatus::Queued),
+    );
+    assert_eq!([a?, b?].iter().filter(|w| **w).count(), 1);
+    assert!(
+        store
+            .transition_subtask(
+                &conv.id,
+                "w02",
+                &[SubtaskStatus::Pending, SubtaskStatus::Queued],
+                SubtaskStatus::Skipped
+            )
+            .await?
+    );
+    let w02 = store.get_subtask(&conv.id, "w02").await?.context("item missing")?;
+    assert_eq!(w02.status, SubtaskStatus::Skipped);
+    assert_eq!(store.get_subtask(&conv.id, "w01").await?.map(|r| r.status), Some(SubtaskStatus::Queued));
+    Ok(())
+}
+
+async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    store.begin_attempt(&conv.id, "w01", 1).await?;
+    store.save_checkpoint(&conv.id, "w01", r#"{"round":1}"#).await?;
+    store.save_checkpoint(&conv.id, "w01", r#"{"round":2}"#).await?;
+    let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    assert_eq!(rec.checkpoint.as_deref(), Some(r#"{"round":2}"#));
+    assert_eq!(rec.status, SubtaskStatus::Running);
+    store
+        .record_result(
+            &conv.id,
+            "w01",
+            &SubtaskResult::Failed { reason: "out of time".into() },
+            &Usage::default(),
+            &[],
+            2,
+        )
+        .await?;
+    store.save_checkpoint(&conv.id, "w01", r#"{"round":3}"#).await?;
+    let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    assert_eq!(rec.checkpoint, None, "a finished subtask keeps no checkpoint");
+    assert_eq!(rec.status, SubtaskStatus::Failed);
+    let seen: HashSet<_> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.status).collect();
+    assert_eq!(seen, HashSet::from([SubtaskStatus::Failed]));
+    Ok(())
+}
+
+// ------------------------------------------------------------------ the AWS side
+
+mod aws {
+    use std::sync::Arc;
+
+    use anyhow::Result;
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use swarm_adapters::aws::dynamo::DynamoConversationStore;
+    use swarm_local::platform::dynamo_table::create_table;
+
+    use super::Store;
+
+    /// The emulator endpoint, or `None` (with a loud line) when `SWARM_SKIP_AWS=1`.
+    fn endpoint(test: &str) -> Result<Option<String>> {
+        match std::env::var("SWARM_AWS_ENDPOINT") {
+            Ok(e) if !e.trim().is_empty() => Ok(Some(e.trim().to_owned())),
+            _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
+                eprintln!(
+                    "!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
+                );
+                Ok(None)
+            }
+            _ => anyhow::bail!(
+                "dynamodb::{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
+                 `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-local --test contract_store` \
+                 (or set SWARM_SKIP_AWS=1 to skip the AWS side)"
+            ),
+        }
+    }
+
+    /// A DynamoDB store on a fresh table of the emulator.
+    pub async fn store(test: &str) -> Result<Option<Store>> {
+        let Some(endpoint) = endpoint(test)? else { return Ok(None) };
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "contract-tests"))
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let table = format!(
+            "contract-{}-{}",
+            test.replace('_', "-").chars().take(60).collect::<String>(),
+            uuid::Uuid::now_v7().simple()
+        );
+        create_table(&client, &table).await?;
+        Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
+    }
+}

@@ -1,0 +1,23 @@
+//! DynamoDB adapter of the conversation store: one table keyed by conversation, conditional writes, exactly-once counting, throttling retried in place.
+//!
+//! Layout (DESIGN.md "Data"):
+//!
+//! | PK | SK | attributes |
+//! | --- | --- | --- |
+//! | `CONV#<id>` | `META` | `status` S, `remaining` N, `total` N, `customer_id`, `query`, `created_at_ms`, `deadline_ms`, `finished` SS (absent while empty), `reply`, `notes` L, `error`, `idempotency_key`, `usage_prompt_tokens` / `usage_completion_tokens` / `usage_cached_tokens` / `usage_cost_usd` N (only when known), `ttl` |
+//! | `CONV#<id>` | `TASK#<subtask id>` | `status` S, `subtask` S (JSON), `role`, `attempts` N, `result` S (JSON), `usage` S (JSON), `tools_used` L, `checkpoint` S, `started_at_ms`, `finished_at_ms`, `ttl` |
+//! | `IDEM#<customer>#<key>` | `IDEM` | `conversation_id`, `customer_id`, `ttl` |
+//!
+//! The aggregator's stream filter matches `Keys.SK.S = META`, `NewImage.remaining.N = 0`
+//! and `NewImage.status.S = RUNNING`; keep those names.
+//!
+//! [`codec`] turns items into domain values and back, `update` builds the
+//! update expressions, [`store`] is the [`DynamoConversationStore`]; the retry
+//! policy is [`crate::aws::retry`]. The table itself is provisioned by
+//! `template.yaml` on AWS (and by the local platform in `infra/local` on an emulator).
+
+pub mod codec;
+pub mod store;
+mod update;
+
+pub use store::DynamoConversationStore;

@@ -1,0 +1,512 @@
+//! `DynamoConversationStore`: the conversation store on one DynamoDB table (layout in the module above), every mutation one conditional write or transaction.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest};
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    truncate_chars,
+};
+use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+
+use super::codec::{
+    Item, META, TASK_PREFIX, conv_pk, conversation_from_item, conversation_item, fit_checkpoint, fit_result, get_n,
+    idem_pk, key, n, opt_s, s, subtask_from_item, subtask_item, task_sk, to_json,
+};
+use super::update::Update;
+use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
+
+/// Most items in one `BatchWriteItem` call (DynamoDB limit).
+pub const BATCH_WRITE_LIMIT: usize = 25;
+/// Longest failure reason kept on a conversation, in characters.
+const MAX_ERROR_CHARS: usize = 2_000;
+
+const NON_TERMINAL: [SubtaskStatus; 3] = [SubtaskStatus::Pending, SubtaskStatus::Queued, SubtaskStatus::Running];
+
+/// Cancellation reasons of a transaction that make retrying worthwhile.
+const TRANSIENT_REASONS: &[&str] =
+    &["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
+fn is_conditional_failure<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
+    matches!(e, SdkError::ServiceError(ctx) if ctx.err().code() == Some("ConditionalCheckFailedException"))
+}
+
+/// An SDK failure of DynamoDB call `op` as a [`StoreError`], transient or permanent by [`sdk_error_is_transient`].
+pub fn to_store_error<E>(op: &'static str, e: SdkError<E, HttpResponse>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let message = format!("DynamoDB {op}: {}", DisplayErrorContext(&e));
+    if sdk_error_is_transient(&e) { StoreError::Transient(message) } else { StoreError::Permanent(message) }
+}
+
+/// Reason codes of a cancelled transaction, in item order (`"None"` for items that passed).
+fn cancellation_codes(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> Vec<String> {
+    match e {
+        SdkError::ServiceError(ctx) => match ctx.err() {
+            TransactWriteItemsError::TransactionCanceledException(t) => {
+                t.cancellation_reasons().iter().map(|r| r.code().unwrap_or("None").to_owned()).collect()
+            }
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+fn transaction_is_transient(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> bool {
+    let codes = cancellation_codes(e);
+    if codes.is_empty() {
+        return sdk_error_is_transient(e);
+    }
+    !codes.iter().any(|c| c == "ConditionalCheckFailed")
+        && codes.iter().any(|c| TRANSIENT_REASONS.contains(&c.as_str()))
+}
+
+/// [`ConversationStore`] on one DynamoDB table (see the module docs for the layout).
+///
+/// Every mutation is a single conditional `UpdateItem` / `PutItem` or one
+/// `TransactWriteItems`; throttling and contention are retried in place with
+/// jittered exponential backoff ([`AwsRetryPolicy`]) and then reported as
+/// [`StoreError::Transient`]; validation errors and a missing table are
+/// [`StoreError::Permanent`]. Reads are strongly consistent.
+#[derive(Clone, Debug)]
+pub struct DynamoConversationStore {
+    client: Client,
+    table: String,
+    retry: AwsRetryPolicy,
+}
+
+impl DynamoConversationStore {
+    /// A store on `table`. The client's own SDK retries are switched off: this
+    /// adapter owns the retry policy, so attempts do not multiply.
+    pub fn new(client: Client, table: String) -> Self {
+        let config =
+            client.config().to_builder().retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled()).build();
+        Self { client: Client::from_conf(config), table, retry: AwsRetryPolicy::default() }
+    }
+
+    /// Replaces the retry policy (tests use short ones).
+    pub fn with_retry(mut self, retry: AwsRetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
+        let req = self.client.get_item().table_name(&self.table).set_key(Some(key(pk, sk))).consistent_read(true);
+        let out = self
+            .retry
+            .run("dynamodb", "GetItem", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_store_error("GetItem", e))?;
+        Ok(out.item)
+    }
+
+    /// Runs one conditional `UpdateItem`. `Ok(None)` when the condition failed.
+    async fn update(
+        &self,
+        op: &'static str,
+        pk: String,
+        sk: String,
+        mut update: Update,
+        condition: String,
+        return_values: ReturnValue,
+    ) -> Result<Option<Item>, StoreError> {
+        update.name("PK");
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, sk)))
+            .update_expression(update.expression())
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .return_values(return_values);
+        match self.retry.run("dynamodb", op, sdk_error_is_transient, || req.clone().send()).await {
+            Ok(out) => Ok(Some(out.attributes.unwrap_or_default())),
+            Err(e) if is_conditional_failure(&e) => Ok(None),
+            Err(e) => Err(to_store_error(op, e)),
+        }
+    }
+
+    /// Writes `items` with `BatchWriteItem`, 25 per call, retrying unprocessed items.
+    async fn batch_put(&self, items: Vec<Item>) -> Result<(), StoreError> {
+        for chunk in items.chunks(BATCH_WRITE_LIMIT) {
+            let mut pending: Vec<WriteRequest> = Vec::with_capacity(chunk.len());
+            for item in chunk {
+                let put = PutRequest::builder()
+                    .set_item(Some(item.clone()))
+                    .build()
+                    .map_err(|e| StoreError::Permanent(format!("BatchWriteItem request: {e}")))?;
+                pending.push(WriteRequest::builder().put_request(put).build());
+            }
+            let mut round = 0u32;
+            while !pending.is_empty() {
+                let req = self.client.batch_write_item().request_items(self.table.clone(), pending.clone());
+                let out = self
+                    .retry
+                    .run("dynamodb", "BatchWriteItem", sdk_error_is_transient, || req.clone().send())
+                    .await
+                    .map_err(|e| to_store_error("BatchWriteItem", e))?;
+                pending = out.unprocessed_items.and_then(|mut m| m.remove(&self.table)).unwrap_or_default();
+                if pending.is_empty() {
+                    break;
+                }
+                round += 1;
+                if round >= self.retry.max_attempts.max(1) {
+                    return Err(StoreError::Transient(format!(
+                        "BatchWriteItem left {} items unprocessed after {round} rounds (throttled)",
+                        pending.len()
+                    )));
+                }
+                let delay = self.retry.backoff(round);
+                tracing::warn!(
+                    unprocessed = pending.len(),
+                    round,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    "BatchWriteItem unprocessed items, retrying"
+                );
+                tokio::time::sleep(delay).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed condition on a subtask: the stored record, read consistently.
+    async fn subtask_after_conflict(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+    ) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.get_subtask(id, subtask_id).await
+    }
+}
+
+fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression("attribute_not_exists(PK)")
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("TransactWriteItems request: {e}")))?;
+    Ok(TransactWriteItem::builder().put(put).build())
+}
+
+#[async_trait]
+impl ConversationStore for DynamoConversationStore {
+    async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
+        let meta = conversation_item(conversation);
+        let Some(idem_key) = &conversation.idempotency_key else {
+            let req = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(meta))
+                .condition_expression("attribute_not_exists(PK)");
+            return match self.retry.run("dynamodb", "PutItem", sdk_error_is_transient, || req.clone().send()).await {
+                Ok(_) => Ok(CreateOutcome::Created),
+                Err(e) if is_conditional_failure(&e) => {
+                    Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)))
+                }
+                Err(e) => Err(to_store_error("PutItem", e)),
+            };
+        };
+        let idem_pk = idem_pk(&conversation.customer_id, idem_key);
+        let mut idem = key(idem_pk.clone(), "IDEM".to_owned());
+        idem.insert("conversation_id".into(), s(conversation.id.as_str()));
+        idem.insert("customer_id".into(), s(&conversation.customer_id));
+        idem.insert("ttl".into(), n(conversation.ttl));
+        let req = self
+            .client
+            .transact_write_items()
+            .transact_items(put(meta, &self.table)?)
+            .transact_items(put(idem, &self.table)?);
+        match self.retry.run("dynamodb", "TransactWriteItems", transaction_is_transient, || req.clone().send()).await {
+            Ok(_) => Ok(CreateOutcome::Created),
+            Err(e) => {
+                let codes = cancellation_codes(&e);
+                if codes.get(1).is_some_and(|c| c == "ConditionalCheckFailed") {
+                    let existing = self.get_item(idem_pk, "IDEM".to_owned()).await?;
+                    let id = existing.as_ref().and_then(|i| opt_s(i, "conversation_id")).ok_or_else(|| {
+                        StoreError::Transient("idempotency key claimed but its item is gone (expired?); retry".into())
+                    })?;
+                    tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
+                    return Ok(CreateOutcome::Existing(ConversationId::from_trusted(id)));
+                }
+                if codes.first().is_some_and(|c| c == "ConditionalCheckFailed") {
+                    return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
+                }
+                Err(to_store_error("TransactWriteItems", e))
+            }
+        }
+    }
+
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
+        self.get_item(conv_pk(id), META.to_owned()).await?.map(|item| conversation_from_item(&item)).transpose()
+    }
+
+    async fn start_run(
+        &self,
+        id: &ConversationId,
+        subtasks: &[SubtaskRecord],
+        notes: &[String],
+        usage: &Usage,
+    ) -> Result<bool, StoreError> {
+        // A plan can hold 100 subtasks and a transaction only 100 items, so the
+        // subtasks are batch-written first and the conversation flipped last. The
+        // status check first keeps "not PLANNING writes nothing" for every caller
+        // but a concurrent second start_run of the same conversation.
+        let Some(current) = self.get_item(conv_pk(id), META.to_owned()).await? else {
+            return Ok(false);
+        };
+        if opt_s(&current, "status").as_deref() != Some(ConversationStatus::Planning.as_str()) {
+            return Ok(false);
+        }
+        let items = subtasks.iter().map(subtask_item).collect::<Result<Vec<_>, _>>()?;
+        self.batch_put(items).await?;
+        let count = subtasks.len() as u32;
+        let mut u = Update::default();
+        u.set("status", s(ConversationStatus::Running.as_str())).set("total", n(count)).set("remaining", n(count));
+        if notes.is_empty() {
+            u.remove("notes");
+        } else {
+            u.set("notes", AttributeValue::L(notes.iter().map(s).collect()));
+        }
+        u.add_usage(usage);
+        let condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
+        let flipped = self
+            .update("UpdateItem(start_run)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .await?
+            .is_some();
+        tracing::info!(conversation_id = %id, subtasks = count, flipped, "run started");
+        Ok(flipped)
+    }
+
+    async fn transition_conversation(
+        &self,
+        id: &ConversationId,
+        from: ConversationStatus,
+        to: ConversationStatus,
+    ) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(to.as_str()));
+        let condition = u.status_in(&[from.as_str()]);
+        Ok(self
+            .update(
+                "UpdateItem(transition_conversation)",
+                conv_pk(id),
+                META.to_owned(),
+                u,
+                condition,
+                ReturnValue::None,
+            )
+            .await?
+            .is_some())
+    }
+
+    async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(ConversationStatus::Done.as_str())).set("reply", s(reply)).add_usage(usage);
+        let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
+        Ok(self
+            .update("UpdateItem(finish_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
+    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(ConversationStatus::Failed.as_str()))
+            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)));
+        let condition = u.status_in(&[
+            ConversationStatus::Planning.as_str(),
+            ConversationStatus::Running.as_str(),
+            ConversationStatus::Aggregating.as_str(),
+        ]);
+        Ok(self
+            .update("UpdateItem(fail_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
+    async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.get_item(conv_pk(id), task_sk(subtask_id)).await?.map(|item| subtask_from_item(&item)).transpose()
+    }
+
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        // A conversation holds at most 100 subtasks; the page bound only guards against a runaway loop.
+        for _page in 0..1_000 {
+            let req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND begins_with(SK, :task)")
+                .expression_attribute_values(":pk", s(conv_pk(id)))
+                .expression_attribute_values(":task", s(TASK_PREFIX))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take());
+            let page = self
+                .retry
+                .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Query", e))?;
+            for item in page.items() {
+                out.push(subtask_from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+        Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))
+    }
+
+    async fn transition_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        from: &[SubtaskStatus],
+        to: SubtaskStatus,
+    ) -> Result<bool, StoreError> {
+        if from.is_empty() {
+            return Ok(false);
+        }
+        let mut u = Update::default();
+        u.set("status", s(to.as_str()));
+        let from: Vec<&str> = from.iter().map(|st| st.as_str()).collect();
+        let condition = u.status_in(&from);
+        Ok(self
+            .update("UpdateItem(transition_subtask)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        now_ms: i64,
+    ) -> Result<AttemptStart, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(SubtaskStatus::Running.as_str()));
+        let attempts = u.name("attempts");
+        let zero = u.value("zero", n(0));
+        let one = u.value("one", n(1));
+        u.set_expr(format!("{attempts} = if_not_exists({attempts}, {zero}) + {one}"));
+        let started = u.name("started_at_ms");
+        let now = u.value("now", n(now_ms));
+        u.set_expr(format!("{started} = if_not_exists({started}, {now})"));
+        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
+        let condition = u.status_in(&from);
+        match self
+            .update("UpdateItem(begin_attempt)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::AllNew)
+            .await?
+        {
+            Some(item) => Ok(AttemptStart::Started(subtask_from_item(&item)?)),
+            None => match self.subtask_after_conflict(id, subtask_id).await? {
+                None => Ok(AttemptStart::Missing),
+                Some(rec) if rec.status.is_terminal() => Ok(AttemptStart::AlreadyFinished(rec)),
+                Some(rec) => Err(StoreError::Transient(format!(
+                    "begin_attempt condition failed but subtask {subtask_id} is {}; retry",
+                    rec.status.as_str()
+                ))),
+            },
+        }
+    }
+
+    async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
+        let mut u = Update::default();
+        u.set("checkpoint", s(fit_checkpoint(checkpoint)));
+        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
+        let condition = u.status_in(&from);
+        // A terminal or missing subtask keeps no checkpoint: nothing to do, as in the trait.
+        self.update("UpdateItem(save_checkpoint)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: &SubtaskResult,
+        usage: &Usage,
+        tools_used: &[String],
+        now_ms: i64,
+    ) -> Result<RecordOutcome, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(result.status().as_str()))
+            .set("result", s(fit_result(result)?))
+            .set("finished_at_ms", n(now_ms))
+            .remove("checkpoint");
+        if usage.is_empty() {
+            u.remove("usage");
+        } else {
+            u.set("usage", s(to_json(usage)?));
+        }
+        if tools_used.is_empty() {
+            u.remove("tools_used");
+        } else {
+            u.set("tools_used", AttributeValue::L(tools_used.iter().map(s).collect()));
+        }
+        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
+        let condition = u.status_in(&from);
+        match self
+            .update("UpdateItem(record_result)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+            .await?
+        {
+            Some(_) => Ok(RecordOutcome::Recorded),
+            None => match self.subtask_after_conflict(id, subtask_id).await? {
+                None => Ok(RecordOutcome::Missing),
+                Some(rec) if rec.status.is_terminal() => Ok(RecordOutcome::AlreadyFinished(rec)),
+                Some(rec) => Err(StoreError::Transient(format!(
+                    "record_result condition failed but subtask {subtask_id} is {}; retry",
+                    rec.status.as_str()
+                ))),
+            },
+        }
+    }
+
+    async fn count_finished(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        usage: &Usage,
+    ) -> Result<CountOutcome, StoreError> {
+        let mut u = Update::default();
+        u.add("finished", AttributeValue::Ss(vec![subtask_id.to_owned()]));
+        let remaining = u.name("remaining");
+        let one = u.value("one", n(1));
+        u.set_expr(format!("{remaining} = {remaining} - {one}"));
+        u.add_usage(usage);
+        let finished = u.name("finished");
+        let sid = u.value("sid", s(subtask_id));
+        let zero = u.value("zero", n(0));
+        let condition = format!("attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero}");
+        match self
+            .update("UpdateItem(count_finished)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::UpdatedNew)
+            .await?
+        {
+            Some(item) => {
+                let remaining: u32 = get_n(&item, "remaining")?;
+                tracing::info!(conversation_id = %id, subtask_id, remaining, "subtask counted");
+                Ok(CountOutcome::Counted { remaining })
+            }
+            None => match self.get_item(conv_pk(id), META.to_owned()).await? {
+                None => Ok(CountOutcome::Missing),
+                Some(_) => {
+                    tracing::info!(conversation_id = %id, subtask_id, "subtask already counted");
+                    Ok(CountOutcome::AlreadyCounted)
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! SQS adapter of the task queue: batched concurrent sends with failed entries retried.
+
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use swarm_core::domain::TaskMessage;
+use swarm_core::ports::{MAX_DELAY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
+
+use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
+
+/// An SDK failure of SQS call `op` as a [`QueueError`], transient or permanent by [`sdk_error_is_transient`].
+pub fn to_queue_error<E>(op: &'static str, e: SdkError<E, HttpResponse>) -> QueueError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let message = format!("SQS {op}: {}", DisplayErrorContext(&e));
+    if sdk_error_is_transient(&e) { QueueError::Transient(message) } else { QueueError::Permanent(message) }
+}
+
+/// The SQS client with its own retries switched off: the adapters own the retry policy.
+pub fn without_sdk_retries(client: Client) -> Client {
+    let config = client.config().to_builder().retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled()).build();
+    Client::from_conf(config)
+}
+
+/// [`TaskQueue`] on one SQS queue.
+///
+/// `send` splits the messages into `SendMessageBatch` calls of at most 10
+/// entries ([`SQS_BATCH_LIMIT`]), sent concurrently; entries SQS reports as
+/// failed (not the sender's fault) are resent with jittered backoff, at most
+/// [`AwsRetryPolicy::max_attempts`] rounds, then [`QueueError::Transient`].
+/// Bodies are the [`TaskMessage`] JSON: ids only, never results.
+#[derive(Clone, Debug)]
+pub struct SqsTaskQueue {
+    client: Client,
+    queue_url: String,
+    retry: AwsRetryPolicy,
+}
+
+impl SqsTaskQueue {
+    pub fn new(client: Client, queue_url: String) -> Self {
+        Self { client: without_sdk_retries(client), queue_url, retry: AwsRetryPolicy::default() }
+    }
+
+    /// Replaces the retry policy (tests use short ones).
+    pub fn with_retry(mut self, retry: AwsRetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// Sends one chunk (≤ 10 bodies), resending failed entries.
+    async fn send_chunk(&self, bodies: &[String], delay_seconds: u32) -> Result<(), QueueError> {
+        // Entry ids are the positions in the chunk, so a failed entry maps back to its body.
+        let mut pending: Vec<usize> = (0..bodies.len()).collect();
+        let mut round = 0u32;
+        loop {
+            let mut req = self.client.send_message_batch().queue_url(&self.queue_url);
+            for &i in &pending {
+                let entry = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(&bodies[i])
+                    .delay_seconds(delay_seconds as i32)
+                    .build()
+                    .map_err(|e| QueueError::Permanent(format!("SendMessageBatch entry: {e}")))?;
+                req = req.entries(entry);
+            }
+            let out = self
+                .retry
+                .run("sqs", "SendMessageBatch", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_queue_error("SendMessageBatch", e))?;
+            let failed = out.failed();
+            if failed.is_empty() {
+                return Ok(());
+            }
+            if let Some(f) = failed.iter().find(|f| f.sender_fault()) {
+                return Err(QueueError::Permanent(format!(
+                    "SendMessageBatch rejected entry: {} {}",
+                    f.code(),
+                    f.message().unwrap_or_default()
+                )));
+            }
+            pending = failed.iter().filter_map(|f| f.id().parse().ok()).collect();
+            round += 1;
+            if round >= self.retry.max_attempts.max(1) {
+                return Err(QueueError::Transient(format!(
+                    "SendMessageBatch: {} entries still failing after {round} rounds (last: {})",
+                    pending.len(),
+                    failed[0].code()
+                )));
+            }
+            let delay = self.retry.backoff(round);
+            tracing::warn!(
+                queue_url = %self.queue_url,
+                failed = pending.len(),
+                round,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "SendMessageBatch entries failed, resending"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+#[async_trait]
+impl TaskQueue for SqsTaskQueue {
+    async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
+        if delay_seconds > MAX_DELAY_SECONDS {
+            return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));
+        }
+        let bodies = messages
+            .iter()
+            .map(|m| {
+                serde_json::to_string(m).map_err(|e| QueueError::Permanent(format!("cannot serialize message: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = futures::future::join_all(
+            bodies.chunks(SQS_BATCH_LIMIT).map(|chunk| self.send_chunk(chunk, delay_seconds)),
+        )
+        .await;
+        let failures: Vec<QueueError> = results.into_iter().filter_map(Result::err).collect();
+        tracing::debug!(queue_url = %self.queue_url, messages = messages.len(), delay_seconds, failed_chunks = failures.len(), "messages sent");
+        match failures.into_iter().next() {
+            None => Ok(()),
+            Some(first) => Err(first),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqs_fixtures_carry_task_messages_and_receive_counts() {
+        for (file, kinds) in [
+            ("sqs-tasks.json", vec!["run", "run"]),
+            ("sqs-deadline.json", vec!["deadline"]),
+            ("sqs-dead-letter.json", vec!["run"]),
+        ] {
+            let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));
+            let event: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let records = event["Records"].as_array().unwrap();
+            assert_eq!(records.len(), kinds.len(), "{file}");
+            for (record, kind) in records.iter().zip(kinds) {
+                let body = record["body"].as_str().unwrap();
+                let message: TaskMessage = serde_json::from_str(body).unwrap();
+                assert_eq!(serde_json::to_value(&message).unwrap()["kind"], kind, "{file}");
+                assert_eq!(record["eventSource"], "aws:sqs");
+                assert!(record["attributes"]["ApproximateReceiveCount"].as_str().unwrap().parse::<u32>().unwrap() >= 1);
+                assert_eq!(record["md5OfBody"].as_str().unwrap().len(), 32);
+            }
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Embedded adapters (feature `embedded`): the conversation store and the queue in memory, with DynamoDB's and SQS's semantics, for the local stack and tests.
+
+mod queue;
+mod store;
+
+pub use queue::{InMemoryQueue, QueueSettings, ReceivedMessage};
+pub use store::{InMemoryConversationStore, ItemChange};

@@ -1,0 +1,355 @@
+//! LLM settings from the environment (`LLM_BASE_URL`, `LLM_API_KEY`, `LLM_MODEL`, `LLM_SUB_MODEL`…) and the cold-start preflight.
+//!
+//! Variables (all optional unless said; see `docs/llm-providers.md`):
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `LLM_BASE_URL` | OpenAI-compatible base URL, e.g. `https://api.moonshot.cn/v1`; **required** (a Lambda refuses to start without it; only `swarm-local` and tests choose the offline model when it is unset) |
+//! | `LLM_API_KEY` | bearer key; required unless the provider looks local (localhost, 127.0.0.1, ollama, vllm) |
+//! | `LLM_API_KEY_REQUIRED` | `true`/`false`: override the "needs a key" guess |
+//! | `LLM_MODEL` | model name; required |
+//! | `LLM_SEND_REASONING` | `true`: send `reasoning_content` back on assistant messages (Kimi thinking, DeepSeek tool loops) |
+//! | `LLM_SUB_MODEL`, `LLM_SUB_BASE_URL`, `LLM_SUB_API_KEY`, `LLM_SUB_SEND_REASONING` | the compression model; base URL and reasoning default to the main ones, the key too when the host is the same |
+//! | `LLM_TIMEOUT_SECS` | per-request timeout in seconds (decimals allowed), default 60 |
+//! | `LLM_MAX_IN_FLIGHT` | cap on concurrent calls per model instance, default 16 |
+//! | `LLM_PRICES` | JSON price table overlaid on the defaults ([`PriceTable::from_json`]) |
+//! | `LLM_TOKEN_BUDGET` | transcript token budget per conversation before compression |
+//!
+//! On AWS the key is not put in the environment: the function's `main`
+//! resolves `LLM_API_KEY_SECRET_ARN` (Secrets Manager or SSM) and passes it to
+//! [`LlmConfig::from_lookup`] as `LLM_API_KEY`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use swarm_core::SecretString;
+pub use swarm_core::llm::Models;
+use swarm_core::llm::pricing::PriceTable;
+use swarm_core::ports::ChatModel;
+
+use super::client::HttpChatModel;
+
+/// One OpenAI-compatible endpoint and model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlmEndpoint {
+    /// Base URL without a trailing `/` and without `/chat/completions`, e.g. `https://api.deepseek.com/v1`.
+    pub base_url: String,
+    pub api_key: Option<SecretString>,
+    pub model: String,
+    /// Send `reasoning_content` back on assistant messages (providers that require it).
+    pub send_reasoning: bool,
+}
+
+impl LlmEndpoint {
+    /// An endpoint that does not send reasoning back; `base_url` is used as given.
+    pub fn new(base_url: impl Into<String>, api_key: Option<SecretString>, model: impl Into<String>) -> Self {
+        Self { base_url: base_url.into(), api_key, model: model.into(), send_reasoning: false }
+    }
+}
+
+/// Default per-request timeout (`LLM_TIMEOUT_SECS`), seconds.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// Default cap on concurrent calls per model instance (`LLM_MAX_IN_FLIGHT`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
+
+/// The LLM settings of a function, read once at start-up.
+#[derive(Clone, Debug)]
+pub struct LlmConfig {
+    /// Planning, tool loops and the reply.
+    pub main: LlmEndpoint,
+    /// Compression; `None` → `main`.
+    pub sub: Option<LlmEndpoint>,
+    /// Per request (`LLM_TIMEOUT_SECS`, seconds), default 60 s.
+    pub timeout: Duration,
+    /// Cap on in-flight calls per model instance (`LLM_MAX_IN_FLIGHT`), default 16.
+    pub max_in_flight: usize,
+    /// Defaults overlaid with `LLM_PRICES`.
+    pub prices: PriceTable,
+    /// Transcript token budget per conversation (`LLM_TOKEN_BUDGET`); `None` → no compression.
+    pub token_budget: Option<u64>,
+}
+
+/// A configuration error: names the variable and what to do. Permanent — the
+/// function must not start with it.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmConfigError {
+    /// A variable is missing or has a bad value.
+    #[error("{var}: {message}")]
+    Invalid { var: &'static str, message: String },
+    /// The HTTP client could not be built (TLS set-up).
+    #[error("LLM HTTP client: {0}")]
+    Client(String),
+}
+
+impl LlmConfigError {
+    /// Always `false`: configuration errors need a fix, not a retry.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    fn invalid(var: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid { var, message: message.into() }
+    }
+}
+
+impl LlmConfig {
+    /// Reads the settings through `lookup` (a variable name → its value).
+    ///
+    /// Errors with one message naming the variable when: `LLM_BASE_URL` is
+    /// unset or empty (a function needs an LLM endpoint; the local stack decides
+    /// on the offline model before calling this); a base URL is not an `http(s)` URL; `LLM_API_KEY` is missing or a
+    /// placeholder (`YOUR_API_KEY`, `sk-xxx`, `<...>`, `changeme`, empty…) for
+    /// a provider that needs a key (anything that does not look local —
+    /// localhost, 127.0.0.1, `ollama`, `vllm`; `LLM_API_KEY_REQUIRED`
+    /// overrides); `LLM_MODEL` is missing; a number or price table is malformed.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<LlmConfig, LlmConfigError> {
+        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let raw_base = get("LLM_BASE_URL").ok_or_else(|| {
+            LlmConfigError::invalid(
+                "LLM_BASE_URL",
+                "missing; set the OpenAI-compatible endpoint, e.g. LLM_BASE_URL=https://api.deepseek.com/v1 \
+                 (a function run locally can use infra/mock-llm: LLM_BASE_URL=http://127.0.0.1:8089/v1)",
+            )
+        })?;
+        let base = parse_base_url("LLM_BASE_URL", &raw_base)?;
+        let key_required_override = parse_bool(&get, "LLM_API_KEY_REQUIRED")?;
+        let key = check_key("LLM_API_KEY", lookup("LLM_API_KEY"), &base, key_required_override)?;
+        let model = get("LLM_MODEL").ok_or_else(|| {
+            LlmConfigError::invalid("LLM_MODEL", "missing; set the model name, e.g. LLM_MODEL=deepseek-chat")
+        })?;
+        let send_reasoning = parse_bool(&get, "LLM_SEND_REASONING")?.unwrap_or(false);
+        let main = LlmEndpoint { base_url: base.url.clone(), api_key: key, model, send_reasoning };
+
+        let sub = match get("LLM_SUB_MODEL") {
+            None => {
+                if get("LLM_SUB_BASE_URL").is_some() || lookup("LLM_SUB_API_KEY").is_some() {
+                    return Err(LlmConfigError::invalid(
+                        "LLM_SUB_MODEL",
+                        "missing while LLM_SUB_BASE_URL or LLM_SUB_API_KEY is set; name the compression model or unset them",
+                    ));
+                }
+                None
+            }
+            Some(sub_model) => {
+                let sub_base = match get("LLM_SUB_BASE_URL") {
+                    Some(raw) => parse_base_url("LLM_SUB_BASE_URL", &raw)?,
+                    None => base.clone(),
+                };
+                // The main key is only reused on the same host: it must never
+                // be sent to another provider.
+                let sub_key_raw = lookup("LLM_SUB_API_KEY").or_else(|| {
+                    (sub_base.host == base.host).then(|| main.api_key.as_ref().map(|k| k.expose().to_owned())).flatten()
+                });
+                let sub_key = check_key("LLM_SUB_API_KEY", sub_key_raw, &sub_base, key_required_override)?;
+                let sub_reasoning = parse_bool(&get, "LLM_SUB_SEND_REASONING")?.unwrap_or(send_reasoning);
+                Some(LlmEndpoint {
+                    base_url: sub_base.url,
+                    api_key: sub_key,
+                    model: sub_model,
+                    send_reasoning: sub_reasoning,
+                })
+            }
+        };
+
+        let timeout = match get("LLM_TIMEOUT_SECS") {
+            None => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            Some(v) => match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(LlmConfigError::invalid(
+                        "LLM_TIMEOUT_SECS",
+                        format!("{v:?} is not a number of seconds in (0, 3600]"),
+                    ));
+                }
+            },
+        };
+        let max_in_flight = match get("LLM_MAX_IN_FLIGHT") {
+            None => DEFAULT_MAX_IN_FLIGHT,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=10_000).contains(&n) => n,
+                _ => {
+                    return Err(LlmConfigError::invalid(
+                        "LLM_MAX_IN_FLIGHT",
+                        format!("{v:?} is not a whole number in 1..=10000"),
+                    ));
+                }
+            },
+        };
+        let prices = match get("LLM_PRICES") {
+            None => PriceTable::with_defaults(),
+            Some(v) => PriceTable::with_defaults()
+                .merged(PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?),
+        };
+        let token_budget = match get("LLM_TOKEN_BUDGET") {
+            None => None,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n >= 256 => Some(n),
+                _ => {
+                    return Err(LlmConfigError::invalid(
+                        "LLM_TOKEN_BUDGET",
+                        format!("{v:?} is not a whole number of tokens >= 256"),
+                    ));
+                }
+            },
+        };
+        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, token_budget })
+    }
+
+    /// [`LlmConfig::from_lookup`] over the process environment.
+    pub fn from_env() -> Result<LlmConfig, LlmConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+}
+
+/// Builds the models once at start-up: [`HttpChatModel`]s from `c` (`sub` its
+/// own instance, with its own in-flight cap, when a sub model is configured,
+/// else the `main` instance). Errors only when an HTTP client cannot be built.
+pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
+    let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
+    let sub: Arc<dyn ChatModel> = match &c.sub {
+        Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),
+        None => main.clone(),
+    };
+    Ok(Models { main, sub })
+}
+
+#[derive(Clone, Debug)]
+struct BaseUrl {
+    /// Normalised: no trailing `/`, no `/chat/completions`.
+    url: String,
+    host: String,
+}
+
+fn parse_base_url(var: &'static str, raw: &str) -> Result<BaseUrl, LlmConfigError> {
+    let mut s = raw.trim_end_matches('/');
+    if let Some(stripped) = s.strip_suffix("/chat/completions") {
+        s = stripped;
+    }
+    let url = reqwest::Url::parse(s).map_err(|e| {
+        LlmConfigError::invalid(var, format!("{raw:?} is not a URL ({e}); expected e.g. https://api.deepseek.com/v1"))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmConfigError::invalid(var, format!("{raw:?} must start with http:// or https://")));
+    }
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return Err(LlmConfigError::invalid(var, format!("{raw:?} has no host")));
+    };
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(LlmConfigError::invalid(var, format!("{raw:?} must not carry a query or fragment")));
+    }
+    Ok(BaseUrl { url: s.to_owned(), host: host.to_ascii_lowercase() })
+}
+
+/// Local servers (Ollama, vLLM, anything on this machine) usually take no key.
+fn looks_local(base: &BaseUrl) -> bool {
+    let h = base.host.as_str();
+    let lower = base.url.to_ascii_lowercase();
+    matches!(h, "localhost" | "127.0.0.1" | "[::1]" | "::1" | "0.0.0.0" | "host.docker.internal")
+        || h.ends_with(".localhost")
+        || h.ends_with(".local")
+        || lower.contains("ollama")
+        || lower.contains("vllm")
+        || lower.contains(":11434")
+}
+
+/// Keys copied from a README instead of a real one.
+pub fn is_placeholder_key(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    if k.is_empty() || k.len() < 8 {
+        return true;
+    }
+    if (k.starts_with('<') && k.ends_with('>')) || (k.starts_with("${") && k.ends_with('}')) || k.starts_with('$') {
+        return true;
+    }
+    const EXACT: &[&str] = &[
+        "changeme",
+        "change-me",
+        "change_me",
+        "replace_me",
+        "replace-me",
+        "placeholder",
+        "undefined",
+        "api_key",
+        "api-key",
+        "apikey",
+        "secret",
+        "password",
+        "sk-...",
+    ];
+    if EXACT.contains(&k.as_str()) {
+        return true;
+    }
+    const CONTAINS: &[&str] = &[
+        "your_api_key",
+        "your-api-key",
+        "yourapikey",
+        "your_key",
+        "your-key",
+        "api_key_here",
+        "insert",
+        "xxxx",
+        "...",
+    ];
+    if CONTAINS.iter().any(|p| k.contains(p)) {
+        return true;
+    }
+    // sk-xxx, sk-****, sk-0000: one repeated filler character after the prefix.
+    let body = k.strip_prefix("sk-").unwrap_or(&k);
+    let mut chars = body.chars();
+    matches!(chars.next(), Some(c) if matches!(c, 'x' | '*' | '0' | '.' | '-' | '_') && chars.all(|d| d == c))
+}
+
+fn check_key(
+    var: &'static str,
+    raw: Option<String>,
+    base: &BaseUrl,
+    required_override: Option<bool>,
+) -> Result<Option<SecretString>, LlmConfigError> {
+    let required = required_override.unwrap_or_else(|| !looks_local(base));
+    let key = raw.map(|k| k.trim().to_owned());
+    if !required {
+        return Ok(key.filter(|k| !k.is_empty()).map(SecretString::new));
+    }
+    match key {
+        None => Err(LlmConfigError::invalid(
+            var,
+            format!(
+                "missing; {} needs an API key (on AWS set LLM_API_KEY_SECRET_ARN; for a keyless server set LLM_API_KEY_REQUIRED=false)",
+                base.host
+            ),
+        )),
+        Some(k) if is_placeholder_key(&k) => Err(LlmConfigError::invalid(
+            var,
+            format!("looks like a placeholder, not a real key for {}; paste the provider's key", base.host),
+        )),
+        Some(k) => Ok(Some(SecretString::new(k))),
+    }
+}
+
+fn parse_bool(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Result<Option<bool>, LlmConfigError> {
+    match get(var).map(|v| v.to_ascii_lowercase()) {
+        None => Ok(None),
+        Some(v) => match v.as_str() {
+            "true" | "1" | "yes" | "on" => Ok(Some(true)),
+            "false" | "0" | "no" | "off" => Ok(Some(false)),
+            _ => Err(LlmConfigError::invalid(var, format!("{v:?} is not true or false"))),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholder_keys_are_recognised() {
+        for k in ["YOUR_API_KEY", "sk-xxx", "sk-xxxxxxxxxxxx", "<your key>", "changeme", "", "${LLM_API_KEY}", "sk-..."]
+        {
+            assert!(is_placeholder_key(k), "{k}");
+        }
+        for k in ["sk-proj-8f3kD0aLq1", "sk-4f1c2e9b7a6d5c3b", "ms-abcdefgh12345678"] {
+            assert!(!is_placeholder_key(k), "{k}");
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! `McpToolGateway`: the worker's [`ToolGateway`] over MCP Streamable HTTP (rmcp client) to the tool gateway.
+//!
+//! One rmcp client session per worker role (the role decides the bearer
+//! token, fixed per session); everything that changes per call — customer,
+//! conversation, subtask, idempotency key — travels as HTTP headers attached
+//! to the single JSON-RPC request through rmcp's request extensions, so 100
+//! concurrent subtasks share one session and one connection pool.
+
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use http::{HeaderName, HeaderValue};
+use rmcp::{
+    ServiceError, ServiceExt,
+    model::{
+        CallToolRequest, CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, ClientRequest, GetExtensions,
+        Implementation, ListToolsRequest, PaginatedRequestParams, ServerResult,
+    },
+    service::{PeerRequestOptions, RoleClient, RunningService},
+    transport::{
+        StreamableHttpClientTransport,
+        common::client_side_sse::BoxedSseResponse,
+        streamable_http_client::{
+            StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError, StreamableHttpPostResponse,
+            StreamableHttpResponseLimits,
+        },
+    },
+};
+
+use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
+
+/// Header carrying the customer the call acts for; the gateway writes it into
+/// the `customer_id` argument of customer-scoped tools.
+pub const HEADER_CUSTOMER_ID: &str = "x-swarm-customer-id";
+/// Header carrying the conversation id (logs and tracing only).
+pub const HEADER_CONVERSATION_ID: &str = "x-swarm-conversation-id";
+/// Header carrying the subtask id (logs and tracing only).
+pub const HEADER_SUBTASK_ID: &str = "x-swarm-subtask-id";
+/// Header carrying the idempotency key of a side-effecting call; the gateway
+/// writes it into the tool's `idempotency_key` argument.
+pub const HEADER_IDEMPOTENCY_KEY: &str = "x-swarm-idempotency-key";
+/// Top-level argument the worker core uses to hand the adapter an idempotency
+/// key; stripped from the arguments and sent as [`HEADER_IDEMPOTENCY_KEY`].
+pub const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
+
+/// Default time one role's `tools/list` answer is reused by the adapter
+/// ([`McpToolGateway::with_list_ttl`]): 100 subtasks starting together list once.
+pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(5);
+
+/// Most pages of `tools/list` followed before giving up (a server that keeps
+/// returning a cursor must not loop forever).
+const MAX_LIST_PAGES: usize = 20;
+/// Concurrent requests one role session keeps in flight (rmcp's default is 16;
+/// the local stack runs 100 subtasks of one role at once).
+const MAX_CONCURRENT_REQUESTS: usize = 256;
+
+/// A gateway bearer token. `Debug` prints `***`; the value leaves only as the
+/// `Authorization` header.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GatewayToken(String);
+
+impl GatewayToken {
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+
+    /// The raw token, for the `Authorization: Bearer` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for GatewayToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl From<String> for GatewayToken {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for GatewayToken {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+/// Per-request HTTP headers, put into an rmcp request's extensions and added to
+/// the POST by [`HeaderInjectingClient`]. Never serialized into the JSON-RPC body.
+#[derive(Clone, Debug)]
+struct RequestHeaders(Arc<Vec<(HeaderName, HeaderValue)>>);
+
+/// A reqwest client that adds the [`RequestHeaders`] found in a request's
+/// extensions to that request's POST (rmcp passes per-session headers only).
+#[derive(Clone)]
+struct HeaderInjectingClient {
+    inner: reqwest::Client,
+}
+
+impl HeaderInjectingClient {
+    fn with_request_headers(
+        message: &ClientJsonRpcMessage,
+        mut headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HashMap<HeaderName, HeaderValue> {
+        if let ClientJsonRpcMessage::Request(request) = message
+            && let Some(extra) = request.request.extensions().get::<RequestHeaders>()
+        {
+            for (name, value) in extra.0.iter() {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+        headers
+    }
+}
+
+impl StreamableHttpClient for HeaderInjectingClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let headers = Self::with_request_headers(&message, custom_headers);
+        self.inner.post_message(uri, message, session_id, auth_header, headers).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let headers = Self::with_request_headers(&message, custom_headers);
+        self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, headers, limits).await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+    }
+}
+
+type Session = RunningService<RoleClient, ClientConfig>;
+/// A role's listing and when it was fetched.
+type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
+
+/// The worker's MCP client for the tool gateway.
+///
+/// - One rmcp session per role, opened on first use and re-opened when its
+///   transport closes; the HTTP client is built once and shared by all roles.
+/// - Headers on every request: `Authorization: Bearer <token of ctx.role>`,
+///   `x-swarm-customer-id`, `x-swarm-conversation-id`, `x-swarm-subtask-id`.
+/// - **Idempotency key:** the worker core puts a top-level
+///   `"_idempotency_key": "<key>"` string into a call's `arguments`; this
+///   adapter removes it and sends it as the `x-swarm-idempotency-key` header,
+///   which the gateway writes into the tool's own idempotency argument (the
+///   model never sees or writes that argument).
+/// - Errors: a call that does not answer within its timeout is
+///   [`ToolError::Timeout`] (an MCP `notifications/cancelled` is sent and the
+///   HTTP request dropped); transport failures and 5xx/429 are
+///   [`ToolError::Unavailable`]; an unknown role, a refused credential, an
+///   MCP protocol error or bad arguments are [`ToolError::Permanent`].
+///   Refusals of a permitted credential (tool not allowed for the role, rate
+///   limit, open breaker) arrive as `ToolOutput { is_error: true }`.
+/// - `tools/list` answers are reused per role for [`DEFAULT_LIST_TTL`]
+///   (change with [`McpToolGateway::with_list_ttl`]; zero turns it off); a
+///   burst of first listings makes one request. Errors are never cached.
+pub struct McpToolGateway {
+    url: Arc<str>,
+    http: HeaderInjectingClient,
+    tokens: HashMap<String, GatewayToken>,
+    /// Deadline for opening a session and for `tools/list`.
+    call_timeout: Duration,
+    /// role → open session; bounded by the number of configured roles.
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Serialises session opening so a burst of first calls opens one session per role.
+    connecting: tokio::sync::Mutex<()>,
+    list_ttl: Duration,
+    /// role → (fetched at, sorted listing).
+    listings: Mutex<HashMap<String, Listing>>,
+    /// Serialises listing fetches so a burst of first listings makes one request.
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for McpToolGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut roles: Vec<&String> = self.tokens.keys().collect();
+        roles.sort();
+        f.debug_struct("McpToolGateway")
+            .field("url", &self.url)
+            .field("roles", &roles)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpToolGateway {
+    /// `url`: the gateway's MCP endpoint (e.g. `http://127.0.0.1:8790/mcp`).
+    /// `role_tokens`: worker role → bearer token. `call_timeout`: deadline for
+    /// session set-up and `tools/list` (`tools/call` takes its own timeout).
+    ///
+    /// Errors: [`ToolError::Permanent`] for a URL that is not http(s), an empty
+    /// token or one that cannot be an HTTP header value, or a zero timeout.
+    /// Nothing is contacted here; sessions open on first use.
+    pub fn new<T: Into<GatewayToken>>(
+        url: &str,
+        role_tokens: HashMap<String, T>,
+        call_timeout: Duration,
+    ) -> Result<Self, ToolError> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| ToolError::Permanent(format!("gateway URL {url:?} is invalid: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ToolError::Permanent(format!("gateway URL {url:?} must be http or https")));
+        }
+        if call_timeout.is_zero() {
+            return Err(ToolError::Permanent("gateway call timeout must be positive".into()));
+        }
+        let mut tokens = HashMap::with_capacity(role_tokens.len());
+        for (role, token) in role_tokens {
+            let token: GatewayToken = token.into();
+            if token.expose().is_empty() || HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+                return Err(ToolError::Permanent(format!(
+                    "gateway token for role {role:?} is empty or not a valid header value"
+                )));
+            }
+            tokens.insert(role, token);
+        }
+        let inner = reqwest::Client::builder()
+            .connect_timeout(call_timeout)
+            .build()
+            .map_err(|e| ToolError::Permanent(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            url: Arc::from(url),
+            http: HeaderInjectingClient { inner },
+            tokens,
+            call_timeout,
+            sessions: Mutex::new(HashMap::new()),
+            connecting: tokio::sync::Mutex::new(()),
+            list_ttl: DEFAULT_LIST_TTL,
+            listings: Mutex::new(HashMap::new()),
+            listing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// How long one role's `tools/list` answer is reused; `Duration::ZERO` asks the gateway every time.
+    pub fn with_list_ttl(mut self, ttl: Duration) -> Self {
+        self.list_ttl = ttl;
+        self
+    }
+
+    fn cached_listing(&self, role: &str) -> Option<Arc<Vec<ToolSpec>>> {
+        if self.list_ttl.is_zero() {
+            return None;
+        }
+        let listings = self.listings.lock().unwrap_or_else(|e| e.into_inner());
+        listings.get(role).filter(|(at, _)| at.elapsed() < self.list_ttl).map(|(_, tools)| tools.clone())
+    }
+
+    /// Asks the gateway for every page of the role's tools, sorted by name.
+    async fn fetch_listing(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        let mut specs = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+                method: Default::default(),
+                params,
+                extensions: Default::default(),
+            });
+            let result = self.request(ctx, request, None, self.call_timeout).await?;
+            let ServerResult::ListToolsResult(page) = result else {
+                return Err(ToolError::Permanent("tools/list answered with another result type".into()));
+            };
+            specs.extend(page.tools.into_iter().map(|tool| ToolSpec {
+                name: tool.name.into_owned(),
+                description: tool.description.map(Cow::into_owned).unwrap_or_default(),
+                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            }));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => {
+                    specs.sort_by(|a, b| a.name.cmp(&b.name));
+                    return Ok(specs);
+                }
+            }
+        }
+        Err(ToolError::Permanent(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
+    }
+
+    fn cached_session(&self, role: &str) -> Option<Arc<Session>> {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.get(role).filter(|s| !s.is_closed() && !s.peer().is_transport_closed()).cloned()
+    }
+
+    /// The open session of `role`, opening one (MCP `initialize`) if needed.
+    async fn session(&self, role: &str) -> Result<Arc<Session>, ToolError> {
+        if let Some(session) = self.cached_session(role) {
+            return Ok(session);
+        }
+        let token = self
+            .tokens
+            .get(role)
+            .ok_or_else(|| ToolError::Permanent(format!("no gateway credential configured for role {role:?}")))?;
+        let _guard = tokio::time::timeout(self.call_timeout, self.connecting.lock())
+            .await
+            .map_err(|_| ToolError::Timeout(self.call_timeout))?;
+        if let Some(session) = self.cached_session(role) {
+            return Ok(session);
+        }
+        let config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+            .auth_header(token.expose())
+            .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
+        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        let client_config = ClientConfig::new(
+            Default::default(),
+            Implementation::new("lambda-swarm-worker", env!("CARGO_PKG_VERSION")),
+        );
+        let session = tokio::time::timeout(self.call_timeout, client_config.serve(transport))
+            .await
+            .map_err(|_| ToolError::Timeout(self.call_timeout))?
+            .map_err(|e| {
+                let text = e.to_string();
+                if text.contains("401") || text.contains("403") || text.contains("Auth") {
+                    ToolError::Permanent(format!("gateway refused the session: {text}"))
+                } else {
+                    ToolError::Unavailable(format!("cannot open a gateway session: {text}"))
+                }
+            })?;
+        let session = Arc::new(session);
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).insert(role.to_owned(), session.clone());
+        tracing::debug!(role, "opened tool gateway session");
+        Ok(session)
+    }
+
+    fn forget_session(&self, role: &str, session: &Arc<Session>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if sessions.get(role).is_some_and(|s| Arc::ptr_eq(s, session)) {
+            sessions.remove(role);
+        }
+    }
+
+    /// Sends one request with the context headers and a deadline; maps errors.
+    async fn request(
+        &self,
+        ctx: &ToolContext,
+        mut request: ClientRequest,
+        extra: Option<(HeaderName, HeaderValue)>,
+        timeout: Duration,
+    ) -> Result<ServerResult, ToolError> {
+        let session = self.session(&ctx.role).await?;
+        let headers = context_headers(ctx, extra)?;
+        request.extensions_mut().insert(headers);
+        let outcome = async {
+            let handle =
+                session.peer().send_request_with_option(request, PeerRequestOptions::with_timeout(timeout)).await?;
+            handle.await_response().await
+        };
+        // The inner timeout sends `notifications/cancelled`; the outer one only
+        // guards against a stuck send queue.
+        let result = tokio::time::timeout(timeout + Duration::from_millis(250), outcome)
+            .await
+            .unwrap_or(Err(ServiceError::Timeout { timeout }));
+        result.map_err(|e| {
+            let error = classify(e, timeout);
+            if matches!(error, ToolError::Unavailable(_)) && session.peer().is_transport_closed() {
+                self.forget_session(&ctx.role, &session);
+            }
+            error
+        })
+    }
+}
+
+fn header_value(name: &str, value: &str) -> Result<HeaderValue, ToolError> {
+    HeaderValue::from_str(value)
+        .map_err(|_| ToolError::Permanent(format!("{name} {value:?} cannot be sent as an HTTP header")))
+}
+
+fn context_headers(ctx: &ToolContext, extra: Option<(HeaderName, HeaderValue)>) -> Result<RequestHeaders, ToolError> {
+    let mut headers = Vec::with_capacity(4);
+    headers.push((HeaderName::from_static(HEADER_CUSTOMER_ID), header_value("customer id", &ctx.customer_id)?));
+    headers.push((
+        HeaderName::from_static(HEADER_CONVERSATION_ID),
+        header_value("conversation id", ctx.conversation_id.as_str())?,
+    ));
+    headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", &ctx.subtask_id)?));
+    headers.extend(extra);
+    Ok(RequestHeaders(Arc::new(headers)))
+}
+
+/// Maps an rmcp client error to the port's classification.
+fn classify(error: ServiceError, timeout: Duration) -> ToolError {
+    match error {
+        ServiceError::Timeout { .. } | ServiceError::Cancelled { .. } => ToolError::Timeout(timeout),
+        ServiceError::McpError(e) => ToolError::Permanent(format!("gateway refused the request: {}", e.message)),
+        ServiceError::UnexpectedResponse => {
+            ToolError::Permanent("gateway answered with an unexpected response type".into())
+        }
+        ServiceError::TransportClosed => ToolError::Unavailable("gateway session closed".into()),
+        e @ ServiceError::TransportSend(_) => {
+            let text = e.to_string();
+            if e.is_authorization_required() || text.contains("401") || text.contains("403") {
+                ToolError::Permanent(format!("gateway refused the credential: {text}"))
+            } else {
+                ToolError::Unavailable(text)
+            }
+        }
+        other => ToolError::Unavailable(other.to_string()),
+    }
+}
+
+/// Joins the text blocks of a tool result (newline-separated); falls back to
+/// the structured content as JSON text when there is no text block.
+fn result_text(result: &rmcp::model::CallToolResult) -> String {
+    let texts: Vec<&str> = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
+    if texts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        return structured.to_string();
+    }
+    texts.join("\n")
+}
+
+#[async_trait]
+impl ToolGateway for McpToolGateway {
+    /// Tools visible to `ctx.role`, sorted by name; follows pagination up to
+    /// 20 pages; reused per role for the list TTL.
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        if let Some(tools) = self.cached_listing(&ctx.role) {
+            return Ok((*tools).clone());
+        }
+        if self.list_ttl.is_zero() {
+            return self.fetch_listing(ctx).await;
+        }
+        let _guard = tokio::time::timeout(self.call_timeout, self.listing.lock())
+            .await
+            .map_err(|_| ToolError::Timeout(self.call_timeout))?;
+        if let Some(tools) = self.cached_listing(&ctx.role) {
+            return Ok((*tools).clone());
+        }
+        let tools = self.fetch_listing(ctx).await?;
+        self.listings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ctx.role.clone(), (tokio::time::Instant::now(), Arc::new(tools.clone())));
+        Ok(tools)
+    }
+
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
+        let serde_json::Value::Object(mut arguments) = arguments else {
+            return Err(ToolError::Permanent(format!("arguments of {name} must be a JSON object")));
+        };
+        let idempotency = match arguments.remove(IDEMPOTENCY_ARGUMENT) {
+            None => None,
+            Some(serde_json::Value::String(key)) if !key.is_empty() => {
+                Some((HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), header_value("idempotency key", &key)?))
+            }
+            Some(other) => {
+                return Err(ToolError::Permanent(format!(
+                    "{IDEMPOTENCY_ARGUMENT} must be a non-empty string, got {other}"
+                )));
+            }
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
+        ));
+        match self.request(ctx, request, idempotency, timeout).await? {
+            ServerResult::CallToolResult(result) => {
+                Ok(ToolOutput { text: result_text(&result), is_error: result.is_error.unwrap_or(false) })
+            }
+            _ => Err(ToolError::Permanent(format!("tools/call {name} answered with an unsupported result type"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_debug_never_prints_the_value() {
+        let token = GatewayToken::from("s3cr3t-value");
+        assert_eq!(format!("{token:?}"), "***");
+        assert_eq!(token.expose(), "s3cr3t-value");
+    }
+
+    #[test]
+    fn adapter_rejects_a_non_http_url_and_empty_tokens() {
+        let tokens: HashMap<String, String> = HashMap::from([("support".into(), "t".into())]);
+        let err = McpToolGateway::new("ftp://x/mcp", tokens, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, ToolError::Permanent(m) if m.contains("http")));
+        let empty: HashMap<String, String> = HashMap::from([("support".into(), String::new())]);
+        let err = McpToolGateway::new("http://127.0.0.1:1/mcp", empty, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, ToolError::Permanent(m) if m.contains("support")));
+    }
+
+    #[test]
+    fn request_headers_are_added_only_from_the_request_extensions() {
+        let ctx = ToolContext {
+            role: "support".into(),
+            customer_id: "C104".into(),
+            conversation_id: swarm_core::domain::ConversationId::from_trusted("conv-1"),
+            subtask_id: "w01".into(),
+        };
+        let headers = context_headers(
+            &ctx,
+            Some((HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), HeaderValue::from_static("k1"))),
+        )
+        .unwrap();
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("x")));
+        request.extensions_mut().insert(headers);
+        let message = ClientJsonRpcMessage::request(request, rmcp::model::RequestId::Number(1));
+        let out = HeaderInjectingClient::with_request_headers(&message, HashMap::new());
+        assert_eq!(out[&HeaderName::from_static(HEADER_CUSTOMER_ID)], "C104");
+        assert_eq!(out[&HeaderName::from_static(HEADER_CONVERSATION_ID)], "conv-1");
+        assert_eq!(out[&HeaderName::from_static(HEADER_SUBTASK_ID)], "w01");
+        assert_eq!(out[&HeaderName::from_static(HEADER_IDEMPOTENCY_KEY)], "k1");
+        // The JSON-RPC body carries none of them.
+        let body = serde_json::to_string(&message).unwrap();
+        assert!(!body.contains("C104"), "{body}");
+    }
+}
