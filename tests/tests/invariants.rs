@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_core::domain::ConversationId;
+use swarm_core::llm::Models;
 use swarm_core::ports::ConversationStore;
 use swarm_local::{LocalStack, StackOptions};
-use swarm_offline::OfflineModel;
-use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
+use swarm_tests::{case, failing_to_begin, insufficient_balance, over_offline, unmet_expectations, with_plan};
 
 async fn ask(stack: &LocalStack, message: &str, customer: &str) -> swarm_core::view::ConversationView {
     let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
@@ -19,16 +19,17 @@ async fn ask(stack: &LocalStack, message: &str, customer: &str) -> swarm_core::v
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
     let case = case("q11");
-    let single = CountingModel::new(Arc::new(OfflineModel::new()));
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(single.clone())), ..StackOptions::default() })
-        .await
-        .unwrap();
+    let single = Arc::new(over_offline());
+    let stack =
+        LocalStack::start(StackOptions { models: Some(Models::single(single.clone())), ..StackOptions::default() })
+            .await
+            .unwrap();
     let baseline = ask(&stack, &case.query, &case.customer_id).await;
     stack.shutdown().await;
 
-    let doubled = CountingModel::new(Arc::new(OfflineModel::new()));
+    let doubled = Arc::new(over_offline());
     let stack = LocalStack::start(StackOptions {
-        models: Some(models_of(doubled.clone())),
+        models: Some(Models::single(doubled.clone())),
         duplicate_deliveries: true,
         ..StackOptions::default()
     })
@@ -59,10 +60,11 @@ async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_subtask_gives_a_degraded_reply_without_its_error_text() {
-    let model = ScriptedModel { fail_on: Some("SAVE20".into()), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
-        .await
-        .unwrap();
+    let model = over_offline().fail_work_on("SAVE20", insufficient_balance());
+    let stack =
+        LocalStack::start(StackOptions { models: Some(Models::single(Arc::new(model))), ..StackOptions::default() })
+            .await
+            .unwrap();
     let view = ask(&stack, "我的订单 A1029 现在什么状态？另外优惠券 SAVE20 还能用吗？", "C104").await;
     assert_eq!(view.status, "DONE");
     let failed: Vec<_> = view.subtasks.iter().filter(|s| s.status == "FAILED").collect();
@@ -90,10 +92,11 @@ fn chain_plan() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependency_chain_runs_in_order() {
-    let model = ScriptedModel { plan: Some(chain_plan()), ..ScriptedModel::new() };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
-        .await
-        .unwrap();
+    let model = with_plan(over_offline(), &chain_plan());
+    let stack =
+        LocalStack::start(StackOptions { models: Some(Models::single(Arc::new(model))), ..StackOptions::default() })
+            .await
+            .unwrap();
     let view = ask(&stack, "Where is my latest order A1003 and can I use SAVE20?", "C102").await;
     assert_eq!(view.status, "DONE");
     assert!(view.subtasks.iter().all(|s| s.status == "SUCCEEDED"), "{:?}", view.subtasks);
@@ -111,14 +114,12 @@ async fn dependency_chain_runs_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependents_of_a_failed_subtask_are_skipped_not_hung() {
-    let model = ScriptedModel {
-        plan: Some(chain_plan()),
-        fail_on: Some("List the customer's orders".into()),
-        ..ScriptedModel::new()
-    };
-    let stack = LocalStack::start(StackOptions { models: Some(models_of(Arc::new(model))), ..StackOptions::default() })
-        .await
-        .unwrap();
+    let model =
+        with_plan(over_offline(), &chain_plan()).fail_work_on("List the customer's orders", insufficient_balance());
+    let stack =
+        LocalStack::start(StackOptions { models: Some(Models::single(Arc::new(model))), ..StackOptions::default() })
+            .await
+            .unwrap();
     let view = ask(&stack, "Where is my latest order and can I use SAVE20?", "C102").await;
     assert_eq!(view.status, "DONE");
     let status = |sid: &str| view.subtasks.iter().find(|s| s.id == sid).unwrap().status.clone();
@@ -169,9 +170,9 @@ async fn configured_concurrency_cap_is_honoured() {
         "id": format!("w{i:02}"), "instruction": format!("Check whether SKU-10{i:02} is in stock."), "tools": ["shop__get_product"]
     })).collect::<Vec<_>>()})
     .to_string();
-    let model = ScriptedModel { plan: Some(plan), work_delay: Duration::from_millis(40), ..ScriptedModel::new() };
+    let model = with_plan(over_offline(), &plan).work_delay(Duration::from_millis(40));
     let stack = LocalStack::start(StackOptions {
-        models: Some(models_of(Arc::new(model))),
+        models: Some(Models::single(Arc::new(model))),
         worker_concurrency: 3,
         ..StackOptions::default()
     })
@@ -186,9 +187,9 @@ async fn configured_concurrency_cap_is_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
-    let model = ScriptedModel { stall_on: Some(("SAVE20".into(), Duration::from_secs(30))), ..ScriptedModel::new() };
+    let model = over_offline().stall_work_on("SAVE20", Duration::from_secs(30));
     let stack = LocalStack::start(StackOptions {
-        models: Some(models_of(Arc::new(model))),
+        models: Some(Models::single(Arc::new(model))),
         deadline_secs: 2,
         ..StackOptions::default()
     })
@@ -209,9 +210,7 @@ async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
     let stack = LocalStack::start(StackOptions {
-        wrap_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore { inner, subtask: "w02".into() }) as Arc<dyn ConversationStore>
-        })),
+        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w02"))),
         max_receive_count: 2,
         ..StackOptions::default()
     })
@@ -232,9 +231,9 @@ async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
 async fn worker_short_of_time_hands_back_and_resumes_without_repeating_tool_calls() {
     // Invocation of 5 s minus the 3 s safety margin leaves 2 s; a round needs 1 s
     // to start and takes 1.2 s, so the second round no longer fits the first attempt.
-    let model = ScriptedModel { work_delay: Duration::from_millis(1200), ..ScriptedModel::new() };
+    let model = over_offline().work_delay(Duration::from_millis(1200));
     let stack = LocalStack::start(StackOptions {
-        models: Some(models_of(Arc::new(model))),
+        models: Some(Models::single(Arc::new(model))),
         invocation_timeout: Duration::from_secs(5),
         worker_settings: worker::WorkerSettings {
             min_round_time: Duration::from_secs(1),

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use swarm_core::ports::ConversationStore;
+use swarm_core::llm::Models;
 use swarm_local::aws::QueueDepth;
 use swarm_local::{AwsOptions, AwsStack, StackOptions};
-use swarm_tests::{CountingModel, FlakyStore, ScriptedModel, case, models_of, unmet_expectations};
+use swarm_tests::{case, failing_to_begin, over_offline, unmet_expectations, with_plan};
 use worker::WorkerSettings;
 
 /// The emulator's endpoint; `None` (after a loud line) only when `SWARM_SKIP_AWS=1`.
@@ -74,12 +74,10 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     swarm_adapters::telemetry::init_with_default("warn");
     let started = Instant::now();
     let q03 = case("q03");
-    let model = CountingModel::new(Arc::new(ScriptedModel { plan: Some(plan()), ..ScriptedModel::new() }));
+    let model = Arc::new(with_plan(over_offline(), &plan()));
     let stack_options = StackOptions {
-        models: Some(models_of(model.clone())),
-        wrap_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore { inner, subtask: "w04".into() }) as Arc<dyn ConversationStore>
-        })),
+        models: Some(Models::single(model.clone())),
+        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w04"))),
         // Short, so the redrive happens within seconds; not below the invocation
         // timeout (Lambda requires visibility timeout ≥ function timeout), and that must
         // exceed the worker's 3 s safety margin plus one round.

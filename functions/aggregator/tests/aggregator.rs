@@ -1,43 +1,28 @@
 //! The aggregator on the embedded store: one reply under concurrent triggers, the model-free reply when the model fails, stream events from the fixtures.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use aggregator::{AggregateOutcome, Aggregator, AggregatorSettings};
-use async_trait::async_trait;
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::LambdaEvent;
 use swarm_adapters::embedded::InMemoryConversationStore;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, Usage,
 };
-use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError};
+use swarm_core::ports::{ChatResponse, ConversationStore, LlmError};
+use swarm_testing::{ScriptedModel, text_response};
 
-struct Replier {
-    calls: AtomicU32,
-    fail: bool,
-}
-
-#[async_trait]
-impl ChatModel for Replier {
-    async fn complete(&self, _request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        tokio::task::yield_now().await;
-        if self.fail {
-            return Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() });
-        }
+/// The reply model: writes the same reply every time, or (`fail`) is refused every time.
+fn replier(fail: bool) -> Arc<ScriptedModel> {
+    let reply = if fail {
+        Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() })
+    } else {
         Ok(ChatResponse {
-            content: Some("Your order A1029 is paid.".into()),
-            tool_calls: vec![],
-            finish_reason: FinishReason::Stop,
-            reasoning_content: None,
             usage: Usage { prompt_tokens: Some(50), completion_tokens: Some(10), cached_tokens: None, cost_usd: None },
-            model: "m".into(),
+            ..text_response("Your order A1029 is paid.")
         })
-    }
-    fn label(&self) -> String {
-        "replier".into()
-    }
+    };
+    Arc::new(ScriptedModel::always(reply))
 }
 
 async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> ConversationId {
@@ -68,7 +53,7 @@ async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> C
 async fn concurrent_triggers_write_exactly_one_reply() {
     let store = Arc::new(InMemoryConversationStore::new());
     let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07").await;
-    let model = Arc::new(Replier { calls: AtomicU32::new(0), fail: false });
+    let model = replier(false);
     let agg = Arc::new(Aggregator::new(store.clone(), model.clone(), AggregatorSettings::default()));
     let runs: Vec<_> = (0..8)
         .map(|_| {
@@ -84,7 +69,7 @@ async fn concurrent_triggers_write_exactly_one_reply() {
         }
     }
     assert_eq!(replied, 1);
-    assert_eq!(model.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(model.calls(), 1);
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
     assert_eq!(conv.reply.as_deref(), Some("Your order A1029 is paid."));
@@ -95,11 +80,7 @@ async fn concurrent_triggers_write_exactly_one_reply() {
 async fn failed_reply_model_still_answers_without_leaking_error_text() {
     let store = Arc::new(InMemoryConversationStore::new());
     let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d08").await;
-    let agg = Aggregator::new(
-        store.clone(),
-        Arc::new(Replier { calls: AtomicU32::new(0), fail: true }),
-        AggregatorSettings::default(),
-    );
+    let agg = Aggregator::new(store.clone(), replier(true), AggregatorSettings::default());
     assert_eq!(agg.aggregate(&id).await.unwrap(), AggregateOutcome::Replied { by_model: false });
     let reply = store.get_conversation(&id).await.unwrap().unwrap().reply.unwrap();
     assert!(reply.contains("Order A1029 is paid."));
@@ -121,11 +102,7 @@ async fn stream_fixture_event_triggers_the_aggregation_of_its_conversation() {
     .unwrap();
     let event: Event = serde_json::from_str(&text).unwrap();
     assert_eq!(aggregator::handler::conversation_of(&event.records[0]), Some(id.clone()));
-    let agg = Aggregator::new(
-        store.clone(),
-        Arc::new(Replier { calls: AtomicU32::new(0), fail: false }),
-        AggregatorSettings::default(),
-    );
+    let agg = Aggregator::new(store.clone(), replier(false), AggregatorSettings::default());
     aggregator::handler::handle(&agg, LambdaEvent::new(event.clone(), lambda_runtime::Context::default()))
         .await
         .unwrap();

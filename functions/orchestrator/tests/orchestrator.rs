@@ -1,75 +1,38 @@
 //! The orchestrator on embedded adapters: plan retry with the validation error shown, the single-subtask fallback, roles from the tool table, what gets enqueued.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use orchestrator::core::CreateRequest;
 use orchestrator::{Orchestrator, OrchestratorSettings};
 use serde_json::json;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
-use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue,
-    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
-};
+use swarm_core::ports::{ChatMessage, ConversationStore, TaskQueue, ToolError};
 use swarm_core::roles::{RoleTable, TaskQueues};
+use swarm_testing::{ScriptedModel, StaticTools, text_response};
 
-struct Planner {
-    answers: Mutex<Vec<String>>,
-    seen: Mutex<Vec<ChatRequest>>,
+/// The planner's model: answers `answers` in order, keeping every request.
+fn planner(answers: &[&str]) -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::new(answers.iter().map(|a| Ok(text_response(a)))))
 }
 
-#[async_trait]
-impl ChatModel for Planner {
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.seen.lock().unwrap().push(request.clone());
-        let content = self.answers.lock().unwrap().pop().unwrap_or_else(|| "no plan".into());
-        Ok(ChatResponse {
-            content: Some(content),
-            tool_calls: vec![],
-            finish_reason: FinishReason::Stop,
-            reasoning_content: None,
-            usage: Default::default(),
-            model: "m".into(),
-        })
-    }
-    fn label(&self) -> String {
-        "planner".into()
-    }
-}
-
-struct Catalogue;
-
-#[async_trait]
-impl ToolGateway for Catalogue {
-    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
-        assert_eq!(ctx.role, "planner", "the orchestrator lists tools with the planner credential");
-        Ok(["shop__get_order", "shop__check_coupon", "shop__refund"]
-            .iter()
-            .map(|n| ToolSpec {
-                name: (*n).into(),
-                description: format!("{n} tool"),
-                input_schema: json!({"type": "object"}),
-            })
-            .collect())
-    }
-    async fn call_tool(
-        &self,
-        _: &ToolContext,
-        _: &str,
-        _: serde_json::Value,
-        _: Duration,
-    ) -> Result<ToolOutput, ToolError> {
-        Err(ToolError::Permanent("the planner calls no tools".into()))
-    }
+/// The shop's catalogue as the planner credential lists it; the planner calls no tools.
+fn catalogue() -> StaticTools {
+    StaticTools::named(
+        &["shop__get_order", "shop__check_coupon", "shop__refund"],
+        "{name} tool",
+        json!({"type": "object"}),
+    )
+    .only_for_role("planner")
+    .on_any_call(|_, _| Err(ToolError::Permanent("the planner calls no tools".into())))
 }
 
 struct Rig {
     store: Arc<InMemoryConversationStore>,
     tasks: InMemoryQueue,
     refunds: InMemoryQueue,
-    model: Arc<Planner>,
+    model: Arc<ScriptedModel>,
     core: Orchestrator,
 }
 
@@ -77,17 +40,14 @@ fn rig(answers: &[&str]) -> Rig {
     let store = Arc::new(InMemoryConversationStore::new());
     let tasks = InMemoryQueue::new(QueueSettings::default());
     let refunds = InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() });
-    let model = Arc::new(Planner {
-        answers: Mutex::new(answers.iter().rev().map(|s| s.to_string()).collect()),
-        seen: Mutex::new(vec![]),
-    });
+    let model = planner(answers);
     let queues = TaskQueues::new(Arc::new(tasks.clone()) as Arc<dyn TaskQueue>)
         .with_role("refund", Arc::new(refunds.clone()) as Arc<dyn TaskQueue>);
     let core = Orchestrator::new(
         store.clone(),
         queues,
         model.clone(),
-        Arc::new(Catalogue),
+        Arc::new(catalogue()),
         RoleTable::demo(),
         OrchestratorSettings::default(),
     );
@@ -107,7 +67,7 @@ async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
     let good = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["get_order"]}, {"id": "w02", "instruction": "Refund A1029", "tools": ["shop__refund"], "depends_on": ["w01"]}]}"#;
     let r = rig(&[r#"{"subtasks": [{"id": "w01", "instruction": "x", "tools": ["delete_db"]}]}"#, good]);
     let created = r.core.create(request("where is A1029, refund it")).await.unwrap();
-    let seen = r.model.seen.lock().unwrap().clone();
+    let seen = r.model.requests();
     assert_eq!(seen.len(), 2);
     let retry = seen[1].messages.last().unwrap();
     assert!(
@@ -151,7 +111,7 @@ async fn same_idempotency_key_returns_the_same_conversation_and_plans_once() {
     let b = r.core.create(req).await.unwrap();
     assert_eq!(a.conversation_id, b.conversation_id);
     assert!(a.new && !b.new);
-    assert_eq!(r.model.seen.lock().unwrap().len(), 1);
+    assert_eq!(r.model.calls(), 1);
     assert_eq!(r.store.conversation_count(), 1);
 }
 

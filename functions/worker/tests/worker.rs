@@ -1,9 +1,8 @@
 //! The worker on its own: the tool loop's transcript invariants and the SQS handler's partial batch response, on embedded adapters with a scripted model and gateway.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
@@ -12,38 +11,15 @@ use swarm_core::domain::{
     Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue, ToolCall,
-    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
+    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, TaskQueue, ToolCall, ToolError, ToolGateway,
 };
 use swarm_core::roles::TaskQueues;
+use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
 use worker::{Outcome, Worker, WorkerMode, WorkerSettings};
 
 /// Answers with scripted responses in order and keeps every request.
-struct Scripted {
-    responses: Mutex<Vec<ChatResponse>>,
-    seen: Mutex<Vec<ChatRequest>>,
-}
-
-impl Scripted {
-    fn new(mut responses: Vec<ChatResponse>) -> Arc<Self> {
-        responses.reverse();
-        Arc::new(Self { responses: Mutex::new(responses), seen: Mutex::new(Vec::new()) })
-    }
-}
-
-#[async_trait]
-impl ChatModel for Scripted {
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.seen.lock().unwrap().push(request.clone());
-        self.responses
-            .lock()
-            .unwrap()
-            .pop()
-            .ok_or(LlmError::Permanent { status: 500, message: "script exhausted".into() })
-    }
-    fn label(&self) -> String {
-        "scripted".into()
-    }
+fn scripted(responses: Vec<ChatResponse>) -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::new(responses.into_iter().map(Ok)))
 }
 
 fn calls(calls: &[(&str, &str, &str)], finish: FinishReason) -> ChatResponse {
@@ -60,47 +36,16 @@ fn calls(calls: &[(&str, &str, &str)], finish: FinishReason) -> ChatResponse {
     }
 }
 
-fn text(t: &str) -> ChatResponse {
-    ChatResponse {
-        content: Some(t.into()),
-        tool_calls: vec![],
-        finish_reason: FinishReason::Stop,
-        reasoning_content: None,
-        usage: Usage::default(),
-        model: "m".into(),
-    }
-}
-
-/// A gateway whose tools answer after different delays (so parallel calls finish out of order) and record what ran.
-struct FakeTools {
-    ran: Mutex<Vec<(String, serde_json::Value)>>,
-}
-
-#[async_trait]
-impl ToolGateway for FakeTools {
-    async fn list_tools(&self, _ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
-        let schema =
-            json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
-        Ok(["shop__get_order", "shop__track_shipment", "shop__refund"]
-            .iter()
-            .map(|n| ToolSpec { name: (*n).into(), description: String::new(), input_schema: schema.clone() })
-            .collect())
-    }
-    async fn call_tool(
-        &self,
-        _ctx: &ToolContext,
-        name: &str,
-        args: serde_json::Value,
-        _timeout: Duration,
-    ) -> Result<ToolOutput, ToolError> {
-        let delay = if name.ends_with("get_order") { 60 } else { 5 };
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        self.ran.lock().unwrap().push((name.to_owned(), args.clone()));
-        if name.ends_with("track_shipment") {
-            return Err(ToolError::Timeout(Duration::from_secs(10)));
-        }
-        Ok(ToolOutput { text: format!("{{\"tool\":\"{name}\",\"order_id\":{}}}", args["order_id"]), is_error: false })
-    }
+/// A gateway whose tools answer after different delays (so parallel calls finish out of order) and record what ran:
+/// `get_order` after 60 ms, the others after 5 ms; `track_shipment` times out.
+fn fake_tools() -> Arc<StaticTools> {
+    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
+    Arc::new(
+        StaticTools::named(&["shop__get_order", "shop__track_shipment", "shop__refund"], "", schema)
+            .default_delay(Duration::from_millis(5))
+            .delay("shop__get_order", Duration::from_millis(60))
+            .on_call("shop__track_shipment", |_| Err(ToolError::Timeout(Duration::from_secs(10)))),
+    )
 }
 
 struct Setup {
@@ -148,7 +93,7 @@ fn deadline() -> tokio::time::Instant {
 #[tokio::test]
 async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() {
     let s = setup(&["shop__get_order", "shop__track_shipment"]).await;
-    let model = Scripted::new(vec![
+    let model = scripted(vec![
         calls(
             &[
                 ("functions.get_order:0", "shop__get_order", r#"{"order_id":"A1029"}"#),
@@ -159,14 +104,14 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
             ],
             FinishReason::ToolCalls,
         ),
-        text("Order A1029 is paid."),
+        text_response("Order A1029 is paid."),
     ]);
-    let tools = Arc::new(FakeTools { ran: Mutex::new(Vec::new()) });
+    let tools = fake_tools();
     let w = worker(&s, model.clone(), tools.clone());
     let outcome = w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
 
-    let seen = model.seen.lock().unwrap().clone();
+    let seen = model.requests();
     let second = &seen[1].messages;
     swarm_core::llm::transcript::check_pairing(second).unwrap();
     let answers: Vec<(&str, &str)> = second
@@ -188,7 +133,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
     assert!(answers[3].1.contains("not valid JSON"), "truncated arguments are refused: {}", answers[3].1);
     assert!(answers[4].1.contains("schema"), "arguments against the schema are refused: {}", answers[4].1);
     // Only the two well-formed, permitted calls ran; the reasoning went back with the assistant message.
-    let ran = tools.ran.lock().unwrap().clone();
+    let ran = tools.ran();
     assert_eq!(ran.len(), 2, "{ran:?}");
     assert!(ran.iter().all(|(_, a)| a["_idempotency_key"].as_str().is_some_and(|k| k.contains("w01"))));
     assert!(
@@ -206,15 +151,15 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
 #[tokio::test]
 async fn calls_cut_off_by_length_are_never_executed() {
     let s = setup(&["shop__refund"]).await;
-    let model = Scripted::new(vec![
+    let model = scripted(vec![
         calls(&[("call_t", "shop__refund", r#"{"order_id": "A1029"}"#)], FinishReason::Length),
-        text("I could not complete the refund request."),
+        text_response("I could not complete the refund request."),
     ]);
-    let tools = Arc::new(FakeTools { ran: Mutex::new(Vec::new()) });
+    let tools = fake_tools();
     let w = worker(&s, model.clone(), tools.clone());
     w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
-    assert!(tools.ran.lock().unwrap().is_empty(), "no tool ran with guessed arguments");
-    let seen = model.seen.lock().unwrap();
+    assert!(tools.ran().is_empty(), "no tool ran with guessed arguments");
+    let seen = model.requests();
     let answered = seen[1].messages.iter().any(|m| matches!(m, ChatMessage::Tool { tool_call_id, content } if tool_call_id == "call_t" && content.contains("cut off")));
     assert!(answered);
 }
@@ -222,8 +167,8 @@ async fn calls_cut_off_by_length_are_never_executed() {
 #[tokio::test]
 async fn permanent_llm_failure_records_a_failed_subtask_with_the_cause() {
     let s = setup(&[]).await;
-    let model = Scripted::new(vec![]);
-    let w = worker(&s, model, Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }));
+    let model = scripted(vec![]);
+    let w = worker(&s, model, fake_tools());
     assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert!(matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("script exhausted")));
@@ -250,7 +195,7 @@ fn context() -> lambda_runtime::Context {
 #[tokio::test]
 async fn partial_batch_response_lists_only_retryable_failures_in_the_lambda_shape() {
     let s = setup(&[]).await;
-    let w = worker(&s, Scripted::new(vec![text("Hello!")]), Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }));
+    let w = worker(&s, scripted(vec![text_response("Hello!")]), fake_tools());
     let good = serde_json::to_string(&TaskMessage::run(&s.id, "w01")).unwrap();
     let unknown = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), "w01")).unwrap();
     let e = event(&[&good, "not json", &unknown]);
@@ -259,112 +204,19 @@ async fn partial_batch_response_lists_only_retryable_failures_in_the_lambda_shap
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
 }
 
-/// A store that is throttled on every read.
-struct Throttled;
-
-#[async_trait]
-impl ConversationStore for Throttled {
-    async fn create_conversation(
-        &self,
-        _: &Conversation,
-    ) -> Result<swarm_core::ports::CreateOutcome, swarm_core::ports::StoreError> {
-        Err(swarm_core::ports::StoreError::Transient("throttled".into()))
-    }
-    async fn get_conversation(
-        &self,
-        _: &ConversationId,
-    ) -> Result<Option<Conversation>, swarm_core::ports::StoreError> {
-        Err(swarm_core::ports::StoreError::Transient("ProvisionedThroughputExceeded".into()))
-    }
-    async fn start_run(
-        &self,
-        _: &ConversationId,
-        _: &[SubtaskRecord],
-        _: &[String],
-        _: &Usage,
-    ) -> Result<bool, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn transition_conversation(
-        &self,
-        _: &ConversationId,
-        _: swarm_core::domain::ConversationStatus,
-        _: swarm_core::domain::ConversationStatus,
-    ) -> Result<bool, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn finish_conversation(
-        &self,
-        _: &ConversationId,
-        _: &str,
-        _: &Usage,
-    ) -> Result<bool, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn fail_conversation(&self, _: &ConversationId, _: &str) -> Result<bool, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn get_subtask(
-        &self,
-        _: &ConversationId,
-        _: &str,
-    ) -> Result<Option<SubtaskRecord>, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn list_subtasks(&self, _: &ConversationId) -> Result<Vec<SubtaskRecord>, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn transition_subtask(
-        &self,
-        _: &ConversationId,
-        _: &str,
-        _: &[SubtaskStatus],
-        _: SubtaskStatus,
-    ) -> Result<bool, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn begin_attempt(
-        &self,
-        _: &ConversationId,
-        _: &str,
-        _: i64,
-    ) -> Result<swarm_core::ports::AttemptStart, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn save_checkpoint(&self, _: &ConversationId, _: &str, _: &str) -> Result<(), swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn record_result(
-        &self,
-        _: &ConversationId,
-        _: &str,
-        _: &SubtaskResult,
-        _: &Usage,
-        _: &[String],
-        _: i64,
-    ) -> Result<swarm_core::ports::RecordOutcome, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-    async fn count_finished(
-        &self,
-        _: &ConversationId,
-        _: &str,
-        _: &Usage,
-    ) -> Result<swarm_core::ports::CountOutcome, swarm_core::ports::StoreError> {
-        unreachable!()
-    }
-}
-
 #[tokio::test]
 async fn throttled_store_reports_the_message_for_redelivery() {
     let queue: Arc<dyn TaskQueue> = Arc::new(InMemoryQueue::new(QueueSettings::default()));
-    let model: Arc<dyn ChatModel> = Scripted::new(vec![]);
+    let model: Arc<dyn ChatModel> = scripted(vec![]);
     let w = Worker::new(
-        Arc::new(Throttled),
+        Arc::new(
+            FlakyStore::new(Arc::new(InMemoryConversationStore::new()))
+                .fail_everything("ProvisionedThroughputExceeded"),
+        ),
         TaskQueues::new(queue),
         model.clone(),
         model,
-        Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }),
+        fake_tools(),
         WorkerSettings::default(),
     );
     let body = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), "w01")).unwrap();
@@ -392,18 +244,18 @@ async fn fixture_events_parse_and_name_the_task_messages() {
 async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_spent() {
     let spent = Usage { prompt_tokens: Some(900), completion_tokens: Some(200), cached_tokens: None, cost_usd: None };
     let s = setup_with_usage(&[], spent).await;
-    let model = Scripted::new(vec![text("never asked")]);
+    let model = scripted(vec![text_response("never asked")]);
     let queue: Arc<dyn TaskQueue> = Arc::new(s.queue.clone());
     let w = Worker::new(
         s.store.clone(),
         TaskQueues::new(queue),
         model.clone(),
         model.clone(),
-        Arc::new(FakeTools { ran: Mutex::new(Vec::new()) }),
+        fake_tools(),
         WorkerSettings { token_budget: Some(1_000), ..WorkerSettings::default() },
     );
     assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
-    assert!(model.seen.lock().unwrap().is_empty(), "no LLM call past the budget");
+    assert!(model.requests().is_empty(), "no LLM call past the budget");
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert!(
         matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("token budget (1000 tokens)")),

@@ -14,7 +14,7 @@ use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall, ToolSpec,
 };
 
-const CASES: &str = include_str!("../../../tests/fixtures/llm-responses.jsonl");
+const CASES: &str = swarm_testing::fixtures::LLM_RESPONSES_JSONL;
 
 fn case(name: &str) -> Result<ScriptedResponse> {
     mock_llm::load_cases(CASES)?

@@ -1,86 +1,33 @@
 //! Retry timing on tokio's paused clock: `Retry-After` honoured with jitter, full-jitter backoff bounds, attempts, and the deadline.
 
-use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use swarm_adapters::llm::wire::classify_error;
-use swarm_core::domain::Usage;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose};
+use swarm_core::ports::{ChatRequest, LlmError, Purpose};
+use swarm_testing::{Reply, ScriptedModel, text_response};
 use tokio::time::Instant;
 
-/// One scripted answer, made fresh on each use (`LlmError` is not `Clone`).
-type Outcome = Box<dyn Fn() -> Result<ChatResponse, LlmError> + Send>;
-
-/// A model answering from a queue and recording when it was called.
-struct Scripted {
-    outcomes: Mutex<VecDeque<Outcome>>,
-    calls: Mutex<Vec<Instant>>,
-    hang: bool,
-}
-
-impl Scripted {
-    fn new(outcomes: Vec<Outcome>) -> Self {
-        Self { outcomes: Mutex::new(outcomes.into()), calls: Mutex::new(Vec::new()), hang: false }
-    }
-
-    fn calls(&self) -> Vec<Instant> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
-
-#[async_trait]
-impl ChatModel for Scripted {
-    async fn complete(&self, _request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
-        if self.hang {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-        let next = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-        match next {
-            Some(f) => f(),
-            None => Err(LlmError::Permanent { status: 500, message: "script exhausted".into() }),
-        }
-    }
-
-    fn label(&self) -> String {
-        "scripted".into()
-    }
-}
-
-fn ok() -> Outcome {
-    Box::new(|| {
-        Ok(ChatResponse {
-            content: Some("done".into()),
-            tool_calls: vec![],
-            finish_reason: FinishReason::Stop,
-            reasoning_content: None,
-            usage: Usage::default(),
-            model: "m".into(),
-        })
-    })
+fn ok() -> Reply {
+    Ok(text_response("done"))
 }
 
 /// The `error-429-retry-after` fixture case, classified by the real client code.
-fn fixture_429() -> Outcome {
-    Box::new(|| {
-        let mut h = HeaderMap::new();
-        h.insert(HeaderName::from_static("retry-after"), HeaderValue::from_static("3"));
-        let body = br#"{"error": {"message": "Your account reached its TPM rate limit, please retry later", "type": "rate_limit_reached_error"}}"#;
-        Err(classify_error(429, &h, body))
-    })
+fn fixture_429() -> Reply {
+    let mut h = HeaderMap::new();
+    h.insert(HeaderName::from_static("retry-after"), HeaderValue::from_static("3"));
+    let body = br#"{"error": {"message": "Your account reached its TPM rate limit, please retry later", "type": "rate_limit_reached_error"}}"#;
+    Err(classify_error(429, &h, body))
 }
 
-fn rate_limited(after: Duration) -> Outcome {
-    Box::new(move || Err(LlmError::RateLimited { status: 429, retry_after: Some(after), message: "slow down".into() }))
+fn rate_limited(after: Duration) -> Reply {
+    Err(LlmError::RateLimited { status: 429, retry_after: Some(after), message: "slow down".into() })
 }
 
-fn transient() -> Outcome {
-    Box::new(|| Err(LlmError::Transient { status: Some(502), message: "bad gateway".into() }))
+fn transient() -> Reply {
+    Err(LlmError::Transient { status: Some(502), message: "bad gateway".into() })
 }
 
 fn request() -> ChatRequest {
@@ -95,10 +42,10 @@ fn far() -> Instant {
 async fn retry_after_of_three_seconds_delays_the_next_attempt_past_three_seconds_with_jitter() -> Result<()> {
     let mut waits = Vec::new();
     for _ in 0..20 {
-        let model = Scripted::new(vec![fixture_429(), ok()]);
+        let model = ScriptedModel::new(vec![fixture_429(), ok()]);
         let r = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far()).await?;
         assert_eq!(r.content.as_deref(), Some("done"));
-        let calls = model.calls();
+        let calls = model.call_times();
         assert_eq!(calls.len(), 2);
         let wait = calls[1] - calls[0];
         assert!(wait > Duration::from_secs(3), "jitter must be positive: {wait:?}");
@@ -115,9 +62,9 @@ async fn retry_after_of_three_seconds_delays_the_next_attempt_past_three_seconds
 async fn transient_failures_back_off_within_the_doubling_cap_then_succeed() -> Result<()> {
     let policy =
         LlmRetryPolicy { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(4) };
-    let model = Scripted::new(vec![transient(), transient(), transient(), transient(), transient(), ok()]);
+    let model = ScriptedModel::new(vec![transient(), transient(), transient(), transient(), transient(), ok()]);
     complete_with_retry(&model, &request(), &policy, far()).await?;
-    let calls = model.calls();
+    let calls = model.call_times();
     assert_eq!(calls.len(), 6);
     for (k, pair) in calls.windows(2).enumerate() {
         let cap = (policy.base_delay * 2u32.pow(k as u32)).min(policy.max_delay);
@@ -128,21 +75,20 @@ async fn transient_failures_back_off_within_the_doubling_cap_then_succeed() -> R
 
 #[tokio::test(start_paused = true)]
 async fn attempts_stop_at_the_maximum_with_the_last_error() -> Result<()> {
-    let model = Scripted::new((0..10).map(|_| transient()).collect());
+    let model = ScriptedModel::new((0..10).map(|_| transient()));
     let e =
         complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far()).await.err().context("must fail")?;
     assert!(matches!(e, CallError::Failed(LlmError::Transient { status: Some(502), .. })), "{e:?}");
-    assert_eq!(model.calls().len(), 6);
+    assert_eq!(model.call_times().len(), 6);
     Ok(())
 }
 
 #[tokio::test(start_paused = true)]
 async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
-    let permanent: Outcome =
-        Box::new(|| Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() }));
-    let context: Outcome = Box::new(|| Err(LlmError::ContextLength { status: 400, message: "too long".into() }));
+    let permanent: Reply = Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() });
+    let context: Reply = Err(LlmError::ContextLength { status: 400, message: "too long".into() });
     for (outcome, want_status) in [(permanent, 401), (context, 400)] {
-        let model = Scripted::new(vec![outcome, ok()]);
+        let model = ScriptedModel::new(vec![outcome, ok()]);
         let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), far())
             .await
             .err()
@@ -152,7 +98,7 @@ async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
             other => panic!("unexpected {other:?}"),
         };
         assert_eq!(status, want_status);
-        assert_eq!(model.calls().len(), 1);
+        assert_eq!(model.call_times().len(), 1);
     }
     Ok(())
 }
@@ -160,22 +106,21 @@ async fn permanent_and_context_length_failures_are_not_retried() -> Result<()> {
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_past_the_deadline_gives_out_of_time_without_sleeping() -> Result<()> {
     let start = Instant::now();
-    let model = Scripted::new(vec![rate_limited(Duration::from_secs(10)), ok()]);
+    let model = ScriptedModel::new(vec![rate_limited(Duration::from_secs(10)), ok()]);
     let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), start + Duration::from_secs(5))
         .await
         .err()
         .context("must run out of time")?;
     assert!(matches!(e, CallError::OutOfTime { last: Some(LlmError::RateLimited { status: 429, .. }) }), "{e:?}");
     assert_eq!(Instant::now() - start, Duration::ZERO, "gave up at once instead of sleeping");
-    assert_eq!(model.calls().len(), 1);
+    assert_eq!(model.call_times().len(), 1);
     Ok(())
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_model_is_cut_off_exactly_at_the_deadline() -> Result<()> {
     let start = Instant::now();
-    let mut model = Scripted::new(vec![ok()]);
-    model.hang = true;
+    let model = ScriptedModel::new(vec![ok()]).hanging();
     let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), start + Duration::from_secs(5))
         .await
         .err()
@@ -190,24 +135,24 @@ async fn a_hanging_model_is_cut_off_exactly_at_the_deadline() -> Result<()> {
 async fn retries_never_sleep_past_the_deadline() -> Result<()> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(4);
-    let model = Scripted::new((0..20).map(|_| transient()).collect());
+    let model = ScriptedModel::new((0..20).map(|_| transient()));
     let policy =
         LlmRetryPolicy { max_attempts: 20, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(8) };
     let e = complete_with_retry(&model, &request(), &policy, deadline).await.err().context("must fail")?;
     assert!(matches!(e, CallError::OutOfTime { last: Some(LlmError::Transient { .. }) }), "{e:?}");
     assert!(Instant::now() <= deadline);
-    assert!(model.calls().iter().all(|t| *t < deadline));
+    assert!(model.call_times().iter().all(|t| *t < deadline));
     Ok(())
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_deadline_already_passed_makes_no_call() -> Result<()> {
-    let model = Scripted::new(vec![ok()]);
+    let model = ScriptedModel::new(vec![ok()]);
     let e = complete_with_retry(&model, &request(), &LlmRetryPolicy::default(), Instant::now())
         .await
         .err()
         .context("must fail")?;
     assert!(matches!(e, CallError::OutOfTime { last: None }), "{e:?}");
-    assert!(model.calls().is_empty());
+    assert!(model.call_times().is_empty());
     Ok(())
 }

@@ -1,14 +1,12 @@
 //! The strict tool-call pairing checker and context compression (pairs kept together, result accepted by the checker).
 
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use async_trait::async_trait;
-use swarm_core::domain::Usage;
 use swarm_core::llm::retry::CallError;
 use swarm_core::llm::transcript::{PairingError, SUMMARY_MARKER, check_pairing, compress, estimate_tokens};
-use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall};
+use swarm_core::ports::{ChatMessage, ChatResponse, LlmError, Purpose, ToolCall};
+use swarm_testing::{ScriptedModel, text_response};
 use tokio::time::Instant;
 
 fn system() -> ChatMessage {
@@ -92,42 +90,9 @@ fn duplicate_out_of_order_and_repeated_ids_are_rejected() {
 }
 
 /// A sub model that returns a fixed summary and records what it was asked.
-struct Summariser {
-    text: Option<String>,
-    fail: bool,
-    seen: Mutex<Vec<ChatRequest>>,
-}
-
-impl Summariser {
-    fn new(text: &str) -> Self {
-        Self { text: Some(text.into()), fail: false, seen: Mutex::new(Vec::new()) }
-    }
-
-    fn seen(&self) -> Vec<ChatRequest> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
-
-#[async_trait]
-impl ChatModel for Summariser {
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).push(request.clone());
-        if self.fail {
-            return Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() });
-        }
-        Ok(ChatResponse {
-            content: self.text.clone(),
-            tool_calls: vec![],
-            finish_reason: FinishReason::Stop,
-            reasoning_content: None,
-            usage: Usage::default(),
-            model: "sub".into(),
-        })
-    }
-
-    fn label(&self) -> String {
-        "summariser".into()
-    }
+/// The sub model: answers every compression request with `text`.
+fn summariser(text: &str) -> ScriptedModel {
+    ScriptedModel::always(Ok(text_response(text)))
 }
 
 /// Leading messages (3), then `rounds` rounds of two calls with long results, then nothing.
@@ -149,10 +114,10 @@ fn deadline() -> Instant {
 #[tokio::test]
 async fn below_budget_the_transcript_comes_back_unchanged_without_a_model_call() -> Result<()> {
     let t = long_transcript(2);
-    let sub = Summariser::new("unused");
+    let sub = summariser("unused");
     let out = compress(&t, 3, estimate_tokens(&t), &sub, deadline()).await?;
     assert_eq!(out, t);
-    assert!(sub.seen().is_empty());
+    assert!(sub.requests().is_empty());
     Ok(())
 }
 
@@ -164,7 +129,7 @@ async fn compression_replaces_the_oldest_whole_rounds_and_passes_the_pairing_che
     // Room for the leading messages, about three rounds and a summary.
     let budget = estimate_tokens(&t[..3]) + 3 * round + 600;
     assert!(estimate_tokens(&t) > budget);
-    let sub = Summariser::new("- orders 0a..2b: shipped or delivered");
+    let sub = summariser("- orders 0a..2b: shipped or delivered");
     let out = compress(&t, 3, budget, &sub, deadline()).await?;
 
     check_pairing(&out)?;
@@ -180,7 +145,7 @@ async fn compression_replaces_the_oldest_whole_rounds_and_passes_the_pairing_che
     // As few rounds as needed: three rounds fit the budget, so only the three oldest are replaced.
     assert_eq!(rest.len(), 3 * 3);
 
-    let asked = sub.seen();
+    let asked = sub.requests();
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].purpose, Purpose::Compress);
     assert!(asked[0].tools.is_empty());
@@ -197,10 +162,10 @@ async fn compression_replaces_the_oldest_whole_rounds_and_passes_the_pairing_che
 #[tokio::test]
 async fn the_latest_round_is_never_replaced_even_above_budget() -> Result<()> {
     let t = long_transcript(1);
-    let sub = Summariser::new("unused");
+    let sub = summariser("unused");
     let out = compress(&t, 3, 50, &sub, deadline()).await?;
     assert_eq!(out, t);
-    assert!(sub.seen().is_empty());
+    assert!(sub.requests().is_empty());
     Ok(())
 }
 
@@ -208,7 +173,7 @@ async fn the_latest_round_is_never_replaced_even_above_budget() -> Result<()> {
 async fn an_earlier_summary_is_folded_into_the_new_one() -> Result<()> {
     let mut t = long_transcript(4);
     t.insert(3, user(&format!("{SUMMARY_MARKER}order 9 was refunded")));
-    let sub = Summariser::new("order 9 refunded; orders 0-2 shipped");
+    let sub = summariser("order 9 refunded; orders 0-2 shipped");
     let out = compress(&t, 3, estimate_tokens(&t[..3]) + 400, &sub, deadline()).await?;
     check_pairing(&out)?;
     let summaries = out
@@ -216,7 +181,7 @@ async fn an_earlier_summary_is_folded_into_the_new_one() -> Result<()> {
         .filter(|m| matches!(m, ChatMessage::User { content } if content.starts_with(SUMMARY_MARKER)))
         .count();
     assert_eq!(summaries, 1);
-    let shown = match &sub.seen()[0].messages[1] {
+    let shown = match &sub.requests()[0].messages[1] {
         ChatMessage::User { content } => content.clone(),
         _ => String::new(),
     };
@@ -227,7 +192,7 @@ async fn an_earlier_summary_is_folded_into_the_new_one() -> Result<()> {
 #[tokio::test]
 async fn an_empty_summary_falls_back_to_a_digest_of_the_calls() -> Result<()> {
     let t = long_transcript(3);
-    let sub = Summariser { text: None, fail: false, seen: Mutex::new(Vec::new()) };
+    let sub = ScriptedModel::always(Ok(ChatResponse { content: None, ..text_response("") }));
     let out = compress(&t, 3, estimate_tokens(&t[..3]) + 300, &sub, deadline()).await?;
     check_pairing(&out)?;
     let summary = match &out[3] {
@@ -241,7 +206,7 @@ async fn an_empty_summary_falls_back_to_a_digest_of_the_calls() -> Result<()> {
 #[tokio::test]
 async fn a_failing_sub_model_fails_the_compression_and_changes_nothing() -> Result<()> {
     let t = long_transcript(3);
-    let sub = Summariser { text: None, fail: true, seen: Mutex::new(Vec::new()) };
+    let sub = ScriptedModel::always(Err(LlmError::Permanent { status: 401, message: "Invalid Authentication".into() }));
     let e = compress(&t, 3, 100, &sub, deadline()).await.err().context("must fail")?;
     assert!(matches!(e, CallError::Failed(LlmError::Permanent { status: 401, .. })), "{e:?}");
     Ok(())

@@ -1,16 +1,17 @@
-//! The offline model against the twelve cases: plans, tool loops driven by a fake shop over the demo data, and labelled replies.
+//! The offline model against the twelve cases: plans, tool loops against the real demo shop (shop-tools' `Shop`, in process), and labelled replies.
 #![allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
+use shop_tools::Refusal;
+use shop_tools::Shop;
+use shop_tools::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use swarm_core::domain::Subtask;
 use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, FinishReason, Purpose, ToolSpec};
 use swarm_core::prompts::{ReplyInput, ReplyItem, plan_messages, reply_messages, work_messages};
 use swarm_offline::{OFFLINE_LABEL, OfflineModel};
-
-const QUERIES: &str = include_str!("../../../tests/fixtures/queries.jsonl");
-const SHOP: &str = include_str!("../../../tests/fixtures/demo-shop.json");
+use swarm_testing::{case, cases, tools_of_kind};
 
 // ------------------------------------------------------------------ catalogue
 
@@ -61,186 +62,60 @@ fn catalogue() -> Vec<ToolSpec> {
     ]
 }
 
-// ------------------------------------------------------------------ fake shop
+// ------------------------------------------------------------------ the demo shop
 
-/// A tiny shop over the demo data: shop-shaped JSON, errors as `{"error": ...}`, customer-scoped.
-struct FakeShop {
-    data: Value,
+/// The demo shop (shop-tools' [`Shop`], in process), called the way the gateway
+/// calls it for a worker: the customer id from the header, an idempotency key on
+/// refunds, the answer as the tool's JSON text, a refusal as `{"error": <reason>}`.
+struct DemoShop {
+    shop: Shop,
     customer: String,
-    refunds: Vec<String>,
+    refunds: u32,
 }
 
-const TODAY: &str = "2026-11-30";
-
-impl FakeShop {
+impl DemoShop {
     fn new(customer: &str) -> Self {
-        Self { data: serde_json::from_str(SHOP).unwrap(), customer: customer.into(), refunds: Vec::new() }
-    }
-
-    fn list(&self, key: &str) -> Vec<Value> {
-        self.data[key].as_array().cloned().unwrap_or_default()
-    }
-
-    fn order(&self, id: &str) -> Option<Value> {
-        self.list("orders").into_iter().find(|o| {
-            o["order_id"].as_str().is_some_and(|x| x.eq_ignore_ascii_case(id))
-                && o["customer_id"] == self.customer.as_str()
-        })
-    }
-
-    fn shipment_view(&self, order_id: &str) -> Option<Value> {
-        let s = self.list("shipments").into_iter().find(|s| s["order_id"] == order_id)?;
-        let events = s["events"].as_array().cloned().unwrap_or_default();
-        let latest = events.last().cloned().unwrap_or(Value::Null);
-        let event = latest["event"].as_str().unwrap_or("");
-        let status = match event {
-            "delivered" => "DELIVERED",
-            "held at customs" => "HELD_AT_CUSTOMS",
-            "out for delivery" => "OUT_FOR_DELIVERY",
-            e if e.starts_with("delayed") => "DELAYED",
-            "picked up" => "PICKED_UP",
-            _ => "IN_TRANSIT",
-        };
-        let eta_passed = s["eta"].as_str().is_some_and(|eta| eta < TODAY) && status != "DELIVERED";
-        Some(json!({"order_id": order_id, "tracking_no": s["tracking_no"], "carrier": s["carrier"], "status": status,
-                    "latest_event": latest, "events": events, "eta": s["eta"], "eta_passed": eta_passed, "note": "see events"}))
-    }
-
-    fn product_matches(&self, sku: Option<&str>, name: Option<&str>) -> Vec<Value> {
-        let products = self.list("products");
-        let mut scored: Vec<(usize, Value)> = products
-            .into_iter()
-            .filter_map(|p| {
-                let score = match (sku, name) {
-                    (Some(sku), _) => usize::from(p["sku"].as_str().is_some_and(|s| s.eq_ignore_ascii_case(sku))) * 100,
-                    (None, Some(name)) => {
-                        let en = p["name"].as_str().unwrap_or("").to_lowercase();
-                        let zh = p["name_zh"].as_str().unwrap_or("");
-                        let exact = usize::from(en == name.to_lowercase()) * 100;
-                        let words = name
-                            .to_lowercase()
-                            .split_whitespace()
-                            .filter(|w| en.split_whitespace().any(|x| x == *w))
-                            .count();
-                        exact + words * 10 + usize::from(zh.contains(name)) * 50
-                    }
-                    _ => 0,
-                };
-                (score > 0).then(|| {
-                    let stock = p["stock"].as_u64().unwrap_or(0);
-                    let mut v = p.clone();
-                    v["in_stock"] = json!(stock > 0);
-                    v["currency"] = json!("CNY");
-                    (score, v)
-                })
-            })
-            .collect();
-        scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-        scored.into_iter().map(|(_, v)| v).take(5).collect()
+        Self { shop: Shop::demo().unwrap(), customer: customer.into(), refunds: 0 }
     }
 
     fn call(&mut self, tool: &str, args: &Value) -> Value {
-        let arg = |k: &str| args[k].as_str().map(str::to_owned);
-        match tool.trim_start_matches("shop__") {
-            "get_order" => {
-                let id = arg("order_id").unwrap_or_default();
-                let Some(mut o) = self.order(&id) else { return json!({"error": format!("order {id} not found")}) };
-                let refunded =
-                    o["refunded"].as_f64().unwrap_or(0.0) + if self.refunds.contains(&id) { 797.0 } else { 0.0 };
-                o["refundable"] = json!(o["paid"].as_f64().unwrap_or(0.0) - refunded);
-                if let Some(t) = self.shipment_view(o["order_id"].as_str().unwrap_or("")) {
-                    o["shipment"] = json!({"carrier": t["carrier"], "status": t["status"], "latest_event": t["latest_event"], "eta": t["eta"], "eta_passed": t["eta_passed"]});
-                }
-                o.as_object_mut().map(|m| m.remove("customer_id"));
-                o
-            }
-            "list_customer_orders" => {
-                let mut orders: Vec<Value> = self
-                    .list("orders")
-                    .into_iter()
-                    .filter(|o| o["customer_id"] == self.customer.as_str())
-                    .map(|o| json!({"order_id": o["order_id"], "placed_at": o["placed_at"], "status": o["status"], "total": o["total"], "currency": o["currency"]}))
-                    .collect();
-                orders.sort_by(|a, b| b["placed_at"].as_str().cmp(&a["placed_at"].as_str()));
-                json!({"customer_id": self.customer, "orders": orders})
-            }
-            "track_shipment" => {
-                let id = arg("order_id").unwrap_or_default();
-                match self.order(&id) {
-                    None => json!({"error": format!("order {id} not found")}),
-                    Some(o) => self
-                        .shipment_view(o["order_id"].as_str().unwrap_or(""))
-                        .unwrap_or_else(|| json!({"error": format!("order {id} has not been shipped yet")})),
-                }
-            }
-            "get_product" => json!({"matches": self.product_matches(arg("sku").as_deref(), arg("name").as_deref())}),
-            "check_coupon" => self.coupon(args),
-            "get_refund_policy" => json!({
-                "refund_window_days_after_delivery": 7, "refund_requires_paid": true, "refund_max": "paid minus already refunded",
-                "currency": "CNY",
-                "text": "Refunds are accepted within 7 days after delivery for paid orders, up to the amount paid minus anything already refunded."
-            }),
-            "refund" => {
-                let id = arg("order_id").unwrap_or_default();
-                let Some(o) = self.order(&id) else { return json!({"error": format!("order {id} not found")}) };
-                if o["status"] != "DELIVERED" {
-                    return json!({"error": format!("order {id} is {}, not delivered: the refund window starts at delivery", o["status"].as_str().unwrap_or(""))});
-                }
-                self.refunds.push(id.clone());
-                let amount = o["paid"].as_f64().unwrap_or(0.0) - o["refunded"].as_f64().unwrap_or(0.0);
-                json!({"refunded": true, "refund_id": format!("R-{id}"), "order_id": id, "amount": amount, "currency": "CNY", "refunded_total": amount})
-            }
-            other => json!({"error": format!("unknown tool {other}")}),
+        let mut args = args.as_object().cloned().unwrap_or_default();
+        args.insert("customer_id".into(), json!(self.customer));
+        let name = bare(tool);
+        if name == "refund" {
+            self.refunds += 1;
+            args.insert("idempotency_key".into(), json!(format!("offline-cases-{}", self.refunds)));
         }
-    }
-
-    fn coupon(&self, args: &Value) -> Value {
-        let code = args["code"].as_str().unwrap_or("").to_uppercase();
-        let Some(c) = self.list("coupons").into_iter().find(|c| c["code"] == code.as_str()) else {
-            return json!({"code": code, "exists": false, "usable": false, "reasons": [format!("no coupon with code {code} exists")]});
-        };
-        let product = self.product_matches(args["sku"].as_str(), args["product_name"].as_str()).into_iter().next();
-        let qty = args["quantity"].as_f64().unwrap_or(1.0);
-        let basket = product.as_ref().map(|p| p["price"].as_f64().unwrap_or(0.0) * qty);
-        let mut reasons = Vec::new();
-        if c["valid_until"].as_str().is_some_and(|d| d < TODAY) {
-            reasons.push(format!("{code} expired"));
+        let args = Value::Object(args);
+        fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result<T, Refusal> {
+            serde_json::from_value(args)
+                .map_err(|e| Refusal::InvalidArguments(format!("invalid arguments for {tool}: {e}")))
         }
-        let min = c["min_spend"].as_f64().unwrap_or(0.0);
-        if let Some(total) = basket
-            && total < min
-        {
-            reasons.push(format!("the minimum spend for {code} is {min} CNY; this basket is {total} CNY"));
+        fn answer<T: serde::Serialize>(r: Result<T, Refusal>) -> Result<Value, Refusal> {
+            r.map(|v| serde_json::to_value(v).unwrap())
         }
-        let cats: Vec<String> = c["categories"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
-        if let Some(p) = &product
-            && !cats.is_empty()
-            && !cats.iter().any(|k| p["category"] == k.as_str())
-        {
-            reasons.push(format!("{code} applies only to {} products", cats.join(", ")));
-        }
-        if c["first_order_only"] == true
-            && !self.list("orders").iter().all(|o| o["customer_id"] != self.customer.as_str())
-        {
-            reasons.push(format!("{code} is for a customer's first order only, and this customer already has orders"));
-        }
-        if c["used_by"].as_array().is_some_and(|u| u.iter().any(|x| x == self.customer.as_str())) {
-            reasons.push(format!("{code} was already used by this customer"));
-        }
-        let usable = reasons.is_empty();
-        let discount = basket.filter(|_| usable).map(|t| {
-            if c["kind"] == "percent" {
-                t * c["value"].as_f64().unwrap_or(0.0) / 100.0
-            } else {
-                c["value"].as_f64().unwrap_or(0.0)
-            }
-        });
-        json!({"code": code, "exists": true, "usable": usable, "reasons": reasons, "kind": c["kind"], "value": c["value"],
-               "min_spend": c["min_spend"], "valid_until": c["valid_until"], "categories": cats,
-               "first_order_only": c["first_order_only"].as_bool().unwrap_or(false), "discount": discount, "order_total": basket, "currency": "CNY"})
+        let result =
+            match name {
+                "get_order" => parse::<GetOrderArgs>(name, args)
+                    .and_then(|a| answer(self.shop.get_order(&a.customer_id, &a.order_id))),
+                "list_customer_orders" => parse::<ListOrdersArgs>(name, args)
+                    .and_then(|a| answer(self.shop.list_customer_orders(&a.customer_id))),
+                "track_shipment" => parse::<TrackShipmentArgs>(name, args).and_then(|a| {
+                    answer(self.shop.track_shipment(&a.customer_id, a.order_id.as_deref(), a.tracking_no.as_deref()))
+                }),
+                "get_product" => parse::<GetProductArgs>(name, args).and_then(|a| {
+                    answer(self.shop.get_product(
+                        a.sku.as_deref(),
+                        a.skus.as_deref().unwrap_or_default(),
+                        a.name.as_deref(),
+                    ))
+                }),
+                "check_coupon" => parse::<CheckCouponArgs>(name, args).and_then(|a| answer(self.shop.check_coupon(&a))),
+                "get_refund_policy" => answer(Ok(self.shop.refund_policy())),
+                "refund" => parse::<RefundArgs>(name, args).and_then(|a| answer(self.shop.refund(&a))),
+                other => Err(Refusal::NotFound(format!("unknown tool {other}"))),
+            };
+        result.unwrap_or_else(|refusal| json!({ "error": refusal.to_string() }))
     }
 }
 
@@ -283,7 +158,7 @@ async fn plan(model: &OfflineModel, query: &str) -> Vec<Subtask> {
 }
 
 /// Runs one subtask's tool loop against `shop`, checking the transcript rules on the way.
-async fn work(model: &OfflineModel, shop: &mut FakeShop, query: &str, subtask: &Subtask) -> (Vec<Call>, String) {
+async fn work(model: &OfflineModel, shop: &mut DemoShop, query: &str, subtask: &Subtask) -> (Vec<Call>, String) {
     let offered: Vec<ToolSpec> = catalogue().into_iter().filter(|t| subtask.tools.contains(&t.name)).collect();
     let mut messages = work_messages(query, &subtask.id, &subtask.instruction, &[]);
     let mut calls: Vec<Call> = Vec::new();
@@ -334,7 +209,7 @@ async fn reply(model: &OfflineModel, query: &str, input: &ReplyInput) -> String 
 
 async fn run(query: &str, customer: &str) -> Run {
     let model = OfflineModel::new();
-    let mut shop = FakeShop::new(customer);
+    let mut shop = DemoShop::new(customer);
     let plan = plan(&model, query).await;
     let mut work_done = BTreeMap::new();
     let mut results = Vec::new();
@@ -353,13 +228,9 @@ async fn run(query: &str, customer: &str) -> Run {
     Run { plan, work: work_done, reply }
 }
 
-fn case(id: &str) -> Value {
-    QUERIES.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|c| c["id"] == id).unwrap()
-}
-
 async fn run_case(id: &str) -> Run {
     let c = case(id);
-    run(c["query"].as_str().unwrap(), c["customer_id"].as_str().unwrap()).await
+    run(&c.query, &c.customer_id).await
 }
 
 fn bare(name: &str) -> &str {
@@ -367,28 +238,17 @@ fn bare(name: &str) -> &str {
 }
 
 fn kind_covered(kind: &str, tools: &[&str]) -> bool {
-    kind.split('|').any(|k| {
-        let names: &[&str] = match k {
-            "order" => &["get_order", "list_customer_orders"],
-            "shipment" => &["track_shipment"],
-            "inventory" => &["get_product"],
-            "coupon" => &["check_coupon"],
-            "refund" => &["refund", "get_refund_policy"],
-            _ => &[],
-        };
-        tools.iter().any(|t| names.contains(t))
-    })
+    kind.split('|').any(|k| tools.iter().any(|t| tools_of_kind(k).contains(t)))
 }
 
 // ------------------------------------------------------------------ tests
 
 #[tokio::test]
 async fn every_case_gets_a_plan_of_the_expected_size_covering_the_expected_tool_kinds() {
-    for line in QUERIES.lines() {
-        let c: Value = serde_json::from_str(line).unwrap();
-        let plan = plan(&OfflineModel::new(), c["query"].as_str().unwrap()).await;
-        let id = c["id"].as_str().unwrap();
-        let e = &c["expect"];
+    for c in cases() {
+        let plan = plan(&OfflineModel::new(), &c.query).await;
+        let id = c.id.as_str();
+        let e = &c.expect;
         if let Some(min) = e["min_subtasks"].as_u64() {
             assert!(plan.len() as u64 >= min, "{id}: {} subtasks < {min}: {plan:?}", plan.len());
         }
@@ -409,12 +269,11 @@ async fn every_case_gets_a_plan_of_the_expected_size_covering_the_expected_tool_
 
 #[tokio::test]
 async fn every_case_reply_names_the_expected_facts_and_carries_the_offline_label() {
-    for line in QUERIES.lines() {
-        let c: Value = serde_json::from_str(line).unwrap();
-        let id = c["id"].as_str().unwrap();
-        let run = run(c["query"].as_str().unwrap(), c["customer_id"].as_str().unwrap()).await;
+    for c in cases() {
+        let id = c.id.as_str();
+        let run = run(&c.query, &c.customer_id).await;
         let lower = run.reply.to_lowercase();
-        for mention in c["expect"]["mentions"].as_array().into_iter().flatten() {
+        for mention in c.expect["mentions"].as_array().into_iter().flatten() {
             let options: Vec<&str> = match mention {
                 Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
                 other => vec![other.as_str().unwrap()],
@@ -426,7 +285,7 @@ async fn every_case_reply_names_the_expected_facts_and_carries_the_offline_label
             );
         }
         assert!(run.reply.trim_end().ends_with(OFFLINE_LABEL), "{id}: reply without the label:\n{}", run.reply);
-        if let Some(max) = c["expect"]["max_tool_calls"].as_u64() {
+        if let Some(max) = c.expect["max_tool_calls"].as_u64() {
             assert!(run.calls().len() as u64 <= max, "{id}: {} tool calls", run.calls().len());
         }
     }
@@ -509,7 +368,7 @@ async fn a_refund_is_made_once_after_looking_at_the_order() {
     assert_eq!(seen, vec![(1, "get_order"), (2, "refund")]);
     assert_eq!(calls[1].args["order_id"], "A1016");
     assert!(calls[1].args["reason"].as_str().is_some_and(|r| r.contains("杂音")));
-    assert!(run.reply.contains("Order A1016 was refunded: 797 CNY (refund id R-A1016)"), "{}", run.reply);
+    assert!(run.reply.contains("Order A1016 was refunded: 797 CNY (refund id RF-000001)"), "{}", run.reply);
 }
 
 #[tokio::test]
@@ -562,7 +421,7 @@ async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
 #[tokio::test]
 async fn a_compressed_transcript_is_finished_without_repeating_calls() {
     let model = OfflineModel::new();
-    let mut shop = FakeShop::new("C102");
+    let mut shop = DemoShop::new("C102");
     let query = "我最近的那笔订单到哪了？";
     let subtask = &plan(&model, query).await[0];
     let offered: Vec<ToolSpec> = catalogue().into_iter().filter(|t| subtask.tools.contains(&t.name)).collect();
@@ -636,7 +495,7 @@ async fn a_failed_subtasks_problem_text_never_reaches_the_reply() {
 #[tokio::test]
 async fn the_same_request_always_gets_the_same_answer() {
     let c = case("q11");
-    let query = c["query"].as_str().unwrap();
+    let query = c.query.as_str();
     let model = OfflineModel::new();
     let request = ChatRequest {
         purpose: Purpose::Plan,
@@ -655,7 +514,7 @@ async fn the_same_request_always_gets_the_same_answer() {
 #[tokio::test]
 async fn a_hundred_plans_of_the_longest_case_take_well_under_a_second() {
     // Release builds take tens of microseconds per plan; the bound leaves room for debug builds on a busy machine.
-    let query = case("q11")["query"].as_str().unwrap().to_owned();
+    let query = case("q11").query;
     let model = OfflineModel::new();
     let request = ChatRequest {
         purpose: Purpose::Plan,

@@ -1,0 +1,18 @@
+//! The test doubles of lambda-swarm, in one place, for dev-dependencies only: a scripted chat model, a static tool gateway, a store wrapper that fails on demand, and the fixture cases.
+//!
+//! - [`ScriptedModel`]: answers from a queue of responses/errors, per-purpose
+//!   answers, work-request markers that fail or stall, then repeats, delegates
+//!   or reports the script exhausted; records every request and counts per purpose.
+//! - [`StaticTools`]: a tool catalogue with canned outputs per tool, delays, and the calls it ran.
+//! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask).
+//! - [`fixtures`]: the cases of `tests/fixtures/queries.jsonl` and the fixture files.
+
+pub mod fixtures;
+mod model;
+mod store;
+mod tools;
+
+pub use fixtures::{Case, case, cases, tools_of_kind};
+pub use model::{Reply, ScriptedModel, text_response};
+pub use store::{FlakyStore, StoreOp};
+pub use tools::StaticTools;

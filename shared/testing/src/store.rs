@@ -1,0 +1,157 @@
+//! `FlakyStore`: any conversation store with transient failures injected per operation, optionally for one subtask only.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+};
+use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
+
+/// The operations of [`ConversationStore`], to say which one fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOp {
+    CreateConversation,
+    GetConversation,
+    StartRun,
+    TransitionConversation,
+    FinishConversation,
+    FailConversation,
+    GetSubtask,
+    ListSubtasks,
+    TransitionSubtask,
+    BeginAttempt,
+    SaveCheckpoint,
+    RecordResult,
+    CountFinished,
+}
+
+/// One injected failure: which operation (`None`: every one), which subtask (`None`: any call), the message.
+struct Failure {
+    op: Option<StoreOp>,
+    subtask: Option<String>,
+    message: String,
+}
+
+/// Wraps a store; calls matching an injected failure answer
+/// [`StoreError::Transient`] (as throttling would) without reaching it, the others pass through.
+pub struct FlakyStore {
+    inner: Arc<dyn ConversationStore>,
+    failures: Vec<Failure>,
+}
+
+impl FlakyStore {
+    pub fn new(inner: Arc<dyn ConversationStore>) -> Self {
+        Self { inner, failures: Vec::new() }
+    }
+
+    /// Every call of `op` fails transiently with `message`.
+    pub fn fail(mut self, op: StoreOp, message: &str) -> Self {
+        self.failures.push(Failure { op: Some(op), subtask: None, message: message.to_owned() });
+        self
+    }
+
+    /// Calls of `op` for subtask `subtask_id` fail transiently with `message` (so its message is redelivered until dead-lettered).
+    pub fn fail_for_subtask(mut self, op: StoreOp, subtask_id: &str, message: &str) -> Self {
+        self.failures.push(Failure { op: Some(op), subtask: Some(subtask_id.to_owned()), message: message.to_owned() });
+        self
+    }
+
+    /// Every call fails transiently with `message` (a store throttled on everything).
+    pub fn fail_everything(mut self, message: &str) -> Self {
+        self.failures.push(Failure { op: None, subtask: None, message: message.to_owned() });
+        self
+    }
+
+    fn check(&self, op: StoreOp, subtask_id: Option<&str>) -> Result<(), StoreError> {
+        let hit = self
+            .failures
+            .iter()
+            .find(|f| f.op.is_none_or(|o| o == op) && f.subtask.as_deref().is_none_or(|s| subtask_id == Some(s)));
+        match hit {
+            Some(f) => Err(StoreError::Transient(f.message.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl ConversationStore for FlakyStore {
+    async fn create_conversation(&self, c: &Conversation) -> Result<CreateOutcome, StoreError> {
+        self.check(StoreOp::CreateConversation, None)?;
+        self.inner.create_conversation(c).await
+    }
+    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
+        self.check(StoreOp::GetConversation, None)?;
+        self.inner.get_conversation(id).await
+    }
+    async fn start_run(
+        &self,
+        id: &ConversationId,
+        s: &[SubtaskRecord],
+        n: &[String],
+        u: &Usage,
+    ) -> Result<bool, StoreError> {
+        self.check(StoreOp::StartRun, None)?;
+        self.inner.start_run(id, s, n, u).await
+    }
+    async fn transition_conversation(
+        &self,
+        id: &ConversationId,
+        f: ConversationStatus,
+        t: ConversationStatus,
+    ) -> Result<bool, StoreError> {
+        self.check(StoreOp::TransitionConversation, None)?;
+        self.inner.transition_conversation(id, f, t).await
+    }
+    async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
+        self.check(StoreOp::FinishConversation, None)?;
+        self.inner.finish_conversation(id, r, u).await
+    }
+    async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
+        self.check(StoreOp::FailConversation, None)?;
+        self.inner.fail_conversation(id, r).await
+    }
+    async fn get_subtask(&self, id: &ConversationId, s: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+        self.check(StoreOp::GetSubtask, Some(s))?;
+        self.inner.get_subtask(id, s).await
+    }
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        self.check(StoreOp::ListSubtasks, None)?;
+        self.inner.list_subtasks(id).await
+    }
+    async fn transition_subtask(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        f: &[SubtaskStatus],
+        t: SubtaskStatus,
+    ) -> Result<bool, StoreError> {
+        self.check(StoreOp::TransitionSubtask, Some(s))?;
+        self.inner.transition_subtask(id, s, f, t).await
+    }
+    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
+        self.check(StoreOp::BeginAttempt, Some(s))?;
+        self.inner.begin_attempt(id, s, now).await
+    }
+    async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
+        self.check(StoreOp::SaveCheckpoint, Some(s))?;
+        self.inner.save_checkpoint(id, s, c).await
+    }
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        r: &SubtaskResult,
+        u: &Usage,
+        t: &[String],
+        now: i64,
+    ) -> Result<RecordOutcome, StoreError> {
+        self.check(StoreOp::RecordResult, Some(s))?;
+        self.inner.record_result(id, s, r, u, t, now).await
+    }
+    async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
+        self.check(StoreOp::CountFinished, Some(s))?;
+        self.inner.count_finished(id, s, u).await
+    }
+}

@@ -1,0 +1,124 @@
+//! `StaticTools`: a tool gateway with a fixed catalogue and canned outputs, recording the calls it ran.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
+
+/// What a call of one tool answers, from its arguments.
+type Answer = Arc<dyn Fn(&str, &Value) -> Result<ToolOutput, ToolError> + Send + Sync>;
+
+/// A [`ToolGateway`] for tests: `tools/list` answers the catalogue it was made
+/// with; `tools/call` waits the tool's delay, records `(name, arguments)` and
+/// answers the tool's canned output — by default `{"tool": <name>, "arguments": <arguments>}`.
+pub struct StaticTools {
+    specs: Vec<ToolSpec>,
+    answers: HashMap<String, Answer>,
+    default_answer: Answer,
+    delays: HashMap<String, Duration>,
+    default_delay: Duration,
+    role: Option<String>,
+    ran: Mutex<Vec<(String, Value)>>,
+}
+
+impl StaticTools {
+    /// A gateway listing `specs`, in this order.
+    pub fn new(specs: Vec<ToolSpec>) -> Self {
+        Self {
+            specs,
+            answers: HashMap::new(),
+            default_answer: Arc::new(|name, args| {
+                Ok(ToolOutput { text: json!({ "tool": name, "arguments": args }).to_string(), is_error: false })
+            }),
+            delays: HashMap::new(),
+            default_delay: Duration::ZERO,
+            role: None,
+            ran: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A catalogue of `names`, each with `description` (`{name}` replaced by the name) and `input_schema`.
+    pub fn named(names: &[&str], description: &str, input_schema: Value) -> Self {
+        Self::new(
+            names
+                .iter()
+                .map(|n| ToolSpec {
+                    name: (*n).to_owned(),
+                    description: description.replace("{name}", n),
+                    input_schema: input_schema.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// Calls of `name` answer `answer(arguments)`.
+    pub fn on_call(
+        mut self,
+        name: &str,
+        answer: impl Fn(&Value) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+    ) -> Self {
+        self.answers.insert(name.to_owned(), Arc::new(move |_, args| answer(args)));
+        self
+    }
+
+    /// Calls of tools without their own answer answer `answer(name, arguments)`.
+    pub fn on_any_call(
+        mut self,
+        answer: impl Fn(&str, &Value) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+    ) -> Self {
+        self.default_answer = Arc::new(answer);
+        self
+    }
+
+    /// Calls of `name` wait `delay` first (parallel calls then finish out of order).
+    pub fn delay(mut self, name: &str, delay: Duration) -> Self {
+        self.delays.insert(name.to_owned(), delay);
+        self
+    }
+
+    /// Calls of tools without their own delay wait `delay` first.
+    pub fn default_delay(mut self, delay: Duration) -> Self {
+        self.default_delay = delay;
+        self
+    }
+
+    /// Listing the tools with another role's credential panics: the caller must use `role`'s.
+    pub fn only_for_role(mut self, role: &str) -> Self {
+        self.role = Some(role.to_owned());
+        self
+    }
+
+    /// The calls that ran (answered or failed), in the order they finished waiting.
+    pub fn ran(&self) -> Vec<(String, Value)> {
+        self.ran.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+#[async_trait]
+impl ToolGateway for StaticTools {
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        if let Some(role) = &self.role {
+            assert_eq!(&ctx.role, role, "tools are listed with the {role} credential");
+        }
+        Ok(self.specs.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        _ctx: &ToolContext,
+        name: &str,
+        arguments: Value,
+        _timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
+        let delay = self.delays.get(name).copied().unwrap_or(self.default_delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.ran.lock().unwrap_or_else(PoisonError::into_inner).push((name.to_owned(), arguments.clone()));
+        let answer = self.answers.get(name).unwrap_or(&self.default_answer);
+        answer(name, &arguments)
+    }
+}
