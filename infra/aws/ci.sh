@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI of the AWS side: starts the emulator (stopped on exit), runs the shared crate's tests with the AWS adapters against it, lints the template; prints timings, exits non-zero on any failure.
+# CI of the AWS side: starts the emulator (stopped on exit), runs the adapters' tests and the contract suites (embedded and AWS adapters) against it, lints the template; prints timings, exits non-zero on any failure.
 # Usage: infra/aws/ci.sh          SWARM_SAM_BUILD=1 also runs infra/aws/sam-build.sh (long: a release arm64 build).
 set -uo pipefail
 
@@ -41,8 +41,8 @@ export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 # CI never skips the AWS side.
 unset SWARM_SKIP_AWS
 
-step "cargo test -p shared --features aws --tests (contract suites on the emulator)" \
-    cargo test -p shared --features aws --tests
+step "cargo test -p swarm-adapters -p swarm-local --all-features --tests (contract suites on the emulator)" \
+    cargo test -p swarm-adapters -p swarm-local --all-features --tests
 step "template lint (cfn-lint, sam validate --lint, expanded template, key settings)" infra/aws/lint.sh
 if [[ "${SWARM_SAM_BUILD:-0}" == "1" ]]; then
     step "sam build (arm64, cargo-lambda)" infra/aws/sam-build.sh

@@ -2,7 +2,8 @@
 //!
 //! The DynamoDB instantiations need `SWARM_AWS_ENDPOINT` (e.g. `http://127.0.0.1:5000`
 //! after `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`.
-//! Each test creates its own table, so tests run in parallel.
+//! Each test creates its own table, so tests run in parallel. The suite lives
+//! with the local platform, which provisions the tables (`create_table`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
