@@ -10,6 +10,9 @@
 #   - no "*" in any IAM action or resource, no managed policies (they carry "*")
 #   - provided.al2023 / arm64 / JSON logs on every function; secrets only by ARN in the environment
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
+#   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
+#     parameter defaults, and every rule between timings and capacities holds for each environment
+import ast
 import json
 import os
 import re
@@ -29,9 +32,98 @@ REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TIMINGS_PATH = os.path.join(ROOT, "shared", "core", "timings.toml")
+
+
+class Timings:
+    """The timing table: flat values by dotted key, where each stands in the template, and the rules between them."""
+
+    def __init__(self, path=TIMINGS_PATH):
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        self.path = path
+        self.template = data.pop("template", {})
+        self.rules = data.pop("rule", [])
+        self.values = {}
+        self._flatten(data, "")
+        for key in self.template:
+            if key not in self.values:
+                raise SystemExit(f"{path}: [template] names {key!r}, which the table does not hold")
+
+    def _flatten(self, node, prefix):
+        for k, v in node.items():
+            name = f"{prefix}{k}"
+            if isinstance(v, dict):
+                self._flatten(v, name + ".")
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.values[name] = v
+            else:
+                raise SystemExit(f"{self.path}: {name} is {v!r}; the table holds numbers only")
+
+
+class RuleError(Exception):
+    pass
+
+
+def evaluate(expression, values):
+    """Evaluates one rule over dotted names: numbers, + - * /, min(), max(), comparisons, and/or/not."""
+
+    def name_of(node):
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return f"{name_of(node.value)}.{node.attr}"
+        raise RuleError(f"unsupported expression {ast.dump(node)}")
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            key = name_of(node)
+            if key not in values:
+                raise RuleError(f"unknown name {key!r}")
+            return values[key]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            return a / b
+        if isinstance(node, ast.BoolOp):
+            results = [ev(v) for v in node.values]
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not ev(node.operand)
+        if isinstance(node, ast.Compare):
+            left = ev(node.left)
+            for op, right_node in zip(node.ops, node.comparators):
+                right = ev(right_node)
+                ok = {ast.Lt: left < right, ast.LtE: left <= right, ast.Gt: left > right, ast.GtE: left >= right,
+                      ast.Eq: left == right, ast.NotEq: left != right}.get(type(op))
+                if ok is None:
+                    raise RuleError(f"unsupported comparison {ast.dump(op)}")
+                if not ok:
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+            args = [ev(a) for a in node.args]
+            return min(args) if node.func.id == "min" else max(args)
+        raise RuleError(f"unsupported expression {ast.dump(node)}")
+
+    return ev(ast.parse(expression, mode="eval"))
+
+
 class Checker:
-    def __init__(self, template, params, label):
+    def __init__(self, template, params, label, timings=None):
         self.t = template
+        self.timings = timings
         self.resources = template["Resources"]
         self.label = label
         self.params = {k: v.get("Default") for k, v in template.get("Parameters", {}).items()}
@@ -152,7 +244,47 @@ class Checker:
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
+        if self.timings is not None:
+            self.check_timings()
         return self.findings
+
+    def lookup(self, where):
+        """The value `where` (a [template] entry of the timing table) has in this environment; None if absent."""
+        if where.startswith("param:"):
+            name = where[len("param:"):]
+            if name not in self.params:
+                self.fail("timings", f"{where}: no such template parameter")
+                return None
+            return self.number(self.params[name])
+        node = self.t
+        for part in where.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return self.number(node)
+
+    def check_timings(self):
+        """Template values equal the table's (for the defaults); every rule holds for this environment."""
+        values = dict(self.timings.values)
+        for key, where in self.timings.template.items():
+            got = self.lookup(where)
+            if got is None:
+                if not where.startswith("Resources.ShopTools"):
+                    self.fail("timings", f"{key}: {where} not found in the template")
+                continue
+            if self.label == "defaults" and got != self.timings.values[key]:
+                self.fail("timings", f"{key}: the template holds {got:g} at {where}, the timing table {self.timings.values[key]:g}")
+            values[key] = got
+        for rule in self.timings.rules:
+            try:
+                ok = evaluate(rule["check"], values)
+            except (RuleError, SyntaxError, ZeroDivisionError) as e:
+                self.fail("timings", f"rule {rule['check']!r} cannot be evaluated: {e}")
+                continue
+            if not ok:
+                used = sorted(k for k in values if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", rule["check"]))
+                shown = ", ".join(f"{k}={values[k]:g}" for k in used)
+                self.fail("timings", f"rule broken: {rule['check']} ({shown}) - {rule.get('why', '')}")
 
     def reserved(self, props):
         """Reserved concurrency in force for this environment, None when unreserved."""
@@ -210,17 +342,26 @@ def main():
     template_path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     samconfig_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(template_path)), "samconfig.toml")
     template = expand(template_path)
-    findings = Checker(template, {}, "defaults").run()
+    timings = Timings()
+    table_findings = []
+    for rule in timings.rules:
+        try:
+            if not evaluate(rule["check"], timings.values):
+                table_findings.append(f"[table] rule broken by the timing table itself: {rule['check']} - {rule.get('why', '')}")
+        except (RuleError, SyntaxError, ZeroDivisionError) as e:
+            table_findings.append(f"[table] rule {rule['check']!r} cannot be evaluated: {e}")
+    findings = table_findings + Checker(template, {}, "defaults", timings).run()
     envs = overrides(samconfig_path)
     for env, params in envs.items():
         unknown = set(params) - set(template.get("Parameters", {}))
         if unknown:
             findings.append(f"[{env}] samconfig.toml overrides unknown parameters {sorted(unknown)}")
-        findings += Checker(template, params, env).run()
+        findings += Checker(template, params, env, timings).run()
     for f in findings:
         print(f"FINDING {f}")
     checked = ["defaults", *envs]
-    print(f"check_template: {len(findings)} finding(s) in {template_path} for {', '.join(checked)}")
+    print(f"check_template: {len(findings)} finding(s) in {template_path} for {', '.join(checked)}; "
+          f"{len(timings.values)} timings, {len(timings.template)} template bindings, {len(timings.rules)} rules")
     sys.exit(1 if findings else 0)
 
 

@@ -36,7 +36,8 @@ start)
     bin="$("$root/infra/aws/venv.sh")"
     mkdir -p "$state"
     # setsid: its own process group, so `stop` ends the server and its children only.
-    setsid "$bin/moto_server" -H 127.0.0.1 -p "$port" >"$logfile" 2>&1 < /dev/null &
+    # moto with DynamoDB requests serialised (infra/aws/moto_server.py says why).
+    setsid "$bin/python" "$root/infra/aws/moto_server.py" -H 127.0.0.1 -p "$port" >"$logfile" 2>&1 < /dev/null &
     echo $! > "$pidfile"
     for _ in $(seq 1 60); do   # at most 30 s
         if answers; then
