@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_core::domain::{ConversationId, ConversationStatus, Usage};
+use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
 use swarm_core::prompts::reply_messages;
@@ -68,6 +69,7 @@ impl Aggregator {
             tracing::info!(conversation_id = %id, "lost the aggregation flip: another trigger aggregates");
             return Ok(AggregateOutcome::AlreadyHandled);
         }
+        faults::at(CrashPoint::AggregatorAfterFlip).await;
         let subtasks = self.store.list_subtasks(id).await?;
         let input = reply_input(&subtasks, &conversation.notes);
         let request = ChatRequest {

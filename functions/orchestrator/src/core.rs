@@ -8,6 +8,7 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, TaskMessage, Usage,
     now_ms,
 };
+use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::plan::{fallback_plan, parse_plan, validate_plan};
 use swarm_core::ports::{
@@ -180,6 +181,7 @@ impl Orchestrator {
             }
             CreateOutcome::Created => {}
         }
+        faults::at(CrashPoint::OrchestratorAfterCreate).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
         let _guard = span.enter();
         // The deadline message goes out before planning: a crash after the
@@ -204,6 +206,7 @@ impl Orchestrator {
             // Another request (or the deadline path) moved it on; nothing more to do.
             return Ok(Created { conversation_id: id, new: true });
         }
+        faults::at(CrashPoint::OrchestratorAfterStartRun).await;
         self.enqueue_ready(&id, &records).await?;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true })

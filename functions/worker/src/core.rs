@@ -12,6 +12,7 @@ use swarm_core::domain::{
     ConversationId, ConversationStatus, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage,
     ToolCallRecord, Usage, now_ms, truncate_chars,
 };
+use swarm_core::faults::{self, CrashPoint};
 use swarm_core::jsonfix::parse_tool_arguments;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::llm::transcript::{check_pairing, compress, estimate_tokens};
@@ -190,6 +191,7 @@ impl Worker {
             }
             AttemptStart::Started(rec) => rec,
         };
+        faults::at(CrashPoint::WorkerAfterBeginAttempt).await;
         tracing::info!(attempt = record.attempts, role = %record.role, "subtask started");
 
         if let Some(budget) = self.settings.token_budget
@@ -295,6 +297,7 @@ impl Worker {
                 Ok(Outcome::AlreadyFinished)
             }
             RecordOutcome::Recorded => {
+                faults::at(CrashPoint::WorkerAfterRecordResult).await;
                 if let SubtaskResult::Failed { reason } = &result {
                     tracing::warn!(reason = %reason, "subtask failed");
                 }
@@ -333,6 +336,7 @@ impl Worker {
                 }
                 CountOutcome::Missing => return Ok(()),
             }
+            faults::at(CrashPoint::WorkerAfterCount).await;
             if done.dependents.is_empty() {
                 continue;
             }
@@ -346,6 +350,7 @@ impl Worker {
                             .transition_subtask(id, &sid, &[SubtaskStatus::Pending], SubtaskStatus::Queued)
                             .await?
                         {
+                            faults::at(CrashPoint::WorkerAfterReleaseFlip).await;
                             let role =
                                 all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
                             if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {

@@ -1,10 +1,11 @@
-//! The pure core of lambda-swarm: domain values, port traits, plan parsing, prompts, reply, view, roles, JSON repair and the LLM rules.
+//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair and the LLM rules.
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod domain;
+pub mod faults;
 pub mod jsonfix;
 pub mod llm;
 pub mod plan;

@@ -1,0 +1,168 @@
+//! Named crash points between writes: where a function can die, so tests and the chaos run can kill it exactly there.
+//!
+//! Production never crashes here: [`at`] is a no-op unless the local platform runs the
+//! invocation inside [`with_plan`] with a [`FaultPlan`] (crash-window tests, `swarm-chaos`).
+//! A planned crash behaves as Lambda killing the sandbox: [`at`] fires the invocation's
+//! kill switch and never returns, the platform drops the handler future — nothing after the
+//! point runs, no clean-up, no error path — and then treats the invocation as failed, as AWS
+//! would (the SQS message reappears after its visibility timeout, the stream batch is retried,
+//! the API client sees no answer).
+//!
+//! Every pair of writes that can be separated by a crash has a point here; each point has a
+//! test that kills the function there and shows what moves the conversation on afterwards.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+/// A place between two writes where a function may die.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CrashPoint {
+    /// Orchestrator: the conversation item is written (`PLANNING`), the deadline is not armed yet.
+    OrchestratorAfterCreate,
+    /// Orchestrator: the subtasks are written and the conversation is `RUNNING`, nothing is enqueued yet.
+    OrchestratorAfterStartRun,
+    /// Worker: the attempt began (`RUNNING`, attempts + 1), no LLM round has run.
+    WorkerAfterBeginAttempt,
+    /// Worker: the subtask's result is written, it is not counted yet.
+    WorkerAfterRecordResult,
+    /// Worker: the subtask is counted, its dependents are not released yet.
+    WorkerAfterCount,
+    /// Worker: a dependent is flipped `PENDING → QUEUED`, its message is not sent yet.
+    WorkerAfterReleaseFlip,
+    /// Aggregator: the `RUNNING → AGGREGATING` flip is won, the reply is not written.
+    AggregatorAfterFlip,
+}
+
+impl CrashPoint {
+    /// Every point, in declaration order (the chaos run exercises each).
+    pub const ALL: &'static [CrashPoint] = &[
+        Self::OrchestratorAfterCreate,
+        Self::OrchestratorAfterStartRun,
+        Self::WorkerAfterBeginAttempt,
+        Self::WorkerAfterRecordResult,
+        Self::WorkerAfterCount,
+        Self::WorkerAfterReleaseFlip,
+        Self::AggregatorAfterFlip,
+    ];
+
+    /// The stable snake_case name (as serialised), e.g. `worker_after_record_result`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OrchestratorAfterCreate => "orchestrator_after_create",
+            Self::OrchestratorAfterStartRun => "orchestrator_after_start_run",
+            Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
+            Self::WorkerAfterRecordResult => "worker_after_record_result",
+            Self::WorkerAfterCount => "worker_after_count",
+            Self::WorkerAfterReleaseFlip => "worker_after_release_flip",
+            Self::AggregatorAfterFlip => "aggregator_after_flip",
+        }
+    }
+}
+
+impl fmt::Display for CrashPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Decides, per point reached, whether the invocation dies there.
+pub trait FaultPlan: Send + Sync {
+    /// `true`: the invocation dies at `point` now. Called once per point reached.
+    fn crash(&self, point: CrashPoint) -> bool;
+}
+
+/// What one invocation runs under: its plan and its kill switch.
+#[derive(Clone)]
+pub struct Invocation {
+    plan: Arc<dyn FaultPlan>,
+    kill: Arc<Notify>,
+}
+
+impl Invocation {
+    /// An invocation under `plan`; the platform waits on [`Invocation::killed`] beside the handler.
+    pub fn new(plan: Arc<dyn FaultPlan>) -> Self {
+        Self { plan, kill: Arc::new(Notify::new()) }
+    }
+
+    /// Completes when the invocation died at a crash point (the platform then drops the handler future).
+    pub async fn killed(&self) {
+        self.kill.notified().await;
+    }
+}
+
+tokio::task_local! {
+    static INVOCATION: Invocation;
+}
+
+/// Runs `fut` (one invocation of a handler) under `invocation`'s plan. Only the local platform calls this.
+pub async fn with_plan<F: Future>(invocation: Invocation, fut: F) -> F::Output {
+    INVOCATION.scope(invocation, fut).await
+}
+
+/// A crash point. A no-op unless the invocation runs under a plan that chooses to crash here:
+/// then the kill switch fires and this future never completes.
+pub async fn at(point: CrashPoint) {
+    let kill = INVOCATION.try_with(|inv| inv.plan.crash(point).then(|| inv.kill.clone())).ok().flatten();
+    if let Some(kill) = kill {
+        tracing::warn!(crash_point = %point, "injected crash: the invocation dies here");
+        // notify_one stores a permit, so the platform sees it even if it is not waiting yet.
+        kill.notify_one();
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    struct At(CrashPoint, Mutex<Vec<CrashPoint>>);
+    impl FaultPlan for At {
+        fn crash(&self, point: CrashPoint) -> bool {
+            if let Ok(mut seen) = self.1.lock() {
+                seen.push(point);
+            }
+            point == self.0
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_plan_a_point_is_a_no_op() {
+        at(CrashPoint::WorkerAfterRecordResult).await;
+    }
+
+    #[tokio::test]
+    async fn a_planned_crash_stops_the_invocation_at_its_point_and_nothing_after_it_runs() {
+        let plan = Arc::new(At(CrashPoint::WorkerAfterRecordResult, Mutex::new(Vec::new())));
+        let invocation = Invocation::new(plan.clone());
+        let after = Arc::new(Mutex::new(false));
+        let after2 = after.clone();
+        let handler = with_plan(invocation.clone(), async move {
+            at(CrashPoint::WorkerAfterBeginAttempt).await;
+            at(CrashPoint::WorkerAfterRecordResult).await;
+            *after2.lock().unwrap() = true;
+        });
+        let died = tokio::select! {
+            _ = handler => false,
+            _ = invocation.killed() => true,
+        };
+        assert!(died);
+        assert!(!*after.lock().unwrap(), "nothing after the crash point ran");
+        assert_eq!(
+            *plan.1.lock().unwrap(),
+            vec![CrashPoint::WorkerAfterBeginAttempt, CrashPoint::WorkerAfterRecordResult]
+        );
+    }
+
+    #[test]
+    fn names_are_the_serialised_form() {
+        for p in CrashPoint::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), serde_json::Value::String(p.name().to_owned()));
+        }
+    }
+}
