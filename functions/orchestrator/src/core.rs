@@ -249,8 +249,9 @@ impl Orchestrator {
             }
         };
         let known: HashSet<String> = catalogue.iter().map(|t| t.name.clone()).collect();
-        let all_tools: Vec<String> =
-            catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
+        // The fallback subtask runs with the default role: only tools the role table leaves to it.
+        let names: Vec<&str> = catalogue.iter().map(|t| t.name.as_str()).collect();
+        let fallback_tools = self.roles.default_role_tools(&names);
         let mut messages = plan_messages(&conversation.query, &catalogue);
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
@@ -285,7 +286,7 @@ impl Orchestrator {
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }
-        (fallback_plan(&conversation.query, &all_tools, "the plan could not be made"), usage)
+        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage)
     }
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's
