@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::llm::Models;
 use swarm_local::aws::QueueDepth;
 use swarm_local::{AwsOptions, AwsStack, StackOptions};
@@ -150,11 +151,19 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     ] = counters;
 
     // The conversation.
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert_eq!(view.customer_id, "C100");
     assert_eq!((view.progress.finished, view.progress.total), (4, 4));
-    let statuses: Vec<(&str, &str)> = view.subtasks.iter().map(|s| (s.id.as_str(), s.status.as_str())).collect();
-    assert_eq!(statuses, vec![("w01", "SUCCEEDED"), ("w02", "SUCCEEDED"), ("w03", "SUCCEEDED"), ("w04", "FAILED")]);
+    let statuses: Vec<(&str, SubtaskStatus)> = view.subtasks.iter().map(|s| (s.id.as_str(), s.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ("w01", SubtaskStatus::Succeeded),
+            ("w02", SubtaskStatus::Succeeded),
+            ("w03", SubtaskStatus::Succeeded),
+            ("w04", SubtaskStatus::Failed)
+        ]
+    );
     for s in &view.subtasks[..3] {
         assert_eq!(s.tools_used, vec!["shop__get_order".to_owned()], "{}", s.id);
     }

@@ -424,7 +424,7 @@ impl AwsStack {
         loop {
             let view = self.view(id).await?;
             seen(&view);
-            if view.status == "DONE" || view.status == "FAILED" {
+            if view.status.is_terminal() {
                 return Ok(view);
             }
             let now = tokio::time::Instant::now();

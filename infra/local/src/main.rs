@@ -172,7 +172,7 @@ async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, dead
     let view = stack.view(&id).await?;
     print_outcome(&view, json, started)?;
     stack.shutdown().await;
-    if view.status != "DONE" {
+    if view.status != ConversationStatus::Done {
         std::process::exit(1);
     }
     Ok(())
@@ -220,7 +220,7 @@ async fn ask_aws(
     let view = outcome?;
     print_outcome(&view, json, started)?;
     eprintln!("{platform}");
-    if view.status != "DONE" {
+    if view.status != ConversationStatus::Done {
         std::process::exit(1);
     }
     Ok(())
@@ -239,7 +239,7 @@ async fn ask_on(
     }
     let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
     let mut planned = false;
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashMap<String, SubtaskStatus> = std::collections::HashMap::new();
     let mut aggregating = false;
     stack
         .wait_until(&id, Duration::from_secs(deadline + 60), |view| {
@@ -259,11 +259,11 @@ async fn ask_on(
                 if seen.get(&s.id) == Some(&s.status) {
                     continue;
                 }
-                seen.insert(s.id.clone(), s.status.clone());
-                match s.status.as_str() {
-                    "RUNNING" => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
-                    "SUCCEEDED" | "FAILED" | "SKIPPED" => {
-                        let mark = if s.status == "SUCCEEDED" { "✔" } else { "✘" };
+                seen.insert(s.id.clone(), s.status);
+                match s.status {
+                    SubtaskStatus::Running => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
+                    SubtaskStatus::Succeeded | SubtaskStatus::Failed | SubtaskStatus::Skipped => {
+                        let mark = if s.status == SubtaskStatus::Succeeded { "✔" } else { "✘" };
                         let tools = if s.tools_used.is_empty() {
                             String::new()
                         } else {
@@ -275,7 +275,7 @@ async fn ask_on(
                     _ => {}
                 }
             }
-            if !aggregating && view.status == "AGGREGATING" {
+            if !aggregating && view.status == ConversationStatus::Aggregating {
                 aggregating = true;
                 eprintln!("▸ all subtasks finished: writing the reply");
             }
@@ -286,7 +286,7 @@ async fn ask_on(
 /// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
 fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
     let tool_calls: usize = view.subtasks.iter().map(|s| s.tools_used.len()).sum();
-    let succeeded = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
+    let succeeded = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
     let tokens = match &view.usage {
         None => "tokens: not reported".to_owned(),
         Some(u) => {
