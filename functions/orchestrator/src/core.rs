@@ -18,6 +18,7 @@ use swarm_core::ports::{
 use swarm_core::prompts::{plan_messages, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
 use swarm_core::view::ConversationView;
+use tracing::Instrument;
 
 /// Orchestrator settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -183,9 +184,15 @@ impl Orchestrator {
         }
         faults::at(CrashPoint::OrchestratorAfterCreate).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
-        let _guard = span.enter();
+        self.plan_and_queue(conversation).instrument(span).await
+    }
+
+    /// The rest of `create` once the conversation is written: arm the deadline,
+    /// plan, persist the subtasks and flip to `RUNNING`, enqueue the ready ones.
+    async fn plan_and_queue(&self, conversation: Conversation) -> Result<Created, ApiError> {
+        let id = conversation.id.clone();
         // The deadline message goes out before planning: a crash after the
-        // write above still ends in the deadline path, never a hang.
+        // conversation's write still ends in the deadline path, never a hang.
         let delay = self.settings.deadline_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await

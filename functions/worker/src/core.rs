@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use swarm_core::domain::{
     ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus,
@@ -139,13 +140,13 @@ impl Worker {
     pub async fn handle(&self, message: TaskMessage, deadline: Instant) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, handbacks } => {
-                let span = tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id);
-                let _g = span.enter();
-                self.run(&conversation_id, &subtask_id, handbacks, deadline).await.unwrap_or_else(Outcome::from)
+                let span = subtask_span(&conversation_id, &subtask_id);
+                self.run(&conversation_id, &subtask_id, handbacks, deadline)
+                    .instrument(span)
+                    .await
+                    .unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => {
-                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
-            }
+            TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
         }
     }
 
@@ -154,19 +155,26 @@ impl Worker {
     pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, .. } => {
-                tracing::warn!(conversation_id = %conversation_id, subtask_id = %subtask_id, "dead letter: recording the subtask as failed");
                 let result = SubtaskResult::failed(
                     FailureKind::DeadLetter,
                     "gave up after repeated failures (the message reached the dead-letter queue)",
                 );
-                self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None)
-                    .await
-                    .unwrap_or_else(Outcome::from)
+                async {
+                    tracing::warn!("dead letter: recording the subtask as failed");
+                    self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None).await
+                }
+                .instrument(subtask_span(&conversation_id, &subtask_id))
+                .await
+                .unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => {
-                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
-            }
+            TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
         }
+    }
+
+    /// The deadline path in its own span (the conversation's status is recorded once read).
+    async fn deadline_instrumented(&self, id: &ConversationId) -> Outcome {
+        let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
+        self.deadline(id).instrument(span).await.unwrap_or_else(Outcome::from)
     }
 
     async fn run(
@@ -399,8 +407,7 @@ impl Worker {
             }
             return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
         }
-        let span = tracing::info_span!("deadline", conversation_id = %id, status = conversation.status.as_str());
-        let _g = span.enter();
+        tracing::Span::current().record("status", conversation.status.as_str());
         match conversation.status {
             ConversationStatus::Planning => {
                 tracing::warn!("planning never finished: failing the conversation");
@@ -652,6 +659,11 @@ impl Worker {
         };
         validator.iter_errors(args).next().map(|e| e.to_string())
     }
+}
+
+/// The span of one subtask's work: every event logged while running it carries its ids.
+fn subtask_span(conversation_id: &ConversationId, subtask_id: &str) -> tracing::Span {
+    tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id)
 }
 
 /// A stable key for one tool call of one subtask (FNV-1a over the canonical arguments).
