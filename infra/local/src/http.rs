@@ -57,19 +57,22 @@ pub fn request(
 
 /// The token table of `swarm-local serve --auth tokens`: the lines of
 /// `file` (`<token>=<customer_id>`, `#` comments) and each `--token <token>=<customer_id>`.
-/// Errors name the file or the entry's position, never a token.
+/// Errors name the file's line or the flag, never a token.
 pub fn token_table(file: Option<&Path>, tokens: &[String]) -> anyhow::Result<TokenTable> {
-    let mut text = match file {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("reading the token file {}", path.display()))?
+    let mut pairs = Vec::new();
+    if let Some(path) = file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading the token file {}", path.display()))?;
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.trim().starts_with('#')) {
+            let pair =
+                TokenTable::entry(line).map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), n + 1))?;
+            pairs.push(pair);
         }
-        None => String::new(),
-    };
-    for entry in tokens {
-        text.push('\n');
-        text.push_str(entry);
     }
-    let table = TokenTable::parse(&text).map_err(|e| anyhow::anyhow!("token table: {e}"))?;
+    for (n, entry) in tokens.iter().enumerate() {
+        pairs.push(TokenTable::entry(entry).map_err(|e| anyhow::anyhow!("--token number {}: {e}", n + 1))?);
+    }
+    let table = TokenTable::from_pairs(pairs).map_err(|e| anyhow::anyhow!("token table: {e}"))?;
     anyhow::ensure!(!table.is_empty(), "--auth tokens needs --tokens-file <file> or --token <token>=<customer_id>");
     Ok(table)
 }

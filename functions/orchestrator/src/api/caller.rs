@@ -167,11 +167,15 @@ impl TokenTable {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (token, customer) =
-                line.split_once('=').ok_or_else(|| format!("line {} is not <token>=<customer_id>", n + 1))?;
-            pairs.push((token.trim().to_owned(), customer.trim().to_owned()));
+            pairs.push(Self::entry(line).map_err(|e| format!("line {}: {e}", n + 1))?);
         }
         Self::from_pairs(pairs)
+    }
+
+    /// One `<token>=<customer_id>` entry as `(token, customer_id)`; the error never shows the token.
+    pub fn entry(text: &str) -> Result<(String, String), String> {
+        let (token, customer) = text.split_once('=').ok_or_else(|| "not <token>=<customer_id>".to_owned())?;
+        Ok((token.trim().to_owned(), customer.trim().to_owned()))
     }
 
     /// The customer `token` names.
@@ -203,7 +207,7 @@ mod tests {
         assert_eq!(t.customer("nope"), None);
         assert_eq!(format!("{t:?}"), "TokenTable(2 tokens)");
         let e = TokenTable::parse("tok-secret-value C104").unwrap_err();
-        assert_eq!(e, "line 1 is not <token>=<customer_id>");
+        assert_eq!(e, "line 1: not <token>=<customer_id>");
         assert!(TokenTable::parse("a=C1\na=C2").unwrap_err().contains("repeats"));
         assert!(TokenTable::parse("=C1").is_err());
     }
