@@ -158,8 +158,9 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
     assert_eq!(status, 404, "{answer}");
     let (status, _) = stack.api("GET", "/conversations/not-a-uuid", None, &[]).await.unwrap();
     assert_eq!(status, 404);
-    let (status, _) = stack.api("DELETE", "/conversations", None, &[]).await.unwrap();
-    assert_eq!(status, 400);
+    let (status, answer) = stack.api("DELETE", "/conversations", None, &[]).await.unwrap();
+    assert_eq!(status, 405, "{answer}");
+    assert_eq!(answer["error"]["code"], "method_not_allowed");
     assert_eq!(stack.store().conversation_count(), 0, "no item written");
     assert_eq!(stack.tasks_queue.depth(), 0, "no message sent");
     stack.shutdown().await;

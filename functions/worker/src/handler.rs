@@ -11,24 +11,13 @@ use tracing::Instrument;
 
 use crate::core::{Outcome, Worker};
 
-/// Which queue the function consumes (env `WORKER_MODE`).
+/// Which queue the function consumes (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerMode {
     /// The tasks queue (or the refund role's queue).
     Tasks,
     /// A dead-letter queue: record each subtask as failed and count it.
     DeadLetters,
-}
-
-impl WorkerMode {
-    /// Parses `tasks | dlq` (default `tasks`).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "tasks" => Ok(Self::Tasks),
-            "dlq" => Ok(Self::DeadLetters),
-            other => Err(format!("WORKER_MODE must be tasks or dlq, not {other:?}")),
-        }
-    }
 }
 
 /// Time kept back from the Lambda deadline for writing results and returning.

@@ -30,7 +30,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{Orchestrator, OrchestratorSettings};
+use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::aws::dynamo::DynamoConversationStore;
 use swarm_adapters::aws::sqs::SqsTaskQueue;
 use swarm_adapters::mcp::McpToolGateway;
@@ -370,13 +370,15 @@ impl AwsStack {
         self.received.lock().map(|r| r.clone()).unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
-    /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
-    /// the orchestrator's Lambda handler; answers `(status, JSON body)`.
+    /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`,
+    /// through `lambda_http`'s conversion into the orchestrator's router, as on
+    /// Lambda (authentication off); answers `(status, JSON body)`.
     pub async fn api_event(&self, event: &Value) -> anyhow::Result<(u16, Value)> {
-        crate::invoke_orchestrator(&self.orchestrator, event).await
+        let request = lambda_http::request::from_str(&event.to_string()).context("converting the API Gateway event")?;
+        crate::http::call(crate::http::router(self.orchestrator.clone(), Auth::None), request).await
     }
 
-    /// `method path` through the orchestrator's handler; answers `(status, JSON body)`.
+    /// `method path` through the orchestrator's router; answers `(status, JSON body)`.
     pub async fn api(
         &self,
         method: &str,
@@ -384,7 +386,8 @@ impl AwsStack {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> anyhow::Result<(u16, Value)> {
-        self.api_event(&events::http_api_event(method, path, body, headers)).await
+        let router = crate::http::router(self.orchestrator.clone(), Auth::None);
+        crate::http::call(router, crate::http::request(method, path, body, headers)?).await
     }
 
     /// `POST /conversations`; answers `(status, body)`.

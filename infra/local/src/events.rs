@@ -1,4 +1,4 @@
-//! Real-shaped Lambda events built by the local stack: API Gateway HTTP API (payload 2.0), SQS, DynamoDB stream.
+//! Real-shaped Lambda events built by the local stack: SQS, DynamoDB stream (the HTTP API needs none: its router is called directly).
 
 use std::time::Duration;
 
@@ -8,38 +8,6 @@ use serde_json::{Value, json};
 use swarm_core::domain::{Conversation, now_ms};
 
 use crate::platform::Delivery;
-
-/// An API Gateway HTTP API (payload format 2.0) event for `method path`.
-pub fn http_api_event(method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Value {
-    let mut h = serde_json::Map::new();
-    h.insert("content-type".into(), json!("application/json"));
-    h.insert("host".into(), json!("localhost"));
-    for (k, v) in headers {
-        h.insert(k.to_ascii_lowercase(), json!(v));
-    }
-    let now = now_ms();
-    json!({
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": h,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": "localhost",
-            "domainPrefix": "localhost",
-            "http": { "method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "swarm-local" },
-            "requestId": uuid::Uuid::now_v7().to_string(),
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "",
-            "timeEpoch": now
-        },
-        "body": body,
-        "isBase64Encoded": false
-    })
-}
 
 /// A Lambda context whose deadline is `timeout` from now.
 pub fn lambda_context(timeout: Duration) -> lambda_runtime::Context {
@@ -130,8 +98,5 @@ mod tests {
         let c = Conversation::new("C1", "q", 0, 120);
         let s = stream_event(&c);
         assert_eq!(s.records.len(), 1);
-        let r =
-            lambda_http::request::from_str(&http_api_event("GET", "/conversations/x", None, &[]).to_string()).unwrap();
-        assert_eq!(r.uri().path(), "/conversations/x");
     }
 }

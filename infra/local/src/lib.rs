@@ -24,7 +24,7 @@ use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{AuthMode, Orchestrator, OrchestratorSettings};
+use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, ItemChange, QueueSettings};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::{ConversationStatus, SubtaskRecord};
@@ -237,8 +237,13 @@ impl LocalStack {
         self.store.subscribe()
     }
 
-    /// Sends one HTTP API request (payload 2.0) through the orchestrator's
-    /// Lambda handler; answers `(status, JSON body)`.
+    /// The orchestrator behind the API (`swarm-local serve` mounts its router with the chosen auth).
+    pub fn orchestrator(&self) -> Arc<Orchestrator> {
+        self.orchestrator.clone()
+    }
+
+    /// Sends one request through the orchestrator's router (authentication
+    /// off: the body names the customer); answers `(status, JSON body)`.
     pub async fn api(
         &self,
         method: &str,
@@ -246,7 +251,8 @@ impl LocalStack {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> anyhow::Result<(u16, serde_json::Value)> {
-        invoke_orchestrator(&self.orchestrator, &events::http_api_event(method, path, body, headers)).await
+        let router = http::router(self.orchestrator.clone(), Auth::None);
+        http::call(router, http::request(method, path, body, headers)?).await
     }
 
     /// `POST /conversations`; answers `(status, body)`.
@@ -300,26 +306,6 @@ impl LocalStack {
             let _ = t.await;
         }
     }
-}
-
-/// Invokes the orchestrator's Lambda handler with an HTTP API (payload 2.0)
-/// event; answers `(status, JSON body)`. Both stacks call the API this way.
-pub async fn invoke_orchestrator(
-    orchestrator: &Orchestrator,
-    event: &serde_json::Value,
-) -> anyhow::Result<(u16, serde_json::Value)> {
-    let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
-    let response = orchestrator::handler::handle(orchestrator, AuthMode::None, request)
-        .await
-        .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
-    let status = response.status().as_u16();
-    let bytes: &[u8] = response.body().as_ref();
-    let json = if bytes.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::from_slice(bytes).context("response body is not JSON")?
-    };
-    Ok((status, json))
 }
 
 fn loopback() -> SocketAddr {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use orchestrator::Auth;
 use swarm_adapters::embedded::ItemChange;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{AwsOptions, AwsStack, LocalStack, StackOptions, describe};
@@ -56,7 +57,24 @@ enum Command {
         port: u16,
         #[arg(long, default_value_t = 10)]
         concurrency: usize,
+        /// How callers are identified: `none` (the body's `customer_id`, as with
+        /// `AuthMode=none`) or `tokens` (`Authorization: Bearer <token>`, each token naming one customer).
+        #[arg(long, value_enum, default_value_t = LocalAuth::None)]
+        auth: LocalAuth,
+        /// With `--auth tokens`: a file of `<token>=<customer_id>` lines (`#` starts a comment).
+        #[arg(long, value_name = "FILE")]
+        tokens_file: Option<std::path::PathBuf>,
+        /// With `--auth tokens`: one `<token>=<customer_id>` (repeatable).
+        #[arg(long = "token", value_name = "TOKEN=CUSTOMER")]
+        tokens: Vec<String>,
     },
+}
+
+/// `swarm-local serve --auth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LocalAuth {
+    None,
+    Tokens,
 }
 
 #[tokio::main]
@@ -73,7 +91,21 @@ async fn main() -> anyhow::Result<()> {
         (Command::Serve { .. }, Some(_)) => {
             anyhow::bail!("--aws-endpoint works with `ask` only; `serve` runs the embedded stack")
         }
-        (Command::Serve { port, concurrency }, None) => serve(port, concurrency).await,
+        (Command::Serve { port, concurrency, auth, tokens_file, tokens }, None) => {
+            let auth = match auth {
+                LocalAuth::None => {
+                    anyhow::ensure!(
+                        tokens_file.is_none() && tokens.is_empty(),
+                        "--tokens-file and --token need --auth tokens"
+                    );
+                    Auth::None
+                }
+                LocalAuth::Tokens => {
+                    Auth::Tokens(Arc::new(swarm_local::http::token_table(tokens_file.as_deref(), &tokens)?))
+                }
+            };
+            serve(port, concurrency, auth).await
+        }
     }
 }
 
@@ -350,10 +382,13 @@ async fn store_view(stack: &LocalStack, id: &swarm_core::domain::ConversationId)
     Ok((lines, subtasks.len() as u32))
 }
 
-async fn serve(port: u16, concurrency: usize) -> anyhow::Result<()> {
-    let stack =
-        Arc::new(LocalStack::start(StackOptions { worker_concurrency: concurrency, ..StackOptions::default() }).await?);
-    let app = swarm_local::http::router(stack.clone());
+async fn serve(port: u16, concurrency: usize, auth: Auth) -> anyhow::Result<()> {
+    let stack = LocalStack::start(StackOptions { worker_concurrency: concurrency, ..StackOptions::default() }).await?;
+    let callers = match &auth {
+        Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
+        _ => "no authentication: the body's customer_id".to_owned(),
+    };
+    let app = swarm_local::http::router(stack.orchestrator(), auth);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -362,6 +397,7 @@ async fn serve(port: u16, concurrency: usize) -> anyhow::Result<()> {
     println!(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
+    println!("  callers      {callers}");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!(
@@ -374,5 +410,6 @@ async fn serve(port: u16, concurrency: usize) -> anyhow::Result<()> {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
+    stack.shutdown().await;
     Ok(())
 }

@@ -6,9 +6,11 @@
 //! - [`StaticTools`]: a tool catalogue with canned outputs per tool, delays, and the calls it ran.
 //! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask).
 //! - [`fixtures`]: the cases of `tests/fixtures/queries.jsonl` and the fixture files.
+//! - [`preflight`]: a Lambda binary's cold start with chosen variables, and the refusals every function shares.
 
 pub mod fixtures;
 mod model;
+pub mod preflight;
 mod store;
 mod tools;
 
