@@ -1,5 +1,7 @@
 //! `docs/configuration.md` against the configs: every variable a function's config reads is in the table with that function under `read by`, the table claims no read the config does not make, and a config asks for nothing beyond the list it exposes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,5 +1,7 @@
 //! `swarm-local serve`'s HTTP API over a real socket: the orchestrator's router mounted directly; POST answers 202 with a status URL, GET follows the conversation to its reply, errors are JSON; with a token table the bearer token names the customer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::Duration;
 

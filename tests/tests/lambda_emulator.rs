@@ -4,6 +4,8 @@
 //! `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator`.
 //! Without `SWARM_AWS_ENDPOINT` the test fails and says so, unless `SWARM_SKIP_AWS=1`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

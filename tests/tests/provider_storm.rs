@@ -1,5 +1,7 @@
 //! A fan-out of 50 subtasks against a provider that rate-limits 30% of requests: every subtask succeeds, retries honour `Retry-After` and spread out.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::collections::HashMap;
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! The aggregator on the embedded store: one reply under concurrent triggers, the model-free reply when the model fails, stream events from the fixtures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 
 use aggregator::{AggregateOutcome, Aggregator, AggregatorSettings};

@@ -1,5 +1,7 @@
 //! The orchestrator's router with `oneshot` and no server: every status code in the one error shape, the caller's identity from JWT claims, IAM, the local token table or nobody, and the `events/` fixture through lambda_http's conversion.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 
 use axum::Router;

@@ -1,5 +1,7 @@
 //! The SQS handler's spans: records of one batch run concurrently, and every line logged for a record carries that record's ids and no other's.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,5 +1,7 @@
 //! The worker on its own: the tool loop's transcript invariants and the SQS handler's partial batch response, on embedded adapters with a scripted model and gateway.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::Duration;
 
