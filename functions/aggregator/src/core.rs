@@ -77,6 +77,7 @@ impl Aggregator {
             messages: reply_messages(&conversation.query, &input),
             tools: Vec::new(),
             max_tokens: Some(2048),
+            tool_choice: Default::default(),
         };
         let deadline = tokio::time::Instant::now() + self.settings.reply_timeout;
         let (reply, usage, by_model) = match complete_with_retry(

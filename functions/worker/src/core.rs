@@ -496,6 +496,7 @@ impl Worker {
                 messages: state.messages.clone(),
                 tools: if last_round { Vec::new() } else { tools.clone() },
                 max_tokens: Some(2048),
+                tool_choice: Default::default(),
             };
             let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline)
                 .await

@@ -57,6 +57,7 @@ fn work_request() -> ChatRequest {
         ],
         tools: tools(),
         max_tokens: Some(512),
+        tool_choice: Default::default(),
     }
 }
 
