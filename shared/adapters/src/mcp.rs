@@ -480,7 +480,7 @@ pub fn result_text(result: &rmcp::model::CallToolResult) -> String {
             ContentBlock::ResourceLink(link) => {
                 let mut note = format!("[resource link: {} {}", link.title.as_deref().unwrap_or(&link.name), link.uri);
                 let kind = link.mime_type.as_deref();
-                let size = link.size.map(|b| size_text(u64::from(b)));
+                let size = link.size.map(size_text);
                 match (kind, size) {
                     (Some(k), Some(sz)) => note.push_str(&format!(" ({k}, {sz})")),
                     (Some(k), None) => note.push_str(&format!(" ({k})")),
