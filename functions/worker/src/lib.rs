@@ -3,5 +3,5 @@
 pub mod core;
 pub mod handler;
 
-pub use core::{Outcome, Worker, WorkerSettings};
+pub use core::{Outcome, WORK_ANSWER_TOKENS, Worker, WorkerSettings};
 pub use handler::WorkerMode;
