@@ -110,7 +110,7 @@ pub fn load_cases(text: &str) -> Result<Vec<(String, ScriptedResponse)>, CaseErr
 ///   `tool_match` (else the first tool) with `tool_args`;
 /// - a work request after tool results (as `tool` messages, or flattened into a
 ///   user message) or with `tool_choice: "none"`: `final_text`, or
-///   `"Done: <each tool result, at most 600 characters, joined by \" | \">"`;
+///   `"Done: <each tool result, at most 2,000 characters, joined by \" | \">"`;
 /// - a reply request (`Subtask results (JSON):`) with `reply_from_results`: the
 ///   results' answers, one per line (a failed one as `<id>: could not be done`);
 /// - otherwise `reply_text`.
@@ -830,7 +830,7 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
         }
         _ if tools.is_some() || !results.is_empty() || (work && choice_none) => {
             let text = agent.final_text.clone().unwrap_or_else(|| {
-                let facts: Vec<String> = results.iter().map(|r| r.chars().take(600).collect()).collect();
+                let facts: Vec<String> = results.iter().map(|r| r.chars().take(2_000).collect()).collect();
                 format!("Done: {}", facts.join(" | "))
             });
             (Value::String(text), None, "stop")
