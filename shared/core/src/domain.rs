@@ -229,13 +229,15 @@ impl SubtaskResult {
         }
     }
 
-    /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters.
+    /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters (a reason to 2,000),
+    /// display control characters removed.
     pub fn bounded(self) -> Self {
+        // Model and tool output on its way to an item, a terminal and a reply: no display controls.
         match self {
             Self::Succeeded { text, tool_calls } => {
-                Self::Succeeded { text: truncate_chars(&text, MAX_RESULT_CHARS), tool_calls }
+                Self::Succeeded { text: crate::untrusted::clean_text(&text, MAX_RESULT_CHARS), tool_calls }
             }
-            Self::Failed { reason } => Self::Failed { reason: truncate_chars(&reason, 2_000) },
+            Self::Failed { reason } => Self::Failed { reason: crate::untrusted::clean_text(&reason, 2_000) },
             other => other,
         }
     }

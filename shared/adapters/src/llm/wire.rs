@@ -507,11 +507,13 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(wait.to_std().unwrap_or(Duration::ZERO))
 }
 
+/// `s` cut to `max_chars`, control characters as spaces: provider text goes into log fields.
 fn clip(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
+    let cut = match s.char_indices().nth(max_chars) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
-    }
+    };
+    cut.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 #[cfg(test)]
