@@ -3,12 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, Usage};
+use swarm_core::domain::{ConversationId, ConversationStatus, MAX_REPLY_CHARS, Usage};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
-use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, Purpose, StoreError};
+use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, FinishReason, Purpose, StoreError};
 use swarm_core::prompts::reply_messages;
 use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::untrusted::clean_text;
+
+/// Tokens the reply needs; the client adds a thinking model's reasoning budget to it.
+pub const REPLY_ANSWER_TOKENS: u32 = 2_048;
 
 /// Aggregator settings.
 #[derive(Clone, Debug)]
@@ -76,7 +80,8 @@ impl Aggregator {
             purpose: Purpose::Reply,
             messages: reply_messages(&conversation.query, &input),
             tools: Vec::new(),
-            max_tokens: Some(2048),
+            max_tokens: Some(REPLY_ANSWER_TOKENS),
+            tool_choice: Default::default(),
         };
         let deadline = tokio::time::Instant::now() + self.settings.reply_timeout;
         let (reply, usage, by_model) = match complete_with_retry(
@@ -87,6 +92,12 @@ impl Aggregator {
         )
         .await
         {
+            // A reply cut off by the output limit (the client already asked once more with a larger
+            // one) is never stored as final: the model-free reply has every answer whole.
+            Ok(r) if r.finish_reason == FinishReason::Length => {
+                tracing::warn!(conversation_id = %id, "reply cut off by the output limit (finish_reason length); writing the model-free reply");
+                (compose_reply(&input), r.usage, false)
+            }
             Ok(r) if r.content.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), r.usage, true)
             }
@@ -104,6 +115,8 @@ impl Aggregator {
         } else {
             format!("{reply}\n\n— Written without a language model (offline mode).")
         };
+        // Model output bound for a terminal and a DynamoDB item: no display controls, bounded size.
+        let reply = clean_text(&reply, MAX_REPLY_CHARS);
         self.store.finish_conversation(id, &reply, &usage).await?;
         tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
         Ok(AggregateOutcome::Replied { by_model })

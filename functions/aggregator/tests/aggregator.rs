@@ -1,4 +1,4 @@
-//! The aggregator on the embedded store: one reply under concurrent triggers, the model-free reply when the model fails, stream events from the fixtures.
+//! The aggregator on the embedded store: one reply under concurrent triggers, the model-free reply when the model fails or its reply is cut off, the reply cleaned and bounded, stream events from the fixtures.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -11,7 +11,7 @@ use swarm_adapters::embedded::InMemoryConversationStore;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult, Usage,
 };
-use swarm_core::ports::{ChatResponse, ConversationStore, LlmError};
+use swarm_core::ports::{ChatResponse, ConversationStore, FinishReason, LlmError};
 use swarm_testing::{ScriptedModel, text_response};
 
 /// The reply model: writes the same reply every time, or (`fail`) is refused every time.
@@ -112,4 +112,39 @@ async fn stream_fixture_event_triggers_the_aggregation_of_its_conversation() {
     // Delivered again (streams are at-least-once): nothing changes.
     aggregator::handler::handle(&agg, LambdaEvent::new(event, lambda_runtime::Context::default())).await.unwrap();
     assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().reply.as_deref(), Some("Your order A1029 is paid."));
+}
+
+#[tokio::test]
+async fn a_reply_cut_off_by_length_is_never_stored_the_model_free_reply_is() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d09").await;
+    let cut = ChatResponse {
+        finish_reason: FinishReason::Length,
+        usage: Usage { prompt_tokens: Some(80), completion_tokens: Some(2048), cached_tokens: None, cost_usd: None },
+        ..text_response("Your order A1029 is pa")
+    };
+    let agg = Aggregator::new(store.clone(), Arc::new(ScriptedModel::always(Ok(cut))), AggregatorSettings::default());
+    assert_eq!(agg.aggregate(&id).await.unwrap(), AggregateOutcome::Replied { by_model: false });
+    let conv = store.get_conversation(&id).await.unwrap().unwrap();
+    let reply = conv.reply.unwrap();
+    assert!(!reply.contains("is pa\n") && !reply.ends_with("is pa"), "{reply}");
+    assert!(reply.contains("Order A1029 is paid.") && reply.contains("Check coupon SAVE20"), "{reply}");
+    assert_eq!(conv.usage.completion_tokens, Some(2048), "the cut attempt is still counted");
+}
+
+#[tokio::test]
+async fn the_model_written_reply_is_stored_without_display_controls_and_bounded() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d0a").await;
+    let text = format!("Your order\u{1b}]0;pwned\u{7} A1029 is paid.\u{202E}{}", "x".repeat(60_000));
+    let agg = Aggregator::new(
+        store.clone(),
+        Arc::new(ScriptedModel::always(Ok(text_response(&text)))),
+        AggregatorSettings::default(),
+    );
+    agg.aggregate(&id).await.unwrap();
+    let reply = store.get_conversation(&id).await.unwrap().unwrap().reply.unwrap();
+    assert!(reply.starts_with("Your order]0;pwned A1029 is paid.xxx"), "{}", &reply[..60]);
+    assert!(reply.chars().count() <= swarm_core::domain::MAX_REPLY_CHARS);
+    assert!(reply.ends_with("[truncated]"));
 }

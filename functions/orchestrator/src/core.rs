@@ -270,6 +270,7 @@ impl Orchestrator {
                 messages: messages.clone(),
                 tools: catalogue.clone(),
                 max_tokens: Some(4096),
+                tool_choice: Default::default(),
             };
             let response = match complete_with_retry(self.model.as_ref(), &request, &policy, deadline).await {
                 Ok(r) => r,

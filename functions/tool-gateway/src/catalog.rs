@@ -1,4 +1,4 @@
-//! The federated tool catalogue: prefixing, hidden arguments, collisions and role permissions, as pure functions.
+//! The federated tool catalogue: prefixing, hidden arguments, input schemas normalised for the providers, collisions and role permissions, as pure functions.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -62,6 +62,288 @@ pub fn hide_argument(schema: &mut JsonObject, arg: &str) -> bool {
     had
 }
 
+/// Appended to the description of a property that declared no type: it is offered as a string.
+pub const UNTYPED_NOTE: &str = "(any value; send it as text)";
+
+/// Makes an upstream tool's input schema one the major providers accept (OpenAI-compatible
+/// function calling refuses a property without `type`, an array without `items`, and `anyOf`,
+/// `oneOf`, `allOf`, `enum` or `not` at the top level):
+/// - the root is an object: a root without `type` gets `"type": "object"` and `properties`; a root
+///   of another type is refused (MCP arguments are always an object);
+/// - root `anyOf`/`oneOf` whose branches only list `required` properties become a note in the
+///   root's `description` ("give at least one of …"); root `allOf` of object branches is merged;
+///   anything else there is refused;
+/// - every property (nested ones, array items, `$defs` too) gets a type: from its `enum`/`const`
+///   values or its keywords (`properties` → object, `items` → array, `minLength` → string…), else
+///   `string` with [`UNTYPED_NOTE`] appended to its description; `true` is such a property, `false`
+///   removes the property; an array without `items` gets string items; an `additionalProperties`
+///   without a type (`{}`) is dropped (an open object allows any property anyway). Properties with
+///   a `$ref` or typed `anyOf`/`oneOf` branches are kept;
+/// - the result must compile as a JSON Schema (the worker validates arguments against it).
+///
+/// Errors: why the schema cannot be made acceptable (the tool is then left out and reported).
+pub fn normalise_schema(schema: &JsonObject) -> Result<JsonObject, String> {
+    use serde_json::Value;
+    let mut out = schema.clone();
+    match out.get("type") {
+        None => {
+            out.insert("type".into(), Value::from("object"));
+        }
+        Some(Value::String(t)) if t == "object" => {}
+        Some(Value::Array(ts)) if ts.iter().any(|t| t == "object") => {
+            out.insert("type".into(), Value::from("object"));
+        }
+        Some(other) => return Err(format!("input schema root is of type {other}, not an object")),
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = out.remove(key) {
+            let groups = required_only_branches(&branches)
+                .ok_or_else(|| format!("input schema has {key} at the top level, which providers refuse"))?;
+            let note = format!("Give at least one of: {}.", groups.join(" | "));
+            let description = match out.get("description").and_then(Value::as_str) {
+                Some(d) if !d.trim().is_empty() => format!("{} {note}", d.trim()),
+                _ => note,
+            };
+            out.insert("description".into(), Value::from(description));
+        }
+    }
+    if let Some(branches) = out.remove("allOf") {
+        merge_all_of(&mut out, &branches)?;
+    }
+    for key in ["not", "enum", "const"] {
+        if out.contains_key(key) {
+            return Err(format!("input schema has {key} at the top level, which providers refuse"));
+        }
+    }
+    normalise_object_keywords(&mut out);
+    if !out.contains_key("properties") {
+        out.insert("properties".into(), Value::Object(JsonObject::new()));
+    }
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = out.get_mut(key) {
+            for def in defs.values_mut() {
+                if let Some(normal) = normalise_property(def) {
+                    *def = normal;
+                }
+            }
+        }
+    }
+    let compiled = Value::Object(out);
+    jsonschema::validator_for(&compiled).map_err(|e| format!("input schema does not compile: {e}"))?;
+    match compiled {
+        Value::Object(out) => Ok(out),
+        _ => Err("input schema is not an object".into()),
+    }
+}
+
+/// The property lists of `anyOf`/`oneOf` branches that only name `required` properties.
+fn required_only_branches(branches: &serde_json::Value) -> Option<Vec<String>> {
+    let branches = branches.as_array()?;
+    branches
+        .iter()
+        .map(|b| {
+            let b = b.as_object()?;
+            if b.keys().any(|k| k != "required") {
+                return None;
+            }
+            let names: Vec<&str> = b.get("required")?.as_array()?.iter().filter_map(|v| v.as_str()).collect();
+            (!names.is_empty()).then(|| names.join(" + "))
+        })
+        .collect()
+}
+
+/// Merges root `allOf` branches that are plain object schemas into `out`.
+fn merge_all_of(out: &mut JsonObject, branches: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value;
+    let refused = || "input schema has allOf at the top level that cannot be merged".to_owned();
+    for branch in branches.as_array().ok_or_else(refused)? {
+        let b = branch.as_object().ok_or_else(refused)?;
+        if b.keys().any(|k| !matches!(k.as_str(), "type" | "properties" | "required" | "description")) {
+            return Err(refused());
+        }
+        if let Some(Value::Object(props)) = b.get("properties") {
+            let target = out.entry("properties").or_insert_with(|| Value::Object(JsonObject::new()));
+            if let Value::Object(t) = target {
+                for (k, v) in props {
+                    t.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+        if let Some(Value::Array(req)) = b.get("required") {
+            let target = out.entry("required").or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(t) = target {
+                for r in req {
+                    if !t.contains(r) {
+                        t.push(r.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Normalises `properties` (dropping `false` ones, from `required` too) and `additionalProperties` of an object schema.
+fn normalise_object_keywords(o: &mut JsonObject) {
+    use serde_json::Value;
+    let mut dropped = Vec::new();
+    if let Some(Value::Object(props)) = o.get_mut("properties") {
+        let names: Vec<String> = props.keys().cloned().collect();
+        for name in names {
+            match props.get(&name).and_then(normalise_property) {
+                Some(normal) => {
+                    props.insert(name, normal);
+                }
+                None => {
+                    props.remove(&name);
+                    dropped.push(name);
+                }
+            }
+        }
+    }
+    if !dropped.is_empty()
+        && let Some(Value::Array(required)) = o.get_mut("required")
+    {
+        required.retain(|r| !r.as_str().is_some_and(|r| dropped.iter().any(|d| d == r)));
+    }
+    match o.get("additionalProperties") {
+        Some(Value::Object(ap)) if declares_no_type(ap) => {
+            o.remove("additionalProperties");
+        }
+        Some(ap @ Value::Object(_)) => {
+            if let Some(normal) = normalise_property(ap) {
+                o.insert("additionalProperties".into(), normal);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An object schema that constrains nothing a provider reads as a type (`{}`, only a description…).
+fn declares_no_type(o: &JsonObject) -> bool {
+    !["type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "items"]
+        .iter()
+        .any(|k| o.contains_key(*k))
+}
+
+/// One property schema with a type (see [`normalise_schema`]); `None` for `false` (no value allowed).
+fn normalise_property(v: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let mut o = match v {
+        Value::Bool(false) => return None,
+        Value::Bool(true) => JsonObject::new(),
+        Value::Object(o) => o.clone(),
+        // Not a schema at all: offered as text, like an untyped property.
+        _ => JsonObject::new(),
+    };
+    if o.contains_key("$ref") {
+        return Some(Value::Object(o));
+    }
+    let branches = ["anyOf", "oneOf", "allOf"].into_iter().find(|k| o.contains_key(*k));
+    if let Some(key) = branches
+        && !o.contains_key("type")
+    {
+        if let Some(Value::Array(items)) = o.get_mut(key) {
+            for item in items.iter_mut() {
+                if let Some(normal) = normalise_property(item) {
+                    *item = normal;
+                }
+            }
+        }
+        return Some(Value::Object(o));
+    }
+    let declared = match o.get("type") {
+        Some(Value::String(t)) => Some(t.clone()),
+        Some(Value::Array(ts)) if !ts.is_empty() => {
+            ts.iter().filter_map(Value::as_str).find(|t| *t != "null").map(str::to_owned).or(Some("null".into()))
+        }
+        _ => None,
+    };
+    let kind = match declared {
+        Some(t) => t,
+        None => {
+            let t = inferred_type(&o);
+            if t.is_none() {
+                let description = match o.get("description").and_then(Value::as_str) {
+                    Some(d) if !d.trim().is_empty() => format!("{} {UNTYPED_NOTE}", d.trim()),
+                    _ => UNTYPED_NOTE.to_owned(),
+                };
+                o.insert("description".into(), Value::from(description));
+            }
+            let t = t.unwrap_or_else(|| Value::from("string"));
+            o.insert("type".into(), t.clone());
+            t.as_str().unwrap_or("string").to_owned()
+        }
+    };
+    match kind.as_str() {
+        "object" => normalise_object_keywords(&mut o),
+        "array" => {
+            let items = match o.get("items") {
+                None => Some(serde_json::json!({"type": "string"})),
+                // A draft-7 tuple: its first item's schema stands for all of them.
+                Some(Value::Array(tuple)) => Some(
+                    tuple.first().and_then(normalise_property).unwrap_or_else(|| serde_json::json!({"type": "string"})),
+                ),
+                Some(item) => normalise_property(item),
+            };
+            match items {
+                Some(items) => {
+                    o.insert("items".into(), items);
+                }
+                None => {
+                    o.remove("items");
+                }
+            }
+        }
+        _ => {}
+    }
+    Some(Value::Object(o))
+}
+
+/// The type a property's keywords imply: from its `enum`/`const` values, else from keywords
+/// that belong to one type. `None` when nothing says (the property takes anything).
+fn inferred_type(o: &JsonObject) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    let values: Vec<&Value> = match (o.get("enum"), o.get("const")) {
+        (Some(Value::Array(v)), _) => v.iter().collect(),
+        (_, Some(c)) => vec![c],
+        _ => Vec::new(),
+    };
+    if !values.is_empty() {
+        let mut types: Vec<&str> = Vec::new();
+        for v in values {
+            let t = match v {
+                Value::String(_) => "string",
+                Value::Bool(_) => "boolean",
+                Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+                Value::Number(_) => "number",
+                Value::Null => "null",
+                Value::Array(_) => "array",
+                Value::Object(_) => "object",
+            };
+            if !types.contains(&t) {
+                types.push(t);
+            }
+        }
+        if types.contains(&"number") {
+            types.retain(|t| *t != "integer");
+        }
+        return Some(if types.len() == 1 { Value::from(types[0]) } else { Value::from(types) });
+    }
+    let has = |keys: &[&str]| keys.iter().any(|k| o.contains_key(*k));
+    if has(&["properties", "additionalProperties", "required", "patternProperties", "minProperties", "maxProperties"]) {
+        Some(Value::from("object"))
+    } else if has(&["items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"]) {
+        Some(Value::from("array"))
+    } else if has(&["minLength", "maxLength", "pattern", "format"]) {
+        Some(Value::from("string"))
+    } else if has(&["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"]) {
+        Some(Value::from("number"))
+    } else {
+        None
+    }
+}
+
 /// Why an upstream tool was left out of the catalogue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -70,9 +352,10 @@ pub struct Skipped {
 }
 
 /// Turns an upstream's `tools/list` into exposed tools: applies the
-/// upstream's allow/deny, the prefix, the name rule, and hides the customer
-/// and idempotency arguments. Tools breaking the name rule are skipped (and
-/// reported), never renamed.
+/// upstream's allow/deny, the prefix, the name rule, hides the customer
+/// and idempotency arguments and normalises the input schema
+/// ([`normalise_schema`]). Tools breaking the name rule, or whose schema cannot
+/// be made acceptable, are skipped (and reported), never renamed or sent as is.
 pub fn expose_tools(
     upstream: usize,
     config: &UpstreamConfig,
@@ -100,6 +383,13 @@ pub fn expose_tools(
         let mut schema = (*tool.input_schema).clone();
         let customer_scoped = hide_argument(&mut schema, &config.customer_scoped_arg);
         let side_effecting = hide_argument(&mut schema, &config.idempotency_arg);
+        let schema = match normalise_schema(&schema) {
+            Ok(s) => s,
+            Err(reason) => {
+                skipped.push(Skipped { tool: original, reason });
+                continue;
+            }
+        };
         tool.input_schema = Arc::new(schema);
         tool.name = name.clone().into();
         exposed.push(Arc::new(ExposedTool {
@@ -240,6 +530,67 @@ mod tests {
             json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]})
         );
         assert_eq!(t.listed.name, "shop__refund");
+    }
+
+    fn case_tool(name: &str) -> Tool {
+        serde_json::from_value(swarm_testing::mcp_case(name)["tool"].clone()).unwrap()
+    }
+
+    #[test]
+    fn untyped_properties_are_typed_at_discovery_and_the_listed_schema_compiles() {
+        let (tools, skipped) = expose_tools(0, &upstream("ev"), vec![case_tool("schema-without-types")]);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let listed = serde_json::Value::Object((*tools[0].listed.input_schema).clone());
+        assert_eq!(
+            listed,
+            json!({"type": "object", "required": ["q"], "properties": {
+                "q": {"type": "string", "description": format!("what to look for {UNTYPED_NOTE}")},
+                "filters": {"type": "object"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "sort": {"type": "string", "enum": ["price", "name"]},
+                "limit": {"type": ["integer", "null"]}}})
+        );
+        let v = jsonschema::validator_for(&listed).unwrap();
+        assert!(v.is_valid(&json!({"q": "jacket", "filters": {"colour": "navy"}, "tags": ["sale"], "limit": 3})));
+        assert!(!v.is_valid(&json!({"q": 5})));
+    }
+
+    #[test]
+    fn a_non_object_root_is_left_out_and_reported_like_an_invalid_name() {
+        let tools = vec![case_tool("schema-non-object-root"), case_tool("schema-root-without-type")];
+        let (exposed, skipped) = expose_tools(0, &upstream("ev"), tools);
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].tool, "echo_text");
+        assert!(skipped[0].reason.contains("not an object"), "{}", skipped[0].reason);
+        assert_eq!(exposed.len(), 1);
+        assert_eq!(exposed[0].listed.input_schema.get("type"), Some(&json!("object")));
+    }
+
+    #[test]
+    fn root_combinators_providers_refuse_become_notes_merges_or_refusals() {
+        let either = json!({"type": "object", "properties": {"sku": {"type": "string"}, "name": {"type": "string"}},
+            "anyOf": [{"required": ["sku"]}, {"required": ["name"]}]});
+        let out = normalise_schema(either.as_object().unwrap()).unwrap();
+        assert!(!out.contains_key("anyOf"));
+        assert_eq!(out["description"], "Give at least one of: sku | name.");
+        let merged = json!({"allOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            {"properties": {"b": {"minimum": 1}}}]});
+        let out = normalise_schema(merged.as_object().unwrap()).unwrap();
+        assert_eq!(out["properties"], json!({"a": {"type": "string"}, "b": {"type": "number", "minimum": 1}}));
+        assert_eq!(out["required"], json!(["a"]));
+        let refused = json!({"type": "object", "oneOf": [{"properties": {"x": {"type": "string"}}}]});
+        assert!(normalise_schema(refused.as_object().unwrap()).unwrap_err().contains("oneOf"));
+        let broken = json!({"type": "object", "properties": {"x": {"type": "strng"}}});
+        assert!(normalise_schema(broken.as_object().unwrap()).unwrap_err().contains("does not compile"));
+        // `false` properties go, from `required` too; nested objects and items are typed as well.
+        let nested = json!({"type": "object", "required": ["gone", "rows"], "properties": {"gone": false,
+            "rows": {"items": {"properties": {"n": {"const": 3}}}}}});
+        let out = normalise_schema(nested.as_object().unwrap()).unwrap();
+        assert_eq!(out["required"], json!(["rows"]));
+        assert_eq!(
+            out["properties"]["rows"],
+            json!({"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer", "const": 3}}}})
+        );
     }
 
     #[test]

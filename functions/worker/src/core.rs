@@ -10,25 +10,35 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use swarm_core::domain::{
-    ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
+    ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, MAX_RESULT_CHARS, SubtaskRecord,
+    SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::jsonfix::parse_tool_arguments;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use swarm_core::llm::transcript::{check_pairing, compress, estimate_tokens};
+use swarm_core::llm::transcript::{
+    check_pairing, compress, estimate_tokens, fit_round, latest_round, shrink_latest_round,
+};
 use swarm_core::ports::{
     AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LlmError,
-    MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolContext, ToolGateway, ToolSpec,
+    MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolChoice, ToolContext, ToolGateway, ToolSpec,
 };
 use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
 use swarm_core::reply::{compose_reply, reply_input};
 use swarm_core::roles::TaskQueues;
+use swarm_core::untrusted::{clean_text, safe_id};
+
+/// Tokens a worker's answer (its text or its tool calls) needs; the client adds a thinking
+/// model's reasoning budget to it.
+pub const WORK_ANSWER_TOKENS: u32 = 2_048;
+/// Times one subtask may shorten its transcript (each halves it) after a context-length error
+/// or an answer cut off by `length`; past that the request cannot fit and the subtask fails.
+const MAX_SHRINKS: u32 = 3;
 
 /// Worker settings, read once at cold start.
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
-    /// Most LLM rounds per subtask; the last one offers no tools, forcing an answer.
+    /// Most LLM rounds per subtask; the last one forbids tool calls (`tool_choice: "none"`), forcing an answer.
     pub max_rounds: u32,
     /// Longest wait for one tool call.
     pub tool_timeout: Duration,
@@ -45,6 +55,9 @@ pub struct WorkerSettings {
     pub compress_above_tokens: u64,
     /// Characters of one tool output kept in the transcript.
     pub max_tool_output_chars: usize,
+    /// Estimated tokens the tool results of one round may take together; a larger round is cut
+    /// fairly (`transcript::fit_round`), each cut result saying so.
+    pub round_budget_tokens: u64,
 }
 
 impl Default for WorkerSettings {
@@ -59,6 +72,7 @@ impl Default for WorkerSettings {
             token_budget: None,
             compress_above_tokens: 24_000,
             max_tool_output_chars: 8_000,
+            round_budget_tokens: 12_000,
         }
     }
 }
@@ -120,7 +134,8 @@ pub struct Worker {
     sub_model: Arc<dyn ChatModel>,
     tools: Arc<dyn ToolGateway>,
     settings: WorkerSettings,
-    validators: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+    /// Compiled argument schemas by tool name; `Err` keeps why a schema did not compile.
+    validators: Mutex<HashMap<String, Result<Arc<jsonschema::Validator>, String>>>,
 }
 
 impl Worker {
@@ -281,7 +296,7 @@ impl Worker {
                 Ok(Outcome::HandedBack)
             }
             LoopEnd::OutOfTime => {
-                let result = partial_result(&state);
+                let result = partial_result(&state, FailureKind::OutOfTime, "ran out of time");
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
                 self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
@@ -490,7 +505,8 @@ impl Worker {
             listed.into_iter().filter(|t| wanted.contains(t.name.as_str())).collect()
         };
         let allowed: HashMap<&str, &ToolSpec> = tools.iter().map(|t| (t.name.as_str(), t)).collect();
-        let mut compressed_for_length = false;
+        let mut shrinks_left = MAX_SHRINKS;
+        let mut shrunk_for_length = false;
         let mut round = 0;
         while round < self.settings.max_rounds {
             if deadline.saturating_duration_since(Instant::now()) < self.settings.min_round_time {
@@ -508,57 +524,91 @@ impl Worker {
                     format!("internal transcript error: {e}"),
                 ));
             }
+            // The tools travel on every round, the last one included: providers refuse tool history
+            // without tool definitions, so the last round forbids calls instead of removing tools.
             let request = ChatRequest {
                 purpose: Purpose::Work,
                 messages: state.messages.clone(),
-                tools: if last_round { Vec::new() } else { tools.clone() },
-                max_tokens: Some(2048),
+                tools: tools.clone(),
+                max_tokens: Some(WORK_ANSWER_TOKENS),
+                tool_choice: if last_round { ToolChoice::None } else { ToolChoice::Auto },
             };
-            let response =
-                match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
-                    Ok(r) => r,
-                    Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
-                    Err(CallError::Failed(LlmError::ContextLength { .. })) if !compressed_for_length => {
-                        compressed_for_length = true;
-                        if let Err(end) = self.compress_forced(state, deadline).await {
-                            return end;
+            let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline)
+                .await
+            {
+                Ok(r) => r,
+                Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
+                Err(CallError::Failed(e @ LlmError::ContextLength { .. })) => {
+                    // Never the same request again: shorter, or not at all.
+                    match self.shrink(state, &mut shrinks_left, deadline).await {
+                        Ok(true) => continue,
+                        Ok(false) => {
+                            return LoopEnd::Done(SubtaskResult::failed(
+                                FailureKind::ModelFailed,
+                                format!(
+                                    "the request is larger than the model's context and cannot be shortened further: {e}"
+                                ),
+                            ));
                         }
-                        continue;
+                        Err(end) => return end,
                     }
-                    Err(CallError::Failed(e)) => {
-                        tracing::warn!(error = %e, "language model failed");
-                        return LoopEnd::Done(SubtaskResult::failed(
-                            FailureKind::ModelFailed,
-                            format!("the language model failed: {e}"),
-                        ));
-                    }
-                };
+                }
+                Err(CallError::Failed(e)) => {
+                    tracing::warn!(error = %e, "language model failed");
+                    return LoopEnd::Done(SubtaskResult::failed(
+                        FailureKind::ModelFailed,
+                        format!("the language model failed: {e}"),
+                    ));
+                }
+            };
             state.usage = state.usage.add(&response.usage);
             round += 1;
+            let cut_off = response.finish_reason == FinishReason::Length;
             if response.tool_calls.is_empty() {
-                let text = response.content.clone().unwrap_or_default();
+                if cut_off {
+                    // Still cut after the client's retry with a larger limit: never a final answer.
+                    // Shorter history leaves more room once; after that, the facts found so far.
+                    if !shrunk_for_length {
+                        shrunk_for_length = true;
+                        match self.shrink(state, &mut shrinks_left, deadline).await {
+                            Ok(true) => continue,
+                            Ok(false) => {}
+                            Err(end) => return end,
+                        }
+                    }
+                    tracing::warn!("the model's answer was cut off by its output limit (finish_reason length)");
+                    return LoopEnd::Done(partial_result(
+                        state,
+                        FailureKind::NoAnswer,
+                        "the model's answer was cut off by its output limit",
+                    ));
+                }
+                let text = response.content.as_deref().map(|t| clean_text(t, MAX_RESULT_CHARS)).unwrap_or_default();
                 if text.trim().is_empty() {
                     return LoopEnd::Done(SubtaskResult::failed(
                         FailureKind::NoAnswer,
                         format!("the model returned no answer (finish_reason {:?})", response.finish_reason),
                     ));
                 }
-                let text = if response.finish_reason == FinishReason::Length {
-                    format!("{text} …(answer cut off)")
-                } else {
-                    text
-                };
                 return LoopEnd::Done(SubtaskResult::Succeeded { text, tool_calls: state.tool_calls.clone() });
             }
-            let truncated = response.finish_reason == FinishReason::Length;
             state.messages.push(ChatMessage::Assistant {
                 content: response.content.clone(),
                 tool_calls: response.tool_calls.clone(),
                 reasoning_content: response.reasoning_content.clone(),
             });
-            let calls = response.tool_calls.iter().map(|call| self.run_call(ctx, &allowed, call, truncated, deadline));
+            let calls = response.tool_calls.iter().map(|call| self.run_call(ctx, &allowed, call, cut_off, deadline));
             // Concurrent, answered in call order.
-            for (call, (content, rec)) in response.tool_calls.iter().zip(join_all(calls).await) {
+            let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) = join_all(calls).await.into_iter().unzip();
+            let cut = fit_round(&mut contents, self.settings.round_budget_tokens);
+            if cut > 0 {
+                tracing::info!(
+                    cut,
+                    budget_tokens = self.settings.round_budget_tokens,
+                    "tool results cut to fit the round's budget"
+                );
+            }
+            for ((call, content), rec) in response.tool_calls.iter().zip(contents).zip(records) {
                 state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
                 state.tool_calls.push(rec);
             }
@@ -569,13 +619,32 @@ impl Worker {
         ))
     }
 
-    async fn compress(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
-        self.compress_to(state, self.settings.compress_above_tokens, deadline).await
+    /// Shortens the transcript to about half: the latest round's tool results are cut to half
+    /// their size (fairly, each saying so) and older rounds summarised as needed. `Ok(false)` when
+    /// nothing could be shortened or the shrinks are used up; the transcript is then unchanged.
+    async fn shrink(&self, state: &mut LoopState, shrinks_left: &mut u32, deadline: Instant) -> Result<bool, LoopEnd> {
+        if *shrinks_left == 0 {
+            return Ok(false);
+        }
+        *shrinks_left -= 1;
+        let before = state.messages.clone();
+        let total = estimate_tokens(&state.messages);
+        let (round_tokens, _) = latest_round(&state.messages);
+        let cut = shrink_latest_round(&mut state.messages, round_tokens / 2);
+        self.compress_to(state, (total / 2).max(1), deadline).await?;
+        let changed = state.messages != before;
+        tracing::info!(
+            before_tokens = total,
+            after_tokens = estimate_tokens(&state.messages),
+            latest_round_cut = cut,
+            changed,
+            "transcript shortened"
+        );
+        Ok(changed)
     }
 
-    async fn compress_forced(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
-        let target = (estimate_tokens(&state.messages) / 2).max(1);
-        self.compress_to(state, target, deadline).await
+    async fn compress(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
+        self.compress_to(state, self.settings.compress_above_tokens, deadline).await
     }
 
     async fn compress_to(&self, state: &mut LoopState, budget: u64, deadline: Instant) -> Result<(), LoopEnd> {
@@ -601,22 +670,34 @@ impl Worker {
         truncated: bool,
         deadline: Instant,
     ) -> (String, ToolCallRecord) {
+        // The name is model output: kept verbatim only when it is a tool this subtask may call.
+        let name = if allowed.contains_key(call.name.as_str()) { call.name.clone() } else { safe_id(&call.name) };
         let refuse = |why: String| {
             let content = serde_json::json!({ "error": why }).to_string();
-            (content, ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why) })
+            (content, ToolCallRecord { name: name.clone(), ok: false, error: Some(why) })
         };
         if truncated {
             return refuse("the model's answer was cut off (finish_reason length) before this call was complete; it was not executed".into());
         }
         let Some(spec) = allowed.get(call.name.as_str()) else {
-            return refuse(format!("tool {} is not available to this subtask", call.name));
+            return refuse(format!("tool {name} is not available to this subtask"));
         };
         let args = match parse_tool_arguments(&call.arguments) {
             Ok(a) => serde_json::Value::Object(a),
             Err(e) => return refuse(format!("the arguments are not valid JSON ({e}); the call was not executed")),
         };
-        if let Some(err) = self.schema_error(spec, &args) {
-            return refuse(format!("the arguments do not match the tool's schema ({err}); the call was not executed"));
+        match self.schema_error(spec, &args) {
+            Ok(None) => {}
+            Ok(Some(err)) => {
+                return refuse(format!(
+                    "the arguments do not match the tool's schema ({err}); the call was not executed"
+                ));
+            }
+            Err(err) => {
+                return refuse(format!(
+                    "the tool's argument schema does not compile ({err}), so the arguments cannot be checked; the call was not executed"
+                ));
+            }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -645,19 +726,24 @@ impl Worker {
         }
     }
 
-    fn schema_error(&self, spec: &ToolSpec, args: &serde_json::Value) -> Option<String> {
+    /// The first way `args` break the tool's argument schema (`Ok(None)`: they match). `Err` when
+    /// the schema does not compile: reported (a warning, once per tool and instance) and the call
+    /// refused, never run unchecked.
+    fn schema_error(&self, spec: &ToolSpec, args: &serde_json::Value) -> Result<Option<String>, String> {
         let validator = {
-            let mut cache = self.validators.lock().ok()?;
-            match cache.get(&spec.name) {
-                Some(v) => v.clone(),
-                None => {
-                    let v = Arc::new(jsonschema::validator_for(&spec.input_schema).ok()?);
-                    cache.insert(spec.name.clone(), v.clone());
-                    v
-                }
-            }
+            let mut cache = self.validators.lock().unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(spec.name.clone())
+                .or_insert_with(|| {
+                    jsonschema::validator_for(&spec.input_schema).map(Arc::new).map_err(|e| {
+                        let e = e.to_string();
+                        tracing::warn!(tool = %spec.name, error = %e, "the tool's input schema does not compile; its calls are refused");
+                        e
+                    })
+                })
+                .clone()?
         };
-        validator.iter_errors(args).next().map(|e| e.to_string())
+        Ok(validator.iter_errors(args).next().map(|e| e.to_string()))
     }
 }
 
@@ -677,19 +763,20 @@ fn idempotency_key(ctx: &ToolContext, tool: &str, args: &serde_json::Value) -> S
     format!("{}-{}-{h:016x}", ctx.conversation_id, ctx.subtask_id)
 }
 
-/// What the loop had when time ran out for good: the outputs of the calls
-/// whose records say they succeeded, or an [`FailureKind::OutOfTime`] failure.
-fn partial_result(state: &LoopState) -> SubtaskResult {
+/// What the loop had when it had to stop (`why`: time ran out for good, the answer was cut off):
+/// the outputs of the calls whose records say they succeeded, marked partial, or a failure of
+/// `kind` saying why when there are none.
+fn partial_result(state: &LoopState, kind: FailureKind, why: &str) -> SubtaskResult {
     let facts: Vec<&str> = tool_outcomes(&state.messages, &state.tool_calls)
         .into_iter()
         .filter(|(_, record)| record.is_some_and(|r| r.ok))
         .map(|(content, _)| content)
         .collect();
     if facts.is_empty() {
-        SubtaskResult::failed(FailureKind::OutOfTime, "ran out of time twice before any result")
+        SubtaskResult::failed(kind, format!("{why} before any result"))
     } else {
         SubtaskResult::Succeeded {
-            text: format!("(partial: ran out of time) Facts found so far: {}", facts.join("; ")),
+            text: format!("(partial: {why}) Facts found so far: {}", facts.join("; ")),
             tool_calls: state.tool_calls.clone(),
         }
     }
@@ -915,7 +1002,11 @@ mod tests {
             ],
             vec![record("shop__get_order", true), record("shop__refund", false)],
         );
-        let SubtaskResult::Succeeded { text, tool_calls } = partial_result(&s) else { panic!("facts were found") };
+        let SubtaskResult::Succeeded { text, tool_calls } =
+            partial_result(&s, FailureKind::OutOfTime, "ran out of time")
+        else {
+            panic!("facts were found")
+        };
         assert_eq!(
             text,
             r#"(partial: ran out of time) Facts found so far: {"order_id":"A1029","status":"PAID","error":null}"#
@@ -940,7 +1031,10 @@ mod tests {
                 record("shop__track_shipment", true),
             ],
         );
-        let SubtaskResult::Succeeded { text, .. } = partial_result(&s) else { panic!("one fact was found") };
+        let SubtaskResult::Succeeded { text, .. } = partial_result(&s, FailureKind::OutOfTime, "ran out of time")
+        else {
+            panic!("one fact was found")
+        };
         assert_eq!(text, r#"(partial: ran out of time) Facts found so far: {"carrier":"SF"}"#);
     }
 
@@ -949,7 +1043,7 @@ mod tests {
         // No records at all, a record for another tool than the call named, and a failed record.
         for records in [vec![], vec![record("shop__track_shipment", true)], vec![record("shop__get_order", false)]] {
             let s = state(vec![assistant(&[("c1", "shop__get_order")]), answer("c1", r#"{"status":"PAID"}"#)], records);
-            let result = partial_result(&s);
+            let result = partial_result(&s, FailureKind::OutOfTime, "ran out of time");
             assert_eq!(result.failure_kind(), Some(FailureKind::OutOfTime), "{result:?}");
         }
     }

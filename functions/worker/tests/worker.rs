@@ -1,4 +1,4 @@
-//! The worker on its own: the tool loop's transcript invariants and the SQS handler's partial batch response, on embedded adapters with a scripted model and gateway.
+//! The worker on its own: the tool loop's transcript invariants, its output-limit, context and round budgets, and the SQS handler's partial batch response, on embedded adapters with a scripted model and gateway.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -13,7 +13,8 @@ use swarm_core::domain::{
     Conversation, ConversationId, FailureKind, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, TaskQueue, ToolCall, ToolError, ToolGateway,
+    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue, ToolCall, ToolChoice,
+    ToolError, ToolGateway,
 };
 use swarm_core::roles::TaskQueues;
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
@@ -266,4 +267,197 @@ async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_sp
         "{:?}",
         rec.result
     );
+}
+
+// ---------------------------------------------------------------- issue 11: limits, budgets, tool history
+
+fn worker_with(s: &Setup, model: Arc<dyn ChatModel>, tools: Arc<dyn ToolGateway>, settings: WorkerSettings) -> Worker {
+    let queue: Arc<dyn TaskQueue> = Arc::new(s.queue.clone());
+    Worker::new(s.store.clone(), TaskQueues::new(queue), model.clone(), model, tools, settings)
+}
+
+fn settings() -> WorkerSettings {
+    WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() }
+}
+
+fn tool_messages(request: &swarm_core::ports::ChatRequest) -> Vec<&str> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn length_cut(text: Option<&str>) -> ChatResponse {
+    ChatResponse {
+        content: text.map(str::to_owned),
+        finish_reason: FinishReason::Length,
+        reasoning_content: Some("still thinking".into()),
+        ..text_response("")
+    }
+}
+
+/// Five parallel calls of one tool, each answering 8,000 Chinese characters after its own fact.
+fn five_big_results() -> (ChatResponse, Arc<StaticTools>) {
+    let args = [
+        r#"{"order_id":"A1"}"#,
+        r#"{"order_id":"A2"}"#,
+        r#"{"order_id":"A3"}"#,
+        r#"{"order_id":"A4"}"#,
+        r#"{"order_id":"A5"}"#,
+    ];
+    let ids = ["c1", "c2", "c3", "c4", "c5"];
+    let round: Vec<(&str, &str, &str)> = ids.iter().zip(args).map(|(id, a)| (*id, "shop__get_order", a)).collect();
+    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
+    let tools = StaticTools::named(&["shop__get_order"], "", schema).on_call("shop__get_order", |args| {
+        let id = args["order_id"].as_str().unwrap_or("?").to_owned();
+        Ok(swarm_core::ports::ToolOutput {
+            text: format!("订单 {id} 已付款。{}", "物流记录".repeat(2_000)),
+            is_error: false,
+        })
+    });
+    (calls(&round, FinishReason::ToolCalls), Arc::new(tools))
+}
+
+#[tokio::test]
+async fn the_last_round_keeps_the_tools_and_forbids_calls_with_tool_choice_none() {
+    let s = setup(&["shop__get_order"]).await;
+    let model = scripted(vec![
+        calls(&[("c1", "shop__get_order", r#"{"order_id":"A1029"}"#)], FinishReason::ToolCalls),
+        text_response("Order A1029 is paid."),
+    ]);
+    let w = worker_with(&s, model.clone(), fake_tools(), WorkerSettings { max_rounds: 2, ..settings() });
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    let seen = model.requests();
+    assert_eq!(seen[0].tool_choice, ToolChoice::Auto);
+    assert_eq!(seen[1].tool_choice, ToolChoice::None, "the last round forbids calls");
+    assert_eq!(seen[1].tools.len(), 1, "and still carries the tools its transcript used");
+    assert_eq!(seen[1].max_tokens, Some(worker::WORK_ANSWER_TOKENS));
+}
+
+#[tokio::test]
+async fn one_round_of_large_results_fits_its_budget_together_each_cut_fairly_with_a_note() {
+    let s = setup(&["shop__get_order"]).await;
+    let (round, tools) = five_big_results();
+    let model = scripted(vec![round, text_response("A1-A5 are paid.")]);
+    let w = worker_with(&s, model.clone(), tools, WorkerSettings { round_budget_tokens: 6_000, ..settings() });
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    let second = &model.requests()[1];
+    let results = tool_messages(second);
+    assert_eq!(results.len(), 5);
+    let total: u64 = results.iter().map(|r| swarm_core::llm::transcript::estimate_text_tokens(r)).sum();
+    assert!(total <= 6_000, "{total} tokens");
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.starts_with(&format!("订单 A{} 已付款。", i + 1)), "each result keeps its fact: {}", &r[..40]);
+        assert!(r.contains("characters shown"), "each cut result says so");
+    }
+    let lens: Vec<usize> = results.iter().map(|r| r.chars().count()).collect();
+    assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 2, "cut fairly: {lens:?}");
+}
+
+#[tokio::test]
+async fn a_context_length_error_shrinks_the_latest_round_and_never_resends_the_same_request() {
+    let s = setup(&["shop__get_order"]).await;
+    let (round, tools) = five_big_results();
+    let too_long =
+        LlmError::ContextLength { status: 400, message: "This model's maximum context length is 16384 tokens.".into() };
+    let model = Arc::new(ScriptedModel::new(vec![
+        Ok(round),
+        Err(too_long.clone()),
+        Ok(text_response("A1, A2, A3, A4 and A5 are paid.")),
+    ]));
+    let w = worker_with(&s, model.clone(), tools, WorkerSettings { round_budget_tokens: 30_000, ..settings() });
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    let seen = model.requests();
+    assert_eq!(seen.len(), 3);
+    assert_ne!(seen[1].messages, seen[2].messages, "never the same request twice");
+    let (big, small) = (tool_messages(&seen[1]), tool_messages(&seen[2]));
+    let tokens = |rs: &[&str]| rs.iter().map(|r| swarm_core::llm::transcript::estimate_text_tokens(r)).sum::<u64>();
+    assert!(
+        tokens(&small) * 2 <= tokens(&big) + 10,
+        "the latest round was halved: {} -> {}",
+        tokens(&big),
+        tokens(&small)
+    );
+    assert!(small.iter().all(|r| r.contains("已付款") && r.contains("characters shown")));
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert!(matches!(rec.result, Some(SubtaskResult::Succeeded { ref text, .. }) if text.contains("A5 are paid")));
+
+    // Nothing to shorten (no round yet): the subtask fails clearly instead of resending.
+    let s = setup(&[]).await;
+    let model = Arc::new(ScriptedModel::always(Err(too_long)));
+    let w = worker_with(&s, model.clone(), fake_tools(), settings());
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
+    assert_eq!(model.calls(), 1);
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert!(
+        matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::ModelFailed, ref reason }) if reason.contains("cannot be shortened")),
+        "{:?}",
+        rec.result
+    );
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_by_length_is_never_stored_as_final() {
+    let s = setup(&["shop__get_order"]).await;
+    let model = scripted(vec![
+        calls(&[("c1", "shop__get_order", r#"{"order_id":"A1029"}"#)], FinishReason::ToolCalls),
+        length_cut(Some("Order A1029 is pa")),
+        length_cut(None),
+    ]);
+    let w = worker_with(&s, model.clone(), fake_tools(), settings());
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(model.calls(), 3, "asked once more with a shorter history, then stopped");
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let Some(SubtaskResult::Succeeded { text, .. }) = rec.result else { panic!("{:?}", rec.result) };
+    assert!(
+        text.starts_with("(partial: the model's answer was cut off by its output limit) Facts found so far: "),
+        "{text}"
+    );
+    assert!(text.contains("A1029") && !text.contains("is pa"), "the cut text is not the answer: {text}");
+
+    // Without any fact, it is a failure saying why.
+    let s = setup(&[]).await;
+    let model = scripted(vec![length_cut(None), length_cut(None)]);
+    let w = worker_with(&s, model, fake_tools(), settings());
+    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert!(
+        matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::NoAnswer, ref reason }) if reason.contains("cut off"))
+    );
+}
+
+#[tokio::test]
+async fn a_schema_that_does_not_compile_is_reported_and_its_calls_refused_not_run_unchecked() {
+    let s = setup(&["shop__get_order"]).await;
+    let tools = Arc::new(StaticTools::named(
+        &["shop__get_order"],
+        "",
+        json!({"type": "object", "properties": {"order_id": {"type": "strng"}}}),
+    ));
+    let model = scripted(vec![
+        calls(&[("c1", "shop__get_order", r#"{"order_id":"A1029"}"#)], FinishReason::ToolCalls),
+        text_response("I could not look it up."),
+    ]);
+    let w = worker_with(&s, model.clone(), tools.clone(), settings());
+    w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
+    assert!(tools.ran().is_empty());
+    let results = model.requests();
+    assert!(tool_messages(&results[1])[0].contains("does not compile"), "{:?}", tool_messages(&results[1]));
+}
+
+#[tokio::test]
+async fn a_model_written_tool_name_is_recorded_only_in_a_safe_form() {
+    let s = setup(&["shop__get_order"]).await;
+    let model = scripted(vec![
+        calls(&[("c1", "get_order\n2026-01-01 INFO forged line", "{}")], FinishReason::ToolCalls),
+        text_response("Done."),
+    ]);
+    let w = worker_with(&s, model, fake_tools(), settings());
+    w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
+    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert_eq!(rec.tools_used, vec!["get_order_2026-01-01_INFO_forged_line"]);
 }

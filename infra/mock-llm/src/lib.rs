@@ -1,4 +1,4 @@
-//! A mock OpenAI-compatible chat-completions server for tests and benchmarks: scripted answers, a generic agent, latency, injected faults and request statistics.
+//! A mock OpenAI-compatible chat-completions server for tests and benchmarks: scripted answers, a generic agent with provider quirks, latency, injected faults and request statistics.
 //!
 //! Routes: `POST /v1/chat/completions` (and `/chat/completions`),
 //! `GET /v1/models`, `GET /_stats` (the [`Stats`] as JSON), `POST /_reset`
@@ -99,14 +99,23 @@ pub fn load_cases(text: &str) -> Result<Vec<(String, ScriptedResponse)>, CaseErr
     Ok(out)
 }
 
-/// The generic agent used by swarm benchmarks.
+/// The generic agent used by swarm benchmarks and whole-conversation tests.
 ///
-/// - with `tools` and no `tool` message yet: one call of the first tool whose
-///   name contains `tool_match` (else the first tool) with `tool_args`;
-/// - with `tools` after a tool result: `final_text`, or `"Done: <last tool result>"`;
-/// - without tools, when the system prompt contains `"subtasks"`: a plan of
+/// - a plan request (no tools, the system prompt contains `"subtasks"`): the
+///   configured [`subtasks`](Self::subtasks) as `w01`, `w02`…, or else a plan of
 ///   `plan_subtasks` subtasks `{"id":"w001","instruction":plan_instruction,"tools":[plan_tool]}`;
+/// - a work request with tools, no tool result yet and `tool_choice` not `"none"`:
+///   the calls of its configured subtask (the `Subtask wNN:` message names it),
+///   all in one answer, or else one call of the first tool whose name contains
+///   `tool_match` (else the first tool) with `tool_args`;
+/// - a work request after tool results (as `tool` messages, or flattened into a
+///   user message) or with `tool_choice: "none"`: `final_text`, or
+///   `"Done: <each tool result, at most 2,000 characters, joined by \" | \">"`;
+/// - a reply request (`Subtask results (JSON):`) with `reply_from_results`: the
+///   results' answers, one per line (a failed one as `<id>: could not be done`);
 /// - otherwise `reply_text`.
+///
+/// [`quirks`](Self::quirks) make it behave like a particular provider.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub tool_match: String,
@@ -116,6 +125,75 @@ pub struct AgentConfig {
     pub plan_instruction: String,
     pub plan_tool: String,
     pub reply_text: String,
+    /// Planned instead of `plan_subtasks` copies when not empty.
+    pub subtasks: Vec<AgentSubtask>,
+    pub reply_from_results: bool,
+    pub quirks: Quirks,
+}
+
+/// One subtask the agent plans, and the tool calls it makes for it (in one answer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentSubtask {
+    pub instruction: String,
+    /// `(tool name, arguments)`.
+    pub calls: Vec<(String, Value)>,
+}
+
+impl AgentSubtask {
+    pub fn new(instruction: &str, calls: &[(&str, Value)]) -> Self {
+        Self {
+            instruction: instruction.to_owned(),
+            calls: calls.iter().map(|(t, a)| ((*t).to_owned(), a.clone())).collect(),
+        }
+    }
+}
+
+/// Provider behaviour the agent emulates; each is off by default.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quirks {
+    /// A thinking model: every answer carries `reasoning_content`, tool-call answers included.
+    pub thinking: bool,
+    /// Kimi's thinking models: an assistant tool-call message sent back without
+    /// `reasoning_content` is answered 400 "thinking is enabled but reasoning_content
+    /// is missing in assistant tool call message at index N".
+    pub require_reasoning: bool,
+    /// Tokens a thinking answer spends on reasoning first: a request whose output limit
+    /// (`max_tokens` or `max_completion_tokens`) leaves less than [`ANSWER_ROOM_TOKENS`]
+    /// after it is answered `finish_reason: "length"` with reasoning only.
+    pub reasoning_tokens: Option<u32>,
+    /// A Bedrock-style gateway: a transcript with tool calls or results but no tool
+    /// definitions is answered 400 "The toolConfig field must be defined…"; like such
+    /// gateways, it drops the tools of a `tool_choice: "none"` request (Bedrock has no "none").
+    pub bedrock: bool,
+    /// Context window, estimated tokens (4 ASCII characters or 1 other character make a
+    /// token): a longer request is answered 400 `context_length_exceeded`.
+    pub context_tokens: Option<u64>,
+    /// Newer OpenAI models: `max_tokens` is answered 400 "Unsupported parameter".
+    pub reject_max_tokens: bool,
+    /// OpenAI's schema check: a tool whose parameters have a non-object root, a property
+    /// without `type` or an array without `items` is answered 400 "Invalid schema for function".
+    pub strict_schemas: bool,
+}
+
+/// Tokens a thinking answer needs after its reasoning ([`Quirks::reasoning_tokens`]).
+pub const ANSWER_ROOM_TOKENS: u32 = 256;
+
+impl Quirks {
+    /// A named provider: `kimi-thinking` (reasoning every turn, 400 without it, 3,000
+    /// tokens of reasoning), `bedrock`, `openai-reasoning` (refuses `max_tokens`, 3,000
+    /// tokens of reasoning), `openai-strict` (schema check), `none`.
+    pub fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "kimi-thinking" => {
+                Self { thinking: true, require_reasoning: true, reasoning_tokens: Some(3_000), ..Self::default() }
+            }
+            "bedrock" => Self { bedrock: true, ..Self::default() },
+            "openai-reasoning" => Self { reject_max_tokens: true, reasoning_tokens: Some(3_000), ..Self::default() },
+            "openai-strict" => Self { strict_schemas: true, ..Self::default() },
+            "none" => Self::default(),
+            _ => return None,
+        })
+    }
 }
 
 impl Default for AgentConfig {
@@ -128,6 +206,9 @@ impl Default for AgentConfig {
             plan_instruction: "Check order A1029".into(),
             plan_tool: "shop__get_order".into(),
             reply_text: "Here is what we found about your request.".into(),
+            subtasks: Vec::new(),
+            reply_from_results: false,
+            quirks: Quirks::default(),
         }
     }
 }
@@ -217,7 +298,8 @@ pub struct Arrival {
     pub retry_after_ms: Option<u64>,
     /// The last user message (at most 200 characters): tells the calls of a burst apart.
     pub key: String,
-    /// What answered: `agent`, `script`, `rate_limit`, `server_error`, `hang`, `malformed`, `bad_request`.
+    /// What answered: `agent`, `script`, `rate_limit`, `server_error`, `hang`, `malformed`,
+    /// `bad_request`, or `quirk` (the agent refused the request as its [`Quirks`] say).
     pub kind: &'static str,
 }
 
@@ -507,10 +589,13 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             (Mode::Scripted(_), _) => {
                 (500, None, "script", error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock-llm: script exhausted"))
             }
-            (Mode::Agent(agent), _) => {
-                let r = axum::Json(agent_answer(agent, req, seq, body.len())).into_response();
-                (200, None, "agent", r)
-            }
+            (Mode::Agent(agent), _) => match quirk_refusal(&agent.quirks, req) {
+                Some(refusal) => (400, None, "quirk", (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response()),
+                None => {
+                    let r = axum::Json(agent_answer(agent, req, seq, body.len())).into_response();
+                    (200, None, "agent", r)
+                }
+            },
         },
     };
     record_arrival(&s, seq, arrived_ms, status, retry_after_ms, key, kind);
@@ -572,47 +657,239 @@ fn last_user_text(req: &Value) -> String {
     t.chars().take(200).collect()
 }
 
+/// The 400 body a provider with these quirks answers `req` with, if it refuses it.
+fn quirk_refusal(q: &Quirks, req: &Value) -> Option<Value> {
+    let error = |message: String, code: &str| json!({"error": {"message": message, "type": "invalid_request_error", "code": code}});
+    if q.reject_max_tokens && req.get("max_tokens").is_some() {
+        return Some(error(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+                .into(),
+            "unsupported_parameter",
+        ));
+    }
+    if q.strict_schemas {
+        for t in offered_tools(req) {
+            let name = t.pointer("/function/name").and_then(Value::as_str).unwrap_or("");
+            let params = t.pointer("/function/parameters").unwrap_or(&Value::Null);
+            if let Some(context) = schema_problem(params, &mut Vec::new()) {
+                return Some(error(
+                    format!(
+                        "Invalid schema for function '{name}': In context=({context}), schema must have a 'type' key."
+                    ),
+                    "invalid_function_parameters",
+                ));
+            }
+        }
+    }
+    if let Some(window) = q.context_tokens {
+        let used = request_tokens(req);
+        if used > window {
+            return Some(error(
+                format!(
+                    "This model's maximum context length is {window} tokens. However, your messages resulted in {used} tokens. Please reduce the length of the messages."
+                ),
+                "context_length_exceeded",
+            ));
+        }
+    }
+    let msgs = messages(req);
+    if q.bedrock {
+        let history = msgs.iter().any(|m| role(m) == "tool" || has_tool_calls(m));
+        let tools_defined = !offered_tools(req).is_empty() && req.get("tool_choice") != Some(&json!("none"));
+        if history && !tools_defined {
+            return Some(
+                json!({"error": {"message": "litellm.BadRequestError: BedrockException - {\"message\":\"The toolConfig field must be defined when using toolUse and toolResult content blocks.\"}", "type": null, "code": "400"}}),
+            );
+        }
+    }
+    if q.require_reasoning
+        && let Some(index) =
+            msgs.iter().position(|m| has_tool_calls(m) && !m.get("reasoning_content").is_some_and(Value::is_string))
+    {
+        return Some(error(
+            format!(
+                "thinking is enabled but reasoning_content is missing in assistant tool call message at index {index}"
+            ),
+            "invalid_request_error",
+        ));
+    }
+    None
+}
+
+fn offered_tools(req: &Value) -> &[Value] {
+    req.get("tools").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
+fn has_tool_calls(m: &Value) -> bool {
+    role(m) == "assistant" && m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty())
+}
+
+/// Where a tool's parameters break OpenAI's schema rules (`'properties', 'x'`), if anywhere.
+fn schema_problem(schema: &Value, path: &mut Vec<String>) -> Option<String> {
+    let context = |path: &[String]| path.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(", ");
+    let Some(o) = schema.as_object() else { return Some(context(path)) };
+    if path.is_empty() && o.get("type") != Some(&json!("object")) {
+        return Some("'parameters'".into());
+    }
+    let typed = o.contains_key("type") || ["$ref", "anyOf", "oneOf", "allOf"].iter().any(|k| o.contains_key(*k));
+    if !typed {
+        return Some(context(path));
+    }
+    if o.get("type") == Some(&json!("array")) && !o.contains_key("items") {
+        path.push("items".into());
+        return Some(context(path));
+    }
+    for key in ["properties"] {
+        if let Some(props) = o.get(key).and_then(Value::as_object) {
+            for (name, prop) in props {
+                path.extend([key.to_owned(), name.clone()]);
+                if let Some(p) = schema_problem(prop, path) {
+                    return Some(p);
+                }
+                path.truncate(path.len() - 2);
+            }
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub) = o.get(key).filter(|v| v.is_object()) {
+            path.push(key.to_owned());
+            if let Some(p) = schema_problem(sub, path) {
+                return Some(p);
+            }
+            path.pop();
+        }
+    }
+    None
+}
+
+/// Estimated prompt tokens: 4 ASCII characters or 1 other character make a token.
+fn request_tokens(req: &Value) -> u64 {
+    fn tokens(s: &str) -> u64 {
+        let ascii = s.chars().filter(char::is_ascii).count() as u64;
+        ascii.div_ceil(4) + (s.chars().count() as u64 - ascii)
+    }
+    messages(req)
+        .iter()
+        .map(|m| {
+            4 + tokens(text(m))
+                + m.get("reasoning_content").and_then(Value::as_str).map_or(0, tokens)
+                + m.get("tool_calls").map_or(0, |c| tokens(&c.to_string()))
+        })
+        .sum::<u64>()
+        + offered_tools(req).iter().map(|t| tokens(&t.to_string())).sum::<u64>()
+}
+
+/// The id of a work request's subtask (`Subtask w01: …` → `w01`).
+fn subtask_id(req: &Value) -> Option<String> {
+    messages(req).iter().rev().filter(|m| role(m) == "user").find_map(|m| {
+        let rest = text(m).strip_prefix("Subtask ")?;
+        Some(rest.split(':').next()?.trim().to_owned())
+    })
+}
+
+/// Opens the user message of a flattened round's tool results (as the swarm's client writes it).
+const FLATTENED_RESULTS: &str = "Results of the tools called above:";
+/// Opens the JSON of a reply request (as the swarm's aggregator writes it).
+const REPLY_RESULTS: &str = "Subtask results (JSON):\n";
+
 fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> Value {
     let msgs = messages(req);
     let tools = req.get("tools").and_then(Value::as_array).filter(|t| !t.is_empty());
+    let choice_none = req.get("tool_choice") == Some(&json!("none"));
+    let results: Vec<&str> = msgs
+        .iter()
+        .filter(|m| role(m) == "tool" || (role(m) == "user" && text(m).starts_with(FLATTENED_RESULTS)))
+        .map(text)
+        .collect();
+    let work = subtask_id(req).is_some();
     let (content, tool_calls, finish) = match tools {
-        Some(tools) if !msgs.iter().any(|m| role(m) == "tool") => {
+        Some(tools) if results.is_empty() && !choice_none => {
             let name_of = |t: &Value| t.pointer("/function/name").and_then(Value::as_str).unwrap_or("").to_owned();
-            let name =
-                tools.iter().map(name_of).find(|n| n.contains(&agent.tool_match)).unwrap_or_else(|| name_of(&tools[0]));
-            let call = json!({
-                "id": format!("call_{seq}_0"),
-                "type": "function",
-                "function": {"name": name, "arguments": agent.tool_args.to_string()},
-            });
-            (Value::Null, Some(vec![call]), "tool_calls")
+            let planned = subtask_id(req)
+                .and_then(|id| id.strip_prefix('w').and_then(|n| n.parse::<usize>().ok()))
+                .and_then(|n| agent.subtasks.get(n.wrapping_sub(1)));
+            let calls: Vec<(String, String)> = match planned {
+                Some(s) if !s.calls.is_empty() => s.calls.iter().map(|(t, a)| (t.clone(), a.to_string())).collect(),
+                _ => {
+                    let name = tools
+                        .iter()
+                        .map(name_of)
+                        .find(|n| n.contains(&agent.tool_match))
+                        .unwrap_or_else(|| name_of(&tools[0]));
+                    vec![(name, agent.tool_args.to_string())]
+                }
+            };
+            let calls = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    json!({"id": format!("call_{seq}_{i}"), "type": "function", "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            (Value::Null, Some(calls), "tool_calls")
         }
-        Some(_) => {
+        _ if tools.is_some() || !results.is_empty() || (work && choice_none) => {
             let text = agent.final_text.clone().unwrap_or_else(|| {
-                let last = msgs.iter().rev().find(|m| role(m) == "tool").map_or("", text);
-                format!("Done: {}", last.chars().take(200).collect::<String>())
+                let facts: Vec<String> = results.iter().map(|r| r.chars().take(2_000).collect()).collect();
+                format!("Done: {}", facts.join(" | "))
             });
             (Value::String(text), None, "stop")
         }
-        None => {
+        _ => {
             let system = msgs.iter().find(|m| role(m) == "system").map_or("", text);
+            let user = msgs.iter().rev().find(|m| role(m) == "user").map_or("", text);
             if system.contains("\"subtasks\"") {
-                let subtasks: Vec<Value> = (1..=agent.plan_subtasks)
-                    .map(|i| {
-                        json!({"id": format!("w{i:03}"), "instruction": agent.plan_instruction, "tools": [agent.plan_tool]})
-                    })
-                    .collect();
+                let subtasks: Vec<Value> = if agent.subtasks.is_empty() {
+                    (1..=agent.plan_subtasks)
+                        .map(|i| {
+                            json!({"id": format!("w{i:03}"), "instruction": agent.plan_instruction, "tools": [agent.plan_tool]})
+                        })
+                        .collect()
+                } else {
+                    agent
+                        .subtasks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            let mut tools: Vec<&str> = s.calls.iter().map(|(t, _)| t.as_str()).collect();
+                            tools.dedup();
+                            json!({"id": format!("w{:02}", i + 1), "instruction": s.instruction, "tools": tools})
+                        })
+                        .collect()
+                };
                 (Value::String(json!({ "subtasks": subtasks }).to_string()), None, "stop")
+            } else if agent.reply_from_results
+                && let Some((_, json_text)) = user.split_once(REPLY_RESULTS)
+            {
+                (Value::String(reply_from_results(json_text)), None, "stop")
             } else {
                 (Value::String(agent.reply_text.clone()), None, "stop")
             }
         }
     };
-    let completion_tokens = content.as_str().map_or(12, |c| c.len() / 4 + 1);
+    let q = &agent.quirks;
+    let limit = req.get("max_tokens").or_else(|| req.get("max_completion_tokens")).and_then(Value::as_u64);
+    let starved = q.thinking
+        && q.reasoning_tokens.is_some_and(|r| limit.is_some_and(|l| l < u64::from(r) + u64::from(ANSWER_ROOM_TOKENS)));
+    let mut completion_tokens = content.as_str().map_or(12, |c| c.len() / 4 + 1);
     let mut message = json!({"role": "assistant", "content": content});
-    if let Some(calls) = tool_calls {
-        message["tool_calls"] = Value::Array(calls);
-    }
+    let finish = if starved {
+        // The whole budget went to reasoning: no answer, no call.
+        let spent = limit.unwrap_or(0) as usize;
+        message = json!({"role": "assistant", "content": "", "reasoning_content": "Let me think about this step by step. ".repeat(spent / 9 + 1)});
+        completion_tokens = spent;
+        "length"
+    } else {
+        if let Some(calls) = tool_calls {
+            message["tool_calls"] = Value::Array(calls);
+        }
+        if q.thinking {
+            let thought =
+                if finish == "tool_calls" { "I need facts: I will call the tools." } else { "I have what I need." };
+            message["reasoning_content"] = Value::String(thought.into());
+        }
+        finish
+    };
     json!({
         "id": format!("chatcmpl-mock-{seq}"),
         "object": "chat.completion",
@@ -626,6 +903,23 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
             "prompt_tokens_details": {"cached_tokens": 0},
         },
     })
+}
+
+/// The answers of a reply request's results, one per line.
+fn reply_from_results(json_text: &str) -> String {
+    let Ok(v) = serde_json::from_str::<Value>(json_text) else { return "No results could be read.".into() };
+    let lines: Vec<String> = v["results"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| match r["answer"].as_str() {
+                    Some(a) => a.to_owned(),
+                    None => format!("{}: could not be done", r["id"].as_str().unwrap_or("?")),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    lines.join("\n")
 }
 
 #[cfg(test)]
@@ -726,6 +1020,117 @@ mod tests {
         assert_eq!(s["arrivals"][0]["retry_after_ms"], 1000);
         assert_eq!(s["arrivals"][0]["key"], "Subtask w1");
         h.shutdown().await;
+    }
+
+    fn agent_with(quirks: Quirks) -> MockConfig {
+        MockConfig { mode: Mode::Agent(AgentConfig { quirks, ..AgentConfig::default() }), ..MockConfig::default() }
+    }
+
+    fn error_message(body: &str) -> String {
+        let v: Value = serde_json::from_str(body).unwrap();
+        v.pointer("/error/message").and_then(Value::as_str).unwrap_or("").to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_kimi_thinking_agent_reasons_every_turn_and_refuses_a_tool_call_without_its_reasoning() {
+        let (_, h) = MockLlm::start(agent_with(Quirks::named("kimi-thinking").unwrap())).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let (status, _, body) = post(&url, &work_request(false)).await;
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v.pointer("/choices/0/message/reasoning_content"),
+            Some(&json!("I need facts: I will call the tools."))
+        );
+        let (status, _, body) = post(&url, &work_request(true)).await;
+        assert_eq!(status, 400);
+        assert_eq!(
+            error_message(&body),
+            "thinking is enabled but reasoning_content is missing in assistant tool call message at index 2"
+        );
+        let mut with = work_request(true);
+        with["messages"][2]["reasoning_content"] = json!("");
+        let (status, _, _) = post(&url, &with).await;
+        assert_eq!(status, 200, "present, even empty, is enough");
+        // A limit that leaves no room after 3,000 tokens of reasoning: cut, reasoning only.
+        with["max_tokens"] = json!(2048);
+        let (_, _, body) = post(&url, &with).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("length")));
+        assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("")));
+        assert_eq!(h.stats().arrivals.iter().filter(|a| a.kind == "quirk").count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bedrock_style_gateway_refuses_tool_history_without_tools_and_drops_them_for_choice_none() {
+        let (_, h) = MockLlm::start(agent_with(Quirks::named("bedrock").unwrap())).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let mut last = work_request(true);
+        assert_eq!(post(&url, &last).await.0, 200);
+        last["tool_choice"] = json!("none");
+        let (status, _, body) = post(&url, &last).await;
+        assert_eq!(status, 400);
+        assert!(error_message(&body).contains("The toolConfig field must be defined"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn context_window_max_tokens_and_schema_quirks_answer_like_their_providers() {
+        let q =
+            Quirks { context_tokens: Some(100), reject_max_tokens: true, strict_schemas: true, ..Quirks::default() };
+        let (_, h) = MockLlm::start(agent_with(q)).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let mut r = work_request(false);
+        r["max_tokens"] = json!(10);
+        assert!(error_message(&post(&url, &r).await.2).starts_with("Unsupported parameter: 'max_tokens'"));
+        let mut r = work_request(false);
+        r["tools"][0]["function"]["parameters"] =
+            json!({"type": "object", "properties": {"f": {"type": "object", "additionalProperties": {}}}});
+        let m = error_message(&post(&url, &r).await.2);
+        assert!(m.contains("In context=('properties', 'f', 'additionalProperties')"), "{m}");
+        let mut r = work_request(false);
+        r["tools"] = json!([]);
+        r["messages"][1]["content"] = json!("订".repeat(200));
+        let (status, _, body) = post(&url, &r).await;
+        assert_eq!(status, 400);
+        assert!(body.contains("context_length_exceeded"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn configured_subtasks_are_planned_called_in_parallel_and_echoed_in_the_reply() {
+        let agent = AgentConfig {
+            subtasks: vec![
+                AgentSubtask::new("Check A1029", &[("shop__get_order", json!({"order_id": "A1029"}))]),
+                AgentSubtask::new(
+                    "Check two coupons",
+                    &[
+                        ("shop__check_coupon", json!({"code": "SAVE20"})),
+                        ("shop__check_coupon", json!({"code": "TECH100"})),
+                    ],
+                ),
+            ],
+            reply_from_results: true,
+            ..AgentConfig::default()
+        };
+        let (_, h) = MockLlm::start(MockConfig { mode: Mode::Agent(agent), ..MockConfig::default() }).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let plan = json!({"model": "m", "messages": [{"role": "system", "content": "Answer {\"subtasks\": [...]}"}, {"role": "user", "content": "hi"}]});
+        let v: Value = serde_json::from_str(&post(&url, &plan).await.2).unwrap();
+        let plan: Value =
+            serde_json::from_str(v.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap()).unwrap();
+        assert_eq!(
+            plan["subtasks"][1],
+            json!({"id": "w02", "instruction": "Check two coupons", "tools": ["shop__check_coupon"]})
+        );
+        let mut work = work_request(false);
+        work["messages"][1]["content"] = json!("Subtask w02: Check two coupons");
+        let v: Value = serde_json::from_str(&post(&url, &work).await.2).unwrap();
+        let calls = v.pointer("/choices/0/message/tool_calls").and_then(Value::as_array).unwrap();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[1].pointer("/function/arguments"), Some(&json!("{\"code\":\"TECH100\"}")));
+        let reply = json!({"model": "m", "messages": [{"role": "system", "content": "You write the reply"},
+            {"role": "user", "content": "Customer message:\nhi\n\nSubtask results (JSON):\n{\"results\": [{\"id\": \"w01\", \"answer\": \"A1029 is paid\"}, {\"id\": \"w02\", \"problem\": \"x\"}]}"}]});
+        let v: Value = serde_json::from_str(&post(&url, &reply).await.2).unwrap();
+        assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("A1029 is paid\nw02: could not be done")));
     }
 
     #[tokio::test]

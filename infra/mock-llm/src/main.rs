@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use mock_llm::{AgentConfig, Faults, Latency, MockConfig, MockLlm, Mode, ScriptedResponse, load_cases};
+use mock_llm::{AgentConfig, Faults, Latency, MockConfig, MockLlm, Mode, Quirks, ScriptedResponse, load_cases};
 
 /// A mock OpenAI-compatible chat-completions server.
 #[derive(Debug, Parser)]
@@ -68,6 +68,21 @@ struct Args {
     /// Agent mode: the final answer after a tool result (default: echo the result).
     #[arg(long)]
     final_text: Option<String>,
+    /// Agent mode: the reply lists the subtasks' answers instead of a fixed text.
+    #[arg(long)]
+    reply_from_results: bool,
+    /// Agent mode: behave like a provider: `kimi-thinking` (reasoning every turn, 400 when an
+    /// assistant tool-call message comes back without it), `bedrock` (400 on tool history
+    /// without tools), `openai-reasoning` (refuses `max_tokens`), `openai-strict` (schema check).
+    #[arg(long, default_value = "none")]
+    provider: String,
+    /// Agent mode: context window in estimated tokens; longer requests get a 400 context-length error.
+    #[arg(long)]
+    context_tokens: Option<u64>,
+    /// Agent mode: tokens each answer spends on reasoning (thinking providers); a smaller output
+    /// limit gets `finish_reason: length` with reasoning only.
+    #[arg(long)]
+    reasoning_tokens: Option<u32>,
 }
 
 #[tokio::main]
@@ -96,6 +111,21 @@ async fn main() -> anyhow::Result<()> {
             Mode::Scripted(cases.into_iter().map(|(_, r)| r).collect::<Vec<ScriptedResponse>>())
         }
         None => Mode::Agent(AgentConfig {
+            quirks: {
+                let mut q = Quirks::named(&args.provider).with_context(|| {
+                    format!(
+                        "--provider {:?}: use kimi-thinking, bedrock, openai-reasoning, openai-strict or none",
+                        args.provider
+                    )
+                })?;
+                q.context_tokens = args.context_tokens.or(q.context_tokens);
+                if args.reasoning_tokens.is_some() {
+                    q.thinking = true;
+                    q.reasoning_tokens = args.reasoning_tokens;
+                }
+                q
+            },
+            reply_from_results: args.reply_from_results,
             tool_match: args.tool_match.clone(),
             tool_args: serde_json::from_str(&args.tool_args).context("--tool-args must be JSON")?,
             final_text: args.final_text.clone(),

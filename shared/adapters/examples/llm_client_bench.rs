@@ -53,6 +53,7 @@ async fn main() -> Result<()> {
         messages: vec![ChatMessage::User { content: "hi".into() }],
         tools: vec![],
         max_tokens: None,
+        tool_choice: Default::default(),
     };
     complete_with_retry(&model, &warm, &policy, tokio::time::Instant::now() + Duration::from_secs(30)).await?;
 
@@ -76,6 +77,7 @@ async fn main() -> Result<()> {
                     ],
                     tools,
                     max_tokens: Some(512),
+                    tool_choice: Default::default(),
                 };
                 let first = complete_with_retry(model, &req, policy, deadline).await?;
                 req.messages.push(ChatMessage::Assistant {

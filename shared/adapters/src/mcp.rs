@@ -439,16 +439,110 @@ fn classify(error: ServiceError, timeout: Duration) -> ToolError {
     }
 }
 
-/// Joins the text blocks of a tool result (newline-separated); falls back to
-/// the structured content as JSON text when there is no text block.
-fn result_text(result: &rmcp::model::CallToolResult) -> String {
-    let texts: Vec<&str> = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
-    if texts.is_empty()
-        && let Some(structured) = &result.structured_content
-    {
-        return structured.to_string();
+/// A tool result as text the model can use, one part per content block (blank-line separated):
+/// - `text`: as is;
+/// - an embedded `resource`: `[resource <uri> (<type>)]` and its text, or for binary contents a
+///   note of its type and size (`[resource <uri>: application/pdf, 1.2 KB of binary data, not shown]`);
+/// - a `resource_link`: `[resource link: <name> <uri> (<type>, <size>) — <description>]`;
+/// - `image` and `audio`: a note of their type and size;
+/// - `structuredContent`: as JSON text when no text block already says the same (a text block
+///   that parses as the same JSON) — alone when there is nothing else, after the text otherwise.
+///
+/// Never empty: a result with nothing usable says so.
+pub fn result_text(result: &rmcp::model::CallToolResult) -> String {
+    use rmcp::model::{ContentBlock, ResourceContents};
+    let mut parts: Vec<String> = Vec::with_capacity(result.content.len() + 1);
+    let mut texts: Vec<&str> = Vec::new();
+    for block in &result.content {
+        match block {
+            ContentBlock::Text(t) => {
+                texts.push(&t.text);
+                parts.push(t.text.clone());
+            }
+            ContentBlock::Resource(r) => parts.push(match &r.resource {
+                ResourceContents::TextResourceContents { uri, mime_type, text, .. } => {
+                    texts.push(text);
+                    format!("[resource {uri} ({})]\n{text}", mime_type.as_deref().unwrap_or("text"))
+                }
+                ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => format!(
+                    "[resource {uri}: {}, {} of binary data, not shown]",
+                    mime_type.as_deref().unwrap_or("unknown type"),
+                    size_text(base64_len(blob))
+                ),
+                other => format!(
+                    "[resource {}, not shown]",
+                    serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v["uri"].as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                ),
+            }),
+            ContentBlock::ResourceLink(link) => {
+                let mut note = format!("[resource link: {} {}", link.title.as_deref().unwrap_or(&link.name), link.uri);
+                let kind = link.mime_type.as_deref();
+                let size = link.size.map(size_text);
+                match (kind, size) {
+                    (Some(k), Some(sz)) => note.push_str(&format!(" ({k}, {sz})")),
+                    (Some(k), None) => note.push_str(&format!(" ({k})")),
+                    (None, Some(sz)) => note.push_str(&format!(" ({sz})")),
+                    (None, None) => {}
+                }
+                if let Some(d) = link.description.as_deref().filter(|d| !d.trim().is_empty()) {
+                    note.push_str(" — ");
+                    note.push_str(d.trim());
+                }
+                note.push(']');
+                parts.push(note);
+            }
+            ContentBlock::Image(i) => {
+                parts.push(format!("[image: {}, {}, not shown]", i.mime_type, size_text(base64_len(&i.data))));
+            }
+            ContentBlock::Audio(a) => {
+                parts.push(format!("[audio: {}, {}, not shown]", a.mime_type, size_text(base64_len(&a.data))));
+            }
+            // A content type newer than this client: its kind, so the model knows something came back.
+            other => parts.push(format!(
+                "[{} content, not shown]",
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v["type"].as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )),
+        }
     }
-    texts.join("\n")
+    if let Some(structured) = result.structured_content.as_ref().filter(|v| !v.is_null()) {
+        let repeated =
+            texts.iter().any(|t| serde_json::from_str::<serde_json::Value>(t).ok().as_ref() == Some(structured));
+        if !repeated {
+            let json = structured.to_string();
+            parts.push(if parts.is_empty() { json } else { format!("structuredContent: {json}") });
+        }
+    }
+    parts.retain(|p| !p.trim().is_empty());
+    if parts.is_empty() {
+        return if result.is_error == Some(true) {
+            "(the tool reported an error without a message)".to_owned()
+        } else {
+            "(the tool returned no content)".to_owned()
+        };
+    }
+    parts.join("\n\n")
+}
+
+/// Bytes encoded by a base64 text (padding and whitespace accounted for).
+fn base64_len(data: &str) -> u64 {
+    let chars = data.bytes().filter(|b| !b.is_ascii_whitespace()).count() as u64;
+    let padding = data.trim_end().bytes().rev().take_while(|b| *b == b'=').count() as u64;
+    (chars / 4 * 3 + (chars % 4).saturating_sub(1)).saturating_sub(padding)
+}
+
+/// `812 bytes`, `12.3 KB`, `4.0 MB`.
+fn size_text(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} bytes"),
+        1_000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1_000.0),
+        _ => format!("{:.1} MB", bytes as f64 / 1_000_000.0),
+    }
 }
 
 #[async_trait]
@@ -512,6 +606,49 @@ impl ToolGateway for McpToolGateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn case_text(name: &str) -> String {
+        let case = swarm_testing::mcp_case(name);
+        let result: rmcp::model::CallToolResult = serde_json::from_value(case["result"].clone()).unwrap();
+        result_text(&result)
+    }
+
+    #[test]
+    fn every_mcp_content_type_becomes_text_the_model_can_use() {
+        assert_eq!(
+            case_text("resource-only-text"),
+            "[resource shop://orders/A1029 (application/json)]\n{\"order_id\":\"A1029\",\"status\":\"paid\",\"total\":1299.0}"
+        );
+        assert_eq!(
+            case_text("resource-only-blob"),
+            "[resource shop://invoices/A1029.pdf: application/pdf, 129 bytes of binary data, not shown]"
+        );
+        assert_eq!(
+            case_text("resource-link-only"),
+            "[resource link: tracking page https://shop.example.com/track/SF1234567890 (text/html) — SF Express tracking for A1031]"
+        );
+        assert_eq!(
+            case_text("image-and-audio"),
+            "[image: image/png, 70 bytes, not shown]\n\n[audio: audio/wav, 44 bytes, not shown]"
+        );
+        assert_eq!(
+            case_text("text-and-structured-adding-information"),
+            "Order A1029 found.\n\nstructuredContent: {\"order_id\":\"A1029\",\"status\":\"paid\",\"total\":1299.0}"
+        );
+        assert_eq!(case_text("text-equal-to-structured"), "{\"order_id\": \"A1029\", \"status\": \"paid\"}");
+        assert_eq!(case_text("empty-content"), "(the tool returned no content)");
+        let structured_only: rmcp::model::CallToolResult =
+            serde_json::from_value(serde_json::json!({"content": [], "structuredContent": {"stock": 3}})).unwrap();
+        assert_eq!(result_text(&structured_only), "{\"stock\":3}");
+    }
+
+    #[test]
+    fn base64_sizes_count_the_decoded_bytes() {
+        assert_eq!(base64_len("TWFu"), 3);
+        assert_eq!(base64_len("TWE="), 2);
+        assert_eq!(base64_len("TQ=="), 1);
+        assert_eq!(size_text(1_234), "1.2 KB");
+    }
 
     #[test]
     fn token_debug_never_prints_the_value() {

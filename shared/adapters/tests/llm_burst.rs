@@ -32,6 +32,7 @@ async fn burst_of_fifty_with_thirty_percent_rate_limits_all_succeed_with_spread_
             messages: vec![ChatMessage::User { content: format!("burst call {i:02}") }],
             tools: vec![],
             max_tokens: None,
+            tool_choice: Default::default(),
         })
         .collect();
     let results =

@@ -1,10 +1,11 @@
-//! LLM configuration and the cold-start preflight: placeholder and missing keys, bad URLs, sub model defaults, secrets never printed.
+//! LLM configuration and the cold-start preflight: placeholder and missing keys, bad URLs, sub model defaults, provider presets and profiles, secrets never printed.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use swarm_adapters::llm::config::{LlmConfig, LlmConfigError, SecretString, build_models};
+use swarm_adapters::llm::{OutputLimitField, OutputTokens, Preset, ToolHistory};
 
 fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -106,7 +107,8 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
     assert_eq!(c.timeout, Duration::from_secs(60));
     assert_eq!(c.max_in_flight, 16);
     assert!(c.sub.is_none());
-    assert!(!c.main.send_reasoning);
+    assert!(c.main.profile.send_reasoning, "reasoning round-trips by default");
+    assert_eq!(c.main.profile.preset, Preset::Kimi);
     assert!(c.prices.price("kimi-k2-0905-preview").is_some());
 
     let c = load(&[
@@ -115,13 +117,13 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
         ("LLM_MODEL", "deepseek-chat"),
         ("LLM_TIMEOUT_SECS", "2.5"),
         ("LLM_MAX_IN_FLIGHT", "4"),
-        ("LLM_SEND_REASONING", "true"),
+        ("LLM_SEND_REASONING", "false"),
         ("LLM_PRICES", r#"{"deepseek-chat": {"input": 1, "output": 2}}"#),
     ])?;
     assert_eq!(c.main.base_url, "https://api.deepseek.com/v1");
     assert_eq!(c.timeout, Duration::from_millis(2500));
     assert_eq!(c.max_in_flight, 4);
-    assert!(c.main.send_reasoning);
+    assert!(!c.main.profile.send_reasoning);
     assert_eq!(c.prices.price("deepseek-chat").map(|p| p.input), Some(1.0));
 
     for (var, value) in [
@@ -129,11 +131,56 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
         ("LLM_TIMEOUT_SECS", "soon"),
         ("LLM_MAX_IN_FLIGHT", "0"),
         ("LLM_SEND_REASONING", "maybe"),
+        ("LLM_PRESET", "anthropic"),
+        ("LLM_OUTPUT_LIMIT_FIELD", "max_output_tokens"),
+        ("LLM_MAX_OUTPUT_TOKENS", "8"),
+        ("LLM_MAX_OUTPUT_TOKENS", "lots"),
+        ("LLM_REASONING_BUDGET", "-1"),
+        ("LLM_TOOL_HISTORY", "drop"),
         ("LLM_PRICES", r#"{"m": {"input": 1}}"#),
     ] {
         let e = error_of(&[MOONSHOT, KEY, MODEL, (var, value)])?;
         assert!(e.to_string().starts_with(&format!("{var}: ")), "{var}={value}: {e}");
     }
+    Ok(())
+}
+
+#[test]
+fn each_preset_and_model_has_its_output_limit_reasoning_and_tool_history_rule() -> Result<()> {
+    let c = load(&[MOONSHOT, KEY, ("LLM_MODEL", "kimi-k2.5")])?;
+    let p = c.main.profile;
+    assert_eq!((p.output_limit_field, p.max_output_tokens), (OutputLimitField::MaxTokens, OutputTokens::Auto));
+    assert_eq!(p.output_limit(Some(2048)), Some(2048 + 16_384), "a thinking model's budget leaves room for the answer");
+    assert!(p.send_reasoning && p.require_reasoning);
+    assert_eq!(p.tool_history, ToolHistory::Tools);
+
+    let c = load(&[("LLM_BASE_URL", "https://api.openai.com/v1"), KEY, ("LLM_MODEL", "gpt-4.1-mini")])?;
+    assert_eq!(c.main.profile.output_limit_field, OutputLimitField::MaxCompletionTokens);
+    assert_eq!(c.main.profile.output_limit(Some(2048)), Some(2048));
+
+    let c = load(&[("LLM_BASE_URL", "https://bedrock-gateway.example.com/api/v1"), KEY, MODEL])?;
+    assert_eq!(c.main.profile.tool_history, ToolHistory::Flatten);
+
+    let c = load(&[
+        MOONSHOT,
+        KEY,
+        MODEL,
+        ("LLM_PRESET", "generic"),
+        ("LLM_OUTPUT_LIMIT_FIELD", "none"),
+        ("LLM_MAX_OUTPUT_TOKENS", "unset"),
+        ("LLM_REASONING_BUDGET", "4096"),
+        ("LLM_TOOL_HISTORY", "flatten"),
+        ("LLM_SUB_MODEL", "moonshot-v1-8k"),
+        ("LLM_SUB_MAX_OUTPUT_TOKENS", "1024"),
+    ])?;
+    let p = c.main.profile;
+    assert_eq!(p.preset, Preset::Generic);
+    assert_eq!((p.output_limit_field, p.max_output_tokens), (OutputLimitField::None, OutputTokens::Unset));
+    assert_eq!((p.reasoning_budget, p.tool_history), (4096, ToolHistory::Flatten));
+    let sub = c.sub.context("sub model")?.profile;
+    assert_eq!(sub.preset, Preset::Generic, "the sub model on the same host takes the main preset");
+    assert_eq!(sub.max_output_tokens, OutputTokens::Fixed(1024));
+    assert_eq!(sub.output_limit_field, OutputLimitField::MaxTokens, "main overrides stay with the main model");
     Ok(())
 }
 

@@ -5,13 +5,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use mock_llm::{Faults, Latency, MockConfig, MockHandle, MockLlm, ScriptedResponse};
 use serde_json::{Value, json};
-use swarm_adapters::llm::HttpChatModel;
 use swarm_adapters::llm::config::{LlmEndpoint, SecretString};
+use swarm_adapters::llm::{HttpChatModel, OutputLimitField, OutputTokens, Profile, ToolHistory};
 use swarm_core::domain::Usage;
 use swarm_core::llm::pricing::{ModelPrice, PriceTable};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolCall, ToolSpec,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, Rejection, ToolCall,
+    ToolChoice, ToolSpec,
 };
 
 const CASES: &str = swarm_testing::fixtures::LLM_RESPONSES_JSONL;
@@ -25,12 +26,48 @@ fn case(name: &str) -> Result<ScriptedResponse> {
 }
 
 fn endpoint(mock: &MockHandle, send_reasoning: bool) -> LlmEndpoint {
-    LlmEndpoint {
-        base_url: mock.base_url(),
-        api_key: Some(SecretString::new("sk-test-0123456789")),
-        model: "test-model".into(),
-        send_reasoning,
-    }
+    let mut e = LlmEndpoint::new(mock.base_url(), Some(SecretString::new("sk-test-0123456789")), "test-model");
+    e.profile.send_reasoning = send_reasoning;
+    e
+}
+
+/// A client for `mock` with `profile` changed by `change`.
+fn model_with(mock: &MockHandle, change: impl FnOnce(&mut Profile)) -> Result<HttpChatModel> {
+    let mut e = endpoint(mock, true);
+    change(&mut e.profile);
+    Ok(HttpChatModel::new(&e, Duration::from_secs(10), 8, PriceTable::default())?)
+}
+
+/// A plain final answer.
+fn final_answer(text: &str) -> ScriptedResponse {
+    ScriptedResponse::json(
+        200,
+        &json!({"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 10}}),
+    )
+}
+
+/// `work_request()` after one round: an assistant tool-call message (with `reasoning`) and its result.
+fn after_one_round(reasoning: Option<&str>) -> ChatRequest {
+    let mut r = work_request();
+    r.messages.push(ChatMessage::Assistant {
+        content: None,
+        tool_calls: vec![ToolCall {
+            id: "functions.get_order:0".into(),
+            name: "get_order".into(),
+            arguments: r#"{"order_id":"A1029"}"#.into(),
+        }],
+        reasoning_content: reasoning.map(str::to_owned),
+    });
+    r.messages.push(ChatMessage::Tool {
+        tool_call_id: "functions.get_order:0".into(),
+        content: r#"{"order_id":"A1029","status":"paid"}"#.into(),
+    });
+    r
+}
+
+fn roles(body: &Value) -> Vec<&str> {
+    body["messages"].as_array().map(|m| m.iter().filter_map(|x| x["role"].as_str()).collect()).unwrap_or_default()
 }
 
 fn model(mock: &MockHandle) -> Result<HttpChatModel> {
@@ -57,6 +94,7 @@ fn work_request() -> ChatRequest {
         ],
         tools: tools(),
         max_tokens: Some(512),
+        tool_choice: Default::default(),
     }
 }
 
@@ -221,8 +259,11 @@ async fn plan_with_trailing_commas_yields_one_subtask() -> Result<()> {
 
 #[tokio::test]
 async fn call_cut_off_by_length_reports_length_and_keeps_the_broken_arguments_raw() -> Result<()> {
-    let (r, _mock) = call_case("truncated-by-length").await?;
-    let r = r?;
+    // Cut twice: once at the configured limit, once more at the larger limit of the one retry.
+    let (mock, m) = serve(vec![case("truncated-by-length")?, case("truncated-by-length")?]).await?;
+    let r = m.complete(&work_request()).await?;
+    assert_eq!(mock.stats().requests, 2);
+    assert_eq!(r.usage, usage(Some(240), Some(60), None));
     assert_eq!(r.finish_reason, FinishReason::Length);
     assert_eq!(calls(&r), vec![("call_t", "refund", r#"{"order_id": "A10"#)]);
     // Nothing is guessed: the arguments are not valid JSON, so the worker must not run the tool.
@@ -300,7 +341,177 @@ fn every_fixture_case_has_a_test_here() -> Result<()> {
     for n in &names {
         assert!(this_file.contains(&format!("\"{n}\"")), "case {n} has no test");
     }
-    assert_eq!(names.len(), 13);
+    assert_eq!(names.len(), 20);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- issue 11: thinking models, limits, tool history
+
+#[tokio::test]
+async fn a_400_naming_missing_reasoning_is_classified_and_the_request_resent_once_with_it() -> Result<()> {
+    let refused = case("kimi-thinking-400-reasoning-missing")?;
+    let (_, mock) =
+        MockLlm::start(MockConfig::scripted(vec![refused.clone(), final_answer("A1029 is paid."), final_answer("ok")]))
+            .await?;
+    // Reasoning sending turned off, and this message kept none: the provider must ask for it.
+    let m = model_with(&mock, |p| p.send_reasoning = false)?;
+    let r = m.complete(&after_one_round(None)).await?;
+    assert_eq!(r.content.as_deref(), Some("A1029 is paid."));
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2, "sent once more, not more");
+    assert!(bodies[0]["messages"][2].get("reasoning_content").is_none());
+    assert_eq!(bodies[1]["messages"][2]["reasoning_content"], "", "present, empty when none was kept");
+    assert_eq!(bodies[1]["messages"][2]["tool_calls"], bodies[0]["messages"][2]["tool_calls"]);
+    // Learned: the next request carries it from the start (the kept text when there is one).
+    m.complete(&after_one_round(Some("I looked up A1029."))).await?;
+    assert_eq!(mock.bodies()[2]["messages"][2]["reasoning_content"], "I looked up A1029.");
+
+    // Classified as a refused shape; with no tool-call message to fix, it is not resent unchanged.
+    let (_, mock) = MockLlm::start(MockConfig::scripted(vec![refused.clone(), refused])).await?;
+    let e = model(&mock)?.complete(&work_request()).await.err().context("must fail")?;
+    assert!(matches!(e, LlmError::Rejected { status: 400, kind: Rejection::ReasoningMissing, .. }), "{e:?}");
+    assert!(!e.is_transient());
+    assert_eq!(mock.stats().requests, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn empty_reasoning_the_provider_sent_is_kept_and_sent_back() -> Result<()> {
+    let (_, mock) = MockLlm::start(MockConfig::scripted(vec![
+        case("kimi-thinking-empty-reasoning-tool-call")?,
+        final_answer("paid"),
+    ]))
+    .await?;
+    let m = model_with(&mock, |_| {})?;
+    let r = m.complete(&work_request()).await?;
+    assert_eq!(r.reasoning_content.as_deref(), Some(""), "the field was sent, so it is kept");
+    assert_eq!(calls(&r), vec![("functions.get_order:0", "get_order", r#"{"order_id": "A1029"}"#)]);
+    let mut next = work_request();
+    next.messages.push(ChatMessage::Assistant {
+        content: r.content.clone(),
+        tool_calls: r.tool_calls.clone(),
+        reasoning_content: r.reasoning_content.clone(),
+    });
+    next.messages.push(ChatMessage::Tool { tool_call_id: "functions.get_order:0".into(), content: "{}".into() });
+    m.complete(&next).await?;
+    assert_eq!(mock.bodies()[1]["messages"][2]["reasoning_content"], "");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_length_cut_with_only_reasoning_is_asked_once_more_with_a_larger_limit() -> Result<()> {
+    let cut = case("length-cut-only-reasoning")?;
+    let (mock, m) = serve(vec![cut.clone(), final_answer("Order A1029 is paid.")]).await?;
+    let r = m.complete(&work_request()).await?;
+    assert_eq!((r.content.as_deref(), &r.finish_reason), (Some("Order A1029 is paid."), &FinishReason::Stop));
+    let bodies = mock.bodies();
+    assert_eq!((bodies[0]["max_tokens"].as_u64(), bodies[1]["max_tokens"].as_u64()), (Some(512), Some(1024)));
+    assert_eq!(bodies[0]["messages"], bodies[1]["messages"]);
+    assert_eq!(r.usage, usage(Some(950), Some(2058), None), "both attempts are counted");
+
+    // A larger limit the model refuses: the cut answer stands, for the caller to handle.
+    let too_large = ScriptedResponse::json(
+        400,
+        &json!({"error": {"message": "max_tokens is too large: 1024. This model supports at most 512 completion tokens."}}),
+    );
+    let (mock, m) = serve(vec![cut.clone(), too_large]).await?;
+    let r = m.complete(&work_request()).await?;
+    assert_eq!((r.content, r.finish_reason), (None, FinishReason::Length));
+    assert_eq!(mock.stats().requests, 2);
+
+    // A provider that takes no limit field: nothing to raise, no second request.
+    let (_, mock) = MockLlm::start(MockConfig::scripted(vec![cut.clone()])).await?;
+    let m = model_with(&mock, |p| p.output_limit_field = OutputLimitField::None)?;
+    assert_eq!(m.complete(&work_request()).await?.finish_reason, FinishReason::Length);
+    assert_eq!(mock.stats().requests, 1);
+    assert!(mock.bodies()[0].get("max_tokens").is_none());
+
+    // `unset`: no limit on the first request; the retry sets one.
+    let (_, mock) = MockLlm::start(MockConfig::scripted(vec![cut, final_answer("ok")])).await?;
+    let m = model_with(&mock, |p| p.max_output_tokens = OutputTokens::Unset)?;
+    m.complete(&work_request()).await?;
+    let bodies = mock.bodies();
+    assert!(bodies[0].get("max_tokens").is_none());
+    assert_eq!(bodies[1]["max_tokens"], 32_768);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_last_round_keeps_the_tools_with_tool_choice_none_or_flattens_per_preset() -> Result<()> {
+    let (_, mock) = MockLlm::start(MockConfig::scripted(vec![final_answer("a"), final_answer("b")])).await?;
+    let mut last = after_one_round(Some("r"));
+    last.tool_choice = ToolChoice::None;
+    model(&mock)?.complete(&last).await?;
+    let b = &mock.bodies()[0];
+    assert_eq!(b["tool_choice"], "none");
+    assert_eq!(b["tools"].as_array().map(Vec::len), Some(3), "tool history always travels with the tools");
+    assert_eq!(roles(b), ["system", "user", "assistant", "tool"]);
+
+    let flat = model_with(&mock, |p| p.tool_history = ToolHistory::Flatten)?;
+    flat.complete(&last).await?;
+    let b = &mock.bodies()[1];
+    assert!(b.get("tools").is_none() && b.get("tool_choice").is_none(), "{b}");
+    assert_eq!(roles(b), ["system", "user", "assistant", "user"]);
+    assert!(b["messages"][2].get("tool_calls").is_none());
+    let results = b["messages"][3]["content"].as_str().unwrap_or("");
+    assert!(
+        results.contains(r#"get_order (functions.get_order:0): {"order_id":"A1029","status":"paid"}"#),
+        "{results}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bedrock_400_on_tool_history_without_tools_is_resent_flattened_and_remembered() -> Result<()> {
+    let refused = case("bedrock-400-tool-history-without-tools")?;
+    let (_, mock) =
+        MockLlm::start(MockConfig::scripted(vec![refused, final_answer("A1029 is paid."), final_answer("ok")])).await?;
+    let m = model(&mock)?;
+    let mut last = after_one_round(None);
+    last.tool_choice = ToolChoice::None;
+    assert_eq!(m.complete(&last).await?.content.as_deref(), Some("A1029 is paid."));
+    let bodies = mock.bodies();
+    assert_eq!(bodies[0]["tool_choice"], "none");
+    assert_eq!(roles(&bodies[1]), ["system", "user", "assistant", "user"], "flattened");
+    assert!(bodies[1].get("tools").is_none());
+    // The gateway drops tools next to `tool_choice: none`: such requests go flattened from now on.
+    m.complete(&last).await?;
+    assert_eq!(mock.stats().requests, 3);
+    assert_eq!(roles(&mock.bodies()[2]), ["system", "user", "assistant", "user"]);
+    // A request with tool history but no tools to offer is flattened before it is sent.
+    let mut no_tools = after_one_round(None);
+    no_tools.tools.clear();
+    let body: Value = serde_json::from_slice(&m.request_body(&no_tools)?)?;
+    assert_eq!(roles(&body), ["system", "user", "assistant", "user"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_max_tokens_is_resent_as_max_completion_tokens_and_remembered() -> Result<()> {
+    let (mock, m) =
+        serve(vec![case("openai-400-max-tokens-unsupported")?, final_answer("a"), final_answer("b")]).await?;
+    m.complete(&work_request()).await?;
+    m.complete(&work_request()).await?;
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 3);
+    assert_eq!(bodies[0]["max_tokens"], 512);
+    for b in &bodies[1..] {
+        assert_eq!((b.get("max_tokens"), &b["max_completion_tokens"]), (None, &json!(512)));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn context_length_after_a_large_round_and_an_invalid_schema_are_not_resent() -> Result<()> {
+    let (r, mock) = call_case("context-length-after-large-round").await?;
+    assert!(matches!(r, Err(LlmError::ContextLength { status: 400, .. })), "{r:?}");
+    assert_eq!(mock.stats().requests, 1);
+    let (r, mock) = call_case("openai-400-invalid-schema-untyped-property").await?;
+    match r {
+        Err(LlmError::Permanent { status: 400, message }) => assert!(message.contains("'type' key"), "{message}"),
+        other => panic!("expected a permanent 400, got {other:?}"),
+    }
+    assert_eq!(mock.stats().requests, 1);
     Ok(())
 }
 

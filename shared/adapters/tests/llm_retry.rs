@@ -31,7 +31,13 @@ fn transient() -> Reply {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest { purpose: Purpose::Work, messages: vec![], tools: vec![], max_tokens: None }
+    ChatRequest {
+        purpose: Purpose::Work,
+        messages: vec![],
+        tools: vec![],
+        max_tokens: None,
+        tool_choice: Default::default(),
+    }
 }
 
 fn far() -> Instant {

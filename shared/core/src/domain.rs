@@ -14,6 +14,11 @@ pub const DEFAULT_DEADLINE_SECS: u64 = 120;
 /// Longest text kept inline in a result; longer text is truncated so items stay
 /// far below DynamoDB's 400 KB item limit.
 pub const MAX_RESULT_CHARS: usize = 16_000;
+/// Longest reply kept, in characters (120 KB of UTF-8 at most for CJK text: the conversation item
+/// stays below DynamoDB's 400 KB however many subtasks answered at length).
+pub const MAX_REPLY_CHARS: usize = 40_000;
+/// Longest subtask instruction kept from a plan, in characters.
+pub const MAX_INSTRUCTION_CHARS: usize = 2_000;
 /// Largest checkpoint (an interrupted attempt's progress, JSON) kept on a subtask
 /// item, in bytes of UTF-8. The worker saves no larger checkpoint (the subtask
 /// restarts instead); a store cuts anything larger at a character boundary, so
@@ -324,13 +329,17 @@ impl SubtaskResult {
         }
     }
 
-    /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters.
+    /// The result with its text cut to at most [`MAX_RESULT_CHARS`] characters (a reason to 2,000),
+    /// display control characters removed.
     pub fn bounded(self) -> Self {
+        // Model and tool output on its way to an item, a terminal and a reply: no display controls.
         match self {
             Self::Succeeded { text, tool_calls } => {
-                Self::Succeeded { text: truncate_chars(&text, MAX_RESULT_CHARS), tool_calls }
+                Self::Succeeded { text: crate::untrusted::clean_text(&text, MAX_RESULT_CHARS), tool_calls }
             }
-            Self::Failed { kind, reason } => Self::Failed { kind, reason: truncate_chars(&reason, 2_000) },
+            Self::Failed { kind, reason } => {
+                Self::Failed { kind, reason: crate::untrusted::clean_text(&reason, 2_000) }
+            }
             other => other,
         }
     }

@@ -14,6 +14,7 @@ pub mod prompts;
 pub mod reply;
 pub mod roles;
 mod secret;
+pub mod untrusted;
 pub mod view;
 
 pub use secret::SecretString;

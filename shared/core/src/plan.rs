@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
-use crate::domain::{MAX_SUBTASKS, Plan, Subtask};
+use crate::domain::{MAX_INSTRUCTION_CHARS, MAX_SUBTASKS, Plan, Subtask};
 use crate::jsonfix::{JsonFixError, extract_json};
+use crate::untrusted::{clean_text, is_safe_id, safe_id};
 
 /// Why a plan is unusable. Shown to the model once on retry, so each message
 /// says what to fix.
@@ -86,7 +87,16 @@ fn string_list(v: Option<&Value>) -> Vec<String> {
 /// a note), unique ids, non-empty instructions, only known tools (an unprefixed
 /// name that matches exactly one catalogue tool's suffix is mapped to it),
 /// dependencies that exist and form no cycle.
+///
+/// Ids and instructions are model output that becomes DynamoDB keys, HTTP headers, log fields and
+/// text shown to the customer: an id that is not 1–64 of `[A-Za-z0-9_.:-]` is renumbered
+/// (`w01`, `w02`… by position, dependencies on it following), and an instruction loses display
+/// control characters and is cut to [`MAX_INSTRUCTION_CHARS`].
 pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) -> Result<Plan, PlanError> {
+    renumber_unsafe_ids(&mut subtasks);
+    for s in &mut subtasks {
+        s.instruction = clean_text(&s.instruction, MAX_INSTRUCTION_CHARS).trim().to_owned();
+    }
     let mut notes = Vec::new();
     if subtasks.len() > MAX_SUBTASKS {
         let dropped = subtasks.len() - MAX_SUBTASKS;
@@ -106,7 +116,7 @@ pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) 
         let mut tools = Vec::with_capacity(s.tools.len());
         for t in &s.tools {
             let resolved = resolve_tool(t, known_tools)
-                .ok_or_else(|| PlanError::UnknownTool { subtask: s.id.clone(), tool: t.clone() })?;
+                .ok_or_else(|| PlanError::UnknownTool { subtask: s.id.clone(), tool: safe_id(t) })?;
             if !tools.contains(&resolved) {
                 tools.push(resolved);
             }
@@ -137,6 +147,36 @@ pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) 
         return Err(PlanError::Cycle(id));
     }
     Ok(Plan { subtasks, notes })
+}
+
+/// Gives every subtask whose id is not [`is_safe_id`] the id `w<position>` (not otherwise taken),
+/// and points dependencies on the old id at the new one.
+fn renumber_unsafe_ids(subtasks: &mut [Subtask]) {
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    let mut taken: HashSet<String> = subtasks.iter().map(|s| s.id.clone()).collect();
+    for (i, s) in subtasks.iter_mut().enumerate() {
+        if is_safe_id(&s.id) {
+            continue;
+        }
+        let mut n = i + 1;
+        let mut id = format!("w{n:02}");
+        while taken.contains(&id) {
+            n += 1;
+            id = format!("w{n:02}");
+        }
+        taken.insert(id.clone());
+        renamed.push((std::mem::replace(&mut s.id, id.clone()), id));
+    }
+    if renamed.is_empty() {
+        return;
+    }
+    for s in subtasks.iter_mut() {
+        for d in &mut s.depends_on {
+            if let Some((_, new)) = renamed.iter().find(|(old, _)| old == d) {
+                d.clone_from(new);
+            }
+        }
+    }
 }
 
 fn resolve_tool(name: &str, known: &HashSet<String>) -> Option<String> {
@@ -235,6 +275,22 @@ mod tests {
         let plan = validate_plan(parse_plan(text).unwrap(), &tools()).unwrap();
         assert_eq!(plan.subtasks.len(), 1);
         assert_eq!(plan.subtasks[0].tools, vec!["shop__track_shipment"]);
+    }
+
+    #[test]
+    fn model_written_ids_that_could_not_be_keys_or_headers_are_renumbered_with_their_dependents() {
+        let bad = "w1\r\nx-swarm-customer-id: C999";
+        let mut a = st(bad, &[]);
+        a.instruction = "Check A1029\u{1b}[31m".into();
+        let b = st("w02", &[bad]);
+        let plan = validate_plan(vec![a, b], &tools()).unwrap();
+        assert_eq!(plan.subtasks[0].id, "w01");
+        assert_eq!(plan.subtasks[0].instruction, "Check A1029[31m");
+        assert_eq!(plan.subtasks[1].depends_on, vec!["w01"]);
+        // A taken id is never reused.
+        let plan = validate_plan(vec![st("w02", &[]), st("x y", &["w02"])], &tools()).unwrap();
+        let ids: Vec<&str> = plan.subtasks.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["w02", "w03"]);
     }
 
     #[test]

@@ -252,6 +252,18 @@ pub struct ToolSpec {
     pub input_schema: serde_json::Value,
 }
 
+/// Whether the model may call the offered tools in this request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the provider's default; nothing is sent).
+    #[default]
+    Auto,
+    /// No call in this answer (`tool_choice: "none"`): the worker's last round. The tools are still
+    /// sent, because providers refuse a transcript with tool calls but no tool definitions.
+    None,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub purpose: Purpose,
@@ -259,9 +271,14 @@ pub struct ChatRequest {
     /// Tools offered, in a stable order (prefix caching); empty for no tools.
     #[serde(default)]
     pub tools: Vec<ToolSpec>,
-    /// Upper bound on completion tokens.
+    /// Tokens the answer of this purpose needs (the visible text or tool calls, not the reasoning).
+    /// The client turns it into the endpoint's output limit: the field its preset names
+    /// (`max_tokens`, `max_completion_tokens` or none), plus a reasoning budget for thinking
+    /// models (`LLM_REASONING_BUDGET`); `None` leaves the limit to the endpoint's settings.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
 }
 
 /// Why the model stopped. Unknown values are kept, not rejected.
@@ -281,15 +298,43 @@ pub struct ChatResponse {
     pub content: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: FinishReason,
-    /// Kept aside; sent back in the assistant message where a provider requires it.
+    /// Kept aside, never shown to the customer; sent back on the assistant message it came with.
+    /// `Some("")` when the provider sent the field empty (Kimi wants it back even then); `None`
+    /// when it sent none (or `null`).
     pub reasoning_content: Option<String>,
     pub usage: Usage,
     /// The model that answered (as reported, else as configured).
     pub model: String,
 }
 
+/// A request shape a provider refused with a 400 that the client can fix by sending the request
+/// once more, differently. Classified once, in the client, from the provider's error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// A thinking model wants its reasoning back on assistant tool-call messages (Kimi: "thinking
+    /// is enabled but reasoning_content is missing in assistant tool call message").
+    ReasoningMissing,
+    /// The transcript holds tool calls or results but the request defines no tools (Bedrock-style
+    /// gateways: "The toolConfig field must be defined when using toolUse and toolResult content blocks").
+    ToolsMissing,
+    /// The output-limit field is the wrong one for this model (OpenAI: "Unsupported parameter:
+    /// 'max_tokens' … Use 'max_completion_tokens' instead").
+    OutputLimitField,
+}
+
+impl Rejection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReasoningMissing => "reasoning missing",
+            Self::ToolsMissing => "tool definitions missing",
+            Self::OutputLimitField => "wrong output-limit field",
+        }
+    }
+}
+
 /// Errors of a [`ChatModel`], classified as the retry rules need them.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum LlmError {
     /// HTTP 429 and the like. `retry_after` from `Retry-After` / `retry-after-ms`.
     #[error("rate limited (HTTP {status}): {message}")]
@@ -303,6 +348,10 @@ pub enum LlmError {
     /// Auth, balance, bad request: no retry.
     #[error("permanent LLM failure (HTTP {status}): {message}")]
     Permanent { status: u16, message: String },
+    /// A request shape the provider refused; the client resends once fixed, so a caller sees
+    /// this only when the fixed request was refused too. Permanent.
+    #[error("request refused (HTTP {status}, {}): {message}", kind.as_str())]
+    Rejected { status: u16, kind: Rejection, message: String },
 }
 
 impl LlmError {

@@ -1,10 +1,13 @@
-//! The strict tool-call pairing checker and context compression (pairs kept together, result accepted by the checker).
+//! The strict tool-call pairing checker, context compression (pairs kept together, result accepted by the checker), the per-round budget of tool results and flattened tool history.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use swarm_core::llm::retry::CallError;
-use swarm_core::llm::transcript::{PairingError, SUMMARY_MARKER, check_pairing, compress, estimate_tokens};
+use swarm_core::llm::transcript::{
+    FLATTENED_RESULTS_MARKER, PairingError, SUMMARY_MARKER, check_pairing, compress, estimate_text_tokens,
+    estimate_tokens, fit_round, flatten_tool_history, has_tool_history, latest_round, shrink_latest_round,
+};
 use swarm_core::ports::{ChatMessage, ChatResponse, LlmError, Purpose, ToolCall};
 use swarm_testing::{ScriptedModel, text_response};
 use tokio::time::Instant;
@@ -159,14 +162,82 @@ async fn compression_replaces_the_oldest_whole_rounds_and_passes_the_pairing_che
     Ok(())
 }
 
+/// Summarising never replaces the latest round (the model is about to read it), even above
+/// budget. Before issue 11 that was the whole story, and a round larger than the context was
+/// resent unchanged; now the worker cuts the latest round's results instead ([`shrink_latest_round`]).
 #[tokio::test]
-async fn the_latest_round_is_never_replaced_even_above_budget() -> Result<()> {
+async fn the_latest_round_is_never_summarised_but_its_results_can_be_cut_to_fit() -> Result<()> {
     let t = long_transcript(1);
     let sub = summariser("unused");
     let out = compress(&t, 3, 50, &sub, deadline()).await?;
     assert_eq!(out, t);
     assert!(sub.requests().is_empty());
+
+    let mut shrunk = out.clone();
+    let (before, indices) = latest_round(&shrunk);
+    assert_eq!(indices, vec![4, 5]);
+    assert_eq!(shrink_latest_round(&mut shrunk, before / 2), 2);
+    check_pairing(&shrunk)?;
+    let (after, _) = latest_round(&shrunk);
+    assert!(after <= before / 2 + 2, "{after} > {}", before / 2);
+    assert_eq!(&shrunk[..4], &t[..4], "only the latest round's results change");
+    let ChatMessage::Tool { content, .. } = &shrunk[4] else { panic!("tool message expected") };
+    assert!(content.starts_with("order 0a: shipped"), "{content}");
+    assert!(content.contains("characters shown"), "the cut says so: {content}");
     Ok(())
+}
+
+#[test]
+fn a_round_over_budget_is_cut_fairly_small_results_whole_large_ones_to_one_share() {
+    let mut round =
+        vec!["A1029 paid".to_owned(), "订".repeat(8_000), "单".repeat(8_000), "x".repeat(400), "包".repeat(8_000)];
+    let cut = fit_round(&mut round, 6_000);
+    assert_eq!(cut, 3);
+    assert_eq!(round[0], "A1029 paid", "a result within its share stays whole");
+    assert_eq!(round[3], "x".repeat(400));
+    let sizes: Vec<u64> = round.iter().map(|r| estimate_text_tokens(r)).collect();
+    assert!(sizes.iter().sum::<u64>() <= 6_000, "{sizes:?}");
+    // The three large ones got the same share: (6000 - 3 - 100) / 3 each.
+    assert!(sizes[1] == sizes[2] && sizes[2] == sizes[4], "{sizes:?}");
+    assert!(sizes[1] > 1_900, "{sizes:?}");
+    assert!(round[1].starts_with("订订订"));
+    assert!(round[1].contains("of 8000 characters shown"), "{}", &round[1][round[1].len() - 120..]);
+    // A round within budget is left alone.
+    let mut small = vec!["a".to_owned(), "b".to_owned()];
+    assert_eq!(fit_round(&mut small, 10), 0);
+}
+
+#[test]
+fn a_result_cut_twice_counts_from_its_original_length() {
+    let mut round = vec!["订".repeat(5_000)];
+    fit_round(&mut round, 2_000);
+    let once = round[0].clone();
+    fit_round(&mut round, 1_000);
+    assert!(round[0].len() < once.len());
+    assert_eq!(round[0].matches("characters shown").count(), 1, "one note, not two");
+    assert!(round[0].contains("of 5000 characters shown"), "{}", round[0]);
+}
+
+#[test]
+fn flattened_history_holds_no_tool_call_and_keeps_every_result_with_its_tool() {
+    let mut t = long_transcript(2);
+    t.push(answer("All shipped."));
+    assert!(has_tool_history(&t));
+    let flat = flatten_tool_history(&t);
+    assert!(!has_tool_history(&flat));
+    check_pairing(&flat).unwrap();
+    assert_eq!(&flat[..3], &t[..3]);
+    assert_eq!(flat.len(), 3 + 2 * 2 + 1, "each round: one assistant and one user message");
+    let ChatMessage::Assistant { content: Some(called), .. } = &flat[3] else { panic!("assistant expected") };
+    assert_eq!(
+        called,
+        "[called get_order with {\"order_id\":\"r0a\"}]\n[called get_order with {\"order_id\":\"r0b\"}]"
+    );
+    let ChatMessage::User { content: results } = &flat[4] else { panic!("user expected") };
+    assert!(results.starts_with(FLATTENED_RESULTS_MARKER), "{results}");
+    assert!(results.contains("\n- get_order (r0a): order 0a: shipped"), "{results}");
+    assert!(results.contains("\n- get_order (r0b): order 0b: delivered"), "{results}");
+    assert_eq!(flat.last(), t.last());
 }
 
 #[tokio::test]

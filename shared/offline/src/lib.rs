@@ -149,6 +149,7 @@ mod tests {
             messages: plan_messages("A1029?", &tools),
             tools: vec![],
             max_tokens: None,
+            tool_choice: Default::default(),
         };
         let read = plan_tools(&request);
         assert_eq!(read.len(), 1);
@@ -159,7 +160,13 @@ mod tests {
 
     #[test]
     fn every_response_reports_unknown_usage() {
-        let request = ChatRequest { purpose: Purpose::Compress, messages: vec![], tools: vec![], max_tokens: None };
+        let request = ChatRequest {
+            purpose: Purpose::Compress,
+            messages: vec![],
+            tools: vec![],
+            max_tokens: None,
+            tool_choice: Default::default(),
+        };
         let response = respond(&request);
         assert!(response.usage.is_empty());
         assert_eq!(response.finish_reason, FinishReason::Stop);

@@ -149,6 +149,7 @@ async fn plan(model: &OfflineModel, query: &str) -> Vec<Subtask> {
         messages: plan_messages(query, &catalogue()),
         tools: catalogue(),
         max_tokens: None,
+        tool_choice: Default::default(),
     };
     let response = model.complete(&request).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::Stop);
@@ -168,6 +169,7 @@ async fn work(model: &OfflineModel, shop: &mut DemoShop, query: &str, subtask: &
             messages: messages.clone(),
             tools: offered.clone(),
             max_tokens: None,
+            tool_choice: Default::default(),
         };
         let response = model.complete(&request).await.unwrap();
         assert!(response.usage.is_empty());
@@ -201,6 +203,7 @@ async fn reply(model: &OfflineModel, query: &str, input: &ReplyInput) -> String 
         messages: reply_messages(query, input),
         tools: vec![],
         max_tokens: None,
+        tool_choice: Default::default(),
     };
     let response = model.complete(&request).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::Stop);
@@ -432,6 +435,7 @@ async fn a_compressed_transcript_is_finished_without_repeating_calls() {
             messages: messages.clone(),
             tools: offered.clone(),
             max_tokens: None,
+            tool_choice: Default::default(),
         };
         let response = model.complete(&request).await.unwrap();
         messages.push(ChatMessage::Assistant {
@@ -455,7 +459,13 @@ async fn a_compressed_transcript_is_finished_without_repeating_calls() {
     .await
     .unwrap();
     assert!(compressed.len() < messages.len(), "nothing was compressed");
-    let request = ChatRequest { purpose: Purpose::Work, messages: compressed, tools: offered, max_tokens: None };
+    let request = ChatRequest {
+        purpose: Purpose::Work,
+        messages: compressed,
+        tools: offered,
+        max_tokens: None,
+        tool_choice: Default::default(),
+    };
     let response = model.complete(&request).await.unwrap();
     assert!(response.tool_calls.is_empty(), "repeated calls: {:?}", response.tool_calls);
     let answer = response.content.unwrap();
@@ -502,6 +512,7 @@ async fn the_same_request_always_gets_the_same_answer() {
         messages: plan_messages(query, &catalogue()),
         tools: catalogue(),
         max_tokens: None,
+        tool_choice: Default::default(),
     };
     let first = model.complete(&request).await.unwrap();
     for _ in 0..5 {
@@ -521,6 +532,7 @@ async fn a_hundred_plans_of_the_longest_case_take_well_under_a_second() {
         messages: plan_messages(&query, &catalogue()),
         tools: catalogue(),
         max_tokens: None,
+        tool_choice: Default::default(),
     };
     let started = std::time::Instant::now();
     for _ in 0..100 {

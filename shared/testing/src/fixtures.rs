@@ -1,4 +1,4 @@
-//! The fixture files of `tests/fixtures/`: the customer-message cases with their expectations, and the recorded provider responses.
+//! The fixture files of `tests/fixtures/`: the customer-message cases with their expectations, the recorded provider responses, and what MCP upstreams send.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -7,6 +7,19 @@ use serde_json::Value;
 pub const QUERIES_JSONL: &str = include_str!("../../../tests/fixtures/queries.jsonl");
 /// `tests/fixtures/llm-responses.jsonl`: provider responses, one case per line, served by the mock LLM.
 pub const LLM_RESPONSES_JSONL: &str = include_str!("../../../tests/fixtures/llm-responses.jsonl");
+/// `tests/fixtures/mcp-cases.jsonl`: what MCP upstreams send, one case per line: `kind` `call_result`
+/// (a `tools/call` result) or `tool` (a `tools/list` entry), with what the swarm must make of it.
+pub const MCP_CASES_JSONL: &str = include_str!("../../../tests/fixtures/mcp-cases.jsonl");
+
+/// The MCP case `name` (its whole JSON line). Panics when there is none.
+pub fn mcp_case(name: &str) -> Value {
+    MCP_CASES_JSONL
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("bad MCP case line {l}: {e}")))
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no MCP case {name}"))
+}
 
 /// One line of `tests/fixtures/queries.jsonl`.
 #[derive(Clone, Debug, Deserialize)]

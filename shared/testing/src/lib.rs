@@ -14,7 +14,7 @@ pub mod preflight;
 mod store;
 mod tools;
 
-pub use fixtures::{Case, case, cases, tools_of_kind};
+pub use fixtures::{Case, case, cases, mcp_case, tools_of_kind};
 pub use model::{Reply, ScriptedModel, text_response};
 pub use store::{FlakyStore, StoreOp};
 pub use tools::StaticTools;

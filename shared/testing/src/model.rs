@@ -145,14 +145,14 @@ impl ChatModel for ScriptedModel {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         if let Some((_, reply)) = self.per_purpose.iter().find(|(p, _)| *p == request.purpose) {
-            return duplicate(reply);
+            return reply.clone();
         }
         if request.purpose == Purpose::Work {
             let text = subtask_text(request);
             if let Some((marker, reply)) = &self.fail_on
                 && text.contains(marker.as_str())
             {
-                return duplicate(reply);
+                return reply.clone();
             }
             if let Some((marker, wait)) = &self.stall_on
                 && text.contains(marker.as_str())
@@ -169,7 +169,7 @@ impl ChatModel for ScriptedModel {
         }
         match &self.then {
             Then::Exhausted => Err(LlmError::Permanent { status: 500, message: "script exhausted".into() }),
-            Then::Repeat(reply) => duplicate(reply),
+            Then::Repeat(reply) => reply.clone(),
             Then::Delegate(inner) => inner.complete(request).await,
         }
     }
@@ -213,25 +213,4 @@ fn subtask_text(request: &ChatRequest) -> String {
         })
         .next_back()
         .unwrap_or_default()
-}
-
-/// A copy of a scripted answer (`LlmError` is not `Clone`).
-fn duplicate(reply: &Reply) -> Reply {
-    match reply {
-        Ok(response) => Ok(response.clone()),
-        Err(e) => Err(match e {
-            LlmError::RateLimited { status, retry_after, message } => {
-                LlmError::RateLimited { status: *status, retry_after: *retry_after, message: message.clone() }
-            }
-            LlmError::Transient { status, message } => {
-                LlmError::Transient { status: *status, message: message.clone() }
-            }
-            LlmError::ContextLength { status, message } => {
-                LlmError::ContextLength { status: *status, message: message.clone() }
-            }
-            LlmError::Permanent { status, message } => {
-                LlmError::Permanent { status: *status, message: message.clone() }
-            }
-        }),
-    }
 }

@@ -8,8 +8,14 @@
 //! | `LLM_API_KEY` | bearer key; required unless the provider looks local (localhost, 127.0.0.1, ollama, vllm) |
 //! | `LLM_API_KEY_REQUIRED` | `true`/`false`: override the "needs a key" guess |
 //! | `LLM_MODEL` | model name; required |
-//! | `LLM_SEND_REASONING` | `true`: send `reasoning_content` back on assistant messages (Kimi thinking, DeepSeek tool loops) |
-//! | `LLM_SUB_MODEL`, `LLM_SUB_BASE_URL`, `LLM_SUB_API_KEY`, `LLM_SUB_SEND_REASONING` | the compression model; base URL and reasoning default to the main ones, the key too when the host is the same |
+//! | `LLM_PRESET` | `openai`, `kimi`, `deepseek`, `vllm`, `ollama`, `bedrock`, `generic`; default guessed from the base URL ([`Preset::guess`]) |
+//! | `LLM_OUTPUT_LIMIT_FIELD` | `max_tokens`, `max_completion_tokens` or `none`; default per preset |
+//! | `LLM_MAX_OUTPUT_TOKENS` | `auto` (default: what the purpose needs plus the reasoning budget), `unset`, or a number of tokens |
+//! | `LLM_REASONING_BUDGET` | tokens added for a thinking model's reasoning; default 16384 for thinking models, else 0 |
+//! | `LLM_SEND_REASONING` | default `true`: reasoning goes back on the assistant message it came with whenever the provider returned it; `false` sends it only after a 400 that asks for it |
+//! | `LLM_TOOL_HISTORY` | `tools` or `flatten`: what the forced last round sends; default per preset |
+//! | `LLM_SUB_MODEL`, `LLM_SUB_BASE_URL`, `LLM_SUB_API_KEY` | the compression model; base URL defaults to the main one, the key too when the host is the same |
+//! | `LLM_SUB_PRESET`, `LLM_SUB_OUTPUT_LIMIT_FIELD`, `LLM_SUB_MAX_OUTPUT_TOKENS`, `LLM_SUB_REASONING_BUDGET`, `LLM_SUB_SEND_REASONING`, `LLM_SUB_TOOL_HISTORY` | the same for the sub model; default: its own preset and model (the preset: the main one on the same host), `LLM_SUB_SEND_REASONING` defaults to `LLM_SEND_REASONING` |
 //! | `LLM_TIMEOUT_SECS` | per-request timeout in seconds (decimals allowed), default 60 |
 //! | `LLM_MAX_IN_FLIGHT` | cap on concurrent calls per model instance, default 16 |
 //! | `LLM_PRICES` | JSON price table overlaid on the defaults ([`PriceTable::from_json`]) |
@@ -28,6 +34,7 @@ use swarm_core::llm::pricing::PriceTable;
 use swarm_core::ports::ChatModel;
 
 use super::client::HttpChatModel;
+use super::profile::{OutputLimitField, OutputTokens, Preset, Profile, ToolHistory};
 
 /// One OpenAI-compatible endpoint and model.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,14 +43,16 @@ pub struct LlmEndpoint {
     pub base_url: String,
     pub api_key: Option<SecretString>,
     pub model: String,
-    /// Send `reasoning_content` back on assistant messages (providers that require it).
-    pub send_reasoning: bool,
+    /// Output limit, reasoning and tool-history rules of this model.
+    pub profile: Profile,
 }
 
 impl LlmEndpoint {
-    /// An endpoint that does not send reasoning back; `base_url` is used as given.
+    /// An endpoint with the profile of the preset its URL points at; `base_url` is used as given.
     pub fn new(base_url: impl Into<String>, api_key: Option<SecretString>, model: impl Into<String>) -> Self {
-        Self { base_url: base_url.into(), api_key, model: model.into(), send_reasoning: false }
+        let (base_url, model) = (base_url.into(), model.into());
+        let profile = Profile::for_model(Preset::guess(&base_url), &model);
+        Self { base_url, api_key, model, profile }
     }
 }
 
@@ -110,6 +119,16 @@ impl LlmConfig {
         "LLM_SUB_BASE_URL",
         "LLM_SUB_API_KEY",
         "LLM_SUB_SEND_REASONING",
+        "LLM_PRESET",
+        "LLM_OUTPUT_LIMIT_FIELD",
+        "LLM_MAX_OUTPUT_TOKENS",
+        "LLM_REASONING_BUDGET",
+        "LLM_TOOL_HISTORY",
+        "LLM_SUB_PRESET",
+        "LLM_SUB_OUTPUT_LIMIT_FIELD",
+        "LLM_SUB_MAX_OUTPUT_TOKENS",
+        "LLM_SUB_REASONING_BUDGET",
+        "LLM_SUB_TOOL_HISTORY",
         "LLM_TIMEOUT_SECS",
         "LLM_MAX_IN_FLIGHT",
         "LLM_PRICES",
@@ -148,8 +167,9 @@ impl LlmConfig {
         let model = get("LLM_MODEL").ok_or_else(|| {
             LlmConfigError::invalid("LLM_MODEL", "missing; set the model name, e.g. LLM_MODEL=deepseek-chat")
         })?;
-        let send_reasoning = parse_bool(&get, "LLM_SEND_REASONING")?.unwrap_or(false);
-        let main = LlmEndpoint { base_url: base.url.clone(), api_key: key, model, send_reasoning };
+        let main_preset = read_preset(&get, "LLM_PRESET", &base.url)?;
+        let profile = read_profile(&get, "LLM_", main_preset, &model, None)?;
+        let main = LlmEndpoint { base_url: base.url.clone(), api_key: key, model, profile };
 
         let sub = match get("LLM_SUB_MODEL") {
             None => {
@@ -177,14 +197,14 @@ impl LlmConfig {
                         .or_else(|| shares.then(|| main.api_key.as_ref().map(|k| k.expose().to_owned())).flatten());
                     check_key("LLM_SUB_API_KEY", raw, &sub_base, key_required_override)?
                 };
-                let sub_reasoning = parse_bool(&get, "LLM_SUB_SEND_REASONING")?.unwrap_or(send_reasoning);
+                let sub_preset = match get("LLM_SUB_PRESET") {
+                    Some(_) => read_preset(&get, "LLM_SUB_PRESET", &sub_base.url)?,
+                    None if sub_base.host == base.host => main_preset,
+                    None => Preset::guess(&sub_base.url),
+                };
+                let sub_profile = read_profile(&get, "LLM_SUB_", sub_preset, &sub_model, Some(&main.profile))?;
                 Some((
-                    LlmEndpoint {
-                        base_url: sub_base.url,
-                        api_key: sub_key,
-                        model: sub_model,
-                        send_reasoning: sub_reasoning,
-                    },
+                    LlmEndpoint { base_url: sub_base.url, api_key: sub_key, model: sub_model, profile: sub_profile },
                     shares,
                 ))
             }
@@ -391,6 +411,93 @@ fn check_key(
         )),
         Some(k) => Ok(Some(SecretString::new(k))),
     }
+}
+
+/// `var` (`LLM_PRESET` or `LLM_SUB_PRESET`): a preset name or `auto`; unset or `auto` → guessed from `base_url`.
+fn read_preset(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    base_url: &str,
+) -> Result<Preset, LlmConfigError> {
+    match get(var) {
+        None => Ok(Preset::guess(base_url)),
+        Some(v) if v.eq_ignore_ascii_case("auto") => Ok(Preset::guess(base_url)),
+        Some(v) => Preset::parse(&v).ok_or_else(|| {
+            let names: Vec<&str> = Preset::ALL.iter().map(|p| p.as_str()).collect();
+            LlmConfigError::invalid(var, format!("{v:?} is not a preset; use auto or one of {}", names.join(", ")))
+        }),
+    }
+}
+
+/// The profile of `model` under `preset`, each setting overridden by its variable
+/// (`{prefix}OUTPUT_LIMIT_FIELD`, `MAX_OUTPUT_TOKENS`, `REASONING_BUDGET`, `SEND_REASONING`,
+/// `TOOL_HISTORY`). `main`: for the sub model, the main profile whose `send_reasoning` it inherits.
+fn read_profile(
+    get: &impl Fn(&str) -> Option<String>,
+    prefix: &str,
+    preset: Preset,
+    model: &str,
+    main: Option<&Profile>,
+) -> Result<Profile, LlmConfigError> {
+    // Variable names are 'static in errors: one table per prefix.
+    let names: [&'static str; 5] = if prefix == "LLM_SUB_" {
+        [
+            "LLM_SUB_OUTPUT_LIMIT_FIELD",
+            "LLM_SUB_MAX_OUTPUT_TOKENS",
+            "LLM_SUB_REASONING_BUDGET",
+            "LLM_SUB_SEND_REASONING",
+            "LLM_SUB_TOOL_HISTORY",
+        ]
+    } else {
+        [
+            "LLM_OUTPUT_LIMIT_FIELD",
+            "LLM_MAX_OUTPUT_TOKENS",
+            "LLM_REASONING_BUDGET",
+            "LLM_SEND_REASONING",
+            "LLM_TOOL_HISTORY",
+        ]
+    };
+    let [field_var, tokens_var, budget_var, send_var, history_var] = names;
+    let mut p = Profile::for_model(preset, model);
+    if let Some(v) = get(field_var) {
+        p.output_limit_field = OutputLimitField::parse(&v).ok_or_else(|| {
+            LlmConfigError::invalid(field_var, format!("{v:?} is not max_tokens, max_completion_tokens or none"))
+        })?;
+    }
+    if let Some(v) = get(tokens_var) {
+        p.max_output_tokens = match v.to_ascii_lowercase().as_str() {
+            "auto" => OutputTokens::Auto,
+            "unset" => OutputTokens::Unset,
+            n => match n.parse::<u32>() {
+                Ok(n) if (16..=1_000_000).contains(&n) => OutputTokens::Fixed(n),
+                _ => {
+                    return Err(LlmConfigError::invalid(
+                        tokens_var,
+                        format!("{v:?} is not auto, unset or a number of tokens in 16..=1000000"),
+                    ));
+                }
+            },
+        };
+    }
+    if let Some(v) = get(budget_var) {
+        p.reasoning_budget = match v.parse::<u32>() {
+            Ok(n) if n <= 1_000_000 => n,
+            _ => {
+                return Err(LlmConfigError::invalid(
+                    budget_var,
+                    format!("{v:?} is not a number of tokens in 0..=1000000"),
+                ));
+            }
+        };
+    }
+    if let Some(send) = parse_bool(get, send_var)?.or_else(|| main.map(|m| m.send_reasoning)) {
+        p.send_reasoning = send;
+    }
+    if let Some(v) = get(history_var) {
+        p.tool_history = ToolHistory::parse(&v)
+            .ok_or_else(|| LlmConfigError::invalid(history_var, format!("{v:?} is not tools or flatten")))?;
+    }
+    Ok(p)
 }
 
 fn parse_bool(get: &impl Fn(&str) -> Option<String>, var: &'static str) -> Result<Option<bool>, LlmConfigError> {

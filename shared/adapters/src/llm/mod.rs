@@ -1,11 +1,13 @@
-//! The OpenAI-compatible chat model (feature `llm`): client, wire format, lenient deserializers, in-flight limiter, and its configuration from the environment.
+//! The OpenAI-compatible chat model (feature `llm`): client, wire format, lenient deserializers, in-flight limiter, provider presets and profiles, and its configuration from the environment.
 
 pub mod client;
 pub mod config;
 mod lenient;
 mod limiter;
+pub mod profile;
 pub mod wire;
 
 pub use client::HttpChatModel;
 pub use config::{LlmConfig, LlmConfigError, LlmEndpoint, build_models};
 pub use limiter::AIMD_GROWTH_SUCCESSES;
+pub use profile::{OutputLimitField, OutputTokens, Preset, Profile, ReasoningField, ToolHistory};

@@ -9,9 +9,10 @@ use std::time::Duration;
 use reqwest::header::HeaderMap;
 use serde::{Deserialize, Serialize};
 use swarm_core::domain::Usage;
-use swarm_core::ports::{ChatMessage, ChatResponse, FinishReason, LlmError, ToolCall, ToolSpec};
+use swarm_core::ports::{ChatMessage, ChatResponse, FinishReason, LlmError, Rejection, ToolCall, ToolSpec};
 
 use super::lenient;
+use super::profile::ReasoningField;
 
 /// Longest provider message kept in an error, characters.
 const MAX_ERROR_MESSAGE_CHARS: usize = 300;
@@ -24,9 +25,24 @@ pub(super) struct WireRequest<'a> {
     pub(super) messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) tools: Option<Vec<WireTool<'a>>>,
+    /// `"none"` on a tool loop's forced last round; absent (the default, `auto`) otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) tool_choice: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) max_completion_tokens: Option<u32>,
     pub(super) stream: bool,
+}
+
+/// How reasoning goes back on assistant messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReasoningOut {
+    /// Send the reasoning a message kept.
+    pub(super) send: bool,
+    /// On a tool-call message, send the field even when no reasoning was kept (as `""`).
+    pub(super) require: bool,
+    pub(super) field: ReasoningField,
 }
 
 #[derive(Serialize)]
@@ -45,6 +61,8 @@ pub(super) enum WireMessage<'a> {
         tool_calls: Vec<WireOutCall<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         reasoning_content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning: Option<&'a str>,
     },
     Tool {
         tool_call_id: &'a str,
@@ -53,27 +71,49 @@ pub(super) enum WireMessage<'a> {
 }
 
 impl<'a> WireMessage<'a> {
-    pub(super) fn from_message(m: &'a ChatMessage, send_reasoning: bool) -> Self {
+    pub(super) fn from_message(m: &'a ChatMessage, reasoning: ReasoningOut) -> Self {
         match m {
             ChatMessage::System { content } => Self::System { content },
             ChatMessage::User { content } => Self::User { content },
-            ChatMessage::Assistant { content, tool_calls, reasoning_content } => Self::Assistant {
-                content: content.as_deref().filter(|c| !c.is_empty()),
-                tool_calls: tool_calls
-                    .iter()
-                    .map(|c| WireOutCall {
-                        id: &c.id,
-                        kind: "function",
-                        function: WireOutFunction {
-                            name: &c.name,
-                            // Providers that template arguments as JSON reject an empty string.
-                            arguments: if c.arguments.trim().is_empty() { "{}" } else { &c.arguments },
-                        },
-                    })
-                    .collect(),
-                reasoning_content: if send_reasoning { reasoning_content.as_deref() } else { None },
-            },
+            ChatMessage::Assistant { content, tool_calls, reasoning_content } => {
+                let kept = reasoning_content.as_deref();
+                let sent = match (kept, reasoning.send, reasoning.require && !tool_calls.is_empty()) {
+                    (Some(r), true, _) | (Some(r), _, true) => Some(r),
+                    (None, _, true) => Some(""),
+                    _ => None,
+                };
+                let (reasoning_content, reasoning) = match reasoning.field {
+                    ReasoningField::ReasoningContent => (sent, None),
+                    ReasoningField::Reasoning => (None, sent),
+                };
+                Self::assistant(content.as_deref(), tool_calls, reasoning_content, reasoning)
+            }
             ChatMessage::Tool { tool_call_id, content } => Self::Tool { tool_call_id, content },
+        }
+    }
+
+    fn assistant(
+        content: Option<&'a str>,
+        tool_calls: &'a [ToolCall],
+        reasoning_content: Option<&'a str>,
+        reasoning: Option<&'a str>,
+    ) -> Self {
+        Self::Assistant {
+            content: content.filter(|c| !c.is_empty()),
+            tool_calls: tool_calls
+                .iter()
+                .map(|c| WireOutCall {
+                    id: &c.id,
+                    kind: "function",
+                    function: WireOutFunction {
+                        name: &c.name,
+                        // Providers that template arguments as JSON reject an empty string.
+                        arguments: if c.arguments.trim().is_empty() { "{}" } else { &c.arguments },
+                    },
+                })
+                .collect(),
+            reasoning_content,
+            reasoning,
         }
     }
 }
@@ -197,7 +237,20 @@ struct WireTokenDetails {
 /// not JSON or not the expected shape, no choices, or an unknown/absent
 /// finish reason with neither text nor tool calls. A 2xx body that carries an
 /// `error` object instead of choices is classified like an error response.
+///
+/// Reasoning is read from `reasoning_content`, else `reasoning`; a field sent
+/// as `""` is kept as `Some("")` (a provider that sends it wants it back), a
+/// `null` one is absent.
 pub fn parse_chat_response(status: u16, body: &[u8], configured_model: &str) -> Result<ChatResponse, LlmError> {
+    parse_with_reasoning_field(status, body, configured_model).map(|(r, _)| r)
+}
+
+/// [`parse_chat_response`], also naming the field the reasoning came in (`None` without reasoning).
+pub(super) fn parse_with_reasoning_field(
+    status: u16,
+    body: &[u8],
+    configured_model: &str,
+) -> Result<(ChatResponse, Option<ReasoningField>), LlmError> {
     let wire: WireResponse = serde_json::from_slice(body).map_err(|e| LlmError::Transient {
         status: Some(status),
         message: format!("response is not chat-completions JSON ({e})"),
@@ -215,7 +268,11 @@ pub fn parse_chat_response(status: u16, body: &[u8], configured_model: &str) -> 
     };
     let message = choice.message.unwrap_or_default();
     let content = message.content.filter(|c| !c.trim().is_empty());
-    let reasoning_content = message.reasoning_content.or(message.reasoning).filter(|r| !r.trim().is_empty());
+    let (reasoning_content, reasoning_field) = match (message.reasoning_content, message.reasoning) {
+        (Some(r), _) => (Some(r), Some(ReasoningField::ReasoningContent)),
+        (None, Some(r)) => (Some(r), Some(ReasoningField::Reasoning)),
+        (None, None) => (None, None),
+    };
     let mut tool_calls: Vec<ToolCall> = message
         .tool_calls
         .unwrap_or_default()
@@ -268,14 +325,15 @@ pub fn parse_chat_response(status: u16, body: &[u8], configured_model: &str) -> 
             .or(u.prompt_cache_hit_tokens),
         cost_usd: None,
     });
-    Ok(ChatResponse {
+    let response = ChatResponse {
         content,
         tool_calls,
         finish_reason,
         reasoning_content,
         usage,
         model: wire.model.filter(|m| !m.is_empty()).unwrap_or_else(|| configured_model.to_owned()),
-    })
+    };
+    Ok((response, reasoning_field))
 }
 
 // ---------------------------------------------------------------- errors
@@ -294,6 +352,11 @@ struct ErrorParts {
 /// - 400/413 mentioning the context length (`context_length_exceeded`,
 ///   "maximum context length", "too many tokens"…), and any 413 → `ContextLength`;
 /// - other 5xx, 408, 409, 425, non-HTTP-error codes → `Transient`;
+/// - 400/422 naming a request shape the client can fix → `Rejected` with its
+///   [`Rejection`]: reasoning missing on an assistant tool-call message (Kimi,
+///   DeepSeek thinking), tool definitions missing next to tool history
+///   (Bedrock's `toolConfig`, Anthropic's "must define tools"), or the wrong
+///   output-limit field (OpenAI: "Unsupported parameter: 'max_tokens'");
 /// - 401/402/403/404 and other 4xx → `Permanent` with the provider's message.
 ///
 /// A body is parsed as JSON only when it looks like JSON and is not declared
@@ -323,12 +386,13 @@ pub fn classify_error(status: u16, headers: &HeaderMap, body: &[u8]) -> LlmError
 
 fn classify_parts(status: u16, retry_after: Option<Duration>, parts: ErrorParts) -> LlmError {
     let ErrorParts { message, hint } = parts;
+    // Classified on the whole text; only the kept message is clipped.
+    let lower = format!("{} {hint}", message.to_ascii_lowercase());
     let message = if message.is_empty() {
         format!("HTTP {status} without a message")
     } else {
         clip(&message, MAX_ERROR_MESSAGE_CHARS)
     };
-    let lower = format!("{} {hint}", message.to_ascii_lowercase());
     const CONTEXT_MARKERS: &[&str] = &[
         "context_length_exceeded",
         "maximum context length",
@@ -343,16 +407,44 @@ fn classify_parts(status: u16, retry_after: Option<Duration>, parts: ErrorParts)
     // A spent balance or quota answered as 429 (OpenAI, Moonshot) will not heal by waiting.
     const QUOTA_MARKERS: &[&str] =
         &["insufficient_quota", "exceeded your current quota", "exceeded_current_quota", "insufficient balance"];
+    let context = CONTEXT_MARKERS.iter().any(|m| lower.contains(m));
+    if matches!(status, 400 | 422)
+        && !context
+        && let Some(kind) = rejection(&lower)
+    {
+        return LlmError::Rejected { status, kind, message };
+    }
     match status {
         429 if QUOTA_MARKERS.iter().any(|m| lower.contains(m)) => LlmError::Permanent { status, message },
         429 | 529 => LlmError::RateLimited { status, retry_after, message },
         503 if retry_after.is_some() => LlmError::RateLimited { status, retry_after, message },
         413 => LlmError::ContextLength { status, message },
-        400 if CONTEXT_MARKERS.iter().any(|m| lower.contains(m)) => LlmError::ContextLength { status, message },
+        400 if context => LlmError::ContextLength { status, message },
         408 | 409 | 425 => LlmError::Transient { status: Some(status), message },
         400..=499 => LlmError::Permanent { status, message },
         _ => LlmError::Transient { status: Some(status), message },
     }
+}
+
+/// The fixable request shape a 400's text (lower-cased message, code and type) names, if any.
+fn rejection(lower: &str) -> Option<Rejection> {
+    let reasoning = lower.contains("reasoning_content") || lower.contains("reasoning content");
+    let absent = ["missing", "required", "must be", "must include", "must contain", "not found"];
+    if reasoning && absent.iter().any(|m| lower.contains(m)) {
+        return Some(Rejection::ReasoningMissing);
+    }
+    const TOOLS_MISSING: &[&str] =
+        &["toolconfig field must be defined", "must define tools", "tools must be defined", "tool definitions must"];
+    if TOOLS_MISSING.iter().any(|m| lower.contains(m)) || (lower.contains("toolconfig") && lower.contains("toolresult"))
+    {
+        return Some(Rejection::ToolsMissing);
+    }
+    let names_limit = lower.contains("max_tokens") || lower.contains("max_completion_tokens");
+    let refused = ["unsupported parameter", "not supported", "unsupported_parameter", "instead"];
+    if names_limit && refused.iter().any(|m| lower.contains(m)) {
+        return Some(Rejection::OutputLimitField);
+    }
+    None
 }
 
 /// Reads `{"error": {"message", "code", "type"}}`, `{"error": "..."}`,
@@ -415,11 +507,13 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(wait.to_std().unwrap_or(Duration::ZERO))
 }
 
+/// `s` cut to `max_chars`, control characters as spaces: provider text goes into log fields.
 fn clip(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
+    let cut = match s.char_indices().nth(max_chars) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
-    }
+    };
+    cut.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 #[cfg(test)]

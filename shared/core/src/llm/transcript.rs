@@ -1,4 +1,4 @@
-//! Transcript care: the tool-call/result pairing check and context compression at turn boundaries.
+//! Transcript care: the tool-call/result pairing check, context compression at turn boundaries, the per-round budget of tool results, and tool history flattened to text.
 //!
 //! Invariant 4 (DESIGN.md): every assistant `tool_calls` entry gets exactly
 //! one `tool` message with its `tool_call_id`, in the order of the calls,
@@ -101,17 +101,7 @@ pub fn check_pairing(messages: &[ChatMessage]) -> Result<(), PairingError> {
 /// token per character); plus 3 tokens of reply priming. Overestimates
 /// English slightly, which is the safe side for a budget.
 pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
-    fn text(s: &str) -> u64 {
-        let (mut ascii, mut other) = (0u64, 0u64);
-        for c in s.chars() {
-            if c.is_ascii() {
-                ascii += 1;
-            } else {
-                other += 1;
-            }
-        }
-        ascii.div_ceil(4) + other
-    }
+    let text = estimate_text_tokens;
     3 + messages
         .iter()
         .map(|m| {
@@ -128,6 +118,200 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
         .sum::<u64>()
 }
 
+/// Estimated tokens of one text, by [`estimate_tokens`]'s rule: 4 ASCII characters make one
+/// token, every other character is one.
+pub fn estimate_text_tokens(s: &str) -> u64 {
+    let (mut ascii, mut other) = (0u64, 0u64);
+    for c in s.chars() {
+        if c.is_ascii() {
+            ascii += 1;
+        } else {
+            other += 1;
+        }
+    }
+    ascii.div_ceil(4) + other
+}
+
+/// `true` when the transcript holds an assistant tool call or a tool result: a request carrying
+/// it must also carry the tool definitions, or have that history flattened to text.
+pub fn has_tool_history(messages: &[ChatMessage]) -> bool {
+    messages.iter().any(|m| match m {
+        ChatMessage::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
+        ChatMessage::Tool { .. } => true,
+        _ => false,
+    })
+}
+
+/// Opens the user message that carries one round's tool results in a flattened transcript.
+pub const FLATTENED_RESULTS_MARKER: &str = "Results of the tools called above:";
+
+/// The transcript with its tool history as plain text, for a provider that must get no tool
+/// definitions (or cannot take `tool_choice: "none"`) on this request: each assistant tool-call
+/// message becomes an assistant message saying which tools it called with which arguments, and the
+/// `tool` messages that answer it become one user message opening with
+/// [`FLATTENED_RESULTS_MARKER`], one `- <tool> (<tool_call_id>): <result>` line per call, in call
+/// order. Reasoning stays on its assistant message; every other message is unchanged. The result
+/// holds no tool call and no tool message, so [`check_pairing`] holds trivially.
+pub fn flatten_tool_history(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    let mut results: Option<String> = None;
+    for m in messages {
+        if let ChatMessage::Tool { tool_call_id, content } = m {
+            let name = names.iter().rev().find(|(id, _)| id == tool_call_id).map_or("tool", |(_, n)| n);
+            let block = results.get_or_insert_with(|| FLATTENED_RESULTS_MARKER.to_owned());
+            block.push_str(&format!("\n- {name} ({tool_call_id}): {content}"));
+            continue;
+        }
+        if let Some(block) = results.take() {
+            out.push(ChatMessage::User { content: block });
+        }
+        match m {
+            ChatMessage::Assistant { content, tool_calls, reasoning_content } if !tool_calls.is_empty() => {
+                let mut text = content.as_deref().map(str::trim).filter(|c| !c.is_empty()).unwrap_or("").to_owned();
+                for c in tool_calls {
+                    names.push((&c.id, &c.name));
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    let args = if c.arguments.trim().is_empty() { "{}" } else { c.arguments.as_str() };
+                    text.push_str(&format!("[called {} with {args}]", c.name));
+                }
+                out.push(ChatMessage::Assistant {
+                    content: Some(text),
+                    tool_calls: Vec::new(),
+                    reasoning_content: reasoning_content.clone(),
+                });
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    if let Some(block) = results {
+        out.push(ChatMessage::User { content: block });
+    }
+    out
+}
+
+/// Opens the note that ends a tool result cut to fit its round's budget.
+const CUT_NOTE_OPEN: &str = "\n…[cut to fit the context: ";
+/// Fewest tokens a cut result keeps besides its note, however small the budget.
+const MIN_CUT_TOKENS: u64 = 48;
+
+/// Shrinks the tool results of one round so that together they fit `budget_tokens`
+/// ([`estimate_text_tokens`]), fairly: results within the fair share stay whole, and every larger
+/// one is cut to the same share (max-min fairness), ending with a note that says how many of its
+/// characters are shown — so the model knows the result was cut and can ask for less. A result
+/// cut before is cut again from its shown text, its note counting from the original length. Each
+/// cut result keeps at least [`MIN_CUT_TOKENS`] tokens besides its note, so a budget too small
+/// for that is exceeded by the difference. Returns how many results were cut.
+pub fn fit_round(contents: &mut [String], budget_tokens: u64) -> usize {
+    let sizes: Vec<u64> = contents.iter().map(|c| estimate_text_tokens(c)).collect();
+    if sizes.iter().sum::<u64>() <= budget_tokens {
+        return 0;
+    }
+    let mut sorted = sizes.clone();
+    sorted.sort_unstable();
+    let mut left = budget_tokens;
+    let mut open = sorted.len() as u64;
+    let mut share = left / open.max(1);
+    for size in sorted {
+        share = left / open.max(1);
+        if size > share {
+            break;
+        }
+        left -= size;
+        open -= 1;
+    }
+    let mut cut = 0;
+    for (content, size) in contents.iter_mut().zip(sizes) {
+        if size > share {
+            *content = cut_to_tokens(content, share);
+            cut += 1;
+        }
+    }
+    cut
+}
+
+/// `text` cut to about `max_tokens` tokens, its cut note included (see [`fit_round`]).
+fn cut_to_tokens(text: &str, max_tokens: u64) -> String {
+    let (body, total_chars) = match text.rfind(CUT_NOTE_OPEN) {
+        Some(i) => {
+            let total = text[i + CUT_NOTE_OPEN.len()..]
+                .split_whitespace()
+                .nth(2)
+                .and_then(|t| t.replace(',', "").parse::<usize>().ok());
+            match total {
+                Some(total) => (&text[..i], total),
+                None => (text, text.chars().count()),
+            }
+        }
+        None => (text, text.chars().count()),
+    };
+    let note_tokens = estimate_text_tokens(&cut_note(total_chars, total_chars));
+    let keep = max_tokens.saturating_sub(note_tokens).max(MIN_CUT_TOKENS);
+    let (mut ascii, mut other, mut shown, mut end) = (0u64, 0u64, 0usize, 0usize);
+    for (i, c) in body.char_indices() {
+        if c.is_ascii() {
+            ascii += 1;
+        } else {
+            other += 1;
+        }
+        if ascii.div_ceil(4) + other > keep {
+            break;
+        }
+        shown += 1;
+        end = i + c.len_utf8();
+    }
+    format!("{}{}", &body[..end], cut_note(shown, total_chars))
+}
+
+fn cut_note(shown: usize, total: usize) -> String {
+    format!("{CUT_NOTE_OPEN}{shown} of {total} characters shown; ask for less if the rest is needed]")
+}
+
+/// The tool results of the latest tool round (the `tool` messages after the last assistant
+/// tool-call message): their estimated tokens together, and their indices.
+pub fn latest_round(messages: &[ChatMessage]) -> (u64, Vec<usize>) {
+    let Some(start) =
+        messages.iter().rposition(|m| matches!(m, ChatMessage::Assistant { tool_calls, .. } if !tool_calls.is_empty()))
+    else {
+        return (0, Vec::new());
+    };
+    let indices: Vec<usize> =
+        (start + 1..messages.len()).take_while(|&i| matches!(messages[i], ChatMessage::Tool { .. })).collect();
+    let tokens = indices
+        .iter()
+        .map(|&i| match &messages[i] {
+            ChatMessage::Tool { content, .. } => estimate_text_tokens(content),
+            _ => 0,
+        })
+        .sum();
+    (tokens, indices)
+}
+
+/// Cuts the tool results of the latest tool round to `budget_tokens` together ([`fit_round`]).
+/// Returns how many were cut (0: the round already fits, or there is none). Pairing is untouched:
+/// only the contents of `tool` messages change.
+pub fn shrink_latest_round(messages: &mut [ChatMessage], budget_tokens: u64) -> usize {
+    let (_, indices) = latest_round(messages);
+    let mut contents: Vec<String> = indices
+        .iter()
+        .map(|&i| match &messages[i] {
+            ChatMessage::Tool { content, .. } => content.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    let cut = fit_round(&mut contents, budget_tokens);
+    if cut > 0 {
+        for (&i, text) in indices.iter().zip(contents) {
+            if let ChatMessage::Tool { content, .. } = &mut messages[i] {
+                *content = text;
+            }
+        }
+    }
+    cut
+}
+
 /// If `messages` exceed `budget_tokens` ([`estimate_tokens`]), replaces the
 /// oldest whole rounds after the first `keep_leading` messages (the
 /// provider's prefix-cache prefix and the subtask) — an assistant tool-call
@@ -136,7 +320,9 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
 /// (`Purpose::Compress`, retried within `deadline`). As few rounds as needed
 /// to fit are replaced (all older ones when even that does not fit); an
 /// earlier summary is summarised again with them. Below budget, or with
-/// nothing to replace, returns the input unchanged.
+/// nothing to replace, returns the input unchanged. The latest round is never
+/// summarised (the model is about to read it); when it alone is too large,
+/// [`shrink_latest_round`] cuts its tool results instead.
 ///
 /// The result passes [`check_pairing`] whenever the input did. Errors: the
 /// sub model's [`CallError`]; a result that fails the pairing check (the
@@ -183,6 +369,7 @@ pub async fn compress(
         ],
         tools: Vec::new(),
         max_tokens: Some(MAX_SUMMARY_TOKENS),
+        tool_choice: Default::default(),
     };
     let response = complete_with_retry(sub, &request, &LlmRetryPolicy::default(), deadline).await?;
     let summary = response.content.unwrap_or_else(|| digest(old));
