@@ -30,9 +30,6 @@ impl WorkerMode {
     }
 }
 
-/// Time kept back from the Lambda deadline for writing results and returning.
-pub const SAFETY_MARGIN: Duration = Duration::from_secs(3);
-
 /// Handles one SQS batch. Records run concurrently; only retryable failures
 /// are listed in `batchItemFailures` (ReportBatchItemFailures), so a poison
 /// message is acknowledged instead of being retried until the DLQ.
@@ -41,7 +38,7 @@ pub async fn handle(
     mode: WorkerMode,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-    let deadline = invocation_deadline(event.context.deadline);
+    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
     let runs = event.payload.records.into_iter().map(|record| async move {
         let message_id = record.message_id.clone().unwrap_or_default();
         let body = record.body.unwrap_or_default();
@@ -71,9 +68,9 @@ pub async fn handle(
 }
 
 /// The instant the invocation must be done by: the Lambda deadline (epoch ms)
-/// minus [`SAFETY_MARGIN`], on tokio's clock.
-pub fn invocation_deadline(deadline_epoch_ms: u64) -> Instant {
+/// minus `safety_margin` (the worker's setting, from the timing table), on tokio's clock.
+pub fn invocation_deadline(deadline_epoch_ms: u64, safety_margin: Duration) -> Instant {
     let now = swarm_core::domain::now_ms().max(0) as u64;
-    let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(SAFETY_MARGIN);
+    let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(safety_margin);
     Instant::now() + left
 }
