@@ -46,9 +46,15 @@ impl Backend {
             }
             Backend::Sqs(client) => {
                 use swarm_adapters::aws::sqs::SqsTaskQueue;
-                use swarm_local::platform::sqs::{SqsConsumer, create_queue_with_dlq};
+                use swarm_local::platform::sqs::{QueueSpec, SqsConsumer, create_queue_with_dlq};
                 let name = format!("contract-{}", uuid::Uuid::now_v7().simple());
-                let (url, dlq_url) = create_queue_with_dlq(client, &name, visibility_secs, max_receive_count).await?;
+                let spec = QueueSpec {
+                    name: &name,
+                    visibility_timeout_secs: visibility_secs,
+                    dlq_visibility_timeout_secs: 30,
+                    max_receive_count,
+                };
+                let (url, dlq_url) = create_queue_with_dlq(client, spec).await?;
                 Ok(Queues {
                     tx: Arc::new(SqsTaskQueue::new(client.clone(), url.clone())),
                     rx: Arc::new(SqsConsumer::new(client.clone(), url)),
