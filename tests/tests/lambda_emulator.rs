@@ -4,7 +4,6 @@
 //! `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator`.
 //! Without `SWARM_AWS_ENDPOINT` the test fails and says so, unless `SWARM_SKIP_AWS=1`.
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,27 +11,7 @@ use serde_json::{Value, json};
 use swarm_core::llm::Models;
 use swarm_core::timings::Timings;
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, QueueDepth, StackOptions};
-use swarm_tests::{case, failing_to_begin, over_offline, unmet_expectations, with_plan};
-
-/// The emulator's endpoint; `None` (after a loud line) only when `SWARM_SKIP_AWS=1`.
-fn endpoint(test: &str) -> Option<String> {
-    match std::env::var("SWARM_AWS_ENDPOINT") {
-        Ok(e) if !e.trim().is_empty() => Some(e.trim().to_owned()),
-        _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-            // Straight to the process's stderr, past the test harness's capture: a skip is never silent.
-            let _ = writeln!(
-                std::io::stderr(),
-                "!!!!!!!! SKIPPED {test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the Lambda handlers were NOT run on the emulator"
-            );
-            None
-        }
-        _ => panic!(
-            "{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
-             `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator` \
-             (or set SWARM_SKIP_AWS=1 to skip it)"
-        ),
-    }
-}
+use swarm_tests::{case, emulator_endpoint, failing_to_begin, over_offline, subtask_of, unmet_expectations, with_plan};
 
 /// q03's three orders, plus a coupon check whose message will keep failing.
 fn plan() -> String {
@@ -57,18 +36,11 @@ async fn settle(stack: &LocalStack, queue: Queue, want: impl Fn(&QueueDepth) -> 
     }
 }
 
-fn subtask_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and_a_dead_lettered_subtask_still_completes_it()
  {
     let test = "lambda_emulator::whole_conversation";
-    let Some(endpoint) = endpoint(test) else { return };
+    let Some(endpoint) = emulator_endpoint(test) else { return };
     // Warnings and errors of the emulated platform show with a failure (RUST_LOG=info for the whole story).
     swarm_adapters::telemetry::init_with_default("warn");
     let started = Instant::now();

@@ -20,7 +20,7 @@ pub use models::{models_from_env, models_from_lookup};
 pub use platform::counters::{CounterSnapshot, Counters, Received};
 pub use platform::emulator::EmulatorOptions;
 pub use platform::{Queue, QueueDepth};
-pub use stack::{BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools};
+pub use stack::{BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools, lambda_timeout};
 
 use anyhow::Context as _;
 use orchestrator::{AuthMode, Orchestrator};

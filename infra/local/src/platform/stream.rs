@@ -92,33 +92,22 @@ impl StreamTrigger {
         }
     }
 
-    /// Delivers one batch until it succeeds or is given up. A failed invocation of several
-    /// records is split in two and each half delivered on its own (the split is not a retry);
-    /// a failed single record is retried up to `max_retry_attempts` times, then dropped.
+    /// Delivers one batch until it succeeds or is given up ([`deliver_batch`]); counts and
+    /// logs what was dropped.
     async fn deliver(&self, batch: Vec<Value>) {
-        let mut pending: VecDeque<(Vec<Value>, u32)> = VecDeque::from([(batch, 0)]);
-        while let Some((records, retries)) = pending.pop_front() {
-            if self.invoke_once(&records).await {
-                continue;
-            }
-            if BISECT_BATCH_ON_FUNCTION_ERROR && records.len() > 1 {
-                let mut first = records;
-                let second = first.split_off(first.len() / 2);
-                pending.push_front((second, 0));
-                pending.push_front((first, 0));
-            } else if retries < self.settings.max_retry_attempts {
-                tokio::time::sleep(self.settings.retry_wait).await;
-                pending.push_front((records, retries + 1));
-            } else {
-                add(&self.counters.stream_batches_dropped, 1);
-                add(&self.counters.stream_records_dropped, records.len() as u64);
-                let keys: Vec<&Value> = records.iter().map(|r| &r["dynamodb"]["Keys"]).collect();
-                tracing::error!(
-                    ?keys,
-                    retries,
-                    "stream batch dropped after MaximumRetryAttempts (no on-failure destination): these records are gone"
-                );
-            }
+        let s = &self.settings;
+        let dropped = deliver_batch(batch, s.max_retry_attempts, s.retry_wait, |records| async move {
+            self.invoke_once(&records).await
+        })
+        .await;
+        for records in dropped {
+            add(&self.counters.stream_batches_dropped, 1);
+            add(&self.counters.stream_records_dropped, records.len() as u64);
+            let keys: Vec<&Value> = records.iter().map(|r| &r["dynamodb"]["Keys"]).collect();
+            tracing::error!(
+                ?keys,
+                "stream batch dropped after MaximumRetryAttempts (no on-failure destination): these records are gone"
+            );
         }
     }
 
@@ -161,10 +150,84 @@ impl StreamTrigger {
     }
 }
 
+/// Lambda's retry of a stream batch, in order: `invoke` answers whether an invocation with
+/// the records succeeded. A failed invocation of several records is split in two and each half
+/// delivered on its own, first half first (the split is not a retry); a failed single record
+/// is retried up to `max_retry_attempts` times, `retry_wait` apart. Answers the batches given up.
+pub async fn deliver_batch<T: Clone, F, Fut>(
+    batch: Vec<T>,
+    max_retry_attempts: u32,
+    retry_wait: Duration,
+    mut invoke: F,
+) -> Vec<Vec<T>>
+where
+    F: FnMut(Vec<T>) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut dropped = Vec::new();
+    let mut pending: VecDeque<(Vec<T>, u32)> = VecDeque::from([(batch, 0)]);
+    while let Some((records, retries)) = pending.pop_front() {
+        if invoke(records.clone()).await {
+            continue;
+        }
+        if BISECT_BATCH_ON_FUNCTION_ERROR && records.len() > 1 {
+            let mut first = records;
+            let second = first.split_off(first.len() / 2);
+            pending.push_front((second, 0));
+            pending.push_front((first, 0));
+        } else if retries < max_retry_attempts {
+            tokio::time::sleep(retry_wait).await;
+            pending.push_front((records, retries + 1));
+        } else {
+            dropped.push(records);
+        }
+    }
+    dropped
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// Delivers `batch` where `bad` always fails; answers the invocations made and what was dropped.
+    async fn run(batch: Vec<u32>, bad: &[u32], retries: u32) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+        let calls = Mutex::new(Vec::new());
+        let dropped = deliver_batch(batch, retries, Duration::from_millis(10), |records: Vec<u32>| {
+            calls.lock().unwrap().push(records.clone());
+            let ok = !records.iter().any(|r| bad.contains(r));
+            async move { ok }
+        })
+        .await;
+        (calls.into_inner().unwrap(), dropped)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_succeeding_batch_is_invoked_once() {
+        assert_eq!(run(vec![1, 2, 3], &[], 5).await, (vec![vec![1, 2, 3]], vec![]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_failing_record_is_retried_max_retry_attempts_times_then_dropped() {
+        let (calls, dropped) = run(vec![7], &[7], 5).await;
+        assert_eq!(calls, vec![vec![7]; 6], "the first invocation and 5 retries");
+        assert_eq!(dropped, vec![vec![7]]);
+        let (calls, dropped) = run(vec![7], &[7], 0).await;
+        assert_eq!((calls.len(), dropped.len()), (1, 1), "MaximumRetryAttempts 0: no retry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_batch_is_bisected_in_order_until_the_bad_record_alone_is_dropped() {
+        let (calls, dropped) = run(vec![1, 2, 3, 4], &[3], 2).await;
+        assert_eq!(
+            calls,
+            vec![vec![1, 2, 3, 4], vec![1, 2], vec![3, 4], vec![3], vec![3], vec![3], vec![4]],
+            "halves in stream order; splitting is not a retry"
+        );
+        assert_eq!(dropped, vec![vec![3]]);
+    }
 
     #[test]
     fn bisecting_is_what_template_yaml_declares_for_the_aggregator() {
