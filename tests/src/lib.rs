@@ -4,6 +4,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use serde_json::Value;
+use swarm_core::domain::ConversationStatus;
 use swarm_core::ports::{ChatModel, ConversationStore, LlmError, Purpose};
 use swarm_core::view::ConversationView;
 use swarm_offline::OfflineModel;
@@ -93,7 +94,7 @@ pub fn unmet_expectations(case: &Case, view: &ConversationView) -> Vec<String> {
             problems.push(format!("reply does not mention {alternatives:?}"));
         }
     }
-    if view.status != "DONE" {
+    if view.status != ConversationStatus::Done {
         problems.push(format!("status {}", view.status));
     }
     problems

@@ -1,18 +1,30 @@
-//! `swarm-local serve`'s HTTP API over a real socket: POST answers 202 with a status URL, GET follows the conversation to its reply, errors are JSON.
+//! `swarm-local serve`'s HTTP API over a real socket: the orchestrator's router mounted directly; POST answers 202 with a status URL, GET follows the conversation to its reply, errors are JSON; with a token table the bearer token names the customer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use orchestrator::Auth;
+use orchestrator::api::TokenTable;
 use swarm_local::{LocalStack, StackOptions};
+
+/// Serves the stack's API with `auth` on a free port; answers the base URL and the server task.
+async fn serve(stack: &LocalStack, auth: Auth) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = swarm_local::http::router(stack.orchestrator(), auth);
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), server)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_api_creates_and_reports_a_conversation() {
-    let stack = Arc::new(LocalStack::start(StackOptions::default()).await.unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(axum::serve(listener, swarm_local::http::router(stack.clone())).into_future());
+    let stack = LocalStack::start(StackOptions::default()).await.unwrap();
+    let (base, server) = serve(&stack, Auth::None).await;
     let client = reqwest::Client::new();
-    let base = format!("http://{addr}");
 
     let created = client
         .post(format!("{base}/conversations"))
@@ -59,4 +71,43 @@ async fn http_api_creates_and_reports_a_conversation() {
         client.get(format!("{base}/conversations/{}", "01900000-0000-7000-8000-000000000000")).send().await.unwrap();
     assert_eq!(missing.status().as_u16(), 404);
     server.abort();
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_with_a_token_table_the_bearer_token_names_the_customer() {
+    let stack = LocalStack::start(StackOptions::default()).await.unwrap();
+    let table = TokenTable::parse("# serve --tokens-file\ntok-c106-0123456789abcdef=C106\n").unwrap();
+    let (base, server) = serve(&stack, Auth::Tokens(Arc::new(table))).await;
+    let client = reqwest::Client::new();
+    let message = serde_json::json!({"message": "Where is my parcel for order A1031?"});
+
+    let anonymous = client.post(format!("{base}/conversations")).json(&message).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
+    let err: serde_json::Value = anonymous.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "unauthenticated");
+    assert_eq!(stack.conversation_count().await.unwrap(), 0, "refused before anything was written");
+
+    let created: serde_json::Value = client
+        .post(format!("{base}/conversations"))
+        .bearer_auth("tok-c106-0123456789abcdef")
+        .json(&message)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["conversation_id"].as_str().unwrap().to_owned();
+    let view = stack.wait_finished(&id, Duration::from_secs(60)).await.unwrap();
+    assert_eq!((view.customer_id.as_str(), view.status.as_str()), ("C106", "DONE"));
+
+    let wrong_method = client.delete(format!("{base}/conversations")).send().await.unwrap();
+    assert_eq!(wrong_method.status().as_u16(), 405);
+    assert_eq!(wrong_method.headers()["allow"], "POST");
+    let err: serde_json::Value = wrong_method.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "method_not_allowed");
+    server.abort();
+    stack.shutdown().await;
 }

@@ -4,10 +4,13 @@
 //! `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator`.
 //! Without `SWARM_AWS_ENDPOINT` the test fails and says so, unless `SWARM_SKIP_AWS=1`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::llm::Models;
 use swarm_core::timings::Timings;
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, QueueDepth, StackOptions};
@@ -121,11 +124,19 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     ] = counters;
 
     // The conversation.
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert_eq!(view.customer_id, "C100");
     assert_eq!((view.progress.finished, view.progress.total), (4, 4));
-    let statuses: Vec<(&str, &str)> = view.subtasks.iter().map(|s| (s.id.as_str(), s.status.as_str())).collect();
-    assert_eq!(statuses, vec![("w01", "SUCCEEDED"), ("w02", "SUCCEEDED"), ("w03", "SUCCEEDED"), ("w04", "FAILED")]);
+    let statuses: Vec<(&str, SubtaskStatus)> = view.subtasks.iter().map(|s| (s.id.as_str(), s.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ("w01", SubtaskStatus::Succeeded),
+            ("w02", SubtaskStatus::Succeeded),
+            ("w03", SubtaskStatus::Succeeded),
+            ("w04", SubtaskStatus::Failed)
+        ]
+    );
     for s in &view.subtasks[..3] {
         assert_eq!(s.tools_used, vec!["shop__get_order".to_owned()], "{}", s.id);
     }

@@ -5,9 +5,12 @@
 //! Timing is asserted as lower bounds only: never earlier than the (scaled) timeout.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, ToolGateway};
@@ -159,10 +162,10 @@ async fn a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_
     assert_eq!(counters.batch_item_failures, u64::from(max_receives));
     assert_eq!(counters.dead_letter_invocations, 1);
     assert_eq!((counters.failed_invocations, counters.timed_out_invocations), (0, 0));
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert_eq!((view.progress.finished, view.progress.total), (2, 2));
     let w01 = view.subtasks.iter().find(|s| s.id == "w01").unwrap();
-    assert_eq!(w01.status, "FAILED");
+    assert_eq!(w01.status, SubtaskStatus::Failed);
     assert!(w01.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w01.error);
 }
 
@@ -207,9 +210,9 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a timed-out invocation");
     assert_eq!(counters.timed_out_invocations, 1);
     assert_eq!(counters.dead_letter_invocations, 0);
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     let w01 = view.subtasks.iter().find(|s| s.id == "w01").unwrap();
-    assert_eq!(w01.status, "SUCCEEDED", "{w01:?}");
+    assert_eq!(w01.status, SubtaskStatus::Succeeded, "{w01:?}");
     assert_eq!(w01.tools_used, vec!["shop__check_coupon".to_owned()]);
 }
 
@@ -242,7 +245,7 @@ async fn a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch
     assert_eq!(counters.aggregator_failures, 1 + u64::from(retries));
     assert_eq!((counters.stream_batches_dropped, counters.stream_records_dropped), (1, 1));
     // Without an on-failure destination the record is gone: nothing answers the conversation.
-    assert_eq!(view.status, "RUNNING", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Running, "{view:?}");
     assert_eq!(view.progress.finished, view.progress.total);
     assert_eq!(model.counts().2, 0, "no reply was written");
 }
@@ -271,7 +274,7 @@ async fn a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_
     stack.shutdown().await;
 
     let view = view.unwrap();
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert!(view.reply.as_deref().unwrap_or("").contains("A1029"), "{view:?}");
     assert_eq!((counters.aggregator_invocations, counters.aggregator_failures), (3, 2), "two failures, one success");
     assert_eq!(counters.stream_batches_dropped, 0);
@@ -311,7 +314,7 @@ async fn a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_r
     assert_eq!(counts, vec![(1, true), (2, false)], "the killed invocation's message came back: {on_tasks:?}");
     assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a killed invocation");
     // The redelivery finds the result recorded and completes the count the crash cut off.
-    assert_eq!(view.status, "DONE", "{view:?}");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert_eq!((view.progress.finished, view.progress.total), (1, 1));
-    assert_eq!(view.subtasks[0].status, "SUCCEEDED");
+    assert_eq!(view.subtasks[0].status, SubtaskStatus::Succeeded);
 }

@@ -1,9 +1,12 @@
 //! A fan-out of 50 subtasks against a provider that rate-limits 30% of requests: every subtask succeeds, retries honour `Retry-After` and spread out.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::collections::HashMap;
 use std::time::Duration;
 
 use mock_llm::{AgentConfig, Faults, MockConfig, MockLlm, Mode};
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{LocalStack, StackOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,12 +43,12 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     assert_eq!(status, 202, "{body}");
     let id = body["conversation_id"].as_str().unwrap().to_owned();
     let view = stack.wait_finished(&id, Duration::from_secs(90)).await.unwrap();
-    assert_eq!(view.status, "DONE");
+    assert_eq!(view.status, ConversationStatus::Done);
     assert_eq!(view.subtasks.len(), 50);
     assert!(
-        view.subtasks.iter().all(|s| s.status == "SUCCEEDED"),
+        view.subtasks.iter().all(|s| s.status == SubtaskStatus::Succeeded),
         "{:?}",
-        view.subtasks.iter().filter(|s| s.status != "SUCCEEDED").collect::<Vec<_>>()
+        view.subtasks.iter().filter(|s| s.status != SubtaskStatus::Succeeded).collect::<Vec<_>>()
     );
 
     let stats = mock.stats();

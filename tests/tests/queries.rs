@@ -1,5 +1,7 @@
 //! Every customer message of the cases runs through the local stack with the offline model and meets its expectations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::time::Duration;
 
 use swarm_local::{LocalStack, StackOptions};

@@ -3,6 +3,7 @@
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::LambdaEvent;
 use swarm_core::domain::ConversationId;
+use tracing::Instrument;
 
 use crate::core::{AggregateOutcome, Aggregator};
 
@@ -18,23 +19,36 @@ pub fn conversation_of(record: &aws_lambda_events::event::dynamodb::EventRecord)
 }
 
 /// Handles one stream batch (already narrowed by the event filter to
-/// conversation items with `remaining = 0` and `status = RUNNING`). A transient
-/// store error fails the invocation so Lambda retries the batch; aggregation
-/// itself is guarded by the conditional flip, so a retry never replies twice.
+/// conversation items with `remaining = 0` and `status = RUNNING`), each record
+/// in its own span (event id, conversation id) attached with `.instrument`. A
+/// transient store error fails the invocation so Lambda retries the batch;
+/// aggregation itself is guarded by the conditional flip, so a retry never replies twice.
 pub async fn handle(aggregator: &Aggregator, event: LambdaEvent<Event>) -> Result<(), lambda_runtime::Error> {
     for record in &event.payload.records {
+        let span = tracing::info_span!(
+            "stream_record",
+            event_id = %record.event_id,
+            conversation_id = tracing::field::Empty
+        );
         let Some(id) = conversation_of(record) else {
-            tracing::debug!(event_id = %record.event_id, "not a conversation item; ignored");
+            span.in_scope(|| tracing::debug!("not a conversation item; ignored"));
             continue;
         };
-        match aggregator.aggregate(&id).await {
-            Ok(AggregateOutcome::NotReady { remaining }) => {
-                tracing::warn!(conversation_id = %id, remaining, "triggered before all subtasks finished; ignored");
-            }
-            Ok(outcome) => tracing::debug!(conversation_id = %id, ?outcome, "aggregation trigger handled"),
-            Err(e) if e.is_transient() => return Err(Box::new(e)),
-            Err(e) => tracing::error!(conversation_id = %id, error = %e, "aggregation failed permanently"),
+        span.record("conversation_id", id.as_str());
+        aggregate(aggregator, &id).instrument(span).await?;
+    }
+    Ok(())
+}
+
+/// One conversation's aggregation; only a transient store error is returned (the batch is retried).
+async fn aggregate(aggregator: &Aggregator, id: &ConversationId) -> Result<(), lambda_runtime::Error> {
+    match aggregator.aggregate(id).await {
+        Ok(AggregateOutcome::NotReady { remaining }) => {
+            tracing::warn!(remaining, "triggered before all subtasks finished; ignored");
         }
+        Ok(outcome) => tracing::debug!(?outcome, "aggregation trigger handled"),
+        Err(e) if e.is_transient() => return Err(Box::new(e)),
+        Err(e) => tracing::error!(error = %e, "aggregation failed permanently"),
     }
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! The aggregator on the embedded store: one reply under concurrent triggers, the model-free reply when the model fails, stream events from the fixtures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 
 use aggregator::{AggregateOutcome, Aggregator, AggregatorSettings};
@@ -7,7 +9,7 @@ use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::LambdaEvent;
 use swarm_adapters::embedded::InMemoryConversationStore;
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, Usage,
+    Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult, Usage,
 };
 use swarm_core::ports::{ChatResponse, ConversationStore, LlmError};
 use swarm_testing::{ScriptedModel, text_response};
@@ -40,7 +42,7 @@ async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> C
     store.start_run(&c.id, &recs, &[], &Usage::default()).await.unwrap();
     let results = [
         ("w01", SubtaskResult::Succeeded { text: "Order A1029 is paid.".into(), tool_calls: vec![] }),
-        ("w02", SubtaskResult::Failed { reason: "HTTP 500 upstream exploded".into() }),
+        ("w02", SubtaskResult::failed(FailureKind::ToolsUnavailable, "HTTP 500 upstream exploded")),
     ];
     for (sid, r) in results {
         store.record_result(&c.id, sid, &r, &Usage::default(), &[], 0).await.unwrap();

@@ -19,6 +19,7 @@ use swarm_core::prompts::{plan_messages, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
+use tracing::Instrument;
 
 /// Orchestrator settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -193,9 +194,15 @@ impl Orchestrator {
         }
         faults::at(CrashPoint::OrchestratorAfterCreate).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
-        let _guard = span.enter();
+        self.plan_and_queue(conversation).instrument(span).await
+    }
+
+    /// The rest of `create` once the conversation is written: arm the deadline,
+    /// plan, persist the subtasks and flip to `RUNNING`, enqueue the ready ones.
+    async fn plan_and_queue(&self, conversation: Conversation) -> Result<Created, ApiError> {
+        let id = conversation.id.clone();
         // The deadline message goes out before planning: a crash after the
-        // write above still ends in the deadline path, never a hang.
+        // conversation's write still ends in the deadline path, never a hang.
         let delay = self.settings.deadline_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
@@ -259,8 +266,9 @@ impl Orchestrator {
             }
         };
         let known: HashSet<String> = catalogue.iter().map(|t| t.name.clone()).collect();
-        let all_tools: Vec<String> =
-            catalogue.iter().filter(|t| !t.name.ends_with("refund")).map(|t| t.name.clone()).collect();
+        // The fallback subtask runs with the default role: only tools the role table leaves to it.
+        let names: Vec<&str> = catalogue.iter().map(|t| t.name.as_str()).collect();
+        let fallback_tools = self.roles.default_role_tools(&names);
         let mut messages = plan_messages(&conversation.query, &catalogue);
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
@@ -295,7 +303,7 @@ impl Orchestrator {
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }
-        (fallback_plan(&conversation.query, &all_tools, "the plan could not be made"), usage)
+        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage)
     }
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's

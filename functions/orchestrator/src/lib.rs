@@ -1,7 +1,10 @@
 //! The orchestrator function: `POST /conversations` plans and queues, `GET /conversations/{id}` reports.
 
+pub mod api;
+pub mod config;
 pub mod core;
-pub mod handler;
 
+pub use api::{ApiState, Auth, Caller, router};
+pub use config::OrchestratorConfig;
 pub use core::{Orchestrator, OrchestratorSettings};
-pub use handler::AuthMode;
+pub use swarm_adapters::config::AuthMode;

@@ -1,31 +1,24 @@
-//! Orchestrator Lambda: telemetry, typed settings, AWS clients, models and the gateway client, then the HTTP API handler.
+//! Orchestrator Lambda: telemetry, its config, the store, queues, model and gateway client, then the HTTP API router under `lambda_http`.
 
 use std::sync::Arc;
 
-use orchestrator::{AuthMode, Orchestrator, OrchestratorSettings, handler};
-use swarm_adapters::wiring::{AwsClients, FunctionSettings};
-use swarm_core::roles::RoleTable;
+use orchestrator::{ApiState, Orchestrator, OrchestratorConfig};
+use swarm_adapters::config::AwsClients;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     swarm_adapters::telemetry::init();
-    let settings = FunctionSettings::from_env()?;
-    let auth = AuthMode::parse(&std::env::var("AUTH_MODE").unwrap_or_default())?;
-    let roles = RoleTable::parse(&std::env::var("ROLE_TABLE").unwrap_or_default())?;
+    let config = OrchestratorConfig::from_env()?;
     let aws = AwsClients::from_env().await;
-    let models = swarm_adapters::wiring::models().await?;
-    let tools = swarm_adapters::wiring::tool_gateway(&settings).await?;
-    let core = Arc::new(Orchestrator::new(
-        aws.store(&settings),
-        aws.queues(&settings)?,
+    let models = config.llm.models(&config.secrets).await?;
+    let tools = config.gateway.connect(&config.secrets).await?;
+    let core = Orchestrator::new(
+        aws.store(&config.table),
+        aws.queues(&config.queues),
         models.main,
         tools,
-        roles,
-        OrchestratorSettings { deadline_secs: settings.deadline_secs, ..OrchestratorSettings::default() },
-    ));
-    lambda_http::run(lambda_http::service_fn(move |request| {
-        let core = core.clone();
-        async move { handler::handle(&core, auth, request).await }
-    }))
-    .await
+        config.roles.clone(),
+        config.settings(),
+    );
+    lambda_http::run(orchestrator::router(ApiState::new(Arc::new(core), config.auth.into()))).await
 }

@@ -1,5 +1,7 @@
 //! The orchestrator on embedded adapters: plan retry with the validation error shown, the single-subtask fallback, roles from the tool table, what gets enqueued.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +11,7 @@ use serde_json::json;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
 use swarm_core::ports::{ChatMessage, ConversationStore, TaskQueue, ToolError};
-use swarm_core::roles::{RoleTable, TaskQueues};
+use swarm_core::roles::{DEFAULT_ROLE, RoleTable, TaskQueues};
 use swarm_testing::{ScriptedModel, StaticTools, text_response};
 
 /// The planner's model: answers `answers` in order, keeping every request.
@@ -37,6 +39,10 @@ struct Rig {
 }
 
 fn rig(answers: &[&str]) -> Rig {
+    rig_with_roles(answers, RoleTable::demo())
+}
+
+fn rig_with_roles(answers: &[&str], roles: RoleTable) -> Rig {
     let store = Arc::new(InMemoryConversationStore::new());
     let tasks = InMemoryQueue::new(QueueSettings::default());
     let refunds = InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() });
@@ -48,7 +54,7 @@ fn rig(answers: &[&str]) -> Rig {
         queues,
         model.clone(),
         Arc::new(catalogue()),
-        RoleTable::demo(),
+        roles,
         OrchestratorSettings::default(),
     );
     Rig { store, tasks, refunds, model, core }
@@ -97,8 +103,21 @@ async fn plans_that_stay_unusable_fall_back_to_one_subtask_that_cannot_move_mone
     assert_eq!(subtasks.len(), 1);
     assert!(subtasks[0].subtask.instruction.contains("do everything"));
     assert!(!subtasks[0].subtask.tools.iter().any(|t| t.ends_with("refund")), "{:?}", subtasks[0].subtask.tools);
+    assert_eq!(subtasks[0].role, DEFAULT_ROLE);
     let conv = r.store.get_conversation(&created.conversation_id).await.unwrap().unwrap();
     assert_eq!(conv.notes.len(), 1);
+}
+
+#[tokio::test]
+async fn the_fallback_subtask_gets_the_tools_the_role_table_leaves_to_the_default_role() {
+    // This table gives coupons to the refund role and leaves refunds to support workers.
+    let r = rig_with_roles(&["no plan", "still none"], RoleTable::parse("check_coupon=refund").unwrap());
+    let created = r.core.create(request("do everything")).await.unwrap();
+    let subtasks = r.store.list_subtasks(&created.conversation_id).await.unwrap();
+    assert_eq!(subtasks.len(), 1);
+    assert_eq!(subtasks[0].subtask.tools, ["shop__get_order", "shop__refund"]);
+    assert_eq!(subtasks[0].role, DEFAULT_ROLE);
+    assert_eq!(drain(&r.tasks).await, vec![TaskMessage::run(&created.conversation_id, "w01")]);
 }
 
 #[tokio::test]

@@ -22,6 +22,10 @@ pub struct Config {
 }
 
 impl Config {
+    /// Every variable [`Config::from_lookup`] reads ([`init_tracing`] reads `RUST_LOG` and `AWS_LAMBDA_LOG_LEVEL`).
+    pub const VARS: &'static [&'static str] =
+        &["AWS_LAMBDA_RUNTIME_API", "SHOP_TOOLS_ADDR", "SHOP_TOOLS_ALLOWED_HOSTS", "AWS_LAMBDA_LOG_FORMAT"];
+
     /// Reads the process environment.
     ///
     /// Errors: [`ShopError::Config`] when `SHOP_TOOLS_ADDR` is not a socket address.
@@ -47,11 +51,14 @@ impl Config {
     }
 }
 
+/// The variables [`init_tracing`] reads.
+pub const TRACING_VARS: &[&str] = &["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"];
+
 /// Installs the global `tracing` subscriber: `RUST_LOG` (or `AWS_LAMBDA_LOG_LEVEL`) filter,
 /// default `info` (rmcp at `warn`: it logs every stateless request); JSON lines when `json`. A second call does nothing.
 pub fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let directives = ["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"]
+    let directives = TRACING_VARS
         .iter()
         .find_map(|key| std::env::var(key).ok().map(|v| v.trim().to_lowercase()).filter(|v| !v.is_empty()));
     let filter =

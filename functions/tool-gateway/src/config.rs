@@ -3,6 +3,7 @@
 use std::{collections::BTreeMap, collections::HashMap, time::Duration};
 
 use serde::Deserialize;
+use swarm_adapters::config::{ConfigError, SecretSource, SecretsExtension, Vars, var_list};
 use swarm_adapters::mcp::GatewayToken;
 
 use crate::error::GatewayError;
@@ -45,6 +46,21 @@ impl Secret {
         }
         out.push_str(rest);
         Ok(Secret(out))
+    }
+}
+
+impl Secret {
+    /// The `NAME`s of the `${env:NAME}` references in this value (an unclosed one is reported by resolution).
+    fn references(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut rest = self.0.as_str();
+        while let Some(start) = rest.find("${env:") {
+            let after = &rest[start + 6..];
+            let Some(end) = after.find('}') else { break };
+            names.push(after[..end].to_owned());
+            rest = &after[end + 1..];
+        }
+        names
     }
 }
 
@@ -280,7 +296,18 @@ impl GatewayConfig {
     /// Errors: [`GatewayError::Config`] for a missing variable, an unreadable
     /// file, bad JSON or an invalid setting.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
+        let config = Self::parse(&lookup)?.resolve_secrets(&lookup)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses `GATEWAY_CONFIG` (a file path, or inline JSON when it
+    /// starts with `{`) with its `${env:NAME}` references left in place
+    /// ([`Self::references`]); not validated yet.
+    /// Errors: [`GatewayError::Config`] when unset, unreadable or not gateway JSON.
+    pub fn parse(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
         let raw = lookup("GATEWAY_CONFIG")
+            .filter(|v| !v.trim().is_empty())
             .ok_or_else(|| GatewayError::Config("GATEWAY_CONFIG is not set (a path or inline JSON)".into()))?;
         let text = if raw.trim_start().starts_with('{') {
             raw
@@ -288,16 +315,18 @@ impl GatewayConfig {
             std::fs::read_to_string(raw.trim())
                 .map_err(|e| GatewayError::Config(format!("cannot read GATEWAY_CONFIG file {raw:?}: {e}")))?
         };
-        let config: GatewayConfig = serde_json::from_str(&text)
-            .map_err(|e| GatewayError::Config(format!("GATEWAY_CONFIG is not valid gateway JSON: {e}")))?;
-        let config = config.resolve_secrets(&lookup)?;
-        config.validate()?;
-        Ok(config)
+        serde_json::from_str(&text)
+            .map_err(|e| GatewayError::Config(format!("GATEWAY_CONFIG is not valid gateway JSON: {e}")))
     }
 
-    /// [`Self::from_lookup`] over the process environment.
-    pub fn from_env() -> Result<Self, GatewayError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+    /// Every `NAME` of a `${env:NAME}` in role tokens and upstream headers, sorted, each once.
+    pub fn references(&self) -> Vec<String> {
+        let secrets =
+            self.roles.values().map(|r| &r.token).chain(self.upstreams.iter().flat_map(|u| u.headers.values()));
+        let mut names: Vec<String> = secrets.flat_map(Secret::references).collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Resolves `${env:NAME}` in role tokens and upstream headers.
@@ -487,6 +516,92 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     }
 }
 
+/// Where the gateway binary listens when not on Lambda (`GATEWAY_ADDR`).
+pub const DEFAULT_GATEWAY_ADDR: &str = "127.0.0.1:8790";
+
+/// The gateway function's one typed config: how it serves, `GATEWAY_CONFIG`,
+/// and where each secret it references comes from. Built by
+/// [`GatewayFunctionConfig::from_lookup`] without I/O beyond reading a
+/// `GATEWAY_CONFIG` file; [`GatewayFunctionConfig::resolve`] fetches the secrets.
+#[derive(Clone, Debug)]
+pub struct GatewayFunctionConfig {
+    /// `AWS_LAMBDA_RUNTIME_API` is set: serve through `lambda_http`.
+    pub on_lambda: bool,
+    /// `AWS_LAMBDA_FUNCTION_NAME` is set: metrics also as CloudWatch embedded metric format.
+    pub emf_metrics: bool,
+    /// `GATEWAY_ADDR` (default [`DEFAULT_GATEWAY_ADDR`]); unused on Lambda.
+    pub addr: std::net::SocketAddr,
+    /// `GATEWAY_CONFIG`, its `${env:NAME}` references unresolved.
+    pub gateway: GatewayConfig,
+    /// For each `${env:NAME}`: `NAME` itself (local runs) or the secret named by `NAME_SECRET_ARN`.
+    pub secrets: Vec<(String, SecretSource)>,
+    pub extension: SecretsExtension,
+}
+
+impl GatewayFunctionConfig {
+    /// Variables read under fixed names. Besides these, each `${env:NAME}` in
+    /// `GATEWAY_CONFIG` reads `NAME` or `NAME_SECRET_ARN`.
+    pub fn vars() -> Vec<&'static str> {
+        var_list(&[
+            &["GATEWAY_CONFIG", "GATEWAY_ADDR", "AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_NAME"],
+            SecretsExtension::VARS,
+        ])
+    }
+
+    /// Errors: [`GatewayError::Config`] naming the variable — `GATEWAY_CONFIG`
+    /// unset or not gateway JSON, `GATEWAY_ADDR` not host:port, a `${env:NAME}`
+    /// with neither `NAME` nor `NAME_SECRET_ARN` set.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
+        let config_error = |e: ConfigError| GatewayError::Config(e.to_string());
+        let vars = Vars::new(&lookup);
+        let addr_text = vars.get("GATEWAY_ADDR").unwrap_or_else(|| DEFAULT_GATEWAY_ADDR.to_owned());
+        let addr = addr_text.parse().map_err(|_| {
+            config_error(ConfigError::Invalid {
+                var: "GATEWAY_ADDR",
+                accepted: format!("an address like {DEFAULT_GATEWAY_ADDR}"),
+                value: addr_text.clone(),
+            })
+        })?;
+        let gateway = GatewayConfig::parse(&lookup)?;
+        let mut secrets = Vec::new();
+        for name in gateway.references() {
+            let arn_var = format!("{name}_SECRET_ARN");
+            let source = SecretSource::from_lookup(&lookup, &name, &arn_var).ok_or_else(|| {
+                GatewayError::Config(format!(
+                    "{name} (referenced by GATEWAY_CONFIG) is not set: set {name}, or {arn_var} on AWS"
+                ))
+            })?;
+            secrets.push((name, source));
+        }
+        Ok(Self {
+            on_lambda: vars.get("AWS_LAMBDA_RUNTIME_API").is_some(),
+            emf_metrics: vars.get("AWS_LAMBDA_FUNCTION_NAME").is_some(),
+            addr,
+            gateway,
+            secrets,
+            extension: SecretsExtension::from_lookup(&lookup).map_err(config_error)?,
+        })
+    }
+
+    /// [`GatewayFunctionConfig::from_lookup`] over the process environment.
+    pub fn from_env() -> Result<Self, GatewayError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The gateway configuration with every reference replaced by its secret
+    /// (fetched through the extension when stored), validated.
+    pub async fn resolve(&self) -> Result<GatewayConfig, GatewayError> {
+        let mut values = HashMap::with_capacity(self.secrets.len());
+        for (name, source) in &self.secrets {
+            let value = source.resolve(&self.extension).await.map_err(|e| GatewayError::Config(e.to_string()))?;
+            values.insert(name.clone(), value.expose().to_owned());
+        }
+        let config = self.gateway.clone().resolve_secrets(&|name| values.get(name).cloned())?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,12 +632,51 @@ mod tests {
     }
 
     #[test]
+    fn references_are_listed_without_resolving_them() {
+        let env = HashMap::from([("GATEWAY_CONFIG", minimal_json())]);
+        let config = GatewayConfig::parse(|k| env.get(k).cloned()).unwrap();
+        assert_eq!(config.references(), vec!["SHOP_KEY".to_owned(), "SUPPORT_TOKEN".to_owned()]);
+        assert_eq!(config.roles["support"].token.expose(), "${env:SUPPORT_TOKEN}");
+    }
+
+    #[test]
     fn missing_secret_variable_is_named_and_its_value_never_printed() {
         let env = HashMap::from([("GATEWAY_CONFIG", minimal_json()), ("SHOP_KEY", "abc".to_owned())]);
         let err = GatewayConfig::from_lookup(|k| env.get(k).cloned()).unwrap_err();
         assert!(err.to_string().contains("SUPPORT_TOKEN"), "{err}");
         let debug = format!("{:?}", Secret::new("hunter2-secret"));
         assert_eq!(debug, "***");
+    }
+
+    #[tokio::test]
+    async fn the_function_config_takes_each_reference_from_its_variable_or_names_both() {
+        let env = HashMap::from([
+            ("GATEWAY_CONFIG", minimal_json()),
+            ("SHOP_KEY", "abc".to_owned()),
+            ("SUPPORT_TOKEN", "0123456789abcdef0123".to_owned()),
+            ("GATEWAY_ADDR", "127.0.0.1:9999".to_owned()),
+        ]);
+        let f = GatewayFunctionConfig::from_lookup(|k| env.get(k).cloned()).unwrap();
+        assert!(!f.on_lambda && !f.emf_metrics);
+        assert_eq!(f.addr.port(), 9999);
+        let sources: Vec<(&str, &str)> = f.secrets.iter().map(|(n, s)| (n.as_str(), s.var())).collect();
+        assert_eq!(sources, vec![("SHOP_KEY", "SHOP_KEY"), ("SUPPORT_TOKEN", "SUPPORT_TOKEN")]);
+        assert!(!format!("{f:?}").contains("0123456789abcdef0123"), "secrets never print");
+        let config = f.resolve().await.unwrap();
+        assert_eq!(config.roles["support"].token.expose(), "0123456789abcdef0123");
+
+        let without = |k: &str| if k == "SUPPORT_TOKEN" { None } else { env.get(k).cloned() };
+        let e = GatewayFunctionConfig::from_lookup(without).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gateway configuration: SUPPORT_TOKEN (referenced by GATEWAY_CONFIG) is not set: set SUPPORT_TOKEN, or SUPPORT_TOKEN_SECRET_ARN on AWS"
+        );
+        let bad_addr = |k: &str| if k == "GATEWAY_ADDR" { Some("localhost".to_owned()) } else { env.get(k).cloned() };
+        let e = GatewayFunctionConfig::from_lookup(bad_addr).unwrap_err();
+        assert!(
+            e.to_string().contains(r#"GATEWAY_ADDR must be an address like 127.0.0.1:8790, not "localhost""#),
+            "{e}"
+        );
     }
 
     #[test]

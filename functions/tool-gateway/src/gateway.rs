@@ -115,6 +115,12 @@ impl Gateway {
     /// Errors: [`GatewayError::Config`] for an invalid configuration,
     /// [`GatewayError::Collision`] when two upstreams expose the same name.
     pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
+        Self::start_with_metrics(config, false).await
+    }
+
+    /// [`Gateway::start`], with metrics also printed as CloudWatch embedded
+    /// metric format lines when `emf` (on Lambda).
+    pub async fn start_with_metrics(config: GatewayConfig, emf: bool) -> Result<Gateway, GatewayError> {
         config.validate()?;
         let http = upstream_http_client(config.upstream_keep_alive)?;
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
@@ -137,7 +143,6 @@ impl Gateway {
             })
             .collect();
         let anonymous = config.anonymous_role.as_ref().and_then(|a| roles.iter().position(|r| &r.policy.name == a));
-        let on_lambda = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
         let inner = Inner {
             limits: RateLimits::new(
                 config.global_rate_limit_per_sec,
@@ -147,7 +152,7 @@ impl Gateway {
             roles,
             anonymous,
             catalog: RwLock::new(Arc::new(Catalog::default())),
-            metrics: Metrics::new(on_lambda),
+            metrics: Metrics::new(emf),
             list_ttl: Duration::from_secs_f64(config.list_ttl_secs),
             discovery_retry: Duration::from_secs_f64(config.discovery_retry_secs),
             allowed_hosts: config.allowed_hosts.clone(),

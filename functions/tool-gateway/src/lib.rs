@@ -10,7 +10,9 @@ pub mod upstream;
 
 use std::net::SocketAddr;
 
-pub use config::{DemoTokens, GatewayConfig, Prefix, RoleConfig, Secret, UpstreamConfig, demo_config};
+pub use config::{
+    DemoTokens, GatewayConfig, GatewayFunctionConfig, Prefix, RoleConfig, Secret, UpstreamConfig, demo_config,
+};
 pub use error::GatewayError;
 pub use gateway::{Gateway, UpstreamStatus, error_result};
 pub use metrics::{MetricsSnapshot, Outcome, ToolStats};

@@ -7,10 +7,11 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use swarm_core::domain::{
-    ConversationId, ConversationStatus, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage,
-    ToolCallRecord, Usage, now_ms, truncate_chars,
+    ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::jsonfix::parse_tool_arguments;
@@ -159,13 +160,13 @@ impl Worker {
     pub async fn handle(&self, message: TaskMessage, deadline: Instant) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, handbacks } => {
-                let span = tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id);
-                let _g = span.enter();
-                self.run(&conversation_id, &subtask_id, handbacks, deadline).await.unwrap_or_else(Outcome::from)
+                let span = subtask_span(&conversation_id, &subtask_id);
+                self.run(&conversation_id, &subtask_id, handbacks, deadline)
+                    .instrument(span)
+                    .await
+                    .unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => {
-                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
-            }
+            TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
         }
     }
 
@@ -174,18 +175,26 @@ impl Worker {
     pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, .. } => {
-                tracing::warn!(conversation_id = %conversation_id, subtask_id = %subtask_id, "dead letter: recording the subtask as failed");
-                let result = SubtaskResult::Failed {
-                    reason: "gave up after repeated failures (the message reached the dead-letter queue)".into(),
-                };
-                self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None)
-                    .await
-                    .unwrap_or_else(Outcome::from)
+                let result = SubtaskResult::failed(
+                    FailureKind::DeadLetter,
+                    "gave up after repeated failures (the message reached the dead-letter queue)",
+                );
+                async {
+                    tracing::warn!("dead letter: recording the subtask as failed");
+                    self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None).await
+                }
+                .instrument(subtask_span(&conversation_id, &subtask_id))
+                .await
+                .unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => {
-                self.deadline(&conversation_id).await.unwrap_or_else(Outcome::from)
-            }
+            TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
         }
+    }
+
+    /// The deadline path in its own span (the conversation's status is recorded once read).
+    async fn deadline_instrumented(&self, id: &ConversationId) -> Outcome {
+        let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
+        self.deadline(id).instrument(span).await.unwrap_or_else(Outcome::from)
     }
 
     async fn run(
@@ -217,9 +226,10 @@ impl Worker {
         if let Some(budget) = self.settings.token_budget
             && conversation.usage.total_tokens() >= budget
         {
-            let result = SubtaskResult::Failed {
-                reason: format!("the conversation's token budget ({budget} tokens) was used up"),
-            };
+            let result = SubtaskResult::failed(
+                FailureKind::TokenBudgetExhausted,
+                format!("the conversation's token budget ({budget} tokens) was used up"),
+            );
             return self.finish(id, subtask_id, result, Usage::default(), &[], Some(&record)).await;
         }
 
@@ -318,8 +328,8 @@ impl Worker {
             }
             RecordOutcome::Recorded => {
                 faults::at(CrashPoint::WorkerAfterRecordResult).await;
-                if let SubtaskResult::Failed { reason } = &result {
-                    tracing::warn!(reason = %reason, "subtask failed");
+                if let SubtaskResult::Failed { kind, reason } = &result {
+                    tracing::warn!(kind = kind.code(), reason = %reason, "subtask failed");
                 }
                 tracing::info!(
                     status = status.as_str(),
@@ -417,8 +427,7 @@ impl Worker {
             }
             return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
         }
-        let span = tracing::info_span!("deadline", conversation_id = %id, status = conversation.status.as_str());
-        let _g = span.enter();
+        tracing::Span::current().record("status", conversation.status.as_str());
         match conversation.status {
             ConversationStatus::Planning => {
                 tracing::warn!("planning never finished: failing the conversation");
@@ -432,9 +441,10 @@ impl Worker {
                 for rec in all.iter().filter(|r| !r.status.is_terminal()) {
                     let result = match dependency_results(rec, &all) {
                         DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
-                        _ => SubtaskResult::Failed {
-                            reason: "the conversation's deadline passed before it finished".into(),
-                        },
+                        _ => SubtaskResult::failed(
+                            FailureKind::DeadlinePassed,
+                            "the conversation's deadline passed before it finished",
+                        ),
                     };
                     match self
                         .store
@@ -482,12 +492,16 @@ impl Worker {
                 Ok(Ok(t)) => t,
                 Ok(Err(e)) if e.is_transient() => {
                     tracing::warn!(error = %e, "tool list unavailable");
-                    return LoopEnd::Done(SubtaskResult::Failed {
-                        reason: format!("the tool gateway is unavailable: {e}"),
-                    });
+                    return LoopEnd::Done(SubtaskResult::failed(
+                        FailureKind::ToolsUnavailable,
+                        format!("the tool gateway is unavailable: {e}"),
+                    ));
                 }
                 Ok(Err(e)) => {
-                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the tool gateway refused: {e}") });
+                    return LoopEnd::Done(SubtaskResult::failed(
+                        FailureKind::ToolsRefused,
+                        format!("the tool gateway refused: {e}"),
+                    ));
                 }
                 Err(_) => return LoopEnd::OutOfTime,
             };
@@ -509,7 +523,10 @@ impl Worker {
                 return end;
             }
             if let Err(e) = check_pairing(&state.messages) {
-                return LoopEnd::Done(SubtaskResult::Failed { reason: format!("internal transcript error: {e}") });
+                return LoopEnd::Done(SubtaskResult::failed(
+                    FailureKind::Internal,
+                    format!("internal transcript error: {e}"),
+                ));
             }
             let request = ChatRequest {
                 purpose: Purpose::Work,
@@ -517,31 +534,34 @@ impl Worker {
                 tools: if last_round { Vec::new() } else { tools.clone() },
                 max_tokens: Some(2048),
             };
-            let response = match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline)
-                .await
-            {
-                Ok(r) => r,
-                Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
-                Err(CallError::Failed(LlmError::ContextLength { .. })) if !compressed_for_length => {
-                    compressed_for_length = true;
-                    if let Err(end) = self.compress_forced(state, deadline).await {
-                        return end;
+            let response =
+                match complete_with_retry(self.model.as_ref(), &request, &self.settings.retry, deadline).await {
+                    Ok(r) => r,
+                    Err(CallError::OutOfTime { .. }) => return LoopEnd::OutOfTime,
+                    Err(CallError::Failed(LlmError::ContextLength { .. })) if !compressed_for_length => {
+                        compressed_for_length = true;
+                        if let Err(end) = self.compress_forced(state, deadline).await {
+                            return end;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Err(CallError::Failed(e)) => {
-                    tracing::warn!(error = %e, "language model failed");
-                    return LoopEnd::Done(SubtaskResult::Failed { reason: format!("the language model failed: {e}") });
-                }
-            };
+                    Err(CallError::Failed(e)) => {
+                        tracing::warn!(error = %e, "language model failed");
+                        return LoopEnd::Done(SubtaskResult::failed(
+                            FailureKind::ModelFailed,
+                            format!("the language model failed: {e}"),
+                        ));
+                    }
+                };
             state.usage = state.usage.add(&response.usage);
             round += 1;
             if response.tool_calls.is_empty() {
                 let text = response.content.clone().unwrap_or_default();
                 if text.trim().is_empty() {
-                    return LoopEnd::Done(SubtaskResult::Failed {
-                        reason: format!("the model returned no answer (finish_reason {:?})", response.finish_reason),
-                    });
+                    return LoopEnd::Done(SubtaskResult::failed(
+                        FailureKind::NoAnswer,
+                        format!("the model returned no answer (finish_reason {:?})", response.finish_reason),
+                    ));
                 }
                 let text = if response.finish_reason == FinishReason::Length {
                     format!("{text} …(answer cut off)")
@@ -563,7 +583,10 @@ impl Worker {
                 state.tool_calls.push(rec);
             }
         }
-        LoopEnd::Done(SubtaskResult::Failed { reason: format!("no answer after {} rounds", self.settings.max_rounds) })
+        LoopEnd::Done(SubtaskResult::failed(
+            FailureKind::NoAnswer,
+            format!("no answer after {} rounds", self.settings.max_rounds),
+        ))
     }
 
     async fn compress(&self, state: &mut LoopState, deadline: Instant) -> Result<(), LoopEnd> {
@@ -582,9 +605,10 @@ impl Worker {
                 Ok(())
             }
             Err(CallError::OutOfTime { .. }) => Err(LoopEnd::OutOfTime),
-            Err(CallError::Failed(e)) => {
-                Err(LoopEnd::Done(SubtaskResult::Failed { reason: format!("context compression failed: {e}") }))
-            }
+            Err(CallError::Failed(e)) => Err(LoopEnd::Done(SubtaskResult::failed(
+                FailureKind::ModelFailed,
+                format!("context compression failed: {e}"),
+            ))),
         }
     }
 
@@ -657,6 +681,11 @@ impl Worker {
     }
 }
 
+/// The span of one subtask's work: every event logged while running it carries its ids.
+fn subtask_span(conversation_id: &ConversationId, subtask_id: &str) -> tracing::Span {
+    tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id)
+}
+
 /// A stable key for one tool call of one subtask (FNV-1a over the canonical arguments).
 fn idempotency_key(ctx: &ToolContext, tool: &str, args: &serde_json::Value) -> String {
     let canonical = format!("{}|{}|{}|{}", ctx.conversation_id, ctx.subtask_id, tool, args);
@@ -668,24 +697,58 @@ fn idempotency_key(ctx: &ToolContext, tool: &str, args: &serde_json::Value) -> S
     format!("{}-{}-{h:016x}", ctx.conversation_id, ctx.subtask_id)
 }
 
-/// What the loop had when time ran out for good.
+/// What the loop had when time ran out for good: the outputs of the calls
+/// whose records say they succeeded, or an [`FailureKind::OutOfTime`] failure.
 fn partial_result(state: &LoopState) -> SubtaskResult {
-    let facts: Vec<&str> = state
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            ChatMessage::Tool { content, .. } if !content.contains("\"error\"") => Some(content.as_str()),
-            _ => None,
-        })
+    let facts: Vec<&str> = tool_outcomes(&state.messages, &state.tool_calls)
+        .into_iter()
+        .filter(|(_, record)| record.is_some_and(|r| r.ok))
+        .map(|(content, _)| content)
         .collect();
     if facts.is_empty() {
-        SubtaskResult::Failed { reason: "ran out of time twice before any result".into() }
+        SubtaskResult::failed(FailureKind::OutOfTime, "ran out of time twice before any result")
     } else {
         SubtaskResult::Succeeded {
             text: format!("(partial: ran out of time) Facts found so far: {}", facts.join("; ")),
             tool_calls: state.tool_calls.clone(),
         }
     }
+}
+
+/// Each `tool` message of `messages` with the record of the call it answers.
+///
+/// The loop appends one record per answered call, in call order, together
+/// with its `tool` message, and compression only replaces the oldest rounds:
+/// the transcript's `tool` messages are the last ones recorded, so they pair
+/// with the records from the end, by position. The call a message answers (its
+/// `tool_call_id` in the assistant message before it) must name the record's
+/// tool, or the message gets no record (an outcome never guessed).
+fn tool_outcomes<'a>(
+    messages: &'a [ChatMessage],
+    records: &'a [ToolCallRecord],
+) -> Vec<(&'a str, Option<&'a ToolCallRecord>)> {
+    let mut calls: &[ToolCall] = &[];
+    let mut answered: Vec<(&str, Option<&str>)> = Vec::new();
+    for m in messages {
+        match m {
+            ChatMessage::Assistant { tool_calls, .. } => calls = tool_calls,
+            ChatMessage::Tool { tool_call_id, content } => {
+                let name = calls.iter().find(|c| &c.id == tool_call_id).map(|c| c.name.as_str());
+                answered.push((content.as_str(), name));
+            }
+            ChatMessage::System { .. } | ChatMessage::User { .. } => calls = &[],
+        }
+    }
+    // From the end: the last message with the last record, and so on; a message
+    // older than every record (never written so) gets none.
+    let mut paired: Vec<(&str, Option<&ToolCallRecord>)> = answered
+        .into_iter()
+        .rev()
+        .zip(records.iter().rev().map(Some).chain(std::iter::repeat(None)))
+        .map(|((content, name), record)| (content, record.filter(|r| name == Some(r.name.as_str()))))
+        .collect();
+    paired.reverse();
+    paired
 }
 
 /// Where a subtask's dependencies stand.
@@ -779,7 +842,7 @@ mod tests {
         r.status = status;
         r.result = match status {
             SubtaskStatus::Succeeded => Some(SubtaskResult::Succeeded { text: format!("{id} ok"), tool_calls: vec![] }),
-            SubtaskStatus::Failed => Some(SubtaskResult::Failed { reason: "x".into() }),
+            SubtaskStatus::Failed => Some(SubtaskResult::failed(FailureKind::Internal, "x")),
             SubtaskStatus::Skipped => Some(SubtaskResult::Skipped { dependency: "y".into() }),
             _ => None,
         };
@@ -849,5 +912,80 @@ mod tests {
         let c = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A2"}));
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    fn assistant(calls: &[(&str, &str)]) -> ChatMessage {
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: calls
+                .iter()
+                .map(|(id, name)| ToolCall { id: (*id).into(), name: (*name).into(), arguments: "{}".into() })
+                .collect(),
+            reasoning_content: None,
+        }
+    }
+
+    fn answer(id: &str, content: &str) -> ChatMessage {
+        ChatMessage::Tool { tool_call_id: id.into(), content: content.into() }
+    }
+
+    fn record(name: &str, ok: bool) -> ToolCallRecord {
+        ToolCallRecord { name: name.into(), ok, error: (!ok).then(|| "refused".to_owned()) }
+    }
+
+    fn state(messages: Vec<ChatMessage>, tool_calls: Vec<ToolCallRecord>) -> LoopState {
+        let mut all = work_messages("q", "w01", "Check A1029.", &[]);
+        all.extend(messages);
+        LoopState { messages: all, tool_calls, usage: Usage::default() }
+    }
+
+    #[test]
+    fn partial_result_keeps_what_the_records_say_succeeded_whatever_the_text() {
+        let s = state(
+            vec![
+                assistant(&[("call_a", "shop__get_order"), ("call_b", "shop__refund")]),
+                // A successful output that mentions "error", and a failed one that does not.
+                answer("call_a", r#"{"order_id":"A1029","status":"PAID","error":null}"#),
+                answer("call_b", "refund refused: over the limit"),
+            ],
+            vec![record("shop__get_order", true), record("shop__refund", false)],
+        );
+        let SubtaskResult::Succeeded { text, tool_calls } = partial_result(&s) else { panic!("facts were found") };
+        assert_eq!(
+            text,
+            r#"(partial: ran out of time) Facts found so far: {"order_id":"A1029","status":"PAID","error":null}"#
+        );
+        assert_eq!(tool_calls.len(), 2);
+    }
+
+    #[test]
+    fn partial_result_pairs_a_compressed_transcript_with_its_latest_records() {
+        // Two earlier calls were compressed into a summary; their records are still kept.
+        let s = state(
+            vec![
+                ChatMessage::User { content: "Summary of earlier steps: order A1029 is paid".into() },
+                assistant(&[("call_0", "shop__get_order"), ("call_1", "shop__track_shipment")]),
+                answer("call_0", "timed out"),
+                answer("call_1", r#"{"carrier":"SF"}"#),
+            ],
+            vec![
+                record("shop__get_order", true),
+                record("shop__track_shipment", true),
+                record("shop__get_order", false),
+                record("shop__track_shipment", true),
+            ],
+        );
+        let SubtaskResult::Succeeded { text, .. } = partial_result(&s) else { panic!("one fact was found") };
+        assert_eq!(text, r#"(partial: ran out of time) Facts found so far: {"carrier":"SF"}"#);
+    }
+
+    #[test]
+    fn partial_result_without_a_successful_record_is_out_of_time() {
+        // No records at all, a record for another tool than the call named, and a failed record.
+        for records in [vec![], vec![record("shop__track_shipment", true)], vec![record("shop__get_order", false)]] {
+            let s = state(vec![assistant(&[("c1", "shop__get_order")]), answer("c1", r#"{"status":"PAID"}"#)], records);
+            let result = partial_result(&s);
+            assert_eq!(result.failure_kind(), Some(FailureKind::OutOfTime), "{result:?}");
+        }
     }
 }

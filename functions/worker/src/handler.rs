@@ -7,10 +7,11 @@ use futures::future::join_all;
 use lambda_runtime::LambdaEvent;
 use swarm_core::domain::TaskMessage;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::core::{Outcome, Worker};
 
-/// Which queue the function consumes (env `WORKER_MODE`).
+/// Which queue the function consumes (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerMode {
     /// The tasks queue (or the refund role's queue).
@@ -19,44 +20,37 @@ pub enum WorkerMode {
     DeadLetters,
 }
 
-impl WorkerMode {
-    /// Parses `tasks | dlq` (default `tasks`).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "tasks" => Ok(Self::Tasks),
-            "dlq" => Ok(Self::DeadLetters),
-            other => Err(format!("WORKER_MODE must be tasks or dlq, not {other:?}")),
-        }
-    }
-}
-
-/// Handles one SQS batch. Records run concurrently; only retryable failures
-/// are listed in `batchItemFailures` (ReportBatchItemFailures), so a poison
-/// message is acknowledged instead of being retried until the DLQ.
+/// Handles one SQS batch. Records run concurrently, each in its own span
+/// (message id, conversation id, subtask id) attached with `.instrument`, so a
+/// line logged for one record never carries another's ids; only retryable
+/// failures are listed in `batchItemFailures` (ReportBatchItemFailures), so a
+/// poison message is acknowledged instead of being retried until the DLQ.
 pub async fn handle(
     worker: &Worker,
     mode: WorkerMode,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
-    let runs = event.payload.records.into_iter().map(|record| async move {
-        let message_id = record.message_id.clone().unwrap_or_default();
-        let body = record.body.unwrap_or_default();
-        let outcome = match serde_json::from_str::<TaskMessage>(&body) {
-            Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
-            Ok(message) => match mode {
-                WorkerMode::Tasks => worker.handle(message, deadline).await,
-                WorkerMode::DeadLetters => worker.handle_dead_letter(message).await,
-            },
-        };
-        match &outcome {
-            Outcome::Poison(why) => {
-                tracing::warn!(message_id = %message_id, reason = %why, "poison message acknowledged")
+    let runs = event.payload.records.into_iter().map(|record| {
+        let message_id = record.message_id.unwrap_or_default();
+        let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
+        let span = record_span(&message_id, message.as_ref().ok());
+        async move {
+            let outcome = match message {
+                Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
+                Ok(message) => match mode {
+                    WorkerMode::Tasks => worker.handle(message, deadline).await,
+                    WorkerMode::DeadLetters => worker.handle_dead_letter(message).await,
+                },
+            };
+            match &outcome {
+                Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
+                Outcome::Retry(why) => tracing::warn!(reason = %why, "message will be retried"),
+                _ => tracing::debug!(outcome = ?outcome, "message handled"),
             }
-            Outcome::Retry(why) => tracing::warn!(message_id = %message_id, reason = %why, "message will be retried"),
-            _ => tracing::debug!(message_id = %message_id, outcome = ?outcome, "message handled"),
+            (message_id, outcome)
         }
-        (message_id, outcome)
+        .instrument(span)
     });
     let mut response = SqsBatchResponse::default();
     for (message_id, outcome) in join_all(runs).await {
@@ -65,6 +59,24 @@ pub async fn handle(
         }
     }
     Ok(response)
+}
+
+/// The span of one SQS record: its message id and, once the body parsed, the
+/// ids it names (a deadline message names no subtask).
+fn record_span(message_id: &str, message: Option<&TaskMessage>) -> tracing::Span {
+    let span = tracing::info_span!(
+        "sqs_record",
+        message_id = %message_id,
+        conversation_id = tracing::field::Empty,
+        subtask_id = tracing::field::Empty
+    );
+    if let Some(message) = message {
+        span.record("conversation_id", message.conversation_id().as_str());
+        if let TaskMessage::Run { subtask_id, .. } = message {
+            span.record("subtask_id", subtask_id.as_str());
+        }
+    }
+    span
 }
 
 /// The instant the invocation must be done by: the Lambda deadline (epoch ms)

@@ -1,7 +1,9 @@
 //! The worker function: one LLM ↔ MCP-tool loop per subtask, fed by the SQS event source mapping.
 
+pub mod config;
 pub mod core;
 pub mod handler;
 
+pub use config::WorkerConfig;
 pub use core::{Outcome, Worker, WorkerSettings};
 pub use handler::WorkerMode;

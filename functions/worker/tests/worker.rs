@@ -1,5 +1,7 @@
 //! The worker on its own: the tool loop's transcript invariants and the SQS handler's partial batch response, on embedded adapters with a scripted model and gateway.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use lambda_runtime::LambdaEvent;
 use serde_json::json;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::domain::{
-    Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
+    Conversation, ConversationId, FailureKind, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, TaskQueue, ToolCall, ToolError, ToolGateway,
@@ -171,7 +173,9 @@ async fn permanent_llm_failure_records_a_failed_subtask_with_the_cause() {
     let w = worker(&s, model, fake_tools());
     assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
-    assert!(matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("script exhausted")));
+    assert!(
+        matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::ModelFailed, ref reason }) if reason.contains("script exhausted"))
+    );
     let conv = s.store.get_conversation(&s.id).await.unwrap().unwrap();
     assert_eq!(conv.remaining, 0);
     assert_eq!(conv.finished.len(), 1);
@@ -258,7 +262,7 @@ async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_sp
     assert!(model.requests().is_empty(), "no LLM call past the budget");
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert!(
-        matches!(rec.result, Some(SubtaskResult::Failed { ref reason }) if reason.contains("token budget (1000 tokens)")),
+        matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::TokenBudgetExhausted, ref reason }) if reason.contains("token budget (1000 tokens)")),
         "{:?}",
         rec.result
     );

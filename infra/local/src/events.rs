@@ -1,4 +1,4 @@
-//! Real-shaped Lambda events built by the local platform: API Gateway HTTP API (payload 2.0) and SQS events, and the Lambda context of an invocation (DynamoDB stream records come from the backends' change feeds).
+//! Real-shaped Lambda events built by the local platform: SQS events and the Lambda context of an invocation (the HTTP API needs none: its router is called directly; DynamoDB stream records come from the backends' change feeds).
 
 use std::time::Duration;
 
@@ -7,38 +7,6 @@ use serde_json::{Value, json};
 use swarm_core::domain::now_ms;
 
 use crate::platform::Delivery;
-
-/// An API Gateway HTTP API (payload format 2.0) event for `method path`.
-pub fn http_api_event(method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Value {
-    let mut h = serde_json::Map::new();
-    h.insert("content-type".into(), json!("application/json"));
-    h.insert("host".into(), json!("localhost"));
-    for (k, v) in headers {
-        h.insert(k.to_ascii_lowercase(), json!(v));
-    }
-    let now = now_ms();
-    json!({
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": h,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": "localhost",
-            "domainPrefix": "localhost",
-            "http": { "method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "swarm-local" },
-            "requestId": uuid::Uuid::now_v7().to_string(),
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "",
-            "timeEpoch": now
-        },
-        "body": body,
-        "isBase64Encoded": false
-    })
-}
 
 /// The Lambda context of one invocation of `function`: its deadline is `timeout` (the function's) from now.
 pub fn lambda_context(function: &str, timeout: Duration) -> lambda_runtime::Context {
@@ -106,8 +74,5 @@ mod tests {
             "the deadline is the function's timeout from now"
         );
         assert_eq!(ctx.invoked_function_arn, "arn:aws:lambda:local:000000000000:function:worker");
-        let r =
-            lambda_http::request::from_str(&http_api_event("GET", "/conversations/x", None, &[]).to_string()).unwrap();
-        assert_eq!(r.uri().path(), "/conversations/x");
     }
 }

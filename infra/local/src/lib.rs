@@ -21,26 +21,3 @@ pub use platform::counters::{CounterSnapshot, Counters, Received};
 pub use platform::emulator::EmulatorOptions;
 pub use platform::{Queue, QueueDepth};
 pub use stack::{BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools, lambda_timeout};
-
-use anyhow::Context as _;
-use orchestrator::{AuthMode, Orchestrator};
-
-/// Invokes the orchestrator's Lambda handler with an HTTP API (payload 2.0)
-/// event; answers `(status, JSON body)`.
-pub async fn invoke_orchestrator(
-    orchestrator: &Orchestrator,
-    event: &serde_json::Value,
-) -> anyhow::Result<(u16, serde_json::Value)> {
-    let request = lambda_http::request::from_str(&event.to_string()).context("building the API Gateway request")?;
-    let response = orchestrator::handler::handle(orchestrator, AuthMode::None, request)
-        .await
-        .map_err(|e| anyhow::anyhow!("orchestrator handler failed: {e}"))?;
-    let status = response.status().as_u16();
-    let bytes: &[u8] = response.body().as_ref();
-    let json = if bytes.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::from_slice(bytes).context("response body is not JSON")?
-    };
-    Ok((status, json))
-}

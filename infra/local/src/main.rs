@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use orchestrator::Auth;
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 
 #[derive(Parser)]
@@ -61,9 +63,26 @@ enum Command {
         /// Port of the HTTP API.
         #[arg(long, default_value_t = 8080)]
         port: u16,
+        /// How callers are identified: `none` (the body's `customer_id`, as with
+        /// `AuthMode=none`) or `tokens` (`Authorization: Bearer <token>`, each token naming one customer).
+        #[arg(long, value_enum, default_value_t = LocalAuth::None)]
+        auth: LocalAuth,
+        /// With `--auth tokens`: a file of `<token>=<customer_id>` lines (`#` starts a comment).
+        #[arg(long, value_name = "FILE")]
+        tokens_file: Option<std::path::PathBuf>,
+        /// With `--auth tokens`: one `<token>=<customer_id>` (repeatable).
+        #[arg(long = "token", value_name = "TOKEN=CUSTOMER")]
+        tokens: Vec<String>,
         #[command(flatten)]
         platform: Platform,
     },
+}
+
+/// `swarm-local serve --auth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LocalAuth {
+    None,
+    Tokens,
 }
 
 #[tokio::main]
@@ -82,7 +101,21 @@ async fn main() -> anyhow::Result<()> {
             }
             ask(options, &message, &customer, json).await
         }
-        Command::Serve { port, platform } => serve(options(backend, &platform), port).await,
+        Command::Serve { port, auth, tokens_file, tokens, platform } => {
+            let auth = match auth {
+                LocalAuth::None => {
+                    anyhow::ensure!(
+                        tokens_file.is_none() && tokens.is_empty(),
+                        "--tokens-file and --token need --auth tokens"
+                    );
+                    Auth::None
+                }
+                LocalAuth::Tokens => {
+                    Auth::Tokens(Arc::new(swarm_local::http::token_table(tokens_file.as_deref(), &tokens)?))
+                }
+            };
+            serve(options(backend, &platform), port, auth).await
+        }
     }
 }
 
@@ -133,7 +166,7 @@ async fn ask(options: StackOptions, message: &str, customer: &str, json: bool) -
     let view = outcome?;
     print_outcome(&view, json, started)?;
     eprintln!("{platform}");
-    if view.status != "DONE" {
+    if view.status != ConversationStatus::Done {
         std::process::exit(1);
     }
     Ok(())
@@ -151,7 +184,7 @@ async fn ask_on(
     }
     let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
     let mut planned = false;
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashMap<String, SubtaskStatus> = std::collections::HashMap::new();
     let mut aggregating = false;
     // The client's patience: the conversation's deadline, and a minute for the reply.
     let patience = stack.timings().conversation.deadline + Duration::from_secs(60);
@@ -173,11 +206,11 @@ async fn ask_on(
                 if seen.get(&s.id) == Some(&s.status) {
                     continue;
                 }
-                seen.insert(s.id.clone(), s.status.clone());
-                match s.status.as_str() {
-                    "RUNNING" => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
-                    "SUCCEEDED" | "FAILED" | "SKIPPED" => {
-                        let mark = if s.status == "SUCCEEDED" { "✔" } else { "✘" };
+                seen.insert(s.id.clone(), s.status);
+                match s.status {
+                    SubtaskStatus::Running => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
+                    SubtaskStatus::Succeeded | SubtaskStatus::Failed | SubtaskStatus::Skipped => {
+                        let mark = if s.status == SubtaskStatus::Succeeded { "✔" } else { "✘" };
                         let tools = if s.tools_used.is_empty() {
                             String::new()
                         } else {
@@ -189,7 +222,7 @@ async fn ask_on(
                     _ => {}
                 }
             }
-            if !aggregating && view.status == "AGGREGATING" {
+            if !aggregating && view.status == ConversationStatus::Aggregating {
                 aggregating = true;
                 eprintln!("▸ all subtasks finished: writing the reply");
             }
@@ -200,7 +233,7 @@ async fn ask_on(
 /// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
 fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
     let tool_calls: usize = view.subtasks.iter().map(|s| s.tools_used.len()).sum();
-    let succeeded = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
+    let succeeded = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
     let tokens = match &view.usage {
         None => "tokens: not reported".to_owned(),
         Some(u) => {
@@ -239,9 +272,13 @@ fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started:
     Ok(())
 }
 
-async fn serve(options: StackOptions, port: u16) -> anyhow::Result<()> {
-    let stack = Arc::new(LocalStack::start(options).await?);
-    let app = swarm_local::http::router(stack.clone());
+async fn serve(options: StackOptions, port: u16, auth: Auth) -> anyhow::Result<()> {
+    let stack = LocalStack::start(options).await?;
+    let callers = match &auth {
+        Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
+        _ => "no authentication: the body's customer_id".to_owned(),
+    };
+    let app = swarm_local::http::router(stack.orchestrator(), auth);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -250,6 +287,7 @@ async fn serve(options: StackOptions, port: u16) -> anyhow::Result<()> {
     println!(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
+    println!("  callers      {callers}");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));
@@ -260,8 +298,6 @@ async fn serve(options: StackOptions, port: u16) -> anyhow::Result<()> {
         })
         .await;
     // The emulator's table and queues go with the server.
-    if let Ok(stack) = Arc::try_unwrap(stack) {
-        stack.shutdown().await;
-    }
+    stack.shutdown().await;
     Ok(served?)
 }

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{Orchestrator, OrchestratorSettings};
+use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
@@ -23,7 +23,7 @@ use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
 use worker::{Worker, WorkerMode, WorkerSettings};
 
-use crate::events;
+use crate::http;
 use crate::platform::counters::{Counters, Received, ReceivedLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
@@ -312,13 +312,42 @@ impl LocalStack {
         Ok(self.backend.conversation_count().await?)
     }
 
-    /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through the
-    /// orchestrator's Lambda handler, cut at the orchestrator's timeout; answers
-    /// `(status, JSON body)`. An invocation that times out or dies is an error (API
-    /// Gateway would answer 500 without a body the API chose).
+    /// The orchestrator behind the API (`swarm-local serve` mounts its router with the chosen auth).
+    pub fn orchestrator(&self) -> Arc<Orchestrator> {
+        self.orchestrator.clone()
+    }
+
+    /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
+    /// `lambda_http`'s conversion into the orchestrator's router, as on Lambda
+    /// (authentication off); answers `(status, JSON body)`. Cut at the orchestrator's timeout.
     pub async fn api_event(&self, event: &Value) -> anyhow::Result<(u16, Value)> {
+        let request = lambda_http::request::from_str(&event.to_string()).context("converting the API Gateway event")?;
+        self.invoke_api(request).await
+    }
+
+    /// `method path` through the orchestrator's router (authentication off: the body names
+    /// the customer); answers `(status, JSON body)`. Cut at the orchestrator's timeout.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
+        self.invoke_api(http::request(method, path, body, headers)?).await
+    }
+
+    /// One orchestrator invocation: the router answers, unless the invocation passes the
+    /// function's timeout or dies at a crash point — an error then (API Gateway would
+    /// answer 500 without a body the API chose).
+    async fn invoke_api<B>(&self, request: axum::http::Request<B>) -> anyhow::Result<(u16, Value)>
+    where
+        B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         let timeout = lambda_timeout(self.timings.orchestrator.timeout);
-        match invoke(timeout, self.faults.as_ref(), crate::invoke_orchestrator(&self.orchestrator, event)).await {
+        let router = http::router(self.orchestrator.clone(), Auth::None);
+        match invoke(timeout, self.faults.as_ref(), http::call(router, request)).await {
             Ended::Returned(answer) => answer,
             ended => {
                 let counter = match ended {
@@ -329,17 +358,6 @@ impl LocalStack {
                 anyhow::bail!("the orchestrator invocation {} (timeout {timeout:?})", ended.describe())
             }
         }
-    }
-
-    /// `method path` through the orchestrator's handler; answers `(status, JSON body)`.
-    pub async fn api(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-        headers: &[(&str, &str)],
-    ) -> anyhow::Result<(u16, Value)> {
-        self.api_event(&events::http_api_event(method, path, body, headers)).await
     }
 
     /// `POST /conversations`; answers `(status, body)`.
@@ -401,7 +419,7 @@ impl LocalStack {
             if let Some(seen) = seen.as_mut() {
                 seen(&view);
             }
-            if view.status == "DONE" || view.status == "FAILED" {
+            if view.status.is_terminal() {
                 return Ok(view);
             }
             let Some(changes) = changes.as_mut() else {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, MAX_RESULT_CHARS, Subtask, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, ToolCallRecord, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, FailureKind, MAX_RESULT_CHARS, Subtask, SubtaskRecord,
+    SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms,
 };
 use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome};
 
@@ -283,7 +283,14 @@ async fn a_result_is_recorded_only_once_even_under_concurrent_writers(store: Sto
     let tools = vec!["shop__get_order".to_owned(), "shop__track_shipment".to_owned()];
     assert_eq!(store.record_result(&conv.id, "w01", &first, &usage, &tools, 5_000).await?, RecordOutcome::Recorded);
     match store
-        .record_result(&conv.id, "w01", &SubtaskResult::Failed { reason: "late".into() }, &Usage::default(), &[], 6_000)
+        .record_result(
+            &conv.id,
+            "w01",
+            &SubtaskResult::failed(FailureKind::DeadlinePassed, "late"),
+            &Usage::default(),
+            &[],
+            6_000,
+        )
         .await?
     {
         RecordOutcome::AlreadyFinished(rec) => {
@@ -528,7 +535,7 @@ async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()>
         .record_result(
             &conv.id,
             "w01",
-            &SubtaskResult::Failed { reason: "out of time".into() },
+            &SubtaskResult::failed(FailureKind::OutOfTime, "out of time"),
             &Usage::default(),
             &[],
             2,
@@ -538,6 +545,7 @@ async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()>
     let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
     assert_eq!(rec.checkpoint, None, "a finished subtask keeps no checkpoint");
     assert_eq!(rec.status, SubtaskStatus::Failed);
+    assert_eq!(rec.result, Some(SubtaskResult::failed(FailureKind::OutOfTime, "out of time")), "the kind is kept");
     let seen: HashSet<_> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.status).collect();
     assert_eq!(seen, HashSet::from([SubtaskStatus::Failed]));
     Ok(())

@@ -2,6 +2,9 @@
 
 use tracing_subscriber::EnvFilter;
 
+/// Every variable the tracing set-up reads (the only environment reads outside the functions' configs).
+pub const VARS: &[&str] = &["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL", "AWS_LAMBDA_LOG_FORMAT", "LOG_FORMAT"];
+
 /// Installs the global subscriber once. JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`
 /// (set by `LoggingConfig: LogFormat: JSON`) or `LOG_FORMAT=json`; level from
 /// `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else `info`. Logs go to stderr so a

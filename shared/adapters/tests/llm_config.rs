@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use swarm_adapters::llm::config::{LlmConfig, LlmConfigError, build_models};
+use swarm_adapters::llm::config::{LlmConfig, LlmConfigError, SecretString, build_models};
 
 fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -105,7 +105,6 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
     let c = load(&[MOONSHOT, KEY, MODEL])?;
     assert_eq!(c.timeout, Duration::from_secs(60));
     assert_eq!(c.max_in_flight, 16);
-    assert_eq!(c.token_budget, None);
     assert!(c.sub.is_none());
     assert!(!c.main.send_reasoning);
     assert!(c.prices.price("kimi-k2-0905-preview").is_some());
@@ -116,14 +115,12 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
         ("LLM_MODEL", "deepseek-chat"),
         ("LLM_TIMEOUT_SECS", "2.5"),
         ("LLM_MAX_IN_FLIGHT", "4"),
-        ("LLM_TOKEN_BUDGET", "24000"),
         ("LLM_SEND_REASONING", "true"),
         ("LLM_PRICES", r#"{"deepseek-chat": {"input": 1, "output": 2}}"#),
     ])?;
     assert_eq!(c.main.base_url, "https://api.deepseek.com/v1");
     assert_eq!(c.timeout, Duration::from_millis(2500));
     assert_eq!(c.max_in_flight, 4);
-    assert_eq!(c.token_budget, Some(24_000));
     assert!(c.main.send_reasoning);
     assert_eq!(c.prices.price("deepseek-chat").map(|p| p.input), Some(1.0));
 
@@ -131,7 +128,6 @@ fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
         ("LLM_TIMEOUT_SECS", "0"),
         ("LLM_TIMEOUT_SECS", "soon"),
         ("LLM_MAX_IN_FLIGHT", "0"),
-        ("LLM_TOKEN_BUDGET", "-5"),
         ("LLM_SEND_REASONING", "maybe"),
         ("LLM_PRICES", r#"{"m": {"input": 1}}"#),
     ] {
@@ -192,6 +188,35 @@ fn without_a_sub_model_compression_uses_the_main_instance() -> Result<()> {
 fn sub_settings_without_a_sub_model_are_refused() -> Result<()> {
     let e = error_of(&[MOONSHOT, KEY, MODEL, ("LLM_SUB_BASE_URL", "https://api.deepseek.com/v1")])?;
     assert!(e.to_string().starts_with("LLM_SUB_MODEL: missing"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn the_token_budget_is_not_an_llm_setting() -> Result<()> {
+    // LLM_TOKEN_BUDGET belongs to the worker's config (a conversation-wide stop); the LLM config ignores it.
+    assert!(!LlmConfig::VARS.contains(&"LLM_TOKEN_BUDGET"));
+    load(&[MOONSHOT, KEY, MODEL, ("LLM_TOKEN_BUDGET", "lots")])?;
+    Ok(())
+}
+
+#[test]
+fn a_key_from_its_secret_is_checked_when_fetched_and_shared_with_the_sub_model_on_the_same_host() -> Result<()> {
+    let arn = ("LLM_API_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm");
+    let c = load(&[MOONSHOT, arn, MODEL, ("LLM_SUB_MODEL", "moonshot-v1-8k")])?;
+    assert_eq!(c.key_secret.as_deref(), Some(arn.1));
+    assert_eq!(c.main.api_key, None, "not fetched yet");
+    let e = build_models(&c).err().context("models need the fetched key")?;
+    assert!(e.to_string().starts_with("LLM_API_KEY_SECRET_ARN: "), "{e}");
+    let e = c.clone().with_key(SecretString::new("YOUR_API_KEY")).err().context("a placeholder secret")?;
+    assert!(e.to_string().starts_with("LLM_API_KEY_SECRET_ARN: looks like a placeholder"), "{e}");
+    assert!(!e.to_string().contains("YOUR_API_KEY"), "{e}");
+    let c = c.with_key(SecretString::new(KEY.1))?;
+    assert_eq!(c.key_secret, None);
+    assert_eq!(c.main.api_key.as_ref().map(|k| k.expose()), Some(KEY.1));
+    assert_eq!(c.sub.context("sub")?.api_key.as_ref().map(|k| k.expose()), Some(KEY.1));
+    // A plain key wins over the ARN (local runs).
+    let c = load(&[MOONSHOT, KEY, arn, MODEL])?;
+    assert_eq!((c.key_secret, c.main.api_key.map(|k| k.expose().to_owned())), (None, Some(KEY.1.to_owned())));
     Ok(())
 }
 

@@ -111,6 +111,12 @@ impl ConversationStatus {
     }
 }
 
+impl fmt::Display for ConversationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Lifecycle of a subtask: `PENDING` (waits for dependencies) or `QUEUED` →
 /// `RUNNING` → `SUCCEEDED | FAILED | SKIPPED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -163,6 +169,12 @@ impl SubtaskStatus {
     }
 }
 
+impl fmt::Display for SubtaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One independent piece of the customer's message, as planned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subtask {
@@ -198,6 +210,76 @@ pub struct ToolCallRecord {
     pub error: Option<String>,
 }
 
+/// Why a subtask failed: one stable code per cause, the value every decision
+/// on a failure reads (never the reason text), and the `error_code` customers
+/// see on `GET /conversations/{id}`. Serialised as [`FailureKind::code`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The conversation's deadline passed before the subtask finished.
+    DeadlinePassed,
+    /// The language model (or the compressing model) refused or kept failing.
+    ModelFailed,
+    /// The model answered with no text, or gave none within the round limit.
+    NoAnswer,
+    /// The tool gateway could not be reached (transient).
+    ToolsUnavailable,
+    /// The tool gateway refused this role or credential (permanent).
+    ToolsRefused,
+    /// The subtask ran out of invocation time on every hand-back, with nothing found.
+    OutOfTime,
+    /// The conversation's token budget was used up before the subtask started.
+    TokenBudgetExhausted,
+    /// The message reached the dead-letter queue: given up after repeated failed deliveries.
+    DeadLetter,
+    /// A fault of ours (a broken transcript), an item written before kinds
+    /// existed, or a kind this version does not know.
+    #[default]
+    #[serde(other)]
+    Internal,
+}
+
+impl FailureKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Self; 9] = [
+        Self::DeadlinePassed,
+        Self::ModelFailed,
+        Self::NoAnswer,
+        Self::ToolsUnavailable,
+        Self::ToolsRefused,
+        Self::OutOfTime,
+        Self::TokenBudgetExhausted,
+        Self::DeadLetter,
+        Self::Internal,
+    ];
+
+    /// The stable code (`snake_case`), as stored and as customers see it.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::DeadlinePassed => "deadline_passed",
+            Self::ModelFailed => "model_failed",
+            Self::NoAnswer => "no_answer",
+            Self::ToolsUnavailable => "tools_unavailable",
+            Self::ToolsRefused => "tools_refused",
+            Self::OutOfTime => "out_of_time",
+            Self::TokenBudgetExhausted => "token_budget_exhausted",
+            Self::DeadLetter => "dead_letter",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// Whether the subtask failed for lack of time (the conversation's deadline or its own hand-backs).
+    pub fn is_lack_of_time(self) -> bool {
+        matches!(self, Self::DeadlinePassed | Self::OutOfTime)
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.code())
+    }
+}
+
 /// A subtask's outcome.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -208,6 +290,11 @@ pub enum SubtaskResult {
         tool_calls: Vec<ToolCallRecord>,
     },
     Failed {
+        /// The decision readers take: the reply's plain problem, the customer's `error_code`.
+        /// Items written before kinds existed have none and read as [`FailureKind::Internal`].
+        #[serde(default)]
+        kind: FailureKind,
+        /// What happened, for operators (logs, `GET`'s `error`); never decided on.
         reason: String,
     },
     Skipped {
@@ -216,6 +303,19 @@ pub enum SubtaskResult {
 }
 
 impl SubtaskResult {
+    /// A failed result of `kind`, with the operator's `reason`.
+    pub fn failed(kind: FailureKind, reason: impl Into<String>) -> Self {
+        Self::Failed { kind, reason: reason.into() }
+    }
+
+    /// The failure kind, when the result is a failure.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        match self {
+            Self::Failed { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
     pub fn status(&self) -> SubtaskStatus {
         match self {
             Self::Succeeded { .. } => SubtaskStatus::Succeeded,
@@ -230,7 +330,7 @@ impl SubtaskResult {
             Self::Succeeded { text, tool_calls } => {
                 Self::Succeeded { text: truncate_chars(&text, MAX_RESULT_CHARS), tool_calls }
             }
-            Self::Failed { reason } => Self::Failed { reason: truncate_chars(&reason, 2_000) },
+            Self::Failed { kind, reason } => Self::Failed { kind, reason: truncate_chars(&reason, 2_000) },
             other => other,
         }
     }
@@ -506,5 +606,37 @@ mod tests {
         let t = truncate_chars(&s, 20);
         assert!(t.chars().count() <= 20);
         assert!(t.ends_with("[truncated]"));
+    }
+
+    #[test]
+    fn failure_kinds_serialise_as_their_stable_codes() {
+        for kind in FailureKind::ALL {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{}\"", kind.code()));
+            assert_eq!(serde_json::from_str::<FailureKind>(&format!("\"{kind}\"")).unwrap(), kind);
+        }
+        let codes: BTreeSet<&str> = FailureKind::ALL.iter().map(|k| k.code()).collect();
+        assert_eq!(codes.len(), FailureKind::ALL.len(), "codes are distinct");
+    }
+
+    #[test]
+    fn a_failed_result_stored_without_a_kind_reads_as_internal() {
+        let old: SubtaskResult =
+            serde_json::from_str(r#"{"outcome":"failed","reason":"the deadline passed"}"#).unwrap();
+        assert_eq!(old, SubtaskResult::failed(FailureKind::Internal, "the deadline passed"));
+        // A kind written by a newer version is not an error either.
+        let newer: SubtaskResult =
+            serde_json::from_str(r#"{"outcome":"failed","kind":"approval_expired","reason":"r"}"#).unwrap();
+        assert_eq!(newer.failure_kind(), Some(FailureKind::Internal));
+        let now = SubtaskResult::failed(FailureKind::DeadLetter, "gave up");
+        let json = serde_json::to_string(&now).unwrap();
+        assert_eq!(json, r#"{"outcome":"failed","kind":"dead_letter","reason":"gave up"}"#);
+        assert_eq!(serde_json::from_str::<SubtaskResult>(&json).unwrap(), now);
+    }
+
+    #[test]
+    fn bounding_a_failure_keeps_its_kind() {
+        let long = SubtaskResult::failed(FailureKind::ModelFailed, "x".repeat(5_000)).bounded();
+        assert_eq!(long.failure_kind(), Some(FailureKind::ModelFailed));
+        assert!(matches!(long, SubtaskResult::Failed { ref reason, .. } if reason.chars().count() <= 2_000));
     }
 }

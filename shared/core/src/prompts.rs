@@ -99,14 +99,23 @@ pub fn work_messages(
 /// Number of leading messages of a worker transcript that compression must keep (the cached prefix and the subtask).
 pub const WORK_LEADING_MESSAGES: usize = 3;
 
+/// A subtask's outcome as the reply writer sees it: `succeeded`, `failed` (also
+/// a subtask the deadline path found unfinished) or `skipped`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyStatus {
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
 /// One subtask as the reply writer sees it. Failed and skipped subtasks carry
 /// a plain `problem`, never the internal error text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyItem {
     pub id: String,
     pub instruction: String,
-    /// `succeeded`, `failed` or `skipped`.
-    pub status: String,
+    pub status: ReplyStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,7 +166,7 @@ mod tests {
             results: vec![ReplyItem {
                 id: "w01".into(),
                 instruction: "Check A1029".into(),
-                status: "succeeded".into(),
+                status: ReplyStatus::Succeeded,
                 answer: Some("PAID".into()),
                 problem: None,
             }],
@@ -168,5 +177,6 @@ mod tests {
         let (q, back) = parse_reply_input(content).unwrap();
         assert_eq!(q, "hello\n\nthere");
         assert_eq!(back, input);
+        assert!(content.contains("\"status\": \"succeeded\""), "the reply model sees today's words: {content}");
     }
 }

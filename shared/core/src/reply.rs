@@ -1,20 +1,25 @@
 //! Pure reply building: what the reply writer sees of each subtask, and the deterministic reply used when no model can write one.
 
-use crate::domain::{SubtaskRecord, SubtaskResult, SubtaskStatus};
-use crate::prompts::{ReplyInput, ReplyItem};
+use crate::domain::{FailureKind, SubtaskRecord, SubtaskResult, SubtaskStatus};
+use crate::prompts::{ReplyInput, ReplyItem, ReplyStatus};
 
-/// The plain text a customer may see for a subtask that did not succeed.
-/// Internal error text (HTTP statuses, provider messages) never goes here.
+/// The plain text a customer may see for a subtask that did not succeed,
+/// decided on its [`FailureKind`] (a subtask left unfinished counts as
+/// [`FailureKind::Internal`]). Internal error text (HTTP statuses, provider
+/// messages) never goes here.
 pub fn plain_problem(record: &SubtaskRecord) -> String {
     match &record.result {
         Some(SubtaskResult::Skipped { dependency }) => {
             format!("not done because an earlier step ({dependency}) could not be completed")
         }
-        Some(SubtaskResult::Failed { reason }) if reason.contains("deadline") => {
-            "could not be finished in time".to_owned()
-        }
-        _ => "could not be completed right now".to_owned(),
+        Some(SubtaskResult::Failed { kind, .. }) => plain_failure(*kind).to_owned(),
+        _ => plain_failure(FailureKind::Internal).to_owned(),
     }
+}
+
+/// The plain text for a failure of `kind`.
+pub fn plain_failure(kind: FailureKind) -> &'static str {
+    if kind.is_lack_of_time() { "could not be finished in time" } else { "could not be completed right now" }
 }
 
 /// The reply writer's input, in plan (id) order. Subtasks not finished (the
@@ -26,14 +31,14 @@ pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
             (SubtaskStatus::Succeeded, Some(SubtaskResult::Succeeded { text, .. })) => ReplyItem {
                 id: r.subtask.id.clone(),
                 instruction: r.subtask.instruction.clone(),
-                status: "succeeded".into(),
+                status: ReplyStatus::Succeeded,
                 answer: Some(text.clone()),
                 problem: None,
             },
             _ => ReplyItem {
                 id: r.subtask.id.clone(),
                 instruction: r.subtask.instruction.clone(),
-                status: if r.status == SubtaskStatus::Skipped { "skipped".into() } else { "failed".into() },
+                status: if r.status == SubtaskStatus::Skipped { ReplyStatus::Skipped } else { ReplyStatus::Failed },
                 answer: None,
                 problem: Some(plain_problem(r)),
             },
@@ -46,13 +51,13 @@ pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
 /// be done, then the notes. Used when the reply model fails or is out of time.
 pub fn compose_reply(input: &ReplyInput) -> String {
     let mut out = String::new();
-    for item in input.results.iter().filter(|i| i.status == "succeeded") {
+    for item in input.results.iter().filter(|i| i.status == ReplyStatus::Succeeded) {
         if let Some(a) = &item.answer {
             out.push_str(a.trim());
             out.push_str("\n\n");
         }
     }
-    let failed: Vec<&ReplyItem> = input.results.iter().filter(|i| i.status != "succeeded").collect();
+    let failed: Vec<&ReplyItem> = input.results.iter().filter(|i| i.status != ReplyStatus::Succeeded).collect();
     if !failed.is_empty() {
         out.push_str("What I could not do right now:\n");
         for item in failed {
@@ -95,10 +100,10 @@ mod tests {
     fn failed_subtask_error_text_never_reaches_the_reply() {
         let subtasks = vec![
             rec("w01", SubtaskResult::Succeeded { text: "Order w01 is paid.".into(), tool_calls: vec![] }),
-            rec("w02", SubtaskResult::Failed { reason: "HTTP 402 Insufficient Balance".into() }),
+            rec("w02", SubtaskResult::failed(FailureKind::ModelFailed, "HTTP 402 Insufficient Balance")),
         ];
         let input = reply_input(&subtasks, &[]);
-        assert_eq!(input.results[1].status, "failed");
+        assert_eq!(input.results[1].status, ReplyStatus::Failed);
         let reply = compose_reply(&input);
         assert!(reply.contains("Order w01 is paid."));
         assert!(reply.contains("Check order w02"));
@@ -112,8 +117,40 @@ mod tests {
     fn skipped_subtask_names_its_dependency_plainly() {
         let subtasks = vec![rec("w02", SubtaskResult::Skipped { dependency: "w01".into() })];
         let input = reply_input(&subtasks, &["note".into()]);
-        assert_eq!(input.results[0].status, "skipped");
+        assert_eq!(input.results[0].status, ReplyStatus::Skipped);
         assert!(compose_reply(&input).contains("earlier step (w01)"));
         assert!(compose_reply(&input).ends_with("note"));
+    }
+
+    #[test]
+    fn the_plain_problem_is_decided_by_the_failure_kind_not_the_reason_text() {
+        let in_time = "could not be finished in time";
+        let right_now = "could not be completed right now";
+        for kind in FailureKind::ALL {
+            let expected = match kind {
+                FailureKind::DeadlinePassed | FailureKind::OutOfTime => in_time,
+                _ => right_now,
+            };
+            // The reason text says the opposite of the kind: only the kind may count.
+            let misleading = if expected == in_time { "HTTP 500" } else { "the deadline passed" };
+            let r = rec("w01", SubtaskResult::failed(kind, misleading));
+            assert_eq!(plain_problem(&r), expected, "{kind:?}");
+        }
+        // An unfinished subtask (the deadline path) and an old item without a kind read as internal.
+        let mut open = rec("w02", SubtaskResult::Skipped { dependency: "w01".into() });
+        open.result = None;
+        assert_eq!(plain_problem(&open), right_now);
+        let old: SubtaskResult =
+            serde_json::from_str(r#"{"outcome":"failed","reason":"the conversation's deadline passed"}"#).unwrap();
+        assert_eq!(plain_problem(&rec("w03", old)), right_now);
+    }
+
+    #[test]
+    fn reply_statuses_serialise_as_today() {
+        let words: Vec<String> = [ReplyStatus::Succeeded, ReplyStatus::Failed, ReplyStatus::Skipped]
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap())
+            .collect();
+        assert_eq!(words, [r#""succeeded""#, r#""failed""#, r#""skipped""#]);
     }
 }

@@ -63,6 +63,17 @@ impl RoleTable {
         self.default_role.clone()
     }
 
+    /// The tools of `tools` that no rule gives another role than the default, in their order:
+    /// what a subtask of the default role may be planned with (the orchestrator's fallback plan).
+    pub fn default_role_tools<S: AsRef<str>>(&self, tools: &[S]) -> Vec<String> {
+        tools
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|t| self.role_for(&[*t]) == self.default_role)
+            .map(str::to_owned)
+            .collect()
+    }
+
     pub fn default_role(&self) -> &str {
         &self.default_role
     }
@@ -114,5 +125,21 @@ mod tests {
         let t = RoleTable::parse("refund=refund, redeem_coupon=refund").unwrap();
         assert_eq!(t.role_for(&["x__redeem_coupon"]), "refund");
         assert!(RoleTable::parse("nonsense").is_err());
+    }
+
+    #[test]
+    fn default_role_tools_follow_the_table_not_the_names() {
+        let catalogue = ["shop__get_order", "shop__refund", "shop__redeem_coupon", "shop__get_refund_policy"];
+        assert_eq!(
+            RoleTable::demo().default_role_tools(&catalogue),
+            ["shop__get_order", "shop__redeem_coupon", "shop__get_refund_policy"]
+        );
+        let custom = RoleTable::parse("redeem_coupon=refund").unwrap();
+        assert_eq!(
+            custom.default_role_tools(&catalogue),
+            ["shop__get_order", "shop__refund", "shop__get_refund_policy"]
+        );
+        let everything = RoleTable::parse("get_order=auditor,refund=refund").unwrap();
+        assert_eq!(everything.default_role_tools(&catalogue), ["shop__redeem_coupon", "shop__get_refund_policy"]);
     }
 }

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Conversation, SubtaskRecord, SubtaskResult, Usage};
+use crate::domain::{
+    Conversation, ConversationStatus, FailureKind, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
@@ -18,10 +20,13 @@ pub struct SubtaskView {
     /// Tool names called, in call order (repeats kept).
     pub tools_used: Vec<String>,
     /// `PENDING | QUEUED | RUNNING | SUCCEEDED | FAILED | SKIPPED`.
-    pub status: String,
+    pub status: SubtaskStatus,
     /// Why the subtask failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The stable code of a `FAILED` subtask's cause ([`FailureKind::code`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<FailureKind>,
 }
 
 /// `GET /conversations/{id}` (DESIGN.md API section).
@@ -30,7 +35,7 @@ pub struct ConversationView {
     pub conversation_id: String,
     pub customer_id: String,
     /// `PLANNING | RUNNING | AGGREGATING | DONE | FAILED`.
-    pub status: String,
+    pub status: ConversationStatus,
     pub progress: Progress,
     pub subtasks: Vec<SubtaskView>,
     pub reply: Option<String>,
@@ -47,24 +52,117 @@ impl ConversationView {
                 instruction: r.subtask.instruction.clone(),
                 depends_on: r.subtask.depends_on.clone(),
                 tools_used: r.tools_used.clone(),
-                status: r.status.as_str().to_owned(),
+                status: r.status,
                 error: match &r.result {
-                    Some(SubtaskResult::Failed { reason }) => Some(reason.clone()),
+                    Some(SubtaskResult::Failed { reason, .. }) => Some(reason.clone()),
                     Some(SubtaskResult::Skipped { dependency }) => {
                         Some(format!("skipped: dependency {dependency} did not succeed"))
                     }
                     _ => None,
                 },
+                error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
             })
             .collect();
         Self {
             conversation_id: conversation.id.to_string(),
             customer_id: conversation.customer_id.clone(),
-            status: conversation.status.as_str().to_owned(),
+            status: conversation.status,
             progress: Progress { finished: conversation.finished.len() as u32, total: conversation.total },
             subtasks,
             reply: conversation.reply.clone(),
             usage: if conversation.usage.is_empty() { None } else { Some(conversation.usage) },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{ConversationId, Subtask, ToolCallRecord};
+
+    /// A finished conversation with one subtask in each shape `GET` shows (succeeded, failed, skipped, running).
+    fn fixture() -> (Conversation, Vec<SubtaskRecord>) {
+        let mut c = Conversation::new("C104", "Where is A1029? Is SAVE20 valid?", 1_767_225_600_000, 120);
+        c.id = ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07");
+        c.status = ConversationStatus::Done;
+        c.total = 4;
+        c.finished = ["w01", "w02", "w03"].iter().map(|s| s.to_string()).collect();
+        c.reply = Some("Order A1029 is paid.".into());
+        c.usage = Usage {
+            prompt_tokens: Some(1200),
+            completion_tokens: Some(80),
+            cached_tokens: None,
+            cost_usd: Some(0.0021),
+        };
+        let mk = |id: &str, deps: &[&str], status: SubtaskStatus, result: Option<SubtaskResult>, tools: &[&str]| {
+            let subtask = Subtask {
+                id: id.into(),
+                instruction: format!("Do {id}."),
+                tools: vec![],
+                depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            };
+            let mut r = SubtaskRecord::new(&c, subtask, "support".into());
+            r.status = status;
+            r.result = result;
+            r.tools_used = tools.iter().map(|t| t.to_string()).collect();
+            r
+        };
+        let get_order = ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None };
+        let subtasks = vec![
+            mk(
+                "w01",
+                &[],
+                SubtaskStatus::Succeeded,
+                Some(SubtaskResult::Succeeded { text: "paid".into(), tool_calls: vec![get_order] }),
+                &["shop__get_order"],
+            ),
+            mk(
+                "w02",
+                &[],
+                SubtaskStatus::Failed,
+                Some(SubtaskResult::failed(
+                    FailureKind::DeadlinePassed,
+                    "the conversation's deadline passed before it finished",
+                )),
+                &[],
+            ),
+            mk("w03", &["w02"], SubtaskStatus::Skipped, Some(SubtaskResult::Skipped { dependency: "w02".into() }), &[]),
+            mk("w04", &[], SubtaskStatus::Running, None, &[]),
+        ];
+        (c, subtasks)
+    }
+
+    /// The body `GET /conversations/{id}` answered for [`fixture`] before statuses were enums and failures had kinds.
+    const BEFORE: &str = r#"{"conversation_id":"0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07","customer_id":"C104","status":"DONE","progress":{"finished":3,"total":4},"subtasks":[{"id":"w01","instruction":"Do w01.","depends_on":[],"tools_used":["shop__get_order"],"status":"SUCCEEDED"},{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},{"id":"w03","instruction":"Do w03.","depends_on":["w02"],"tools_used":[],"status":"SKIPPED","error":"skipped: dependency w02 did not succeed"},{"id":"w04","instruction":"Do w04.","depends_on":[],"tools_used":[],"status":"RUNNING"}],"reply":"Order A1029 is paid.","usage":{"prompt_tokens":1200,"completion_tokens":80,"cached_tokens":null,"cost_usd":0.0021}}"#;
+
+    #[test]
+    fn view_json_is_todays_byte_for_byte_plus_the_failed_subtasks_error_code() {
+        let (c, subtasks) = fixture();
+        let json = serde_json::to_string(&ConversationView::build(&c, &subtasks)).unwrap();
+        // The one addition: `error_code` right after the failed subtask's `error`.
+        let error = r#""error":"the conversation's deadline passed before it finished""#;
+        let expected = BEFORE.replacen(error, &format!(r#"{error},"error_code":"deadline_passed""#), 1);
+        assert_ne!(expected, BEFORE);
+        assert_eq!(json, expected);
+        // Without a failed subtask, nothing changed at all.
+        let without_failure: Vec<SubtaskRecord> = subtasks.into_iter().filter(|r| r.subtask.id != "w02").collect();
+        let json = serde_json::to_string(&ConversationView::build(&c, &without_failure)).unwrap();
+        let w02 = r#"{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},"#;
+        assert!(BEFORE.contains(w02));
+        assert_eq!(json, BEFORE.replacen(w02, "", 1));
+    }
+
+    #[test]
+    fn view_reads_back_with_enum_statuses() {
+        let (c, subtasks) = fixture();
+        let view = ConversationView::build(&c, &subtasks);
+        let back: ConversationView = serde_json::from_str(&serde_json::to_string(&view).unwrap()).unwrap();
+        assert_eq!(back, view);
+        assert_eq!(back.status, ConversationStatus::Done);
+        let statuses: Vec<SubtaskStatus> = back.subtasks.iter().map(|s| s.status).collect();
+        use SubtaskStatus::*;
+        assert_eq!(statuses, [Succeeded, Failed, Skipped, Running]);
+        let codes: Vec<Option<FailureKind>> = back.subtasks.iter().map(|s| s.error_code).collect();
+        assert_eq!(codes, [None, Some(FailureKind::DeadlinePassed), None, None]);
     }
 }

@@ -2,7 +2,7 @@
 
 use swarm_core::domain::truncate_chars;
 use swarm_core::ports::ChatMessage;
-use swarm_core::prompts::{ReplyInput, ReplyItem, parse_reply_input};
+use swarm_core::prompts::{ReplyInput, ReplyItem, ReplyStatus, parse_reply_input};
 
 use crate::intent::analyse;
 use crate::planner::{GREET_INSTRUCTION, HELP_INSTRUCTION};
@@ -56,7 +56,7 @@ pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
 }
 
 fn succeeded_answer(item: &ReplyItem) -> Option<&str> {
-    (item.status == "succeeded").then_some(item.answer.as_deref()?.trim()).filter(|a| !a.is_empty())
+    (item.status == ReplyStatus::Succeeded).then_some(item.answer.as_deref()?.trim()).filter(|a| !a.is_empty())
 }
 
 fn is_greeting(instruction: &str) -> bool {
@@ -180,11 +180,17 @@ mod tests {
     use super::*;
     use swarm_core::ports::ToolCall;
 
-    fn item(id: &str, instruction: &str, status: &str, answer: Option<&str>, problem: Option<&str>) -> ReplyItem {
+    fn item(
+        id: &str,
+        instruction: &str,
+        status: ReplyStatus,
+        answer: Option<&str>,
+        problem: Option<&str>,
+    ) -> ReplyItem {
         ReplyItem {
             id: id.into(),
             instruction: instruction.into(),
-            status: status.into(),
+            status,
             answer: answer.map(Into::into),
             problem: problem.map(Into::into),
         }
@@ -194,15 +200,27 @@ mod tests {
     fn failed_subtasks_get_a_plain_sentence_never_their_problem_text() {
         let input = ReplyInput {
             results: vec![
-                item("w01", "Check the status of order A1029.", "succeeded", Some("Order A1029 is paid."), None),
+                item(
+                    "w01",
+                    "Check the status of order A1029.",
+                    ReplyStatus::Succeeded,
+                    Some("Order A1029 is paid."),
+                    None,
+                ),
                 item(
                     "w02",
                     "Check whether coupon SAVE20 can be used.",
-                    "failed",
+                    ReplyStatus::Failed,
                     None,
                     Some("upstream 503 from gateway"),
                 ),
-                item("w03", "Check whether SKU-1016 is in stock.", "skipped", None, Some("dependency w02 failed")),
+                item(
+                    "w03",
+                    "Check whether SKU-1016 is in stock.",
+                    ReplyStatus::Skipped,
+                    None,
+                    Some("dependency w02 failed"),
+                ),
             ],
             notes: vec!["2 subtasks over the limit were dropped.".into()],
         };
@@ -228,8 +246,10 @@ mod tests {
 
     #[test]
     fn a_greeting_only_conversation_gets_a_greeting_and_the_label() {
-        let input =
-            ReplyInput { results: vec![item("w01", GREET_INSTRUCTION, "failed", None, Some("boom"))], notes: vec![] };
+        let input = ReplyInput {
+            results: vec![item("w01", GREET_INSTRUCTION, ReplyStatus::Failed, None, Some("boom"))],
+            notes: vec![],
+        };
         let reply = compose("hi", &input);
         assert!(reply.starts_with("Hello! How can I help you today?"), "{reply}");
         assert!(reply.ends_with(OFFLINE_LABEL));

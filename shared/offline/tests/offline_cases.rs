@@ -9,7 +9,7 @@ use shop_tools::Shop;
 use shop_tools::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use swarm_core::domain::Subtask;
 use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, FinishReason, Purpose, ToolSpec};
-use swarm_core::prompts::{ReplyInput, ReplyItem, plan_messages, reply_messages, work_messages};
+use swarm_core::prompts::{ReplyInput, ReplyItem, ReplyStatus, plan_messages, reply_messages, work_messages};
 use swarm_offline::{OFFLINE_LABEL, OfflineModel};
 use swarm_testing::{case, cases, tools_of_kind};
 
@@ -218,7 +218,7 @@ async fn run(query: &str, customer: &str) -> Run {
         results.push(ReplyItem {
             id: s.id.clone(),
             instruction: s.instruction.clone(),
-            status: "succeeded".into(),
+            status: ReplyStatus::Succeeded,
             answer: Some(answer.clone()),
             problem: None,
         });
@@ -469,14 +469,14 @@ async fn a_failed_subtasks_problem_text_never_reaches_the_reply() {
             ReplyItem {
                 id: "w01".into(),
                 instruction: "Check the status of order A1029.".into(),
-                status: "succeeded".into(),
+                status: ReplyStatus::Succeeded,
                 answer: Some("Order A1029 is paid.".into()),
                 problem: None,
             },
             ReplyItem {
                 id: "w02".into(),
                 instruction: "Check whether coupon SAVE20 can be used.".into(),
-                status: "failed".into(),
+                status: ReplyStatus::Failed,
                 answer: None,
                 problem: Some("ToolError::Unavailable: 502 from upstream shop".into()),
             },

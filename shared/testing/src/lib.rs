@@ -7,9 +7,11 @@
 //! - [`HangingTools`]: a gateway whose first calls of one tool never answer (stuck invocations).
 //! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask), always or the first n times.
 //! - [`fixtures`]: the cases of `tests/fixtures/queries.jsonl` and the fixture files.
+//! - [`preflight`]: a Lambda binary's cold start with chosen variables, and the refusals every function shares.
 
 pub mod fixtures;
 mod model;
+pub mod preflight;
 mod store;
 mod tools;
 

@@ -1,5 +1,6 @@
 //! Node helpers for the federation and conformance tests: find the npm packages in `infra/gateway`, run Node servers and the conformance CLI with deadlines.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
 use std::{
     net::SocketAddr,

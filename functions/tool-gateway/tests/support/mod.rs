@@ -1,5 +1,6 @@
 //! Test support: a fake upstream MCP server with fault injection (hang, fail, forget sessions), and helpers to start a gateway in front of it.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
 use std::{
     collections::{BTreeMap, HashMap},

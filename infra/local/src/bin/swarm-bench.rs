@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Parser;
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
 use swarm_local::{LocalStack, StackOptions};
 
@@ -182,9 +183,9 @@ async fn main() -> anyhow::Result<()> {
         let view = stack.wait_finished(&id, Duration::from_secs(120)).await?;
         let wall = t0.elapsed();
         let cpu = process_cpu_ns() - cpu0;
-        let ok = view.subtasks.iter().filter(|s| s.status == "SUCCEEDED").count();
+        let ok = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
         anyhow::ensure!(
-            view.status == "DONE" && ok == args.subtasks,
+            view.status == ConversationStatus::Done && ok == args.subtasks,
             "round {round}: {} with {ok}/{} succeeded",
             view.status,
             args.subtasks

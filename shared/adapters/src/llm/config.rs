@@ -13,11 +13,11 @@
 //! | `LLM_TIMEOUT_SECS` | per-request timeout in seconds (decimals allowed), default 60 |
 //! | `LLM_MAX_IN_FLIGHT` | cap on concurrent calls per model instance, default 16 |
 //! | `LLM_PRICES` | JSON price table overlaid on the defaults ([`PriceTable::from_json`]) |
-//! | `LLM_TOKEN_BUDGET` | transcript token budget per conversation before compression |
+//! | `LLM_API_KEY_SECRET_ARN` | on AWS, instead of `LLM_API_KEY`: the Secrets Manager secret or SSM parameter holding the key |
 //!
-//! On AWS the key is not put in the environment: the function's `main`
-//! resolves `LLM_API_KEY_SECRET_ARN` (Secrets Manager or SSM) and passes it to
-//! [`LlmConfig::from_lookup`] as `LLM_API_KEY`.
+//! On AWS the key is not put in the environment: parsing records
+//! `LLM_API_KEY_SECRET_ARN`, and [`LlmConfig::models`] fetches the key at cold
+//! start and checks it like a plain `LLM_API_KEY` ([`LlmConfig::with_key`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,8 +65,13 @@ pub struct LlmConfig {
     pub max_in_flight: usize,
     /// Defaults overlaid with `LLM_PRICES`.
     pub prices: PriceTable,
-    /// Transcript token budget per conversation (`LLM_TOKEN_BUDGET`); `None` → no compression.
-    pub token_budget: Option<u64>,
+    /// `LLM_API_KEY_SECRET_ARN` when `LLM_API_KEY` is unset: the main key is
+    /// fetched at cold start; until [`LlmConfig::with_key`], `main.api_key` is `None`.
+    pub key_secret: Option<String>,
+    /// The main endpoint needs a key (a hosted provider, or `LLM_API_KEY_REQUIRED=true`).
+    key_required: bool,
+    /// The sub endpoint takes the main key (same host, no `LLM_SUB_API_KEY`).
+    sub_shares_key: bool,
 }
 
 /// A configuration error: names the variable and what to do. Permanent — the
@@ -93,6 +98,23 @@ impl LlmConfigError {
 }
 
 impl LlmConfig {
+    /// Every variable [`LlmConfig::from_lookup`] reads.
+    pub const VARS: &'static [&'static str] = &[
+        "LLM_BASE_URL",
+        "LLM_API_KEY",
+        "LLM_API_KEY_SECRET_ARN",
+        "LLM_API_KEY_REQUIRED",
+        "LLM_MODEL",
+        "LLM_SEND_REASONING",
+        "LLM_SUB_MODEL",
+        "LLM_SUB_BASE_URL",
+        "LLM_SUB_API_KEY",
+        "LLM_SUB_SEND_REASONING",
+        "LLM_TIMEOUT_SECS",
+        "LLM_MAX_IN_FLIGHT",
+        "LLM_PRICES",
+    ];
+
     /// Reads the settings through `lookup` (a variable name → its value).
     ///
     /// Errors with one message naming the variable when: `LLM_BASE_URL` is
@@ -102,6 +124,8 @@ impl LlmConfig {
     /// a provider that needs a key (anything that does not look local —
     /// localhost, 127.0.0.1, `ollama`, `vllm`; `LLM_API_KEY_REQUIRED`
     /// overrides); `LLM_MODEL` is missing; a number or price table is malformed.
+    /// With `LLM_API_KEY` unset and `LLM_API_KEY_SECRET_ARN` set, the key check
+    /// waits for the fetched key ([`LlmConfig::with_key`]).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<LlmConfig, LlmConfigError> {
         let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         let raw_base = get("LLM_BASE_URL").ok_or_else(|| {
@@ -113,7 +137,14 @@ impl LlmConfig {
         })?;
         let base = parse_base_url("LLM_BASE_URL", &raw_base)?;
         let key_required_override = parse_bool(&get, "LLM_API_KEY_REQUIRED")?;
-        let key = check_key("LLM_API_KEY", lookup("LLM_API_KEY"), &base, key_required_override)?;
+        let key_required = key_required_override.unwrap_or_else(|| !looks_local(&base));
+        let plain_key = lookup("LLM_API_KEY");
+        let key_secret =
+            get("LLM_API_KEY_SECRET_ARN").filter(|_| plain_key.as_deref().is_none_or(|k| k.trim().is_empty()));
+        let key = match &key_secret {
+            Some(_) => None,
+            None => check_key("LLM_API_KEY", plain_key, &base, key_required_override)?,
+        };
         let model = get("LLM_MODEL").ok_or_else(|| {
             LlmConfigError::invalid("LLM_MODEL", "missing; set the model name, e.g. LLM_MODEL=deepseek-chat")
         })?;
@@ -137,18 +168,30 @@ impl LlmConfig {
                 };
                 // The main key is only reused on the same host: it must never
                 // be sent to another provider.
-                let sub_key_raw = lookup("LLM_SUB_API_KEY").or_else(|| {
-                    (sub_base.host == base.host).then(|| main.api_key.as_ref().map(|k| k.expose().to_owned())).flatten()
-                });
-                let sub_key = check_key("LLM_SUB_API_KEY", sub_key_raw, &sub_base, key_required_override)?;
+                let own_key = lookup("LLM_SUB_API_KEY");
+                let shares = own_key.is_none() && sub_base.host == base.host;
+                let sub_key = if shares && key_secret.is_some() {
+                    None
+                } else {
+                    let raw = own_key
+                        .or_else(|| shares.then(|| main.api_key.as_ref().map(|k| k.expose().to_owned())).flatten());
+                    check_key("LLM_SUB_API_KEY", raw, &sub_base, key_required_override)?
+                };
                 let sub_reasoning = parse_bool(&get, "LLM_SUB_SEND_REASONING")?.unwrap_or(send_reasoning);
-                Some(LlmEndpoint {
-                    base_url: sub_base.url,
-                    api_key: sub_key,
-                    model: sub_model,
-                    send_reasoning: sub_reasoning,
-                })
+                Some((
+                    LlmEndpoint {
+                        base_url: sub_base.url,
+                        api_key: sub_key,
+                        model: sub_model,
+                        send_reasoning: sub_reasoning,
+                    },
+                    shares,
+                ))
             }
+        };
+        let (sub, sub_shares_key) = match sub {
+            Some((endpoint, shares)) => (Some(endpoint), shares),
+            None => (None, false),
         };
 
         let timeout = match get("LLM_TIMEOUT_SECS") {
@@ -180,31 +223,55 @@ impl LlmConfig {
             Some(v) => PriceTable::with_defaults()
                 .merged(PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?),
         };
-        let token_budget = match get("LLM_TOKEN_BUDGET") {
-            None => None,
-            Some(v) => match v.parse::<u64>() {
-                Ok(n) if n >= 256 => Some(n),
-                _ => {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_TOKEN_BUDGET",
-                        format!("{v:?} is not a whole number of tokens >= 256"),
-                    ));
-                }
-            },
-        };
-        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, token_budget })
+        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, key_secret, key_required, sub_shares_key })
     }
 
-    /// [`LlmConfig::from_lookup`] over the process environment.
-    pub fn from_env() -> Result<LlmConfig, LlmConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+    /// The config with the main key fetched from `LLM_API_KEY_SECRET_ARN`,
+    /// checked like a plain `LLM_API_KEY` (a placeholder is refused, naming
+    /// `LLM_API_KEY_SECRET_ARN`), and shared with the sub model on the same host.
+    pub fn with_key(mut self, key: SecretString) -> Result<LlmConfig, LlmConfigError> {
+        let var = "LLM_API_KEY_SECRET_ARN";
+        let base = parse_base_url(var, &self.main.base_url)?;
+        let checked = check_key(var, Some(key.expose().to_owned()), &base, Some(self.key_required))?;
+        if self.sub_shares_key
+            && let Some(sub) = &mut self.sub
+        {
+            sub.api_key = checked.clone();
+        }
+        self.main.api_key = checked;
+        self.key_secret = None;
+        Ok(self)
+    }
+
+    /// The models of this config, with the key fetched through `extension`
+    /// first when it is stored (`LLM_API_KEY_SECRET_ARN`).
+    #[cfg(feature = "secrets")]
+    pub async fn models(
+        &self,
+        extension: &crate::config::SecretsExtension,
+    ) -> Result<Models, crate::config::ConfigError> {
+        let config = match &self.key_secret {
+            None => self.clone(),
+            Some(name) => {
+                let key = extension.fetch("LLM_API_KEY_SECRET_ARN", name).await?;
+                self.clone().with_key(key)?
+            }
+        };
+        Ok(build_models(&config)?)
     }
 }
 
 /// Builds the models once at start-up: [`HttpChatModel`]s from `c` (`sub` its
 /// own instance, with its own in-flight cap, when a sub model is configured,
-/// else the `main` instance). Errors only when an HTTP client cannot be built.
+/// else the `main` instance). Errors when an HTTP client cannot be built, or
+/// when the key named by `LLM_API_KEY_SECRET_ARN` has not been fetched yet.
 pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
+    if c.key_secret.is_some() {
+        return Err(LlmConfigError::invalid(
+            "LLM_API_KEY_SECRET_ARN",
+            "the key has not been fetched; build the models with LlmConfig::models",
+        ));
+    }
     let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
     let sub: Arc<dyn ChatModel> = match &c.sub {
         Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),

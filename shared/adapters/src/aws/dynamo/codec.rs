@@ -341,6 +341,22 @@ mod tests {
         assert!(matches!(back, SubtaskResult::Succeeded { ref tool_calls, .. } if !tool_calls.is_empty()));
     }
 
+    #[test]
+    fn a_failed_result_keeps_its_kind_and_an_item_written_before_kinds_reads_as_internal() {
+        use swarm_core::domain::{FailureKind, Subtask};
+        let c = Conversation::new("C1", "q", 1_700_000_000_000, 120);
+        let subtask = Subtask { id: "w01".into(), instruction: "i".into(), tools: vec![], depends_on: vec![] };
+        let mut r = SubtaskRecord::new(&c, subtask, "support".into());
+        r.status = SubtaskStatus::Failed;
+        r.result = Some(SubtaskResult::failed(FailureKind::DeadLetter, "gave up"));
+        let mut item = subtask_item(&r).unwrap();
+        assert_eq!(item["result"].as_s().unwrap(), r#"{"outcome":"failed","kind":"dead_letter","reason":"gave up"}"#);
+        assert_eq!(subtask_from_item(&item).unwrap(), r);
+        item.insert("result".into(), s(r#"{"outcome":"failed","reason":"the language model failed: HTTP 402"}"#));
+        let old = subtask_from_item(&item).unwrap().result.unwrap();
+        assert_eq!(old, SubtaskResult::failed(FailureKind::Internal, "the language model failed: HTTP 402"));
+    }
+
     /// DynamoDB JSON (as in stream events) → SDK attribute values.
     fn from_dynamo_json(v: &serde_json::Value) -> AttributeValue {
         let (kind, inner) = v.as_object().and_then(|o| o.iter().next()).unwrap();

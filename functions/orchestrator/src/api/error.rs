@@ -1,0 +1,118 @@
+//! The API's one error shape, `{"error": {"code", "message"}}` with its HTTP status, and the single place where the core's errors and axum's own rejections are mapped into it.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::core::ApiError;
+
+/// An error response. Every answer that is not a success goes out as one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpError {
+    pub status: StatusCode,
+    /// Stable, machine-readable: `bad_json`, `unauthenticated`, `not_found`…
+    pub code: &'static str,
+    /// For people; never a secret, never a provider's text.
+    pub message: String,
+    /// `WWW-Authenticate` challenge of a 401 (`Bearer` for token credentials).
+    pub challenge: Option<&'static str>,
+}
+
+impl HttpError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), challenge: None }
+    }
+
+    /// 401: no credentials, or credentials that identify nobody.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    /// 403: the caller is known but may not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 400 with the core's validation codes (`missing_message`, `missing_customer_id`…).
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn with_challenge(mut self, challenge: &'static str) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, error = %self.message, "request failed");
+        }
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        response
+    }
+}
+
+/// The core's errors keep their status and code (400 validation, 404, 503).
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Self::new(status, e.code(), e.to_string())
+    }
+}
+
+/// Reading the body failed: 413 past the body limit, else 400.
+impl From<BytesRejection> for HttpError {
+    fn from(r: BytesRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body is over {} bytes", super::MAX_BODY_BYTES),
+            )
+        } else {
+            Self::bad_request("bad_body", format!("the request body could not be read: {}", r.body_text()))
+        }
+    }
+}
+
+/// A path segment that does not decode (e.g. invalid percent-encoding): 400.
+impl From<PathRejection> for HttpError {
+    fn from(r: PathRejection) -> Self {
+        Self::bad_request("bad_path", r.body_text())
+    }
+}
+
+/// Parses a JSON body: 400 `bad_json` when it is not JSON at all (or empty),
+/// 422 `bad_fields` when it is JSON of the wrong shape (not an object, a field of the wrong type).
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], expected: &str) -> Result<T, HttpError> {
+    serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => HttpError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_fields",
+            format!("request body must be a JSON object {expected}: {e}"),
+        ),
+        _ => HttpError::bad_request("bad_json", format!("request body must be a JSON object {expected}: {e}")),
+    })
+}
+
+/// The router's fallback: 404 for a path no route serves.
+pub async fn not_found(method: Method, uri: Uri) -> HttpError {
+    HttpError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {method} {}", uri.path()))
+}
+
+/// A route exists but not for this method: 405 (axum adds `Allow` with the methods it serves).
+pub async fn method_not_allowed(method: Method, uri: Uri) -> HttpError {
+    HttpError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not supported on {}", uri.path()),
+    )
+}

@@ -1,0 +1,102 @@
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations/{id}`; given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//!
+//! Status codes: 202 created, 200 a conversation; 400 malformed JSON or a
+//! field out of limits, 422 JSON of the wrong shape, 401 no or unknown
+//! credentials, 403 an authenticated caller acting for another customer, 404
+//! an unknown route or conversation, 405 a wrong method (with `Allow`), 413 a
+//! body over [`MAX_BODY_BYTES`], 503 storage or queue unavailable — every
+//! error as `{"error": {"code", "message"}}` ([`HttpError`]).
+
+pub mod caller;
+pub mod error;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+
+pub use caller::{Auth, CUSTOMER_CLAIMS, Caller, TokenTable};
+pub use error::HttpError;
+
+use crate::core::{Orchestrator, validate_request};
+
+/// Largest request body read, in bytes (a message is at most 8,000 characters); larger → 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What the handlers share: the core and how callers are identified.
+#[derive(Clone)]
+pub struct ApiState {
+    pub core: Arc<Orchestrator>,
+    pub auth: Auth,
+}
+
+impl ApiState {
+    pub fn new(core: Arc<Orchestrator>, auth: Auth) -> Self {
+        Self { core, auth }
+    }
+}
+
+impl FromRef<ApiState> for Auth {
+    fn from_ref(state: &ApiState) -> Self {
+        state.auth.clone()
+    }
+}
+
+/// The API. Unknown paths answer 404 and known paths with another method 405,
+/// both in the error shape; bodies over [`MAX_BODY_BYTES`] answer 413.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/conversations", post(create))
+        .route("/conversations/{id}", get(status))
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .fallback(error::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+#[derive(Deserialize)]
+struct CreateBody {
+    message: Option<String>,
+    customer_id: Option<String>,
+}
+
+/// `POST /conversations` → 202 `{"conversation_id", "status_url"}`; an
+/// `Idempotency-Key` header returns the earlier conversation for the same key.
+async fn create(
+    State(state): State<ApiState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let body: CreateBody = error::parse_json(&body?, r#"{"message": "...", "customer_id": "..."}"#)?;
+    let message =
+        body.message.ok_or_else(|| HttpError::bad_request("missing_message", "field \"message\" is required"))?;
+    let customer = caller.acting_for(body.customer_id)?;
+    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
+    let created = state.core.create(validated).await?;
+    let id = created.conversation_id.to_string();
+    let answer = json!({ "conversation_id": id, "status_url": format!("/conversations/{id}") });
+    Ok((StatusCode::ACCEPTED, axum::Json(answer)).into_response())
+}
+
+/// `GET /conversations/{id}` → 200 with the conversation view; 404 when it
+/// does not exist or belongs to another customer than the authenticated caller.
+async fn status(
+    State(state): State<ApiState>,
+    caller: Caller,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id?;
+    let view = state.core.status(&id, caller.customer()).await?;
+    let body = serde_json::to_value(&view)
+        .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}

@@ -1,0 +1,136 @@
+//! The orchestrator's one typed config: every variable it reads, parsed once at cold start from the shared pieces.
+
+use swarm_adapters::config::{
+    AuthMode, ConfigError, GatewayClientConfig, QueueUrls, SecretsExtension, TableConfig, Vars, var_list,
+};
+use swarm_adapters::llm::LlmConfig;
+use swarm_core::roles::{PLANNER_ROLE, RoleTable};
+
+use crate::OrchestratorSettings;
+
+/// Everything the orchestrator Lambda reads from its environment.
+#[derive(Clone, Debug)]
+pub struct OrchestratorConfig {
+    pub table: TableConfig,
+    pub queues: QueueUrls,
+    /// The planner's credential: it lists tools to plan with and calls none (`WORKER_ROLE` defaults to `planner`).
+    pub gateway: GatewayClientConfig,
+    pub llm: LlmConfig,
+    pub secrets: SecretsExtension,
+    /// `AUTH_MODE`: where the caller's identity comes from.
+    pub auth: AuthMode,
+    /// `ROLE_TABLE`: which role runs a subtask, from its tools (`tool=role,…`); unset → the demo table.
+    pub roles: RoleTable,
+    /// `DEADLINE_SECS`: seconds from a conversation's creation to its deadline (default 120).
+    pub deadline_secs: u64,
+}
+
+impl OrchestratorConfig {
+    /// Variables read by the orchestrator itself (the pieces list theirs).
+    const OWN_VARS: &'static [&'static str] = &["ROLE_TABLE", "DEADLINE_SECS"];
+
+    /// Every variable this config reads.
+    pub fn vars() -> Vec<&'static str> {
+        var_list(&[
+            TableConfig::VARS,
+            QueueUrls::VARS,
+            GatewayClientConfig::VARS,
+            LlmConfig::VARS,
+            SecretsExtension::VARS,
+            AuthMode::VARS,
+            Self::OWN_VARS,
+        ])
+    }
+
+    /// Parses every variable; no I/O (secrets are fetched when the models and
+    /// the gateway client are built). The error names the variable and its accepted values.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let vars = Vars::new(&lookup);
+        let roles = match vars.get("ROLE_TABLE") {
+            None => RoleTable::demo(),
+            Some(text) => RoleTable::parse(&text).map_err(|reason| ConfigError::Invalid {
+                var: "ROLE_TABLE",
+                accepted: format!("tool=role pairs separated by commas, e.g. refund=refund ({reason})"),
+                value: text,
+            })?,
+        };
+        let deadline_secs = vars
+            .number("DEADLINE_SECS", 1..=86_400, "a whole number of seconds from 1 to 86400")?
+            .unwrap_or(swarm_core::domain::DEFAULT_DEADLINE_SECS);
+        Ok(Self {
+            table: TableConfig::from_lookup(&lookup)?,
+            queues: QueueUrls::from_lookup(&lookup)?,
+            gateway: GatewayClientConfig::from_lookup(&lookup, PLANNER_ROLE)?,
+            llm: LlmConfig::from_lookup(&lookup)?,
+            secrets: SecretsExtension::from_lookup(&lookup)?,
+            auth: AuthMode::from_lookup(&lookup)?,
+            roles,
+            deadline_secs,
+        })
+    }
+
+    /// [`OrchestratorConfig::from_lookup`] over the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The core's settings: the defaults with this config's deadline.
+    pub fn settings(&self) -> OrchestratorSettings {
+        OrchestratorSettings { deadline_secs: self.deadline_secs, ..OrchestratorSettings::default() }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const BASE: &[(&str, &str)] = &[
+        ("TABLE_NAME", "swarm"),
+        ("TASKS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/tasks"),
+        ("GATEWAY_URL", "https://gw.example.com/mcp"),
+        ("GATEWAY_TOKEN_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:planner"),
+        ("LLM_BASE_URL", "https://api.deepseek.com/v1"),
+        ("LLM_MODEL", "deepseek-chat"),
+        ("LLM_API_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"),
+    ];
+
+    fn parse(extra: &[(&str, &str)]) -> Result<OrchestratorConfig, ConfigError> {
+        let map: HashMap<&str, &str> = BASE.iter().chain(extra).copied().collect();
+        OrchestratorConfig::from_lookup(|k| map.get(k).map(|v| v.to_string()))
+    }
+
+    #[test]
+    fn defaults_are_the_planner_role_no_auth_the_demo_roles_and_a_120_s_deadline() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.gateway.role, "planner");
+        assert_eq!(c.auth, AuthMode::None);
+        assert_eq!(c.roles, RoleTable::demo());
+        assert_eq!(c.settings().deadline_secs, 120);
+        assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
+    }
+
+    #[test]
+    fn each_bad_value_is_named_with_what_is_accepted() {
+        let c = parse(&[("AUTH_MODE", "jwt"), ("DEADLINE_SECS", "300"), ("ROLE_TABLE", "refund=refund,cancel=refund")])
+            .unwrap();
+        assert_eq!((c.auth, c.deadline_secs), (AuthMode::Jwt, 300));
+        assert_eq!(c.roles.role_for(&["shop__cancel"]), "refund");
+        for (var, value, message) in [
+            ("AUTH_MODE", "open", r#"AUTH_MODE must be none, jwt or iam, not "open""#),
+            ("DEADLINE_SECS", "soon", r#"DEADLINE_SECS must be a whole number of seconds from 1 to 86400, not "soon""#),
+            ("ROLE_TABLE", "refund", "ROLE_TABLE must be tool=role pairs separated by commas"),
+        ] {
+            let e = parse(&[(var, value)]).unwrap_err();
+            assert!(e.to_string().starts_with(message), "{var}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn no_llm_endpoint_means_no_start() {
+        let e = parse(&[("LLM_BASE_URL", "")]).unwrap_err();
+        assert!(e.to_string().starts_with("LLM_BASE_URL: missing"), "{e}");
+    }
+}

@@ -1,0 +1,292 @@
+//! The orchestrator's router with `oneshot` and no server: every status code in the one error shape, the caller's identity from JWT claims, IAM, the local token table or nobody, and the `events/` fixture through lambda_http's conversion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
+use lambda_http::request::RequestContext;
+use orchestrator::api::{Auth, TokenTable};
+use orchestrator::{ApiState, Orchestrator, OrchestratorSettings};
+use serde_json::{Value, json};
+use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
+use swarm_core::domain::ConversationId;
+use swarm_core::ports::{ConversationStore, TaskQueue, ToolError};
+use swarm_core::roles::{RoleTable, TaskQueues};
+use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, StoreOp, text_response};
+use tower::ServiceExt as _;
+
+const TOKEN_C104: &str = "tok-c104-0123456789abcdef";
+
+struct Rig {
+    store: Arc<InMemoryConversationStore>,
+    core: Arc<Orchestrator>,
+}
+
+fn rig_on(store: Arc<InMemoryConversationStore>, view: Arc<dyn ConversationStore>) -> Rig {
+    let plan = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["shop__get_order"]}]}"#;
+    let tools = StaticTools::named(&["shop__get_order"], "{name} tool", json!({"type": "object"}))
+        .only_for_role("planner")
+        .on_any_call(|_, _| Err(ToolError::Permanent("the planner calls no tools".into())));
+    let queues = TaskQueues::new(Arc::new(InMemoryQueue::new(QueueSettings::default())) as Arc<dyn TaskQueue>);
+    let core = Orchestrator::new(
+        view,
+        queues,
+        Arc::new(ScriptedModel::always(Ok(text_response(plan)))),
+        Arc::new(tools),
+        RoleTable::demo(),
+        OrchestratorSettings::default(),
+    );
+    Rig { store, core: Arc::new(core) }
+}
+
+fn rig() -> Rig {
+    let store = Arc::new(InMemoryConversationStore::new());
+    rig_on(store.clone(), store)
+}
+
+fn router(rig: &Rig, auth: Auth) -> Router {
+    orchestrator::router(ApiState::new(rig.core.clone(), auth))
+}
+
+fn tokens() -> Auth {
+    Auth::Tokens(Arc::new(TokenTable::from_pairs([(TOKEN_C104, "C104")]).unwrap()))
+}
+
+fn request(method: &str, path: &str, body: &str) -> Request<Body> {
+    Request::builder().method(method).uri(path).body(Body::from(body.to_owned())).unwrap()
+}
+
+fn post(body: &str) -> Request<Body> {
+    request("POST", "/conversations", body)
+}
+
+fn with_header(mut request: Request<Body>, name: &'static str, value: &str) -> Request<Body> {
+    request.headers_mut().insert(name, value.parse().unwrap());
+    request
+}
+
+/// A request as lambda_http hands it over after an authorizer ran: the HTTP API request context in the extensions.
+fn with_context(mut request: Request<Body>, context: Value) -> Request<Body> {
+    let context: ApiGatewayV2httpRequestContext = serde_json::from_value(context).unwrap();
+    request.extensions_mut().insert(RequestContext::ApiGatewayV2(context));
+    request
+}
+
+/// An HTTP API (payload 2.0) request context with `authorizer`.
+fn context(authorizer: Value) -> Value {
+    json!({
+        "routeKey": "POST /conversations",
+        "stage": "$default",
+        "http": {"method": "POST", "path": "/conversations", "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7"},
+        "authorizer": authorizer
+    })
+}
+
+fn jwt_context(claims: Value) -> Value {
+    context(json!({"jwt": {"claims": claims, "scopes": null}}))
+}
+
+async fn send<B>(router: Router, request: Request<B>) -> (StatusCode, HeaderMap, Value)
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let response = router.oneshot(request).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+    (status, headers, body)
+}
+
+/// The one error shape: `{"error": {"code", "message"}}` and nothing else, as JSON.
+fn assert_error(answer: &(StatusCode, HeaderMap, Value), status: u16, code: &str) {
+    let (got, headers, body) = answer;
+    assert_eq!(got.as_u16(), status, "{body}");
+    assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/json", "{code}");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+    assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2), "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(!body["error"]["message"].as_str().unwrap_or("").is_empty(), "{body}");
+}
+
+async fn customer_of(rig: &Rig, answer: &Value) -> String {
+    let id = ConversationId::parse(answer["conversation_id"].as_str().unwrap()).unwrap();
+    rig.store.get_conversation(&id).await.unwrap().unwrap().customer_id
+}
+
+#[tokio::test]
+async fn without_auth_the_body_names_the_customer_202_then_200() {
+    let r = rig();
+    let created = send(router(&r, Auth::None), post(r#"{"message": "where is A1029", "customer_id": "C104"}"#)).await;
+    assert_eq!(created.0, StatusCode::ACCEPTED, "{}", created.2);
+    let id = created.2["conversation_id"].as_str().unwrap().to_owned();
+    assert_eq!(created.2["status_url"], format!("/conversations/{id}"));
+    assert_eq!(customer_of(&r, &created.2).await, "C104");
+
+    let (status, _, view) = send(router(&r, Auth::None), request("GET", &format!("/conversations/{id}"), "")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((view["conversation_id"].as_str(), view["customer_id"].as_str()), (Some(id.as_str()), Some("C104")));
+    assert_error(&send(router(&r, Auth::None), post(r#"{"message": "hi"}"#)).await, 400, "missing_customer_id");
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_and_json_of_the_wrong_shape_422() {
+    let r = rig();
+    for body in ["{", "not json at all", "", r#"{"message": "hi", "customer_id": "C104""#] {
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_json");
+    }
+    for body in [r#"{"message": 5, "customer_id": "C104"}"#, r#"["hi"]"#, r#""hi""#] {
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 422, "bad_fields");
+    }
+    for (body, code) in [
+        (r#"{"customer_id": "C104"}"#, "missing_message"),
+        (r#"{"message": "  ", "customer_id": "C104"}"#, "empty_message"),
+        (r#"{"message": "hi", "customer_id": "C1#META"}"#, "bad_customer_id"),
+    ] {
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 400, code);
+    }
+    assert_eq!(r.store.conversation_count(), 0, "nothing written");
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_wrong_methods_405_with_allow() {
+    let r = rig();
+    for path in ["/", "/anything/conversations", "/conversations/x/y", "/conversation"] {
+        assert_error(&send(router(&r, Auth::None), request("POST", path, "{}")).await, 404, "not_found");
+    }
+    let missing =
+        send(router(&r, Auth::None), request("GET", "/conversations/01900000-0000-7000-8000-000000000000", "")).await;
+    assert_error(&missing, 404, "not_found");
+    assert_error(
+        &send(router(&r, Auth::None), request("GET", "/conversations/not-a-uuid", "")).await,
+        404,
+        "not_found",
+    );
+
+    let delete = send(router(&r, Auth::None), request("DELETE", "/conversations", "")).await;
+    assert_error(&delete, 405, "method_not_allowed");
+    assert_eq!(delete.1.get(header::ALLOW).unwrap(), "POST");
+    let get_list = send(router(&r, Auth::None), request("GET", "/conversations", "")).await;
+    assert_error(&get_list, 405, "method_not_allowed");
+    let put =
+        send(router(&r, Auth::None), request("PUT", "/conversations/01900000-0000-7000-8000-000000000000", "")).await;
+    assert_error(&put, 405, "method_not_allowed");
+    assert_eq!(put.1.get(header::ALLOW).unwrap(), "GET,HEAD");
+    assert_eq!(r.store.conversation_count(), 0);
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let r = rig();
+    let message = "x".repeat(orchestrator::api::MAX_BODY_BYTES);
+    let body = json!({"message": message, "customer_id": "C104"}).to_string();
+    assert_error(&send(router(&r, Auth::None), post(&body)).await, 413, "body_too_large");
+    // Just under the limit reaches validation (the message is too long, not the body).
+    let body = json!({"message": "x".repeat(8_001), "customer_id": "C104"}).to_string();
+    assert_error(&send(router(&r, Auth::None), post(&body)).await, 400, "message_too_long");
+    assert_eq!(r.store.conversation_count(), 0);
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_is_503_in_the_same_shape() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let flaky = Arc::new(FlakyStore::new(store.clone()).fail(StoreOp::CreateConversation, "throttled (injected)"));
+    let r = rig_on(store, flaky);
+    let answer = send(router(&r, Auth::None), post(r#"{"message": "where is A1029", "customer_id": "C104"}"#)).await;
+    assert_error(&answer, 503, "unavailable");
+}
+
+#[tokio::test]
+async fn local_tokens_name_the_customer_and_a_missing_or_unknown_token_is_401() {
+    let r = rig();
+    let mine = with_header(post(r#"{"message": "where is A1029"}"#), "authorization", &format!("Bearer {TOKEN_C104}"));
+    let created = send(router(&r, tokens()), mine).await;
+    assert_eq!(created.0, StatusCode::ACCEPTED, "{}", created.2);
+    assert_eq!(customer_of(&r, &created.2).await, "C104");
+    let id = created.2["conversation_id"].as_str().unwrap().to_owned();
+
+    for authorization in [None, Some("Bearer tok-unknown-0123456789"), Some(TOKEN_C104), Some("Basic YTpi")] {
+        let mut request = post(r#"{"message": "hi", "customer_id": "C104"}"#);
+        if let Some(value) = authorization {
+            request = with_header(request, "authorization", value);
+        }
+        let answer = send(router(&r, tokens()), request).await;
+        assert_error(&answer, 401, "unauthenticated");
+        assert_eq!(answer.1.get(header::WWW_AUTHENTICATE).unwrap(), "Bearer", "{authorization:?}");
+    }
+    let anonymous_get = send(router(&r, tokens()), request("GET", &format!("/conversations/{id}"), "")).await;
+    assert_error(&anonymous_get, 401, "unauthenticated");
+    let own_get = with_header(
+        request("GET", &format!("/conversations/{id}"), ""),
+        "authorization",
+        &format!("Bearer {TOKEN_C104}"),
+    );
+    assert_eq!(send(router(&r, tokens()), own_get).await.0, StatusCode::OK);
+    assert_eq!(r.store.conversation_count(), 1, "only the authenticated request wrote");
+}
+
+#[tokio::test]
+async fn an_authenticated_caller_naming_another_customer_is_403_and_cannot_read_theirs() {
+    let r = rig();
+    let bearer = format!("Bearer {TOKEN_C104}");
+    let other = with_header(post(r#"{"message": "where is A1029", "customer_id": "C105"}"#), "authorization", &bearer);
+    assert_error(&send(router(&r, tokens()), other).await, 403, "forbidden");
+    let same = with_header(post(r#"{"message": "where is A1029", "customer_id": "C104"}"#), "authorization", &bearer);
+    assert_eq!(send(router(&r, tokens()), same).await.0, StatusCode::ACCEPTED);
+
+    // C105's conversation (made without auth) is not found for C104.
+    let theirs = send(router(&r, Auth::None), post(r#"{"message": "where is A1030", "customer_id": "C105"}"#)).await;
+    let path = format!("/conversations/{}", theirs.2["conversation_id"].as_str().unwrap());
+    let read = send(router(&r, tokens()), with_header(request("GET", &path, ""), "authorization", &bearer)).await;
+    assert_error(&read, 404, "not_found");
+}
+
+#[tokio::test]
+async fn jwt_claims_from_the_request_context_name_the_customer_in_todays_order() {
+    let r = rig();
+    for (claims, customer) in [
+        (json!({"sub": "u-1", "custom:customer_id": "C105", "customer_id": "C104"}), "C104"),
+        (json!({"sub": "u-1", "custom:customer_id": "C105"}), "C105"),
+        (json!({"sub": "C106"}), "C106"),
+    ] {
+        let request = with_context(post(r#"{"message": "where is A1029"}"#), jwt_context(claims.clone()));
+        let (status, _, body) = send(router(&r, Auth::Jwt), request).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{claims}: {body}");
+        assert_eq!(customer_of(&r, &body).await, customer, "{claims}");
+    }
+    let no_claims = with_context(post(r#"{"message": "hi", "customer_id": "C104"}"#), jwt_context(json!({"iss": "x"})));
+    assert_error(&send(router(&r, Auth::Jwt), no_claims).await, 401, "unauthenticated");
+    let no_context = post(r#"{"message": "hi", "customer_id": "C104"}"#);
+    assert_error(&send(router(&r, Auth::Jwt), no_context).await, 401, "unauthenticated");
+    let other = with_context(post(r#"{"message": "hi", "customer_id": "C105"}"#), jwt_context(json!({"sub": "C104"})));
+    assert_error(&send(router(&r, Auth::Jwt), other).await, 403, "forbidden");
+}
+
+#[tokio::test]
+async fn iam_identity_from_the_request_context_names_the_customer() {
+    let r = rig();
+    let context = context(json!({"iam": {"userId": "AIDAEXAMPLE", "accountId": "123456789012"}}));
+    let request = with_context(post(r#"{"message": "where is A1029"}"#), context);
+    let (status, _, body) = send(router(&r, Auth::Iam), request).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(customer_of(&r, &body).await, "AIDAEXAMPLE");
+    let jwt_only = with_context(post(r#"{"message": "hi"}"#), jwt_context(json!({"sub": "C104"})));
+    assert_error(&send(router(&r, Auth::Iam), jwt_only).await, 401, "unauthenticated");
+}
+
+#[tokio::test]
+async fn the_jwt_fixture_goes_through_lambda_http_into_the_router() {
+    let r = rig();
+    let event = include_str!("../../../events/apigw-post-conversation-jwt.json");
+    let request = lambda_http::request::from_str(event).unwrap();
+    let (status, _, body) = send(router(&r, Auth::Jwt), request).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(customer_of(&r, &body).await, "C104", "the claim, not the body");
+    // The same event with authentication off has no customer to act for.
+    let request = lambda_http::request::from_str(event).unwrap();
+    assert_error(&send(router(&r, Auth::None), request).await, 400, "missing_customer_id");
+}

@@ -1,0 +1,131 @@
+//! The worker's one typed config (tasks, refund and DLQ functions alike): every variable it reads, parsed once at cold start from the shared pieces.
+
+use swarm_adapters::config::{
+    ConfigError, GatewayClientConfig, QueueUrls, SecretsExtension, TableConfig, Vars, var_list,
+};
+use swarm_adapters::llm::LlmConfig;
+use swarm_core::roles::DEFAULT_ROLE;
+
+use crate::{WorkerMode, WorkerSettings};
+
+/// Smallest accepted `LLM_TOKEN_BUDGET`: below it a conversation would stop before its first round.
+pub const MIN_TOKEN_BUDGET: u64 = 1_000;
+
+/// Everything a worker Lambda reads from its environment. The refund worker
+/// is `WORKER_MODE=tasks` with `WORKER_ROLE=refund` (its own queue and
+/// credential); the DLQ consumer is `WORKER_MODE=dlq`.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// `WORKER_MODE`: `tasks` (default) or `dlq`.
+    pub mode: WorkerMode,
+    pub table: TableConfig,
+    /// Where dependents are released and work is handed back.
+    pub queues: QueueUrls,
+    /// The role this worker calls tools as (`WORKER_ROLE`, default `support`) and its credential.
+    pub gateway: GatewayClientConfig,
+    pub llm: LlmConfig,
+    pub secrets: SecretsExtension,
+    /// `LLM_TOKEN_BUDGET`: the conversation-wide token stop; past it the
+    /// remaining subtasks end with that reason. Unset → no stop.
+    pub token_budget: Option<u64>,
+}
+
+impl WorkerConfig {
+    /// Variables read by the worker itself (the pieces list theirs).
+    const OWN_VARS: &'static [&'static str] = &["WORKER_MODE", "LLM_TOKEN_BUDGET"];
+
+    /// Every variable this config reads.
+    pub fn vars() -> Vec<&'static str> {
+        var_list(&[
+            TableConfig::VARS,
+            QueueUrls::VARS,
+            GatewayClientConfig::VARS,
+            LlmConfig::VARS,
+            SecretsExtension::VARS,
+            Self::OWN_VARS,
+        ])
+    }
+
+    /// Parses every variable; no I/O (secrets are fetched when the models and
+    /// the gateway client are built). The error names the variable and its accepted values.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let vars = Vars::new(&lookup);
+        let mode = vars.one_of(
+            "WORKER_MODE",
+            &[("tasks", WorkerMode::Tasks), ("dlq", WorkerMode::DeadLetters)],
+            WorkerMode::Tasks,
+        )?;
+        let token_budget = vars.number(
+            "LLM_TOKEN_BUDGET",
+            MIN_TOKEN_BUDGET..=u64::MAX,
+            &format!("a whole number of tokens, at least {MIN_TOKEN_BUDGET} (the conversation-wide stop)"),
+        )?;
+        Ok(Self {
+            mode,
+            table: TableConfig::from_lookup(&lookup)?,
+            queues: QueueUrls::from_lookup(&lookup)?,
+            gateway: GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)?,
+            llm: LlmConfig::from_lookup(&lookup)?,
+            secrets: SecretsExtension::from_lookup(&lookup)?,
+            token_budget,
+        })
+    }
+
+    /// [`WorkerConfig::from_lookup`] over the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The core's settings: the defaults with this config's token budget.
+    pub fn settings(&self) -> WorkerSettings {
+        WorkerSettings { token_budget: self.token_budget, ..WorkerSettings::default() }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const BASE: &[(&str, &str)] = &[
+        ("TABLE_NAME", "swarm"),
+        ("TASKS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/tasks"),
+        ("REFUND_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/refund-tasks"),
+        ("GATEWAY_URL", "https://gw.example.com/mcp"),
+        ("GATEWAY_TOKEN", "tok-support-0123456789"),
+        ("LLM_BASE_URL", "http://127.0.0.1:8089/v1"),
+        ("LLM_MODEL", "m"),
+    ];
+
+    fn parse(extra: &[(&str, &str)]) -> Result<WorkerConfig, ConfigError> {
+        let map: HashMap<&str, &str> = BASE.iter().chain(extra).copied().collect();
+        WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string()))
+    }
+
+    #[test]
+    fn defaults_are_tasks_mode_as_support_with_no_token_stop() {
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.mode, c.gateway.role.as_str(), c.token_budget), (WorkerMode::Tasks, "support", None));
+        assert_eq!(c.settings().token_budget, None);
+        let c = parse(&[("WORKER_MODE", "dlq"), ("WORKER_ROLE", "refund"), ("LLM_TOKEN_BUDGET", "50000")]).unwrap();
+        assert_eq!((c.mode, c.gateway.role.as_str()), (WorkerMode::DeadLetters, "refund"));
+        assert_eq!(c.settings().token_budget, Some(50_000));
+    }
+
+    #[test]
+    fn a_bad_mode_or_token_budget_stops_the_start_naming_it() {
+        let e = parse(&[("WORKER_MODE", "x")]).unwrap_err();
+        assert_eq!(e.to_string(), r#"WORKER_MODE must be tasks or dlq, not "x""#);
+        for bad in ["lots", "-5", "999", "1.5e4"] {
+            let e = parse(&[("LLM_TOKEN_BUDGET", bad)]).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "LLM_TOKEN_BUDGET must be a whole number of tokens, at least 1000 (the conversation-wide stop), not {bad:?}"
+                )
+            );
+        }
+    }
+}
