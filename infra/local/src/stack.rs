@@ -134,6 +134,23 @@ impl LocalStack {
             }
             BackendChoice::Emulator(e) => (Arc::new(EmulatorBackend::provision(e, &timings).await?), None),
         };
+        match Self::assemble(options, timings, backend.clone(), memory).await {
+            Ok(stack) => Ok(stack),
+            Err(e) => {
+                // What was provisioned goes: an emulator keeps no half-started run's table or queues.
+                backend.teardown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything after provisioning: servers, functions, mappings, trigger.
+    async fn assemble(
+        options: StackOptions,
+        timings: Timings,
+        backend: Arc<dyn Backend>,
+        memory: Option<Arc<InMemoryConversationStore>>,
+    ) -> anyhow::Result<Self> {
         // The stream trigger's feed opens before the first write, so it misses nothing.
         let feed = backend.change_feed().await.context("opening the table's stream")?;
 
