@@ -1,5 +1,6 @@
-//! Helpers for the cross-function tests: the cases' expectation checks, and the test doubles of `swarm-testing` set up over the offline model.
+//! Helpers for the cross-function tests: the cases' expectation checks, the test doubles of `swarm-testing` set up over the offline model, and the emulator's endpoint.
 
+use std::io::Write as _;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -7,7 +8,9 @@ use swarm_core::domain::ConversationStatus;
 use swarm_core::ports::{ChatModel, ConversationStore, LlmError, Purpose};
 use swarm_core::view::ConversationView;
 use swarm_offline::OfflineModel;
-pub use swarm_testing::{Case, FlakyStore, Reply, ScriptedModel, StoreOp, case, cases, text_response, tools_of_kind};
+pub use swarm_testing::{
+    Case, FlakyStore, HangingTools, Reply, ScriptedModel, StoreOp, case, cases, text_response, tools_of_kind,
+};
 
 /// A scripted model over the offline model: it counts calls per purpose and
 /// answers like the offline model unless told otherwise.
@@ -95,4 +98,33 @@ pub fn unmet_expectations(case: &Case, view: &ConversationView) -> Vec<String> {
         problems.push(format!("status {}", view.status));
     }
     problems
+}
+
+/// The emulator's endpoint (`SWARM_AWS_ENDPOINT`); `None` (after a loud line) only when
+/// `SWARM_SKIP_AWS=1`. Without either, the test fails and says how to start the emulator.
+pub fn emulator_endpoint(test: &str) -> Option<String> {
+    match std::env::var("SWARM_AWS_ENDPOINT") {
+        Ok(e) if !e.trim().is_empty() => Some(e.trim().to_owned()),
+        _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
+            // Straight to the process's stderr, past the test harness's capture: a skip is never silent.
+            let _ = writeln!(
+                std::io::stderr(),
+                "!!!!!!!! SKIPPED {test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the Lambda handlers were NOT run on the emulator"
+            );
+            None
+        }
+        _ => panic!(
+            "{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
+             `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests` \
+             (or set SWARM_SKIP_AWS=1 to skip it)"
+        ),
+    }
+}
+
+/// The `subtask_id` of a task message body (empty for any other body).
+pub fn subtask_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
+        .unwrap_or_default()
 }

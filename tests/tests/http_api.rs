@@ -87,7 +87,7 @@ async fn served_with_a_token_table_the_bearer_token_names_the_customer() {
     assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
     let err: serde_json::Value = anonymous.json().await.unwrap();
     assert_eq!(err["error"]["code"], "unauthenticated");
-    assert_eq!(stack.store().conversation_count(), 0, "refused before anything was written");
+    assert_eq!(stack.conversation_count().await.unwrap(), 0, "refused before anything was written");
 
     let created: serde_json::Value = client
         .post(format!("{base}/conversations"))

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use swarm_core::domain::{ConversationId, ConversationStatus, FailureKind, SubtaskStatus};
 use swarm_core::llm::Models;
-use swarm_core::ports::ConversationStore;
-use swarm_local::{LocalStack, StackOptions};
+use swarm_core::timings::Timings;
+use swarm_local::{LocalStack, Queue, StackOptions};
 use swarm_tests::{case, failing_to_begin, insufficient_balance, over_offline, unmet_expectations, with_plan};
 
 async fn ask(stack: &LocalStack, message: &str, customer: &str) -> swarm_core::view::ConversationView {
@@ -43,8 +43,9 @@ async fn duplicate_delivery_counts_each_subtask_once_and_aggregates_once() {
     assert_eq!(view.progress.finished, 5, "each subtask counted exactly once");
     assert!(view.subtasks.iter().all(|s| s.status == SubtaskStatus::Succeeded));
     let counters = stack.counters();
+    // Batches of up to `worker.batch_size` messages: every message reached the worker twice.
     assert!(
-        counters.worker_invocations.load(std::sync::atomic::Ordering::SeqCst) >= 10,
+        counters.worker_records.load(std::sync::atomic::Ordering::SeqCst) >= 10,
         "every message was delivered twice"
     );
     assert!(
@@ -163,8 +164,8 @@ async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
     let (status, answer) = stack.api("DELETE", "/conversations", None, &[]).await.unwrap();
     assert_eq!(status, 405, "{answer}");
     assert_eq!(answer["error"]["code"], "method_not_allowed");
-    assert_eq!(stack.store().conversation_count(), 0, "no item written");
-    assert_eq!(stack.tasks_queue.depth(), 0, "no message sent");
+    assert_eq!(stack.conversation_count().await.unwrap(), 0, "no item written");
+    assert_eq!(stack.queue_depth(Queue::Tasks).await.unwrap().total(), 0, "no message sent");
     stack.shutdown().await;
 }
 
@@ -177,7 +178,7 @@ async fn configured_concurrency_cap_is_honoured() {
     let model = with_plan(over_offline(), &plan).work_delay(Duration::from_millis(40));
     let stack = LocalStack::start(StackOptions {
         models: Some(Models::single(Arc::new(model))),
-        worker_concurrency: 3,
+        worker_concurrency: Some(3),
         ..StackOptions::default()
     })
     .await
@@ -192,9 +193,11 @@ async fn configured_concurrency_cap_is_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
     let model = over_offline().stall_work_on("SAVE20", Duration::from_secs(30));
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(2);
     let stack = LocalStack::start(StackOptions {
         models: Some(Models::single(Arc::new(model))),
-        deadline_secs: 2,
+        timings,
         ..StackOptions::default()
     })
     .await
@@ -214,9 +217,16 @@ async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
+    // Time at 1/240: the failing message comes back after the tasks queue's visibility
+    // timeout, 720 s → 3 s, no sooner. The standard deadline (120 s → 0.5 s) would fail the
+    // subtask long before two visibility timeouts passed, so this drill lifts it (3600 s → 15 s).
+    let mut timings = Timings::standard().clone();
+    timings.queues.max_receive_count = 2;
+    timings.conversation.deadline = Duration::from_secs(3600);
     let stack = LocalStack::start(StackOptions {
         wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w02"))),
-        max_receive_count: 2,
+        timings,
+        time_scale: 1.0 / 240.0,
         ..StackOptions::default()
     })
     .await
@@ -228,8 +238,16 @@ async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
     assert!(w02.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w02.error);
     assert_eq!(w02.error_code, Some(FailureKind::DeadLetter));
     assert_eq!(view.progress.finished, 2);
-    assert_eq!(stack.tasks_queue.depth(), 1, "only the (not yet due) deadline message is left");
-    assert_eq!(stack.tasks_dlq.depth(), 0, "the DLQ consumer acknowledged it");
+    assert_eq!(
+        stack.queue_depth(Queue::Tasks).await.unwrap().total(),
+        1,
+        "only the (not yet due) deadline message is left"
+    );
+    assert_eq!(
+        stack.queue_depth(Queue::TasksDeadLetters).await.unwrap().total(),
+        0,
+        "the DLQ consumer acknowledged it"
+    );
     stack.shutdown().await;
 }
 
@@ -238,14 +256,13 @@ async fn worker_short_of_time_hands_back_and_resumes_without_repeating_tool_call
     // Invocation of 5 s minus the 3 s safety margin leaves 2 s; a round needs 1 s
     // to start and takes 1.2 s, so the second round no longer fits the first attempt.
     let model = over_offline().work_delay(Duration::from_millis(1200));
+    let mut timings = Timings::standard().clone();
+    timings.worker.timeout = Duration::from_secs(5);
+    timings.worker.min_round = Duration::from_secs(1);
+    timings.worker.handback_delay = Duration::from_secs(1);
     let stack = LocalStack::start(StackOptions {
         models: Some(Models::single(Arc::new(model))),
-        invocation_timeout: Duration::from_secs(5),
-        worker_settings: worker::WorkerSettings {
-            min_round_time: Duration::from_secs(1),
-            handback_delay_secs: 1,
-            ..worker::WorkerSettings::default()
-        },
+        timings,
         ..StackOptions::default()
     })
     .await

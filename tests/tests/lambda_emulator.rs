@@ -6,37 +6,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::llm::Models;
-use swarm_local::aws::QueueDepth;
-use swarm_local::{AwsOptions, AwsStack, StackOptions};
-use swarm_tests::{case, failing_to_begin, over_offline, unmet_expectations, with_plan};
-use worker::WorkerSettings;
-
-/// The emulator's endpoint; `None` (after a loud line) only when `SWARM_SKIP_AWS=1`.
-fn endpoint(test: &str) -> Option<String> {
-    match std::env::var("SWARM_AWS_ENDPOINT") {
-        Ok(e) if !e.trim().is_empty() => Some(e.trim().to_owned()),
-        _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-            // Straight to the process's stderr, past the test harness's capture: a skip is never silent.
-            let _ = writeln!(
-                std::io::stderr(),
-                "!!!!!!!! SKIPPED {test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the Lambda handlers were NOT run on the emulator"
-            );
-            None
-        }
-        _ => panic!(
-            "{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
-             `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-tests --test lambda_emulator` \
-             (or set SWARM_SKIP_AWS=1 to skip it)"
-        ),
-    }
-}
+use swarm_core::timings::Timings;
+use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, QueueDepth, StackOptions};
+use swarm_tests::{case, emulator_endpoint, failing_to_begin, over_offline, subtask_of, unmet_expectations, with_plan};
 
 /// q03's three orders, plus a coupon check whose message will keep failing.
 fn plan() -> String {
@@ -50,10 +28,10 @@ fn plan() -> String {
 }
 
 /// Polls a queue until its depth is as wanted, or 10 s pass; answers the last depth seen.
-async fn settle(stack: &AwsStack, queue_url: &str, want: impl Fn(&QueueDepth) -> bool) -> anyhow::Result<QueueDepth> {
+async fn settle(stack: &LocalStack, queue: Queue, want: impl Fn(&QueueDepth) -> bool) -> anyhow::Result<QueueDepth> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let depth = stack.queue_depth(queue_url).await?;
+        let depth = stack.queue_depth(queue).await?;
         if want(&depth) || tokio::time::Instant::now() >= deadline {
             return Ok(depth);
         }
@@ -61,40 +39,33 @@ async fn settle(stack: &AwsStack, queue_url: &str, want: impl Fn(&QueueDepth) ->
     }
 }
 
-fn subtask_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and_a_dead_lettered_subtask_still_completes_it()
  {
     let test = "lambda_emulator::whole_conversation";
-    let Some(endpoint) = endpoint(test) else { return };
+    let Some(endpoint) = emulator_endpoint(test) else { return };
     // Warnings and errors of the emulated platform show with a failure (RUST_LOG=info for the whole story).
     swarm_adapters::telemetry::init_with_default("warn");
     let started = Instant::now();
     let q03 = case("q03");
     let model = Arc::new(with_plan(over_offline(), &plan()));
-    let stack_options = StackOptions {
+    let mut timings = Timings::standard().clone();
+    // Short, so the redrive happens within seconds; not below the invocation
+    // timeout (Lambda requires visibility timeout ≥ function timeout), and that must
+    // exceed the worker's 3 s safety margin plus one round.
+    timings.queues.tasks.visibility_timeout = Duration::from_secs(5);
+    timings.worker.timeout = Duration::from_secs(5);
+    timings.queues.max_receive_count = 2;
+    timings.worker.min_round = Duration::from_millis(500);
+    timings.local.stream_poll = Duration::from_millis(100);
+    let options = StackOptions {
+        backend: BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
         models: Some(Models::single(model.clone())),
         wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w04"))),
-        // Short, so the redrive happens within seconds; not below the invocation
-        // timeout (Lambda requires visibility timeout ≥ function timeout), and that must
-        // exceed the worker's 3 s safety margin plus one round.
-        visibility_timeout: Duration::from_secs(5),
-        invocation_timeout: Duration::from_secs(5),
-        max_receive_count: 2,
-        worker_settings: WorkerSettings {
-            min_round_time: Duration::from_millis(500),
-            ..StackOptions::default().worker_settings
-        },
+        timings,
         ..StackOptions::default()
     };
-    let options = AwsOptions { poll_interval: Duration::from_millis(100), ..AwsOptions::new(endpoint, stack_options) };
-    let stack = AwsStack::start(options).await.unwrap();
+    let stack = LocalStack::start(options).await.unwrap();
 
     // The API request: the fixture event, with this conversation's message and a fresh Idempotency-Key.
     let mut event: Value = serde_json::from_str(include_str!("../../events/apigw-post-conversation.json")).unwrap();
@@ -113,25 +84,25 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
         "" => Err(anyhow::anyhow!("no conversation was created: {first:?}")),
         id => stack.wait_finished(id, Duration::from_secs(45)).await,
     };
-    let r = stack.resources.clone();
     let depths = async {
-        let dlq = settle(&stack, &r.tasks_dlq_url, |d| d.total() == 0).await?;
-        let tasks = settle(&stack, &r.tasks_queue_url, |d| d.visible == 0 && d.in_flight == 0).await?;
-        let refund = stack.queue_depth(&r.refund_queue_url).await?;
-        let refund_dlq = stack.queue_depth(&r.refund_dlq_url).await?;
+        let dlq = settle(&stack, Queue::TasksDeadLetters, |d| d.total() == 0).await?;
+        let tasks = settle(&stack, Queue::Tasks, |d| d.visible == 0 && d.in_flight == 0).await?;
+        let refund = stack.queue_depth(Queue::Refund).await?;
+        let refund_dlq = stack.queue_depth(Queue::RefundDeadLetters).await?;
         anyhow::Ok([dlq, tasks, refund, refund_dlq])
     }
     .await;
+    let tasks_queue = stack.queue_name(Queue::Tasks).to_owned();
+    let dlq = stack.queue_name(Queue::TasksDeadLetters).to_owned();
     let received = stack.received();
-    let count = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
-    let c = stack.counters();
+    let c = stack.counters().snapshot();
     let counters = [
-        count(&c.worker_invocations),
-        count(&c.batch_item_failures),
-        count(&c.dead_letter_invocations),
-        count(&c.stream_records),
-        count(&c.stream_records_matched),
-        count(&c.aggregator_invocations),
+        c.worker_records,
+        c.batch_item_failures,
+        c.dead_letter_invocations,
+        c.stream_records,
+        c.stream_records_matched,
+        c.aggregator_invocations,
     ];
     stack.shutdown().await;
     let (status, answer) = first.unwrap();
@@ -144,7 +115,7 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     assert_eq!(view.conversation_id, id);
     let [dlq_depth, tasks_depth, refund_depth, refund_dlq_depth] = depths.unwrap();
     let [
-        worker_invocations,
+        worker_records,
         batch_item_failures,
         dead_letter_invocations,
         stream_records,
@@ -183,8 +154,6 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
 
     // What SQS delivered: w04 twice on the tasks queue (both reported as batch item
     // failures), then once from the DLQ; every other subtask once, acknowledged.
-    let tasks_queue = r.tasks_queue_url.rsplit('/').next().unwrap().to_owned();
-    let dlq = r.tasks_dlq_url.rsplit('/').next().unwrap().to_owned();
     let of = |queue: &str, subtask: &str| -> Vec<(u32, bool)> {
         received
             .iter()
@@ -201,7 +170,8 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     }
     assert_eq!(batch_item_failures, 2);
     assert_eq!(dead_letter_invocations, 1);
-    assert_eq!(worker_invocations, 5, "3 subtasks once, w04 twice");
+    // Messages the worker got (in batches of up to `worker.batch_size`).
+    assert_eq!(worker_records, 5, "3 subtasks once, w04 twice");
 
     // The stream: every write read, exactly one record passed the filter, one aggregation, one reply.
     assert!(stream_records >= 18, "every write of the run shows on the stream: {stream_records}");

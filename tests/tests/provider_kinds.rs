@@ -26,6 +26,7 @@ use swarm_core::domain::{Conversation, ConversationId, Subtask, SubtaskRecord, S
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, TaskQueue, ToolGateway, ToolOutput};
 use swarm_core::roles::TaskQueues;
+use swarm_core::timings::Timings;
 use swarm_local::{LocalStack, StackOptions};
 use swarm_testing::StaticTools;
 use swarm_tests::normalise;
@@ -65,13 +66,14 @@ fn shop_subtasks() -> (Vec<AgentSubtask>, Vec<[&'static str; 2]>) {
 
 /// Runs one conversation through the local stack and checks every subtask's facts: each
 /// succeeded, its answer holds its facts, and so does the reply.
-async fn converse(models: Models, worker_settings: WorkerSettings) -> Result<Vec<SubtaskRecord>> {
-    let stack = LocalStack::start(StackOptions {
-        models: Some(models),
-        worker_settings: WorkerSettings { min_round_time: Duration::from_secs(1), ..worker_settings },
-        ..StackOptions::default()
-    })
-    .await?;
+/// `max_rounds` overrides the table's rounds per subtask.
+async fn converse(models: Models, max_rounds: Option<u32>) -> Result<Vec<SubtaskRecord>> {
+    let mut timings = Timings::standard().clone();
+    timings.worker.min_round = Duration::from_secs(1);
+    if let Some(rounds) = max_rounds {
+        timings.worker.max_rounds = rounds;
+    }
+    let stack = LocalStack::start(StackOptions { models: Some(models), timings, ..StackOptions::default() }).await?;
     let (status, body) = stack
         .post_conversation("Where is A1029, can I use SAVE20, and is the Blue Linen Shirt M back?", "C104", None)
         .await?;
@@ -128,7 +130,7 @@ async fn a_conversation_with_a_kimi_style_thinking_model_completes_with_every_su
     let (subtasks, _) = shop_subtasks();
     let mock = start_mock(subtasks, Quirks::named("kimi-thinking").context("preset")?).await?;
     let models = models(&mock, &[("LLM_MODEL", "kimi-k2.5"), ("LLM_PRESET", "kimi")])?;
-    converse(models, WorkerSettings::default()).await?;
+    converse(models, None).await?;
 
     assert_eq!(refusals(&mock), 0, "reasoning went back every time: no 400");
     let work = work_bodies(&mock);
@@ -152,7 +154,7 @@ async fn without_its_preset_a_thinking_model_is_recovered_by_one_resend_and_one_
     let (subtasks, _) = shop_subtasks();
     let mock = start_mock(subtasks, Quirks::named("kimi-thinking").context("preset")?).await?;
     let models = models(&mock, &[("LLM_MODEL", "kimi-k2.5"), ("LLM_SEND_REASONING", "false")])?;
-    converse(models, WorkerSettings::default()).await?;
+    converse(models, None).await?;
 
     let refused = refusals(&mock);
     assert!((1..=3).contains(&refused), "refused until the client learned: {refused}");
@@ -174,13 +176,12 @@ async fn without_its_preset_a_thinking_model_is_recovered_by_one_resend_and_one_
 /// a `tool_choice: "none"` request. With two rounds the second is the forced last one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bedrock_style_gateway_gets_tool_history_only_with_tools_or_flattened() -> Result<()> {
-    let last_is_second = WorkerSettings { max_rounds: 2, ..WorkerSettings::default() };
+    let last_is_second = Some(2);
 
     // Its preset flattens the last round: no refusal at all.
     let (subtasks, _) = shop_subtasks();
     let mock_a = start_mock(subtasks, Quirks::named("bedrock").context("preset")?).await?;
-    converse(models(&mock_a, &[("LLM_MODEL", "claude-sonnet"), ("LLM_PRESET", "bedrock")])?, last_is_second.clone())
-        .await?;
+    converse(models(&mock_a, &[("LLM_MODEL", "claude-sonnet"), ("LLM_PRESET", "bedrock")])?, last_is_second).await?;
     assert_eq!(refusals(&mock_a), 0);
     for b in work_bodies(&mock_a).iter().filter(|b| b["messages"].as_array().is_some_and(|m| m.len() > 3)) {
         assert!(b.get("tools").is_none() && assistant_tool_calls(b).is_empty(), "flattened: {b}");

@@ -31,10 +31,13 @@ async fn fifty_subtasks_survive_thirty_percent_429s_without_a_retry_storm() {
     };
     let llm = swarm_adapters::llm::LlmConfig::from_lookup(lookup).unwrap();
     let models = swarm_adapters::llm::build_models(&llm).unwrap();
-    let stack =
-        LocalStack::start(StackOptions { models: Some(models), worker_concurrency: 50, ..StackOptions::default() })
-            .await
-            .unwrap();
+    let stack = LocalStack::start(StackOptions {
+        models: Some(models),
+        worker_concurrency: Some(50),
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
 
     let (status, body) = stack.post_conversation("Check order A1029 fifty times", "C104", None).await.unwrap();
     assert_eq!(status, 202, "{body}");

@@ -9,6 +9,7 @@ use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, FinishReason, Purpose, StoreError};
 use swarm_core::prompts::reply_messages;
 use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::timings::Timings;
 use swarm_core::untrusted::clean_text;
 
 /// Tokens the reply needs; the client adds a thinking model's reasoning budget to it.
@@ -23,8 +24,16 @@ pub struct AggregatorSettings {
 }
 
 impl Default for AggregatorSettings {
+    /// The standard timing table's values ([`AggregatorSettings::from_timings`]).
     fn default() -> Self {
-        Self { reply_timeout: Duration::from_secs(45), retry: LlmRetryPolicy::default() }
+        Self::from_timings(Timings::standard())
+    }
+}
+
+impl AggregatorSettings {
+    /// The reply budget (`aggregator.reply_budget_secs`) and the LLM retries (`[llm]`) of `timings`.
+    pub fn from_timings(timings: &Timings) -> Self {
+        Self { reply_timeout: timings.aggregator.reply_budget, retry: LlmRetryPolicy::from_timings(timings) }
     }
 }
 

@@ -17,6 +17,7 @@ use swarm_core::ports::{
 };
 use swarm_core::prompts::{plan_messages, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
 use tracing::Instrument;
 
@@ -32,11 +33,20 @@ pub struct OrchestratorSettings {
 }
 
 impl Default for OrchestratorSettings {
+    /// The standard timing table's values ([`OrchestratorSettings::from_timings`]).
     fn default() -> Self {
+        Self::from_timings(Timings::standard())
+    }
+}
+
+impl OrchestratorSettings {
+    /// The deadline (`conversation.deadline_secs`, rounded up to whole seconds) and the
+    /// planning budget (`orchestrator.plan_budget_secs`) of `timings`; the default message limit.
+    pub fn from_timings(timings: &Timings) -> Self {
         Self {
             max_message_chars: MAX_MESSAGE_CHARS,
-            deadline_secs: swarm_core::domain::DEFAULT_DEADLINE_SECS,
-            plan_timeout: Duration::from_secs(25),
+            deadline_secs: seconds_rounded_up(timings.conversation.deadline),
+            plan_timeout: timings.orchestrator.plan_budget,
         }
     }
 }

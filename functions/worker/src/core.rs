@@ -26,6 +26,7 @@ use swarm_core::ports::{
 use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
 use swarm_core::reply::{compose_reply, reply_input};
 use swarm_core::roles::TaskQueues;
+use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::untrusted::{clean_text, safe_id};
 
 /// Tokens a worker's answer (its text or its tool calls) needs; the client adds a thinking
@@ -58,21 +59,35 @@ pub struct WorkerSettings {
     /// Estimated tokens the tool results of one round may take together; a larger round is cut
     /// fairly (`transcript::fit_round`), each cut result saying so.
     pub round_budget_tokens: u64,
+    /// Kept back from the Lambda deadline for writing results and returning.
+    pub safety_margin: Duration,
 }
 
 impl Default for WorkerSettings {
+    /// The standard timing table's values ([`WorkerSettings::from_timings`]).
     fn default() -> Self {
+        Self::from_timings(Timings::standard())
+    }
+}
+
+impl WorkerSettings {
+    /// Rounds, tool timeout, minimum round time, hand-back delay (rounded up to whole
+    /// seconds: `DelaySeconds`), hand-backs, safety margin and LLM retries from the table's
+    /// `[worker]` and `[llm]`; no token budget.
+    pub fn from_timings(timings: &Timings) -> Self {
+        let w = &timings.worker;
         Self {
-            max_rounds: 8,
-            tool_timeout: Duration::from_secs(10),
-            min_round_time: Duration::from_secs(5),
-            handback_delay_secs: 5,
-            max_handbacks: 1,
-            retry: LlmRetryPolicy::default(),
+            max_rounds: w.max_rounds,
+            tool_timeout: w.tool_timeout,
+            min_round_time: w.min_round,
+            handback_delay_secs: u32::try_from(seconds_rounded_up(w.handback_delay)).unwrap_or(MAX_DELAY_SECONDS),
+            max_handbacks: w.max_handbacks,
+            retry: LlmRetryPolicy::from_timings(timings),
             token_budget: None,
             compress_above_tokens: 24_000,
             max_tool_output_chars: 8_000,
             round_budget_tokens: 12_000,
+            safety_margin: w.safety_margin,
         }
     }
 }
@@ -148,6 +163,11 @@ impl Worker {
         settings: WorkerSettings,
     ) -> Self {
         Self { store, queues, model, sub_model, tools, settings, validators: Mutex::new(HashMap::new()) }
+    }
+
+    /// Time kept back from the Lambda deadline (the handler's invocation deadline).
+    pub fn safety_margin(&self) -> Duration {
+        self.settings.safety_margin
     }
 
     /// Handles one tasks-queue message; `deadline` is when the invocation must
@@ -914,6 +934,21 @@ mod tests {
             _ => None,
         };
         r
+    }
+
+    #[test]
+    fn settings_come_from_the_timing_table_with_the_hand_back_delay_in_whole_seconds() {
+        let standard = WorkerSettings::default();
+        assert_eq!((standard.max_rounds, standard.max_handbacks, standard.handback_delay_secs), (8, 1, 5));
+        assert_eq!((standard.tool_timeout, standard.min_round_time), (Duration::from_secs(10), Duration::from_secs(5)));
+        assert_eq!(standard.safety_margin, Duration::from_secs(3));
+        assert_eq!(standard.retry, LlmRetryPolicy::default());
+        let fast = WorkerSettings::from_timings(&Timings::standard().scaled(0.01));
+        assert_eq!(fast.tool_timeout, Duration::from_millis(100));
+        assert_eq!(fast.safety_margin, Duration::from_millis(30));
+        assert_eq!(fast.handback_delay_secs, 1, "50 ms of DelaySeconds is rounded up, never down to 0");
+        assert_eq!(fast.retry.base_delay, Duration::from_millis(5));
+        assert_eq!(fast.max_rounds, 8);
     }
 
     #[test]

@@ -20,9 +20,6 @@ pub enum WorkerMode {
     DeadLetters,
 }
 
-/// Time kept back from the Lambda deadline for writing results and returning.
-pub const SAFETY_MARGIN: Duration = Duration::from_secs(3);
-
 /// Handles one SQS batch. Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
 /// line logged for one record never carries another's ids; only retryable
@@ -33,7 +30,7 @@ pub async fn handle(
     mode: WorkerMode,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-    let deadline = invocation_deadline(event.context.deadline);
+    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
     let runs = event.payload.records.into_iter().map(|record| {
         let message_id = record.message_id.unwrap_or_default();
         let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
@@ -83,9 +80,9 @@ fn record_span(message_id: &str, message: Option<&TaskMessage>) -> tracing::Span
 }
 
 /// The instant the invocation must be done by: the Lambda deadline (epoch ms)
-/// minus [`SAFETY_MARGIN`], on tokio's clock.
-pub fn invocation_deadline(deadline_epoch_ms: u64) -> Instant {
+/// minus `safety_margin` (the worker's setting, from the timing table), on tokio's clock.
+pub fn invocation_deadline(deadline_epoch_ms: u64, safety_margin: Duration) -> Instant {
     let now = swarm_core::domain::now_ms().max(0) as u64;
-    let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(SAFETY_MARGIN);
+    let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(safety_margin);
     Instant::now() + left
 }

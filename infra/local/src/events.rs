@@ -1,25 +1,29 @@
-//! Real-shaped Lambda events built by the local stack: SQS, DynamoDB stream (the HTTP API needs none: its router is called directly).
+//! Real-shaped Lambda events built by the local platform: SQS events and the Lambda context of an invocation (the HTTP API needs none: its router is called directly; DynamoDB stream records come from the backends' change feeds).
 
 use std::time::Duration;
 
-use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::SqsEvent;
 use serde_json::{Value, json};
-use swarm_core::domain::{Conversation, now_ms};
+use swarm_core::domain::now_ms;
 
 use crate::platform::Delivery;
 
-/// A Lambda context whose deadline is `timeout` from now.
-pub fn lambda_context(timeout: Duration) -> lambda_runtime::Context {
+/// The Lambda context of one invocation of `function`: its deadline is `timeout` (the function's) from now.
+pub fn lambda_context(function: &str, timeout: Duration) -> lambda_runtime::Context {
     let mut context = lambda_runtime::Context::default();
     context.request_id = uuid::Uuid::now_v7().to_string();
-    context.deadline = (now_ms().max(0) as u64) + timeout.as_millis() as u64;
-    context.invoked_function_arn = "arn:aws:lambda:local:000000000000:function:worker".into();
+    context.deadline = (now_ms().max(0) as u64).saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+    context.invoked_function_arn = format!("arn:aws:lambda:local:000000000000:function:{function}");
     context
 }
 
-/// The SQS event an event source mapping hands the worker for `deliveries`.
-pub fn sqs_event(queue_name: &str, deliveries: &[Delivery], timeout: Duration) -> (SqsEvent, lambda_runtime::Context) {
+/// The SQS event an event source mapping hands `function` for `deliveries`, and the invocation's context.
+pub fn sqs_event(
+    queue_name: &str,
+    function: &str,
+    deliveries: &[Delivery],
+    timeout: Duration,
+) -> (SqsEvent, lambda_runtime::Context) {
     let now = now_ms();
     let records: Vec<Value> = deliveries
         .iter()
@@ -44,38 +48,7 @@ pub fn sqs_event(queue_name: &str, deliveries: &[Delivery], timeout: Duration) -
         .collect();
     // The shape is fixed above; a failure here is a programming error caught by tests.
     let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap_or_default();
-    (event, lambda_context(timeout))
-}
-
-/// The DynamoDB stream record (`MODIFY`, `NEW_IMAGE`) of a conversation item, as the aggregator's filter passes it.
-pub fn stream_event(conversation: &Conversation) -> StreamEvent {
-    let now = now_ms();
-    let event = json!({
-        "Records": [{
-            "eventID": uuid::Uuid::now_v7().simple().to_string(),
-            "eventName": "MODIFY",
-            "eventVersion": "1.1",
-            "eventSource": "aws:dynamodb",
-            "awsRegion": "local",
-            "eventSourceARN": "arn:aws:dynamodb:local:000000000000:table/swarm/stream/local",
-            "dynamodb": {
-                "ApproximateCreationDateTime": (now / 1000) as f64,
-                "Keys": { "PK": { "S": format!("CONV#{}", conversation.id) }, "SK": { "S": "META" } },
-                "NewImage": {
-                    "PK": { "S": format!("CONV#{}", conversation.id) },
-                    "SK": { "S": "META" },
-                    "status": { "S": conversation.status.as_str() },
-                    "remaining": { "N": conversation.remaining.to_string() },
-                    "total": { "N": conversation.total.to_string() },
-                    "customer_id": { "S": conversation.customer_id }
-                },
-                "SequenceNumber": now.to_string(),
-                "SizeBytes": 256,
-                "StreamViewType": "NEW_IMAGE"
-            }
-        }]
-    });
-    serde_json::from_value(event).unwrap_or_default()
+    (event, lambda_context(function, timeout))
 }
 
 #[cfg(test)]
@@ -91,12 +64,15 @@ mod tests {
             receive_count: 2,
             sent_at_ms: 1,
         };
-        let (e, ctx) = sqs_event("tasks", &[d], Duration::from_secs(30));
+        let before = now_ms() as u64;
+        let (e, ctx) = sqs_event("tasks", "worker", &[d], Duration::from_secs(30));
+        let after = now_ms() as u64;
         assert_eq!(e.records.len(), 1);
         assert_eq!(e.records[0].message_id.as_deref(), Some("m1"));
-        assert!(ctx.deadline > 0);
-        let c = Conversation::new("C1", "q", 0, 120);
-        let s = stream_event(&c);
-        assert_eq!(s.records.len(), 1);
+        assert!(
+            (before + 30_000..=after + 30_000).contains(&ctx.deadline),
+            "the deadline is the function's timeout from now"
+        );
+        assert_eq!(ctx.invoked_function_arn, "arn:aws:lambda:local:000000000000:function:worker");
     }
 }

@@ -3,17 +3,14 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
+use clap::{Args, Parser, Subcommand};
 use orchestrator::Auth;
-use swarm_adapters::embedded::ItemChange;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
-use swarm_local::{AwsOptions, AwsStack, LocalStack, StackOptions, describe};
+use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +28,18 @@ struct Cli {
     command: Command,
 }
 
+/// Settings both commands take.
+#[derive(Args)]
+struct Platform {
+    /// Concurrent worker invocations on the tasks queue (the event source mapping's
+    /// MaximumConcurrency; default: the timing table's worker.max_concurrency).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Multiply every timing of the table (timeouts, visibility timeouts, the deadline…) by this.
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    time_scale: f64,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Answer one customer message, showing each subtask as it starts and ends.
@@ -43,20 +52,17 @@ enum Command {
         /// Print the conversation object (as `GET /conversations/{id}` answers it) as the last line of stdout.
         #[arg(long)]
         json: bool,
-        /// Concurrent worker invocations (the event source mapping's MaximumConcurrency).
-        #[arg(long, default_value_t = 10)]
-        concurrency: usize,
-        /// Seconds until the conversation's deadline.
-        #[arg(long, default_value_t = 120)]
-        deadline: u64,
+        /// Seconds until the conversation's deadline (default: the timing table's conversation.deadline_secs; scaled by --time-scale like every timing).
+        #[arg(long)]
+        deadline: Option<u64>,
+        #[command(flatten)]
+        platform: Platform,
     },
     /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`) on 127.0.0.1.
     Serve {
         /// Port of the HTTP API.
         #[arg(long, default_value_t = 8080)]
         port: u16,
-        #[arg(long, default_value_t = 10)]
-        concurrency: usize,
         /// How callers are identified: `none` (the body's `customer_id`, as with
         /// `AuthMode=none`) or `tokens` (`Authorization: Bearer <token>`, each token naming one customer).
         #[arg(long, value_enum, default_value_t = LocalAuth::None)]
@@ -67,6 +73,8 @@ enum Command {
         /// With `--auth tokens`: one `<token>=<customer_id>` (repeatable).
         #[arg(long = "token", value_name = "TOKEN=CUSTOMER")]
         tokens: Vec<String>,
+        #[command(flatten)]
+        platform: Platform,
     },
 }
 
@@ -81,17 +89,19 @@ enum LocalAuth {
 async fn main() -> anyhow::Result<()> {
     swarm_adapters::telemetry::init_with_default("warn");
     let cli = Cli::parse();
-    match (cli.command, cli.aws_endpoint) {
-        (Command::Ask { message, customer, json, concurrency, deadline }, Some(endpoint)) => {
-            ask_aws(&endpoint, &message, &customer, json, concurrency, deadline).await
+    let backend = match cli.aws_endpoint {
+        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
+        None => BackendChoice::Embedded,
+    };
+    match cli.command {
+        Command::Ask { message, customer, json, deadline, platform } => {
+            let mut options = options(backend, &platform);
+            if let Some(secs) = deadline {
+                options.timings.conversation.deadline = Duration::from_secs(secs);
+            }
+            ask(options, &message, &customer, json).await
         }
-        (Command::Ask { message, customer, json, concurrency, deadline }, None) => {
-            ask(&message, &customer, json, concurrency, deadline).await
-        }
-        (Command::Serve { .. }, Some(_)) => {
-            anyhow::bail!("--aws-endpoint works with `ask` only; `serve` runs the embedded stack")
-        }
-        (Command::Serve { port, concurrency, auth, tokens_file, tokens }, None) => {
+        Command::Serve { port, auth, tokens_file, tokens, platform } => {
             let auth = match auth {
                 LocalAuth::None => {
                     anyhow::ensure!(
@@ -104,149 +114,53 @@ async fn main() -> anyhow::Result<()> {
                     Auth::Tokens(Arc::new(swarm_local::http::token_table(tokens_file.as_deref(), &tokens)?))
                 }
             };
-            serve(port, concurrency, auth).await
+            serve(options(backend, &platform), port, auth).await
         }
     }
 }
 
-async fn ask(message: &str, customer: &str, json: bool, concurrency: usize, deadline: u64) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let stack = LocalStack::start(StackOptions {
-        worker_concurrency: concurrency,
-        deadline_secs: deadline,
+fn options(backend: BackendChoice, platform: &Platform) -> StackOptions {
+    StackOptions {
+        backend,
+        worker_concurrency: platform.concurrency,
+        time_scale: platform.time_scale,
         ..StackOptions::default()
-    })
-    .await?;
-    eprintln!(
-        "lambda-swarm local · model: {} · {} workers · customer {}",
-        if stack.offline {
-            "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned()
-        } else {
-            stack.model_label.clone()
-        },
-        concurrency,
-        customer
-    );
-    let mut changes = stack.subscribe();
-    let (status, body) = stack.post_conversation(message, customer, None).await?;
-    if status != 202 {
-        anyhow::bail!("the API answered {status}: {body}");
     }
-    let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
-    let conversation_id = swarm_core::domain::ConversationId::parse(&id).context("bad conversation id")?;
-
-    let bar = ProgressBar::new(0);
-    if std::io::stderr().is_terminal() {
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {pos}/{len} subtasks finished {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.enable_steady_tick(Duration::from_millis(120));
-    } else {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    let say = |line: String| {
-        if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
-    };
-    let store = stack.store();
-    let view_now = store_view(&stack, &conversation_id).await?;
-    bar.set_length(u64::from(view_now.1));
-    say(format!("▸ conversation {id}: {} subtasks planned", view_now.1));
-    for line in view_now.0 {
-        say(format!("  · {line}"));
-    }
-    let timeout = Duration::from_secs(deadline + 60);
-    let wait_until = tokio::time::Instant::now() + timeout;
-    let mut started_at = std::collections::HashMap::new();
-    loop {
-        if let Some(c) =
-            swarm_core::ports::ConversationStore::get_conversation(store.as_ref(), &conversation_id).await?
-            && c.status.is_terminal()
-        {
-            break;
-        }
-        match tokio::time::timeout_at(wait_until, changes.recv()).await {
-            Err(_) => anyhow::bail!("the conversation did not finish within {timeout:?}"),
-            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => anyhow::bail!("the stack stopped"),
-            Ok(Err(_)) => continue,
-            Ok(Ok(ItemChange::Subtask(rec))) if rec.conversation_id == conversation_id => match rec.status {
-                SubtaskStatus::Running if started_at.insert(rec.subtask.id.clone(), Instant::now()).is_none() => {
-                    say(format!(
-                        "  ▶ {} started  {} [{}]",
-                        rec.subtask.id,
-                        rec.subtask.instruction,
-                        rec.subtask.tools.join(", ")
-                    ));
-                }
-                s if s.is_terminal() => {
-                    let took = started_at
-                        .get(&rec.subtask.id)
-                        .map(|t| format!(" {:.1}s", t.elapsed().as_secs_f64()))
-                        .unwrap_or_default();
-                    let mark = if s == SubtaskStatus::Succeeded { "✔" } else { "✘" };
-                    say(format!("  {mark} {}{took}", describe(&rec)));
-                }
-                _ => {}
-            },
-            Ok(Ok(ItemChange::Conversation(c))) if c.id == conversation_id => {
-                bar.set_position(c.finished.len() as u64);
-                if c.status == ConversationStatus::Aggregating {
-                    say("▸ all subtasks finished: writing the reply".into());
-                }
-                if c.status.is_terminal() {
-                    break;
-                }
-            }
-            Ok(Ok(_)) => {}
-        }
-    }
-    bar.finish_and_clear();
-    let view = stack.view(&id).await?;
-    print_outcome(&view, json, started)?;
-    stack.shutdown().await;
-    if view.status != ConversationStatus::Done {
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
-/// `ask` the AWS way: the same handlers on the emulator's DynamoDB and SQS, progress from polling `GET /conversations/{id}`.
-async fn ask_aws(
-    endpoint: &str,
-    message: &str,
-    customer: &str,
-    json: bool,
-    concurrency: usize,
-    deadline: u64,
-) -> anyhow::Result<()> {
+/// Model label for people: the offline model says what it is.
+fn model_line(stack: &LocalStack) -> String {
+    if stack.offline {
+        "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned()
+    } else {
+        stack.model_label.clone()
+    }
+}
+
+async fn ask(options: StackOptions, message: &str, customer: &str, json: bool) -> anyhow::Result<()> {
     let started = Instant::now();
-    let options = StackOptions { worker_concurrency: concurrency, deadline_secs: deadline, ..StackOptions::default() };
-    let stack = AwsStack::start(AwsOptions::new(endpoint, options)).await?;
-    let r = &stack.resources;
+    let concurrency = options.worker_concurrency.unwrap_or(options.timings.worker.max_concurrency);
+    let stack = LocalStack::start(options).await?;
     eprintln!(
-        "lambda-swarm local, the AWS way · emulator {endpoint} · table {} · queues {}, {} (+ DLQs) · model: {} · {} workers · customer {}",
-        r.table,
-        r.tasks_queue_url.rsplit('/').next().unwrap_or_default(),
-        r.refund_queue_url.rsplit('/').next().unwrap_or_default(),
-        if stack.offline {
-            "offline model (no LLM_BASE_URL set; deterministic, not an LLM)".to_owned()
-        } else {
-            stack.model_label.clone()
-        },
+        "lambda-swarm local · {} · model: {} · {} workers · customer {}",
+        stack.describe_backend(),
+        model_line(&stack),
         concurrency,
         customer
     );
-    let outcome = ask_on(&stack, message, customer, deadline).await;
-    let c = stack.counters();
-    let count = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    let outcome = ask_on(&stack, message, customer).await;
+    let c = stack.counters().snapshot();
     let platform = format!(
-        "── SQS: {} worker invocations, {} batch item failures, {} dead-letter invocations · stream: {} records read, {} passed the filter, {} aggregator invocations",
-        count(&c.worker_invocations),
-        count(&c.batch_item_failures),
-        count(&c.dead_letter_invocations),
-        count(&c.stream_records),
-        count(&c.stream_records_matched),
-        count(&c.aggregator_invocations)
+        "── platform: {} worker invocations ({} messages), {} batch item failures, {} timed out, {} dead-letter invocations · stream: {} records, {} passed the filter, {} aggregator invocations, {} batches dropped",
+        c.worker_invocations,
+        c.worker_records,
+        c.batch_item_failures,
+        c.timed_out_invocations,
+        c.dead_letter_invocations,
+        c.stream_records,
+        c.stream_records_matched,
+        c.aggregator_invocations,
+        c.stream_batches_dropped
     );
     stack.shutdown().await;
     let view = outcome?;
@@ -260,10 +174,9 @@ async fn ask_aws(
 
 /// Posts the message and follows the conversation to its end, one line per subtask change.
 async fn ask_on(
-    stack: &AwsStack,
+    stack: &LocalStack,
     message: &str,
     customer: &str,
-    deadline: u64,
 ) -> anyhow::Result<swarm_core::view::ConversationView> {
     let (status, body) = stack.post_conversation(message, customer, None).await?;
     if status != 202 {
@@ -273,8 +186,10 @@ async fn ask_on(
     let mut planned = false;
     let mut seen: std::collections::HashMap<String, SubtaskStatus> = std::collections::HashMap::new();
     let mut aggregating = false;
+    // The client's patience: the conversation's deadline, and a minute for the reply.
+    let patience = stack.timings().conversation.deadline + Duration::from_secs(60);
     stack
-        .wait_until(&id, Duration::from_secs(deadline + 60), |view| {
+        .wait_until(&id, patience, |view| {
             if !planned && view.progress.total > 0 {
                 planned = true;
                 eprintln!("▸ conversation {id}: {} subtasks planned", view.progress.total);
@@ -357,33 +272,8 @@ fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started:
     Ok(())
 }
 
-/// The planned subtasks (one line each) and their number.
-async fn store_view(stack: &LocalStack, id: &swarm_core::domain::ConversationId) -> anyhow::Result<(Vec<String>, u32)> {
-    let store = stack.store();
-    let subtasks = swarm_core::ports::ConversationStore::list_subtasks(store.as_ref(), id).await?;
-    let lines = subtasks
-        .iter()
-        .map(|r| {
-            let deps = if r.subtask.depends_on.is_empty() {
-                String::new()
-            } else {
-                format!(" (after {})", r.subtask.depends_on.join(", "))
-            };
-            format!(
-                "{} {}{} [{}] role={}",
-                r.subtask.id,
-                r.subtask.instruction,
-                deps,
-                r.subtask.tools.join(", "),
-                r.role
-            )
-        })
-        .collect();
-    Ok((lines, subtasks.len() as u32))
-}
-
-async fn serve(port: u16, concurrency: usize, auth: Auth) -> anyhow::Result<()> {
-    let stack = LocalStack::start(StackOptions { worker_concurrency: concurrency, ..StackOptions::default() }).await?;
+async fn serve(options: StackOptions, port: u16, auth: Auth) -> anyhow::Result<()> {
+    let stack = LocalStack::start(options).await?;
     let callers = match &auth {
         Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
         _ => "no authentication: the body's customer_id".to_owned(),
@@ -393,23 +283,21 @@ async fn serve(port: u16, concurrency: usize, auth: Auth) -> anyhow::Result<()> 
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let addr = listener.local_addr()?;
-    println!("lambda-swarm local stack");
+    println!("lambda-swarm local stack · {}", stack.describe_backend());
     println!(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
     println!("  callers      {callers}");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
-    println!(
-        "  model        {}",
-        if stack.offline { "offline model (no LLM_BASE_URL set)".to_owned() } else { stack.model_label.clone() }
-    );
+    println!("  model        {}", model_line(&stack));
     println!("Ctrl-C stops it.");
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
-        .await?;
+        .await;
+    // The emulator's table and queues go with the server.
     stack.shutdown().await;
-    Ok(())
+    Ok(served?)
 }

@@ -13,7 +13,7 @@ use anyhow::{Result, ensure};
 use swarm_adapters::embedded::{InMemoryQueue, QueueSettings};
 use swarm_core::domain::{ConversationId, TaskMessage, now_ms};
 use swarm_core::ports::TaskQueue;
-use swarm_local::platform::{Delivery, QueueConsumer};
+use swarm_local::platform::{Delivery, QueueConsumer, QueueDepth};
 
 /// One queue with its DLQ, as the functions see them.
 struct Queues {
@@ -46,9 +46,15 @@ impl Backend {
             }
             Backend::Sqs(client) => {
                 use swarm_adapters::aws::sqs::SqsTaskQueue;
-                use swarm_local::platform::sqs::{SqsConsumer, create_queue_with_dlq};
+                use swarm_local::platform::sqs::{QueueSpec, SqsConsumer, create_queue_with_dlq};
                 let name = format!("contract-{}", uuid::Uuid::now_v7().simple());
-                let (url, dlq_url) = create_queue_with_dlq(client, &name, visibility_secs, max_receive_count).await?;
+                let spec = QueueSpec {
+                    name: &name,
+                    visibility_timeout_secs: visibility_secs,
+                    dlq_visibility_timeout_secs: 30,
+                    max_receive_count,
+                };
+                let (url, dlq_url) = create_queue_with_dlq(client, spec).await?;
                 Ok(Queues {
                     tx: Arc::new(SqsTaskQueue::new(client.clone(), url.clone())),
                     rx: Arc::new(SqsConsumer::new(client.clone(), url)),
@@ -96,6 +102,7 @@ contract_tests!(
     changing_the_visibility_of_a_deleted_message_is_a_permanent_error,
     a_delay_over_fifteen_minutes_is_rejected_and_nothing_is_sent,
     sending_no_messages_is_a_no_op,
+    depth_counts_visible_in_flight_and_delayed_messages,
 );
 
 fn run(i: usize) -> TaskMessage {
@@ -255,6 +262,19 @@ async fn sending_no_messages_is_a_no_op(backend: Backend) -> Result<()> {
 }
 
 // ------------------------------------------------------------------ the AWS side
+
+async fn depth_counts_visible_in_flight_and_delayed_messages(backend: Backend) -> Result<()> {
+    let q = backend.queues(30, 3).await?;
+    assert_eq!(q.rx.depth().await?, QueueDepth::default(), "a new queue is empty");
+    q.tx.send(&[run(1), run(2)], 0).await?;
+    q.tx.send(&[run(3)], 60).await?;
+    let got = receive_n(&q.rx, 1, Duration::from_secs(5)).await?;
+    ensure!(!got.is_empty(), "nothing received");
+    let in_flight = got.len() as u64;
+    assert_eq!(q.rx.depth().await?, QueueDepth { visible: 2 - in_flight, in_flight, delayed: 1 });
+    assert_eq!(q.dlq.depth().await?.total(), 0);
+    Ok(())
+}
 
 mod aws {
     use anyhow::Result;

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_SUBTASKS: usize = 100;
 /// Default message limit in characters (DESIGN.md API section).
 pub const MAX_MESSAGE_CHARS: usize = 8_000;
-/// Default deadline of a conversation, in seconds after creation.
-pub const DEFAULT_DEADLINE_SECS: u64 = 120;
+/// Default deadline of a conversation, in seconds after creation (the timing table's `conversation.deadline_secs`).
+pub const DEFAULT_DEADLINE_SECS: u64 = crate::timings::Timings::STANDARD.conversation.deadline.as_secs();
 /// Longest text kept inline in a result; longer text is truncated so items stay
 /// far below DynamoDB's 400 KB item limit.
 pub const MAX_RESULT_CHARS: usize = 16_000;

@@ -1,4 +1,4 @@
-//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair and the LLM rules.
+//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules and the timing table.
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
@@ -14,6 +14,7 @@ pub mod prompts;
 pub mod reply;
 pub mod roles;
 mod secret;
+pub mod timings;
 pub mod untrusted;
 pub mod view;
 

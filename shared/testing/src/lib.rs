@@ -4,7 +4,8 @@
 //!   answers, work-request markers that fail or stall, then repeats, delegates
 //!   or reports the script exhausted; records every request and counts per purpose.
 //! - [`StaticTools`]: a tool catalogue with canned outputs per tool, delays, and the calls it ran.
-//! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask).
+//! - [`HangingTools`]: a gateway whose first calls of one tool never answer (stuck invocations).
+//! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask), always or the first n times.
 //! - [`fixtures`]: the cases of `tests/fixtures/queries.jsonl` and the fixture files.
 //! - [`preflight`]: a Lambda binary's cold start with chosen variables, and the refusals every function shares.
 
@@ -17,4 +18,4 @@ mod tools;
 pub use fixtures::{Case, case, cases, mcp_case, tools_of_kind};
 pub use model::{Reply, ScriptedModel, text_response};
 pub use store::{FlakyStore, StoreOp};
-pub use tools::StaticTools;
+pub use tools::{HangingTools, HungCall, StaticTools};

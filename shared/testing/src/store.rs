@@ -1,6 +1,7 @@
 //! `FlakyStore`: any conversation store with transient failures injected per operation, optionally for one subtask only.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use swarm_core::domain::{
@@ -26,11 +27,13 @@ pub enum StoreOp {
     CountFinished,
 }
 
-/// One injected failure: which operation (`None`: every one), which subtask (`None`: any call), the message.
+/// One injected failure: which operation (`None`: every one), which subtask (`None`: any call),
+/// the message, and how many more calls it fails (`None`: every call).
 struct Failure {
     op: Option<StoreOp>,
     subtask: Option<String>,
     message: String,
+    times: Option<AtomicU32>,
 }
 
 /// Wraps a store; calls matching an injected failure answer
@@ -47,27 +50,46 @@ impl FlakyStore {
 
     /// Every call of `op` fails transiently with `message`.
     pub fn fail(mut self, op: StoreOp, message: &str) -> Self {
-        self.failures.push(Failure { op: Some(op), subtask: None, message: message.to_owned() });
+        self.failures.push(Failure { op: Some(op), subtask: None, message: message.to_owned(), times: None });
+        self
+    }
+
+    /// The next `times` calls of `op` fail transiently with `message`; later ones pass through.
+    pub fn fail_times(mut self, op: StoreOp, times: u32, message: &str) -> Self {
+        self.failures.push(Failure {
+            op: Some(op),
+            subtask: None,
+            message: message.to_owned(),
+            times: Some(AtomicU32::new(times)),
+        });
         self
     }
 
     /// Calls of `op` for subtask `subtask_id` fail transiently with `message` (so its message is redelivered until dead-lettered).
     pub fn fail_for_subtask(mut self, op: StoreOp, subtask_id: &str, message: &str) -> Self {
-        self.failures.push(Failure { op: Some(op), subtask: Some(subtask_id.to_owned()), message: message.to_owned() });
+        self.failures.push(Failure {
+            op: Some(op),
+            subtask: Some(subtask_id.to_owned()),
+            message: message.to_owned(),
+            times: None,
+        });
         self
     }
 
     /// Every call fails transiently with `message` (a store throttled on everything).
     pub fn fail_everything(mut self, message: &str) -> Self {
-        self.failures.push(Failure { op: None, subtask: None, message: message.to_owned() });
+        self.failures.push(Failure { op: None, subtask: None, message: message.to_owned(), times: None });
         self
     }
 
     fn check(&self, op: StoreOp, subtask_id: Option<&str>) -> Result<(), StoreError> {
-        let hit = self
-            .failures
-            .iter()
-            .find(|f| f.op.is_none_or(|o| o == op) && f.subtask.as_deref().is_none_or(|s| subtask_id == Some(s)));
+        let hit = self.failures.iter().find(|f| {
+            f.op.is_none_or(|o| o == op)
+                && f.subtask.as_deref().is_none_or(|s| subtask_id == Some(s))
+                && f.times.as_ref().is_none_or(|left| {
+                    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+                })
+        });
         match hit {
             Some(f) => Err(StoreError::Transient(f.message.clone())),
             None => Ok(()),

@@ -1,12 +1,14 @@
-//! `StaticTools`: a tool gateway with a fixed catalogue and canned outputs, recording the calls it ran.
+//! `StaticTools`: a tool gateway with a fixed catalogue and canned outputs, recording the calls it ran; `HangingTools`: a gateway whose calls of one tool never answer.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
+use tokio::time::Instant;
 
 /// What a call of one tool answers, from its arguments.
 type Answer = Arc<dyn Fn(&str, &Value) -> Result<ToolOutput, ToolError> + Send + Sync>;
@@ -120,5 +122,76 @@ impl ToolGateway for StaticTools {
         self.ran.lock().unwrap_or_else(PoisonError::into_inner).push((name.to_owned(), arguments.clone()));
         let answer = self.answers.get(name).unwrap_or(&self.default_answer);
         answer(name, &arguments)
+    }
+}
+
+/// Wraps a gateway; the first `times` calls of one tool never answer — the call's timeout
+/// ignored, as a client without one would — so only the platform's invocation timeout ends
+/// them. When each hung call started and when its future was dropped are recorded (tokio's clock).
+pub struct HangingTools {
+    inner: Arc<dyn ToolGateway>,
+    tool: String,
+    left: AtomicU32,
+    hung: Arc<Mutex<Vec<HungCall>>>,
+}
+
+/// One call that never answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HungCall {
+    pub started: Instant,
+    /// When its future was dropped (the invocation cut); `None` while it still hangs.
+    pub dropped: Option<Instant>,
+}
+
+impl HangingTools {
+    pub fn new(inner: Arc<dyn ToolGateway>, tool: &str, times: u32) -> Self {
+        Self { inner, tool: tool.to_owned(), left: AtomicU32::new(times), hung: Arc::new(Mutex::new(Vec::new())) }
+    }
+
+    /// The calls that hung, in the order they started.
+    pub fn hung(&self) -> Vec<HungCall> {
+        self.hung.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Records the drop of a hung call's future.
+struct DropMark {
+    hung: Arc<Mutex<Vec<HungCall>>>,
+    index: usize,
+}
+
+impl Drop for DropMark {
+    fn drop(&mut self) {
+        if let Some(call) = self.hung.lock().unwrap_or_else(PoisonError::into_inner).get_mut(self.index) {
+            call.dropped = Some(Instant::now());
+        }
+    }
+}
+
+#[async_trait]
+impl ToolGateway for HangingTools {
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        self.inner.list_tools(ctx).await
+    }
+
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
+        let hang = name == self.tool
+            && self.left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !hang {
+            return self.inner.call_tool(ctx, name, arguments, timeout).await;
+        }
+        let index = {
+            let mut hung = self.hung.lock().unwrap_or_else(PoisonError::into_inner);
+            hung.push(HungCall { started: Instant::now(), dropped: None });
+            hung.len() - 1
+        };
+        let _mark = DropMark { hung: self.hung.clone(), index };
+        std::future::pending().await
     }
 }

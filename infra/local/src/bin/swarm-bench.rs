@@ -157,7 +157,7 @@ async fn main() -> anyhow::Result<()> {
     let models = swarm_adapters::llm::build_models(&config)?;
     let delay = Duration::from_millis(args.tool_ms);
     let stack = LocalStack::start(StackOptions {
-        worker_concurrency: args.concurrency,
+        worker_concurrency: Some(args.concurrency),
         models: Some(models),
         wrap_tools: Some(Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>)),
         ..StackOptions::default()

@@ -1,19 +1,38 @@
-//! What only the local platform needs, and no Lambda links: the consumer side of a queue (the event source mapping's view), the SQS consumer, table and queue provisioning, the DynamoDB stream reader with the aggregator's filter.
+//! The local platform, and nothing a Lambda links: what Lambda's event source mappings, SQS and DynamoDB Streams do on AWS, over one small [`Backend`] trait with an embedded and an emulator implementation.
 //!
-//! On AWS, Lambda's event source mappings receive from SQS and read the
-//! DynamoDB stream; locally `infra/local` does it, over [`QueueConsumer`]
-//! (implemented here for the embedded queue and for SQS on an emulator).
+//! - [`Backend`]: the conversation store, the four queues (tasks, refund and their
+//!   DLQs; each a sending [`TaskQueue`] and a receiving [`QueueConsumer`]), the table's
+//!   [`ChangeFeed`], teardown. Provisioned from the timing table by
+//!   [`embedded::EmbeddedBackend::provision`] (in memory) or
+//!   [`emulator::EmulatorBackend::provision`] (DynamoDB + stream + SQS on moto).
+//! - [`mapping::EventSourceMapping`]: SQS → worker handler, one for every queue, on both backends.
+//! - [`stream::StreamTrigger`]: the table's stream → filter → aggregator handler, on both backends.
+//! - [`invoke::invoke`]: one invocation as Lambda runs it — cut at the function's
+//!   timeout, or killed at a crash point of [`swarm_core::faults`].
 
+pub mod counters;
 pub mod dynamo_stream;
 pub mod dynamo_table;
+pub mod embedded;
+pub mod emulator;
+pub mod filter;
+pub mod invoke;
+pub mod mapping;
 pub mod sqs;
+pub mod stream;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::Value;
 use swarm_adapters::embedded::InMemoryQueue;
-use swarm_core::ports::QueueError;
+use swarm_core::ports::{ConversationStore, QueueError, StoreError, TaskQueue};
 
+pub use dynamo_stream::StreamError;
+
+/// Messages of a queue by state (`ApproximateNumberOfMessages`, `…NotVisible`, `…Delayed`).
+pub use swarm_adapters::embedded::QueueDepth;
 /// One received message, as an event source mapping hands it to a function
 /// (`messageId`, `receiptHandle`, `body`, `ApproximateReceiveCount`, `SentTimestamp`).
 pub use swarm_adapters::embedded::ReceivedMessage as Delivery;
@@ -30,6 +49,8 @@ pub trait QueueConsumer: Send + Sync {
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
     /// Makes a received message visible again after `seconds` (0..=43200).
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError>;
+    /// Messages stored, by state (`GetQueueAttributes`).
+    async fn depth(&self) -> Result<QueueDepth, QueueError>;
 }
 
 #[async_trait]
@@ -45,4 +66,88 @@ impl QueueConsumer for InMemoryQueue {
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
         InMemoryQueue::change_visibility(self, receipt_handle, seconds).await
     }
+
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        Ok(self.approximate_depth())
+    }
+}
+
+/// The table's stream as the stream trigger reads it: a record for every write of every
+/// item, in write order, in the JSON shape of a Lambda DynamoDB stream event record
+/// (`eventName`, `dynamodb.Keys`, `dynamodb.NewImage`, `SequenceNumber` …). Lossless.
+#[async_trait]
+pub trait ChangeFeed: Send + Sync {
+    /// The records written since the last call, waiting up to `wait` for the first
+    /// (an empty answer when none came).
+    async fn next_records(&mut self, wait: Duration) -> Result<Vec<Value>, StreamError>;
+}
+
+/// The swarm's queues, each with its dead-letter queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Queue {
+    /// Ordinary subtasks and deadline messages.
+    Tasks,
+    TasksDeadLetters,
+    /// Subtasks of the refund role.
+    Refund,
+    RefundDeadLetters,
+}
+
+impl Queue {
+    pub const ALL: [Queue; 4] = [Queue::Tasks, Queue::TasksDeadLetters, Queue::Refund, Queue::RefundDeadLetters];
+
+    /// Whether this is a dead-letter queue (consumed by the worker in `DeadLetters` mode).
+    pub fn is_dead_letters(self) -> bool {
+        matches!(self, Queue::TasksDeadLetters | Queue::RefundDeadLetters)
+    }
+}
+
+/// Both sides of one provisioned queue.
+#[derive(Clone)]
+pub struct QueueHandles {
+    /// The queue's name (its URL's last segment on SQS).
+    pub name: String,
+    /// What the functions send with.
+    pub sender: Arc<dyn TaskQueue>,
+    /// What the event source mapping receives with.
+    pub consumer: Arc<dyn QueueConsumer>,
+}
+
+/// The four queues of a backend.
+#[derive(Clone)]
+pub struct QueueSet {
+    pub tasks: QueueHandles,
+    pub tasks_dead_letters: QueueHandles,
+    pub refund: QueueHandles,
+    pub refund_dead_letters: QueueHandles,
+}
+
+impl QueueSet {
+    pub fn get(&self, queue: Queue) -> &QueueHandles {
+        match queue {
+            Queue::Tasks => &self.tasks,
+            Queue::TasksDeadLetters => &self.tasks_dead_letters,
+            Queue::Refund => &self.refund,
+            Queue::RefundDeadLetters => &self.refund_dead_letters,
+        }
+    }
+}
+
+/// Where the swarm's data lives locally: provisioned from the (scaled) timing table by
+/// its constructor (table with stream `NEW_IMAGE`; queues with their visibility timeouts
+/// and a redrive policy of `queues.max_receive_count` receives), torn down by [`Backend::teardown`].
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// One line for people: which backend, and where.
+    fn describe(&self) -> String;
+    /// The conversation store the functions use.
+    fn store(&self) -> Arc<dyn ConversationStore>;
+    /// Both sides of `queue`.
+    fn queue(&self, queue: Queue) -> &QueueHandles;
+    /// The table's stream from now on (open it before the first write).
+    async fn change_feed(&self) -> Result<Box<dyn ChangeFeed>, StreamError>;
+    /// Conversation items in the table ("bad input writes nothing").
+    async fn conversation_count(&self) -> Result<usize, StoreError>;
+    /// Deletes what provisioning created (a no-op in memory); failures are logged.
+    async fn teardown(&self);
 }

@@ -10,7 +10,7 @@ use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 use swarm_adapters::aws::sqs::{to_queue_error, without_sdk_retries};
 use swarm_core::ports::{QueueError, SQS_BATCH_LIMIT};
 
-use super::{Delivery, QueueConsumer};
+use super::{Delivery, QueueConsumer, QueueDepth};
 
 /// Longest `WaitTimeSeconds` of one `ReceiveMessage` call (SQS limit).
 const MAX_LONG_POLL_SECS: u64 = 20;
@@ -132,25 +132,60 @@ impl QueueConsumer for SqsConsumer {
             Err(e) => Err(to_queue_error("ChangeMessageVisibility", e)),
         }
     }
+
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        use QueueAttributeName as A;
+        let req = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::ApproximateNumberOfMessagesDelayed);
+        let out = self
+            .retry
+            .run("sqs", "GetQueueAttributes", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_queue_error("GetQueueAttributes", e))?;
+        let attrs = out.attributes.unwrap_or_default();
+        let get = |a: A| attrs.get(&a).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(QueueDepth {
+            visible: get(A::ApproximateNumberOfMessages),
+            in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(A::ApproximateNumberOfMessagesDelayed),
+        })
+    }
 }
 
-/// Creates `name` and its dead-letter queue `<name>-dlq` (for the emulator,
-/// tests and `swarm-local`): `VisibilityTimeout` in seconds, and a redrive
+/// A queue and its dead-letter queue, as [`create_queue_with_dlq`] creates them.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueSpec<'a> {
+    /// The queue's name; the DLQ is `<name>-dlq`.
+    pub name: &'a str,
+    /// The queue's `VisibilityTimeout`, seconds.
+    pub visibility_timeout_secs: u32,
+    /// The DLQ's `VisibilityTimeout`, seconds (what its consumer's retries wait).
+    pub dlq_visibility_timeout_secs: u32,
+    /// Redrive policy: receives before a message moves to the DLQ.
+    pub max_receive_count: u32,
+}
+
+/// Creates a queue and its dead-letter queue `<name>-dlq` (for the emulator,
+/// tests and `swarm-local`): each with its `VisibilityTimeout`, and a redrive
 /// policy moving a message to the DLQ after `max_receive_count` receives.
 /// Existing queues of those names with the same attributes are reused.
 /// Returns `(queue_url, dlq_url)`.
 ///
 /// Errors: [`QueueError::Permanent`] when SQS rejects a request (e.g. a name
 /// over 80 characters, or an existing queue with other attributes).
-pub async fn create_queue_with_dlq(
-    client: &Client,
-    name: &str,
-    visibility_timeout_secs: u32,
-    max_receive_count: u32,
-) -> Result<(String, String), QueueError> {
+pub async fn create_queue_with_dlq(client: &Client, spec: QueueSpec<'_>) -> Result<(String, String), QueueError> {
+    let QueueSpec { name, visibility_timeout_secs, dlq_visibility_timeout_secs, max_receive_count } = spec;
     let retry = AwsRetryPolicy::default();
     let dlq_name = format!("{name}-dlq");
-    let req = client.create_queue().queue_name(&dlq_name);
+    let req = client
+        .create_queue()
+        .queue_name(&dlq_name)
+        .attributes(QueueAttributeName::VisibilityTimeout, dlq_visibility_timeout_secs.to_string());
     let dlq_url = retry
         .run("sqs", "CreateQueue", sdk_error_is_transient, || req.clone().send())
         .await

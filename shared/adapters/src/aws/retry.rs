@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use swarm_core::timings::Timings;
 
 /// Error codes worth retrying in place: throttling, contention, server faults.
 const TRANSIENT_CODES: &[&str] = &[
@@ -46,18 +47,23 @@ pub struct AwsRetryPolicy {
 }
 
 impl Default for AwsRetryPolicy {
-    /// 4 attempts, 50 ms base, 1 s cap, 10 s per attempt: at most ~43 s in all.
+    /// The standard timing table's `[aws]` retries: 4 attempts, 50 ms base, 1 s cap, 10 s per attempt (at most ~43 s in all).
     fn default() -> Self {
-        Self {
-            max_attempts: 4,
-            base_delay: Duration::from_millis(50),
-            max_delay: Duration::from_secs(1),
-            attempt_timeout: Duration::from_secs(10),
-        }
+        Self::from_timings(Timings::standard())
     }
 }
 
 impl AwsRetryPolicy {
+    /// `aws.retry_attempts`, `aws.retry_base_ms`, `aws.retry_max_ms`, `aws.attempt_timeout_secs` of `timings`.
+    pub fn from_timings(timings: &Timings) -> Self {
+        Self {
+            max_attempts: timings.aws.retry_attempts,
+            base_delay: timings.aws.retry_base,
+            max_delay: timings.aws.retry_max,
+            attempt_timeout: timings.aws.attempt_timeout,
+        }
+    }
+
     /// Full-jitter delay before attempt `attempt + 1` (0-based `attempt` that failed):
     /// uniform in `0..=min(max_delay, base_delay * 2^attempt)`.
     pub fn backoff(&self, attempt: u32) -> Duration {

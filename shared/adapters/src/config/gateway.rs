@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::{ConfigError, SecretSource, Vars};
 
-/// Longest wait for one `tools/call` through the gateway client.
-pub const GATEWAY_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one `tools/call` through the gateway client: the timing table's `worker.tool_timeout_secs`.
+pub const GATEWAY_CALL_TIMEOUT: Duration = swarm_core::timings::Timings::STANDARD.worker.tool_timeout;
 
 /// How a function reaches the MCP tool gateway.
 #[derive(Clone, Debug, PartialEq, Eq)]

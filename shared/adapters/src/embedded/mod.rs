@@ -3,5 +3,5 @@
 mod queue;
 mod store;
 
-pub use queue::{InMemoryQueue, QueueSettings, ReceivedMessage};
-pub use store::{InMemoryConversationStore, ItemChange};
+pub use queue::{InMemoryQueue, QueueDepth, QueueSettings, ReceivedMessage};
+pub use store::{ChangedItem, InMemoryConversationStore, ItemChange};

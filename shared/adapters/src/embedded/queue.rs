@@ -30,6 +30,25 @@ impl Default for QueueSettings {
     }
 }
 
+/// Messages of a queue by state, as SQS's `ApproximateNumberOfMessages`,
+/// `…NotVisible` and `…Delayed` attributes count them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Ready to be received.
+    pub visible: u64,
+    /// Received and neither deleted nor visible again yet.
+    pub in_flight: u64,
+    /// Sent with a delay that has not passed yet.
+    pub delayed: u64,
+}
+
+impl QueueDepth {
+    /// Every message stored.
+    pub fn total(&self) -> u64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
 /// One received message, as SQS's `ReceiveMessage` answers it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceivedMessage {
@@ -92,6 +111,21 @@ impl InMemoryQueue {
     /// Messages stored (visible, delayed or in flight).
     pub fn depth(&self) -> usize {
         self.state.lock().map(|s| s.messages.len()).unwrap_or(0)
+    }
+
+    /// Messages by state now (a message due for the DLQ counts as visible until a receive moves it, as on SQS).
+    pub fn approximate_depth(&self) -> QueueDepth {
+        let now = Instant::now();
+        let Ok(s) = self.state.lock() else { return QueueDepth::default() };
+        let mut depth = QueueDepth::default();
+        for m in &s.messages {
+            match (m.visible_at <= now, m.receive_count) {
+                (true, _) => depth.visible += 1,
+                (false, 0) => depth.delayed += 1,
+                (false, _) => depth.in_flight += 1,
+            }
+        }
+        depth
     }
 
     /// Sends one raw body (used for bodies that are not [`TaskMessage`]s, e.g. poison-message tests).
@@ -279,6 +313,20 @@ mod tests {
         assert_eq!(main.depth(), 0);
         let d = dlq.receive(1, Duration::ZERO).await.unwrap();
         assert_eq!(d[0].body, "x");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn depth_counts_visible_in_flight_and_delayed_messages() {
+        let (main, _) = q(3);
+        main.send_raw("a".into(), Duration::ZERO).unwrap();
+        main.send_raw("b".into(), Duration::ZERO).unwrap();
+        main.send_raw("c".into(), Duration::from_secs(60)).unwrap();
+        assert_eq!(main.approximate_depth(), QueueDepth { visible: 2, in_flight: 0, delayed: 1 });
+        main.receive(1, Duration::ZERO).await.unwrap();
+        assert_eq!(main.approximate_depth(), QueueDepth { visible: 1, in_flight: 1, delayed: 1 });
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(main.approximate_depth(), QueueDepth { visible: 2, in_flight: 0, delayed: 1 });
+        assert_eq!(main.approximate_depth().total(), 3);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,23 +1,47 @@
-//! Embedded conversation store: DynamoDB's single-table semantics (conditional writes, a stream of new images) in memory.
+//! Embedded conversation store: DynamoDB's single-table semantics (conditional writes, a lossless stream of new images) in memory.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
 };
 use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome, StoreError};
 
-/// A change of an item, as a DynamoDB stream (`NEW_AND_OLD_IMAGES` of the new image) would carry it.
+/// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
 #[derive(Clone, Debug)]
-pub enum ItemChange {
-    /// The conversation item (`SK = META`) after an `INSERT` or `MODIFY`.
+pub struct ItemChange {
+    /// Position in the store's write order, from 1 (the record's `SequenceNumber`).
+    pub sequence: u64,
+    /// The write created the item (`INSERT`); otherwise it changed it (`MODIFY`).
+    pub created: bool,
+    /// The item after the write.
+    pub item: ChangedItem,
+}
+
+/// The item a write left, by kind (the table's layout: `META`, `TASK#…`, `IDEM`).
+#[derive(Clone, Debug)]
+pub enum ChangedItem {
+    /// The conversation item (`PK = CONV#<id>`, `SK = META`).
     Conversation(Conversation),
-    /// A subtask item (`SK = TASK#…`) after a write.
+    /// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`).
     Subtask(SubtaskRecord),
+    /// The idempotency-key item (`PK = IDEM#<customer>#<key>`), written with its conversation.
+    IdempotencyKey { customer_id: String, key: String, conversation_id: ConversationId, ttl: i64 },
+}
+
+impl ItemChange {
+    /// The conversation the item belongs to.
+    pub fn conversation_id(&self) -> &ConversationId {
+        match &self.item {
+            ChangedItem::Conversation(c) => &c.id,
+            ChangedItem::Subtask(r) => &r.conversation_id,
+            ChangedItem::IdempotencyKey { conversation_id, .. } => conversation_id,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -25,14 +49,26 @@ struct Tables {
     conversations: HashMap<ConversationId, Conversation>,
     subtasks: HashMap<ConversationId, BTreeMap<String, SubtaskRecord>>,
     idempotency: HashMap<(String, String), ConversationId>,
+    /// The stream's readers; each gets every change, in write order.
+    subscribers: Vec<mpsc::UnboundedSender<ItemChange>>,
+    last_sequence: u64,
+}
+
+impl Tables {
+    /// Hands one write to every reader. Called with the lock held, so readers see writes in
+    /// the order they were applied; a reader that went away is dropped.
+    fn emit(&mut self, created: bool, item: ChangedItem) {
+        self.last_sequence += 1;
+        let change = ItemChange { sequence: self.last_sequence, created, item };
+        self.subscribers.retain(|s| s.send(change.clone()).is_ok());
+    }
 }
 
 /// In-memory [`ConversationStore`]. Each call takes one lock, so every
 /// operation is atomic like a DynamoDB conditional write or transaction.
-/// [`subscribe`](Self::subscribe) gives the conversation items' stream.
+/// [`subscribe`](Self::subscribe) gives the table's stream.
 pub struct InMemoryConversationStore {
     tables: Mutex<Tables>,
-    stream: broadcast::Sender<ItemChange>,
 }
 
 impl Default for InMemoryConversationStore {
@@ -43,13 +79,21 @@ impl Default for InMemoryConversationStore {
 
 impl InMemoryConversationStore {
     pub fn new() -> Self {
-        let (stream, _) = broadcast::channel(4096);
-        Self { tables: Mutex::new(Tables::default()), stream }
+        Self { tables: Mutex::new(Tables::default()) }
     }
 
-    /// The stream of item changes (like a DynamoDB stream with `NEW_IMAGE`), in write order.
-    pub fn subscribe(&self) -> broadcast::Receiver<ItemChange> {
-        self.stream.subscribe()
+    /// The table's stream from now on, like a DynamoDB stream with `NEW_IMAGE`: a record for
+    /// every write of every item (conversation, subtasks, idempotency keys), in write order.
+    /// Lossless: each reader has its own unbounded channel, so a slow reader delays nothing
+    /// and misses nothing. A failed conditional write writes nothing and emits nothing.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<ItemChange> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        match self.tables.lock() {
+            Ok(mut t) => t.subscribers.push(tx),
+            // A poisoned store serves no call; the reader sees the stream end.
+            Err(_) => drop(tx),
+        }
+        rx
     }
 
     /// Number of conversation items (for "bad input writes nothing" tests).
@@ -59,15 +103,6 @@ impl InMemoryConversationStore {
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Tables>, StoreError> {
         self.tables.lock().map_err(|_| StoreError::Permanent("store lock poisoned".into()))
-    }
-
-    fn emit(&self, conv: &Conversation) {
-        // No subscriber is fine: nobody listens to the stream in some tests.
-        let _ = self.stream.send(ItemChange::Conversation(conv.clone()));
-    }
-
-    fn emit_subtask(&self, rec: &SubtaskRecord) {
-        let _ = self.stream.send(ItemChange::Subtask(rec.clone()));
     }
 }
 
@@ -86,9 +121,18 @@ impl ConversationStore for InMemoryConversationStore {
         }
         if let Some(key) = &conversation.idempotency_key {
             t.idempotency.insert((conversation.customer_id.clone(), key.clone()), conversation.id.clone());
+            t.emit(
+                true,
+                ChangedItem::IdempotencyKey {
+                    customer_id: conversation.customer_id.clone(),
+                    key: key.clone(),
+                    conversation_id: conversation.id.clone(),
+                    ttl: conversation.ttl,
+                },
+            );
         }
         t.conversations.insert(conversation.id.clone(), conversation.clone());
-        self.emit(conversation);
+        t.emit(true, ChangedItem::Conversation(conversation.clone()));
         Ok(CreateOutcome::Created)
     }
 
@@ -118,7 +162,11 @@ impl ConversationStore for InMemoryConversationStore {
         for s in subtasks {
             map.insert(s.subtask.id.clone(), s.clone());
         }
-        self.emit(&snapshot);
+        // As the DynamoDB store writes them: the subtask items, then the conversation's flip.
+        for s in subtasks {
+            t.emit(true, ChangedItem::Subtask(s.clone()));
+        }
+        t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
 
@@ -135,7 +183,7 @@ impl ConversationStore for InMemoryConversationStore {
         }
         conv.status = to;
         let snapshot = conv.clone();
-        self.emit(&snapshot);
+        t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
 
@@ -149,7 +197,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.reply = Some(reply.to_owned());
         conv.usage = conv.usage.add(usage);
         let snapshot = conv.clone();
-        self.emit(&snapshot);
+        t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
 
@@ -162,7 +210,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.status = ConversationStatus::Failed;
         conv.error = Some(reason.to_owned());
         let snapshot = conv.clone();
-        self.emit(&snapshot);
+        t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
 
@@ -190,7 +238,7 @@ impl ConversationStore for InMemoryConversationStore {
         }
         rec.status = to;
         let snapshot = rec.clone();
-        self.emit_subtask(&snapshot);
+        t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(true)
     }
 
@@ -213,7 +261,7 @@ impl ConversationStore for InMemoryConversationStore {
             rec.started_at_ms = Some(now_ms);
         }
         let snapshot = rec.clone();
-        self.emit_subtask(&snapshot);
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(AttemptStart::Started(snapshot))
     }
 
@@ -223,6 +271,8 @@ impl ConversationStore for InMemoryConversationStore {
             && !rec.status.is_terminal()
         {
             rec.checkpoint = Some(checkpoint.to_owned());
+            let snapshot = rec.clone();
+            t.emit(false, ChangedItem::Subtask(snapshot));
         }
         Ok(())
     }
@@ -250,7 +300,7 @@ impl ConversationStore for InMemoryConversationStore {
         rec.finished_at_ms = Some(now_ms);
         rec.checkpoint = None;
         let snapshot = rec.clone();
-        self.emit_subtask(&snapshot);
+        t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(RecordOutcome::Recorded)
     }
 
@@ -274,7 +324,99 @@ impl ConversationStore for InMemoryConversationStore {
         conv.usage = conv.usage.add(usage);
         let remaining = conv.remaining;
         let snapshot = conv.clone();
-        self.emit(&snapshot);
+        t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(CountOutcome::Counted { remaining })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use super::*;
+    use swarm_core::domain::Subtask;
+
+    fn subtask(c: &Conversation, id: &str) -> SubtaskRecord {
+        SubtaskRecord::new(
+            c,
+            Subtask { id: id.into(), instruction: id.into(), tools: vec![], depends_on: vec![] },
+            "support".into(),
+        )
+    }
+
+    fn kind(change: &ItemChange) -> String {
+        let what = match &change.item {
+            ChangedItem::Conversation(c) => format!("META {} {}", c.status.as_str(), c.remaining),
+            ChangedItem::Subtask(r) => format!("TASK#{} {}", r.subtask.id, r.status.as_str()),
+            ChangedItem::IdempotencyKey { key, .. } => format!("IDEM {key}"),
+        };
+        format!("{} {what}", if change.created { "INSERT" } else { "MODIFY" })
+    }
+
+    #[tokio::test]
+    async fn every_write_of_every_item_is_on_the_stream_in_order_and_a_failed_condition_writes_none() {
+        let store = InMemoryConversationStore::new();
+        let mut stream = store.subscribe();
+        let mut c = Conversation::new("C1", "q", 0, 120);
+        c.idempotency_key = Some("k1".into());
+        store.create_conversation(&c).await.unwrap();
+        let subtasks = [subtask(&c, "w01"), subtask(&c, "w02")];
+        store.start_run(&c.id, &subtasks, &[], &Usage::default()).await.unwrap();
+        store.begin_attempt(&c.id, "w01", 1).await.unwrap();
+        store.save_checkpoint(&c.id, "w01", "{}").await.unwrap();
+        let result = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
+        store.record_result(&c.id, "w01", &result, &Usage::default(), &[], 2).await.unwrap();
+        store.count_finished(&c.id, "w01", &Usage::default()).await.unwrap();
+        // Failed conditions: nothing written, nothing on the stream.
+        assert_eq!(store.count_finished(&c.id, "w01", &Usage::default()).await.unwrap(), CountOutcome::AlreadyCounted);
+        assert!(
+            !store
+                .transition_conversation(&c.id, ConversationStatus::Planning, ConversationStatus::Failed)
+                .await
+                .unwrap()
+        );
+        assert!(matches!(store.create_conversation(&c).await.unwrap(), CreateOutcome::Existing(_)));
+
+        let mut seen = Vec::new();
+        while let Ok(change) = stream.try_recv() {
+            seen.push(change);
+        }
+        let sequences: Vec<u64> = seen.iter().map(|c| c.sequence).collect();
+        assert_eq!(sequences, (1..=9).collect::<Vec<_>>());
+        assert!(seen.iter().all(|ch| ch.conversation_id() == &c.id));
+        let kinds: Vec<String> = seen.iter().map(kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "INSERT IDEM k1",
+                "INSERT META PLANNING 0",
+                "INSERT TASK#w01 QUEUED",
+                "INSERT TASK#w02 QUEUED",
+                "MODIFY META RUNNING 2",
+                "MODIFY TASK#w01 RUNNING",
+                "MODIFY TASK#w01 RUNNING",
+                "MODIFY TASK#w01 SUCCEEDED",
+                "MODIFY META RUNNING 1",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_falls_far_behind_misses_nothing() {
+        let store = InMemoryConversationStore::new();
+        let mut slow = store.subscribe();
+        let c = Conversation::new("C1", "q", 0, 120);
+        store.create_conversation(&c).await.unwrap();
+        let many: Vec<SubtaskRecord> = (0..100).map(|i| subtask(&c, &format!("w{i:03}"))).collect();
+        store.start_run(&c.id, &many, &[], &Usage::default()).await.unwrap();
+        for round in 0..50 {
+            for r in &many {
+                store.save_checkpoint(&c.id, &r.subtask.id, &format!("{round}")).await.unwrap();
+            }
+        }
+        let mut n = 0;
+        while slow.try_recv().is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, 1 + 100 + 1 + 50 * 100, "a broadcast channel would have dropped most of these");
     }
 }

@@ -56,8 +56,8 @@ impl LlmEndpoint {
     }
 }
 
-/// Default per-request timeout (`LLM_TIMEOUT_SECS`), seconds.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// Default per-request timeout (`LLM_TIMEOUT_SECS`), seconds: the timing table's `llm.request_timeout_secs`.
+pub const DEFAULT_TIMEOUT_SECS: u64 = swarm_core::timings::Timings::STANDARD.llm.request_timeout.as_secs();
 /// Default cap on concurrent calls per model instance (`LLM_MAX_IN_FLIGHT`).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
 

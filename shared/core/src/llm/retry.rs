@@ -12,6 +12,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::ports::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::timings::Timings;
 
 /// Shortest time worth starting an attempt with: a retry whose wait leaves
 /// less than this before the deadline is not made (the answer could not arrive).
@@ -29,9 +30,20 @@ pub struct LlmRetryPolicy {
 }
 
 impl Default for LlmRetryPolicy {
-    /// 6 attempts, 500 ms base, 20 s cap.
+    /// The standard timing table's `[llm]` retries (6 attempts, 500 ms base, 20 s cap).
     fn default() -> Self {
-        Self { max_attempts: 6, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(20) }
+        Self::from_timings(Timings::standard())
+    }
+}
+
+impl LlmRetryPolicy {
+    /// `llm.retry_attempts`, `llm.retry_base_ms`, `llm.retry_max_ms` of `timings`.
+    pub fn from_timings(timings: &Timings) -> Self {
+        Self {
+            max_attempts: timings.llm.retry_attempts,
+            base_delay: timings.llm.retry_base,
+            max_delay: timings.llm.retry_max,
+        }
     }
 }
 

@@ -61,7 +61,8 @@ pub(super) fn usage_attributes(usage: &Usage) -> Vec<(&'static str, AttributeVal
     out
 }
 
-pub(super) type Item = HashMap<String, AttributeValue>;
+/// One item of the table, attribute name → value.
+pub type Item = HashMap<String, AttributeValue>;
 
 pub(super) fn corrupt(what: &str, item: &Item) -> StoreError {
     let pk = item.get("PK").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
@@ -113,7 +114,9 @@ pub(super) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> 
     serde_json::to_string(v).map_err(|e| StoreError::Permanent(format!("cannot serialize: {e}")))
 }
 
-pub(super) fn conversation_item(c: &Conversation) -> Item {
+/// The conversation item (`PK = CONV#<id>`, `SK = META`) as the store writes it
+/// (also the local platform's stream images).
+pub fn conversation_item(c: &Conversation) -> Item {
     let mut item = key(conv_pk(&c.id), META.to_owned());
     item.insert("status".into(), s(c.status.as_str()));
     item.insert("remaining".into(), n(c.remaining));
@@ -141,6 +144,15 @@ pub(super) fn conversation_item(c: &Conversation) -> Item {
         item.insert(name.into(), v);
     }
     item.insert("ttl".into(), n(c.ttl));
+    item
+}
+
+/// The idempotency-key item (`PK = IDEM#<customer>#<key>`, `SK = IDEM`) written with its conversation.
+pub fn idempotency_item(customer_id: &str, idempotency_key: &str, conversation_id: &ConversationId, ttl: i64) -> Item {
+    let mut item = key(idem_pk(customer_id, idempotency_key), "IDEM".to_owned());
+    item.insert("conversation_id".into(), s(conversation_id.as_str()));
+    item.insert("customer_id".into(), s(customer_id));
+    item.insert("ttl".into(), n(ttl));
     item
 }
 
@@ -176,7 +188,10 @@ pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreE
     })
 }
 
-pub(super) fn subtask_item(r: &SubtaskRecord) -> Result<Item, StoreError> {
+/// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`) as the store writes it.
+///
+/// Errors: [`StoreError::Permanent`] when the subtask or its usage does not serialise.
+pub fn subtask_item(r: &SubtaskRecord) -> Result<Item, StoreError> {
     let mut item = key(conv_pk(&r.conversation_id), task_sk(&r.subtask.id));
     item.insert("status".into(), s(r.status.as_str()));
     item.insert("subtask".into(), s(to_json(&r.subtask)?));

@@ -14,7 +14,7 @@ use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOut
 
 use super::codec::{
     Item, META, TASK_PREFIX, conv_pk, conversation_from_item, conversation_item, fit_checkpoint, fit_result, get_n,
-    idem_pk, key, n, opt_s, s, subtask_from_item, subtask_item, task_sk, to_json,
+    idem_pk, idempotency_item, key, n, opt_s, s, subtask_from_item, subtask_item, task_sk, to_json,
 };
 use super::update::Update;
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
@@ -218,10 +218,7 @@ impl ConversationStore for DynamoConversationStore {
             };
         };
         let idem_pk = idem_pk(&conversation.customer_id, idem_key);
-        let mut idem = key(idem_pk.clone(), "IDEM".to_owned());
-        idem.insert("conversation_id".into(), s(conversation.id.as_str()));
-        idem.insert("customer_id".into(), s(&conversation.customer_id));
-        idem.insert("ttl".into(), n(conversation.ttl));
+        let idem = idempotency_item(&conversation.customer_id, idem_key, &conversation.id, conversation.ttl);
         let req = self
             .client
             .transact_write_items()

@@ -1,0 +1,261 @@
+//! The emulator backend: DynamoDB (with its stream) and SQS on an AWS emulator (moto), through the same AWS adapters the Lambdas use; tables and queues get names unique to the run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use serde_json::Value;
+use swarm_adapters::aws::dynamo::DynamoConversationStore;
+use swarm_adapters::aws::dynamo::store::to_store_error;
+use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
+use swarm_adapters::aws::sqs::SqsTaskQueue;
+use swarm_core::ports::{ConversationStore, StoreError, TaskQueue};
+use swarm_core::timings::{Timings, seconds_rounded_up};
+
+use super::dynamo_stream::{DynamoStreamReader, StartPosition};
+use super::dynamo_table::create_table;
+use super::sqs::{QueueSpec, SqsConsumer, create_queue_with_dlq};
+use super::{Backend, ChangeFeed, Queue, QueueConsumer, QueueHandles, QueueSet, StreamError};
+
+/// Shortest wait between two empty stream polls: moto serves every call in Python, and polling
+/// it faster (a small time scale) only takes the CPU the functions need.
+const MIN_STREAM_POLL: Duration = Duration::from_millis(50);
+/// Longest wait for one clean-up call at teardown.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the emulator is and how a run uses it.
+#[derive(Clone, Debug)]
+pub struct EmulatorOptions {
+    /// The emulator's endpoint, e.g. `http://127.0.0.1:5000`.
+    pub endpoint: String,
+    /// `AWS_REGION`, else `us-east-1`.
+    pub region: String,
+    /// Prefix of the table and queue names; a unique suffix is added per run.
+    pub name_prefix: String,
+    /// Leave the table and queues on the emulator at teardown (to inspect them).
+    pub keep_resources: bool,
+}
+
+impl EmulatorOptions {
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            region: std::env::var("AWS_REGION")
+                .ok()
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or_else(|| "us-east-1".into()),
+            name_prefix: "swarm-local".into(),
+            keep_resources: false,
+        }
+    }
+}
+
+/// A DynamoDB, DynamoDB Streams and SQS client for `endpoint`: credentials from
+/// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`, else the emulator's `test` / `test`.
+pub fn emulator_clients(
+    endpoint: &str,
+    region: &str,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client, aws_sdk_sqs::Client) {
+    let var = |k: &str, default: &str| {
+        std::env::var(k).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+    };
+    let credentials = aws_sdk_dynamodb::config::Credentials::new(
+        var("AWS_ACCESS_KEY_ID", "test"),
+        var("AWS_SECRET_ACCESS_KEY", "test"),
+        None,
+        None,
+        "swarm-local",
+    );
+    let region = aws_sdk_dynamodb::config::Region::new(region.to_owned());
+    let dynamodb = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(region.clone())
+        .credentials_provider(credentials.clone())
+        .build();
+    let streams = aws_sdk_dynamodbstreams::Config::builder()
+        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(region.clone())
+        .credentials_provider(credentials.clone())
+        .build();
+    let sqs = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(region)
+        .credentials_provider(credentials)
+        .build();
+    (
+        aws_sdk_dynamodb::Client::from_conf(dynamodb),
+        aws_sdk_dynamodbstreams::Client::from_conf(streams),
+        aws_sdk_sqs::Client::from_conf(sqs),
+    )
+}
+
+/// The swarm's data on an emulator.
+pub struct EmulatorBackend {
+    options: EmulatorOptions,
+    dynamodb: aws_sdk_dynamodb::Client,
+    streams: aws_sdk_dynamodbstreams::Client,
+    sqs: aws_sdk_sqs::Client,
+    table: String,
+    store: Arc<DynamoConversationStore>,
+    queues: QueueSet,
+    queue_urls: Vec<String>,
+    stream_poll: Duration,
+}
+
+impl EmulatorBackend {
+    /// Creates the table (stream `NEW_IMAGE`, TTL) and the tasks and refund queues with their
+    /// DLQs: visibility timeouts from `queues.*` rounded up to whole seconds (SQS holds
+    /// integers), a redrive after `queues.max_receive_count` receives. The change feed polls
+    /// the stream every `local.stream_poll` (at least every 50 ms).
+    ///
+    /// Errors: the emulator does not answer or refuses a request.
+    pub async fn provision(options: &EmulatorOptions, timings: &Timings) -> anyhow::Result<Self> {
+        let (dynamodb, streams, sqs) = emulator_clients(&options.endpoint, &options.region);
+        // Names unique to this run: several runs (and tests) share one emulator.
+        let run = uuid::Uuid::now_v7().simple().to_string();
+        let base = format!("{}-{}", options.name_prefix, &run[run.len() - 12..]);
+        create_table(&dynamodb, &base).await.with_context(|| {
+            format!("creating table {base} on {} (is the emulator running? infra/aws/moto.sh start)", options.endpoint)
+        })?;
+        let secs = |d: Duration| u32::try_from(seconds_rounded_up(d)).unwrap_or(u32::MAX);
+        let q = &timings.queues;
+        let mut queue_urls = Vec::new();
+        let pair = |name: String, visibility: Duration| {
+            let sqs = sqs.clone();
+            async move {
+                let spec = QueueSpec {
+                    name: &name,
+                    visibility_timeout_secs: secs(visibility),
+                    dlq_visibility_timeout_secs: secs(q.dead_letters.visibility_timeout),
+                    max_receive_count: q.max_receive_count,
+                };
+                let (url, dlq_url) =
+                    create_queue_with_dlq(&sqs, spec).await.with_context(|| format!("creating queue {name}"))?;
+                anyhow::Ok((handles(&sqs, &url), handles(&sqs, &dlq_url), [url, dlq_url]))
+            }
+        };
+        let (tasks, tasks_dead_letters, urls) = pair(format!("{base}-tasks"), q.tasks.visibility_timeout).await?;
+        queue_urls.extend(urls);
+        let (refund, refund_dead_letters, urls) = pair(format!("{base}-refund"), q.refund.visibility_timeout).await?;
+        queue_urls.extend(urls);
+        let store = Arc::new(DynamoConversationStore::new(dynamodb.clone(), base.clone()));
+        tracing::info!(table = %base, queues = ?queue_urls, endpoint = %options.endpoint, "emulator resources ready");
+        Ok(Self {
+            options: options.clone(),
+            dynamodb,
+            streams,
+            sqs,
+            table: base,
+            store,
+            queues: QueueSet { tasks, tasks_dead_letters, refund, refund_dead_letters },
+            queue_urls,
+            stream_poll: timings.local.stream_poll.max(MIN_STREAM_POLL),
+        })
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+fn handles(sqs: &aws_sdk_sqs::Client, url: &str) -> QueueHandles {
+    QueueHandles {
+        name: url.rsplit('/').next().unwrap_or(url).to_owned(),
+        sender: Arc::new(SqsTaskQueue::new(sqs.clone(), url.to_owned())) as Arc<dyn TaskQueue>,
+        consumer: Arc::new(SqsConsumer::new(sqs.clone(), url.to_owned())) as Arc<dyn QueueConsumer>,
+    }
+}
+
+#[async_trait]
+impl Backend for EmulatorBackend {
+    fn describe(&self) -> String {
+        format!(
+            "emulator {} · table {} · queues {}, {} (+ DLQs)",
+            self.options.endpoint, self.table, self.queues.tasks.name, self.queues.refund.name
+        )
+    }
+
+    fn store(&self) -> Arc<dyn ConversationStore> {
+        self.store.clone()
+    }
+
+    fn queue(&self, queue: Queue) -> &QueueHandles {
+        self.queues.get(queue)
+    }
+
+    /// Reads the stream from its start: the table is new, so nothing before this run is replayed.
+    async fn change_feed(&self) -> Result<Box<dyn ChangeFeed>, StreamError> {
+        let reader = DynamoStreamReader::open(
+            &self.dynamodb,
+            self.streams.clone(),
+            &self.table,
+            &self.options.region,
+            StartPosition::TrimHorizon,
+        )
+        .await?
+        .with_poll_interval(self.stream_poll);
+        Ok(Box::new(reader))
+    }
+
+    async fn conversation_count(&self) -> Result<usize, StoreError> {
+        use aws_sdk_dynamodb::types::{AttributeValue, Select};
+        let retry = AwsRetryPolicy::default();
+        let mut count = 0usize;
+        let mut start = None;
+        loop {
+            let req = self
+                .dynamodb
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("SK = :meta")
+                .expression_attribute_values(":meta", AttributeValue::S("META".into()))
+                .select(Select::Count)
+                .set_exclusive_start_key(start);
+            let out = retry
+                .run("dynamodb", "Scan", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Scan", e))?;
+            count += usize::try_from(out.count).unwrap_or(0);
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(count),
+            }
+        }
+    }
+
+    /// Deletes the queues and the table (unless kept); failures are logged.
+    async fn teardown(&self) {
+        if self.options.keep_resources {
+            tracing::info!(table = %self.table, queues = ?self.queue_urls, "emulator resources kept");
+            return;
+        }
+        for url in &self.queue_urls {
+            match tokio::time::timeout(CLEANUP_TIMEOUT, self.sqs.delete_queue().queue_url(url).send()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(queue_url = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not delete queue")
+                }
+                Err(_) => tracing::warn!(queue_url = %url, "DeleteQueue gave no answer"),
+            }
+        }
+        match tokio::time::timeout(CLEANUP_TIMEOUT, self.dynamodb.delete_table().table_name(&self.table).send()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(table = %self.table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "could not delete table")
+            }
+            Err(_) => tracing::warn!(table = %self.table, "DeleteTable gave no answer"),
+        }
+    }
+}
+
+#[async_trait]
+impl ChangeFeed for DynamoStreamReader {
+    async fn next_records(&mut self, wait: Duration) -> Result<Vec<Value>, StreamError> {
+        self.next_batch(wait).await
+    }
+}

@@ -1,0 +1,218 @@
+//! The SQS event source mapping, as Lambda runs it, over any [`QueueConsumer`]: long poll, `BatchSize`, `MaximumConcurrency`, the function's timeout, and partial batch responses — failed messages are left for the queue's visibility timeout and redrive policy, never hurried back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use swarm_core::faults::FaultPlan;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use worker::{Worker, WorkerMode};
+
+use super::counters::{Counters, Received, ReceivedLog, add};
+use super::invoke::{Ended, invoke};
+use super::{Delivery, QueueConsumer};
+use crate::events;
+
+/// Wait after a failed `ReceiveMessage` before polling again.
+const RECEIVE_ERROR_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How a mapping feeds its function (the template's event source and the function's timeout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MappingSettings {
+    /// Messages per invocation at most (`BatchSize`).
+    pub batch_size: usize,
+    /// Invocations in flight at once at most (`MaximumConcurrency`).
+    pub max_concurrency: usize,
+    /// The function's timeout: the invocation's deadline, where it is cut.
+    pub timeout: Duration,
+    /// `WaitTimeSeconds` of a receive (the emulator's SQS rounds it up to whole seconds).
+    pub receive_wait: Duration,
+}
+
+/// One event source mapping: a queue feeding the worker handler.
+pub struct EventSourceMapping {
+    /// The queue's name (its ARN's last part in the event).
+    pub queue: String,
+    /// The function's name (its ARN in the Lambda context).
+    pub function: String,
+    pub consumer: Arc<dyn QueueConsumer>,
+    pub mode: WorkerMode,
+    pub worker: Arc<Worker>,
+    pub settings: MappingSettings,
+    /// Invoke the function twice with every batch (at-least-once delivery drills).
+    pub duplicate_deliveries: bool,
+    /// A fault plan per invocation (crash points), if any.
+    pub faults: Option<Arc<dyn FaultPlan>>,
+    pub counters: Arc<Counters>,
+    pub received: Arc<ReceivedLog>,
+}
+
+impl EventSourceMapping {
+    /// Receives and invokes until `shutdown`: at most `max_concurrency` invocations at once;
+    /// a receive waits for a free slot first, so nothing is received that cannot run.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let this = Arc::new(self);
+        let slots = Arc::new(Semaphore::new(this.settings.max_concurrency.max(1)));
+        loop {
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+                _ = shutdown.changed() => return,
+            };
+            let polled_at = Instant::now();
+            let received = tokio::select! {
+                r = this.consumer.receive(this.settings.batch_size, this.settings.receive_wait) => r,
+                _ = shutdown.changed() => return,
+            };
+            let deliveries = match received {
+                Ok(d) if d.is_empty() => continue,
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(queue = %this.queue, error = %e, "ReceiveMessage failed");
+                    tokio::time::sleep(RECEIVE_ERROR_BACKOFF).await;
+                    continue;
+                }
+            };
+            let received_at = Instant::now();
+            let this = this.clone();
+            tokio::spawn(async move {
+                this.deliver(deliveries, polled_at, received_at).await;
+                drop(permit);
+            });
+        }
+    }
+
+    /// One batch: invokes the function (twice with duplicate deliveries), then deletes
+    /// every message the last invocation did not report as failed. A failed, timed-out or
+    /// killed invocation deletes nothing: the whole batch comes back after the visibility timeout.
+    async fn deliver(&self, deliveries: Vec<Delivery>, polled_at: Instant, received_at: Instant) {
+        let is_worker = self.mode == WorkerMode::Tasks;
+        if is_worker {
+            self.counters.worker_started();
+        }
+        let times = if self.duplicate_deliveries { 2 } else { 1 };
+        let mut failed: HashSet<String> = HashSet::new();
+        for _ in 0..times {
+            failed = self.invoke_once(&deliveries).await;
+        }
+        if is_worker {
+            self.counters.worker_ended();
+        }
+        self.received.push(deliveries.iter().map(|d| Received {
+            queue: self.queue.clone(),
+            message_id: d.message_id.clone(),
+            body: d.body.clone(),
+            receive_count: d.receive_count,
+            polled_at,
+            received_at,
+            retried: failed.contains(&d.message_id),
+        }));
+        for d in &deliveries {
+            if failed.contains(&d.message_id) {
+                // As on AWS: left in flight; the queue makes it visible again after its visibility timeout.
+                tracing::info!(queue = %self.queue, message_id = %d.message_id, receive_count = d.receive_count, "left for redelivery");
+                continue;
+            }
+            match self.consumer.delete(&d.receipt_handle).await {
+                Ok(()) => add(&self.counters.messages_deleted, 1),
+                Err(e) => {
+                    tracing::warn!(queue = %self.queue, message_id = %d.message_id, error = %e, "DeleteMessage failed: the message will be delivered again")
+                }
+            }
+        }
+    }
+
+    /// One invocation; answers the ids of the messages to leave for redelivery.
+    async fn invoke_once(&self, deliveries: &[Delivery]) -> HashSet<String> {
+        match self.mode {
+            WorkerMode::Tasks => {
+                add(&self.counters.worker_invocations, 1);
+                add(&self.counters.worker_records, deliveries.len() as u64);
+            }
+            WorkerMode::DeadLetters => add(&self.counters.dead_letter_invocations, 1),
+        }
+        let (event, context) = events::sqs_event(&self.queue, &self.function, deliveries, self.settings.timeout);
+        let handler =
+            worker::handler::handle(&self.worker, self.mode, lambda_runtime::LambdaEvent::new(event, context));
+        let ended = invoke(self.settings.timeout, self.faults.as_ref(), handler).await;
+        let all = || deliveries.iter().map(|d| d.message_id.clone()).collect::<HashSet<_>>();
+        match ended {
+            Ended::Returned(Ok(response)) => match listed_failures(&response, deliveries) {
+                Some(failed) => {
+                    add(&self.counters.batch_item_failures, failed.len() as u64);
+                    failed
+                }
+                None => {
+                    tracing::error!(queue = %self.queue, ?response, "malformed partial batch response: the whole batch is a failure");
+                    add(&self.counters.failed_invocations, 1);
+                    all()
+                }
+            },
+            Ended::Returned(Err(e)) => {
+                tracing::error!(queue = %self.queue, error = %e, "invocation failed: the whole batch returns after the visibility timeout");
+                add(&self.counters.failed_invocations, 1);
+                all()
+            }
+            Ended::TimedOut => {
+                tracing::error!(queue = %self.queue, timeout = ?self.settings.timeout, "invocation timed out: the whole batch returns after the visibility timeout");
+                add(&self.counters.timed_out_invocations, 1);
+                all()
+            }
+            Ended::Killed => {
+                tracing::warn!(queue = %self.queue, "invocation killed at a crash point: the whole batch returns after the visibility timeout");
+                add(&self.counters.killed_invocations, 1);
+                all()
+            }
+        }
+    }
+}
+
+/// The message ids a partial batch response lists, or `None` when Lambda would treat it as
+/// a failure of the whole batch: an empty identifier, or one that is not a message of the batch.
+pub fn listed_failures(response: &SqsBatchResponse, deliveries: &[Delivery]) -> Option<HashSet<String>> {
+    let ids: HashSet<&str> = deliveries.iter().map(|d| d.message_id.as_str()).collect();
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| Some(f.item_identifier.clone()).filter(|id| ids.contains(id.as_str())))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use super::*;
+
+    fn delivery(id: &str) -> Delivery {
+        Delivery {
+            message_id: id.into(),
+            receipt_handle: format!("r-{id}"),
+            body: "{}".into(),
+            receive_count: 1,
+            sent_at_ms: 0,
+        }
+    }
+
+    fn response(ids: &[&str]) -> SqsBatchResponse {
+        let mut r = SqsBatchResponse::default();
+        for id in ids {
+            r.add_failure(*id);
+        }
+        r
+    }
+
+    #[test]
+    fn a_partial_batch_response_lists_the_messages_to_retry() {
+        let batch = [delivery("m1"), delivery("m2"), delivery("m3")];
+        assert_eq!(listed_failures(&response(&[]), &batch), Some(HashSet::new()));
+        assert_eq!(listed_failures(&response(&["m2"]), &batch), Some(HashSet::from(["m2".to_owned()])));
+    }
+
+    #[test]
+    fn an_identifier_outside_the_batch_or_empty_fails_the_whole_batch() {
+        let batch = [delivery("m1"), delivery("m2")];
+        assert_eq!(listed_failures(&response(&["m9"]), &batch), None);
+        assert_eq!(listed_failures(&response(&["m1", ""]), &batch), None);
+    }
+}

@@ -1,0 +1,506 @@
+//! The local stack: the demo shop, the tool gateway, the orchestrator, workers and aggregator invoked through their Lambda handlers by one event source mapping per queue and one stream trigger, on the embedded or the emulator backend, with the timing table's values scaled only by an explicit factor.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use aggregator::{Aggregator, AggregatorSettings};
+use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
+use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
+use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::domain::ConversationId;
+use swarm_core::faults::FaultPlan;
+use swarm_core::llm::Models;
+use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
+use swarm_core::roles::{DEFAULT_ROLE, PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
+use swarm_core::timings::{Timings, seconds_rounded_up};
+use swarm_core::view::ConversationView;
+use worker::{Worker, WorkerMode, WorkerSettings};
+
+use crate::http;
+use crate::platform::counters::{Counters, Received, ReceivedLog, add};
+use crate::platform::embedded::EmbeddedBackend;
+use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
+use crate::platform::invoke::{Ended, invoke};
+use crate::platform::mapping::{EventSourceMapping, MappingSettings};
+use crate::platform::stream::{StreamTrigger, TriggerSettings};
+use crate::platform::{Backend, Queue, QueueDepth};
+
+/// Wraps a port adapter (fault injection, latency) before a function gets it.
+pub type WrapTools = Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>;
+pub type WrapStore = Arc<dyn Fn(Arc<dyn ConversationStore>) -> Arc<dyn ConversationStore> + Send + Sync>;
+
+/// Longest wait for one role's `tools/list` while the stack starts.
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a client polls `GET /conversations/{id}` on the emulator (which notifies nobody).
+const CLIENT_POLL: Duration = Duration::from_millis(100);
+
+/// Where the swarm's data lives.
+#[derive(Clone, Debug, Default)]
+pub enum BackendChoice {
+    /// In memory, in this process.
+    #[default]
+    Embedded,
+    /// DynamoDB and SQS on an AWS emulator (moto).
+    Emulator(EmulatorOptions),
+}
+
+/// Settings of a local stack.
+#[derive(Clone)]
+pub struct StackOptions {
+    pub backend: BackendChoice,
+    /// Every timing and capacity (standard by default); tests change single values explicitly.
+    pub timings: Timings,
+    /// Every duration of `timings` is multiplied by this (1.0 by default): the only way the
+    /// local platform runs faster than AWS. Must be a positive finite number.
+    pub time_scale: f64,
+    /// The tasks queue mapping's `MaximumConcurrency` instead of the table's `worker.max_concurrency`.
+    pub worker_concurrency: Option<usize>,
+    /// Deliver every queue batch and every stream batch twice (at-least-once delivery drills).
+    pub duplicate_deliveries: bool,
+    /// Models to use instead of the ones named by `LLM_*` (tests).
+    pub models: Option<Models>,
+    /// Wraps the worker's tool gateway (fault injection in tests).
+    pub wrap_tools: Option<WrapTools>,
+    /// Wraps the worker's view of the store (fault injection in tests).
+    pub wrap_store: Option<WrapStore>,
+    /// Wraps the aggregator's view of the store (fault injection in tests).
+    pub wrap_aggregator_store: Option<WrapStore>,
+    /// A fault plan every invocation runs under (crash points; [`swarm_core::faults`]).
+    pub faults: Option<Arc<dyn FaultPlan>>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            backend: BackendChoice::Embedded,
+            timings: Timings::standard().clone(),
+            time_scale: 1.0,
+            worker_concurrency: None,
+            duplicate_deliveries: false,
+            models: None,
+            wrap_tools: None,
+            wrap_store: None,
+            wrap_aggregator_store: None,
+            faults: None,
+        }
+    }
+}
+
+/// Everything the swarm needs, running in this process on one backend.
+pub struct LocalStack {
+    backend: Arc<dyn Backend>,
+    /// The embedded store, for waiting on its stream instead of polling.
+    memory: Option<Arc<InMemoryConversationStore>>,
+    timings: Timings,
+    orchestrator: Arc<Orchestrator>,
+    faults: Option<Arc<dyn FaultPlan>>,
+    pub shop: Arc<shop_tools::Shop>,
+    pub shop_url: String,
+    pub gateway_url: String,
+    pub model_label: String,
+    pub offline: bool,
+    shutdown: watch::Sender<bool>,
+    background: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    received: Arc<ReceivedLog>,
+}
+
+impl LocalStack {
+    /// Provisions the backend from the scaled timing table, starts the demo shop, the
+    /// gateway in front of it, the functions, one event source mapping per queue and the
+    /// stream trigger.
+    ///
+    /// Errors: a time scale that is not a positive finite number; the emulator does not
+    /// answer; the LLM settings are invalid; a server cannot bind.
+    pub async fn start(options: StackOptions) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            options.time_scale.is_finite() && options.time_scale > 0.0,
+            "time scale must be a positive number, not {}",
+            options.time_scale
+        );
+        let timings = options.timings.scaled(options.time_scale);
+        let (backend, memory): (Arc<dyn Backend>, _) = match &options.backend {
+            BackendChoice::Embedded => {
+                let embedded = EmbeddedBackend::provision(&timings);
+                let memory = embedded.memory_store();
+                (Arc::new(embedded), Some(memory))
+            }
+            BackendChoice::Emulator(e) => (Arc::new(EmulatorBackend::provision(e, &timings).await?), None),
+        };
+        match Self::assemble(options, timings, backend.clone(), memory).await {
+            Ok(stack) => Ok(stack),
+            Err(e) => {
+                // What was provisioned goes: an emulator keeps no half-started run's table or queues.
+                backend.teardown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything after provisioning: servers, functions, mappings, trigger.
+    async fn assemble(
+        options: StackOptions,
+        timings: Timings,
+        backend: Arc<dyn Backend>,
+        memory: Option<Arc<InMemoryConversationStore>>,
+    ) -> anyhow::Result<Self> {
+        // The stream trigger's feed opens before the first write, so it misses nothing.
+        let feed = backend.change_feed().await.context("opening the table's stream")?;
+
+        let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
+        let (shop_addr, shop_task) =
+            shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
+        let shop_url = format!("http://{shop_addr}/mcp");
+        let tokens = tool_gateway::DemoTokens::generate();
+        let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
+        // The demo shop lives in this process and never restarts: keep its connections.
+        gateway_config.upstream_keep_alive = true;
+        let (gateway_addr, gateway_task) =
+            tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
+        let gateway_url = format!("http://{gateway_addr}/mcp");
+        let role_tokens: HashMap<String, String> =
+            tokens.role_tokens().into_iter().map(|(role, token)| (role, token.expose().to_owned())).collect();
+        let base_tools: Arc<dyn ToolGateway> = Arc::new(
+            McpToolGateway::new(&gateway_url, role_tokens, timings.worker.tool_timeout)
+                .context("connecting to the tool gateway")?,
+        );
+        warm_up(base_tools.as_ref()).await;
+        let worker_tools = match &options.wrap_tools {
+            Some(wrap) => wrap(base_tools.clone()),
+            None => base_tools.clone(),
+        };
+        let models = match options.models.clone() {
+            Some(m) => m,
+            None => crate::models::models_from_env().context("reading the LLM settings")?,
+        };
+
+        let store = backend.store();
+        let wrapped = |wrap: &Option<WrapStore>| match wrap {
+            Some(wrap) => wrap(store.clone()),
+            None => store.clone(),
+        };
+        let queues = TaskQueues::new(backend.queue(Queue::Tasks).sender.clone())
+            .with_role(REFUND_ROLE, backend.queue(Queue::Refund).sender.clone());
+        let orchestrator = Arc::new(Orchestrator::new(
+            store.clone(),
+            queues.clone(),
+            models.main.clone(),
+            base_tools,
+            RoleTable::demo(),
+            OrchestratorSettings::from_timings(&timings),
+        ));
+        let worker = Arc::new(Worker::new(
+            wrapped(&options.wrap_store),
+            queues,
+            models.main.clone(),
+            models.sub.clone(),
+            worker_tools,
+            WorkerSettings::from_timings(&timings),
+        ));
+        let aggregator = Arc::new(Aggregator::new(
+            wrapped(&options.wrap_aggregator_store),
+            models.main.clone(),
+            AggregatorSettings::from_timings(&timings),
+        ));
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let counters = Arc::new(Counters::default());
+        let received = Arc::new(ReceivedLog::default());
+        let mut background = vec![shop_task, gateway_task];
+        let t = &timings;
+        let sqs_fed = |function: &str, timeout, batch_size, max_concurrency| {
+            let timeout = lambda_timeout(timeout);
+            let settings = MappingSettings { batch_size, max_concurrency, timeout, receive_wait: t.local.receive_wait };
+            (function.to_owned(), settings)
+        };
+        let tasks_concurrency = options.worker_concurrency.unwrap_or(t.worker.max_concurrency);
+        for (queue, mode, (function, settings)) in [
+            (
+                Queue::Tasks,
+                WorkerMode::Tasks,
+                sqs_fed("worker", t.worker.timeout, t.worker.batch_size, tasks_concurrency),
+            ),
+            (Queue::Refund, WorkerMode::Tasks, {
+                let r = &t.refund_worker;
+                sqs_fed("refund-worker", r.timeout, r.batch_size, r.max_concurrency)
+            }),
+            (Queue::TasksDeadLetters, WorkerMode::DeadLetters, {
+                let d = &t.dlq_consumer;
+                sqs_fed("dlq-consumer", d.timeout, d.batch_size, d.max_concurrency)
+            }),
+            (Queue::RefundDeadLetters, WorkerMode::DeadLetters, {
+                let d = &t.dlq_consumer;
+                sqs_fed("dlq-consumer", d.timeout, d.batch_size, d.max_concurrency)
+            }),
+        ] {
+            let handles = backend.queue(queue);
+            let mapping = EventSourceMapping {
+                queue: handles.name.clone(),
+                function,
+                consumer: handles.consumer.clone(),
+                mode,
+                worker: worker.clone(),
+                settings,
+                duplicate_deliveries: options.duplicate_deliveries,
+                faults: options.faults.clone(),
+                counters: counters.clone(),
+                received: received.clone(),
+            };
+            background.push(tokio::spawn(mapping.run(shutdown_rx.clone())));
+        }
+        let trigger = StreamTrigger {
+            feed,
+            aggregator,
+            settings: TriggerSettings {
+                batch_size: t.aggregator.stream.batch_size,
+                max_retry_attempts: t.aggregator.stream.max_retry_attempts,
+                timeout: lambda_timeout(t.aggregator.timeout),
+                retry_wait: t.local.stream_poll,
+            },
+            duplicate_deliveries: options.duplicate_deliveries,
+            faults: options.faults.clone(),
+            counters: counters.clone(),
+        };
+        background.push(tokio::spawn(trigger.run(shutdown_rx)));
+        tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
+
+        Ok(Self {
+            backend,
+            memory,
+            timings,
+            orchestrator,
+            faults: options.faults,
+            shop,
+            shop_url,
+            gateway_url,
+            model_label: models.main.label(),
+            offline: models.main.is_offline(),
+            shutdown,
+            background,
+            counters,
+            received,
+        })
+    }
+
+    /// Which backend, and where (one line).
+    pub fn describe_backend(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// The timing table in effect: the options' table scaled by their time scale.
+    pub fn timings(&self) -> &Timings {
+        &self.timings
+    }
+
+    /// The conversation store the functions use (unwrapped).
+    pub fn store(&self) -> Arc<dyn ConversationStore> {
+        self.backend.store()
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Every message the event source mappings received so far, in order.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.all()
+    }
+
+    /// The name of `queue` (as `Received::queue` holds it).
+    pub fn queue_name(&self, queue: Queue) -> &str {
+        &self.backend.queue(queue).name
+    }
+
+    /// Messages in `queue` by state.
+    pub async fn queue_depth(&self, queue: Queue) -> anyhow::Result<QueueDepth> {
+        let name = self.queue_name(queue).to_owned();
+        self.backend.queue(queue).consumer.depth().await.with_context(|| format!("depth of queue {name}"))
+    }
+
+    /// Conversation items in the table.
+    pub async fn conversation_count(&self) -> anyhow::Result<usize> {
+        Ok(self.backend.conversation_count().await?)
+    }
+
+    /// The orchestrator behind the API (`swarm-local serve` mounts its router with the chosen auth).
+    pub fn orchestrator(&self) -> Arc<Orchestrator> {
+        self.orchestrator.clone()
+    }
+
+    /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
+    /// `lambda_http`'s conversion into the orchestrator's router, as on Lambda
+    /// (authentication off); answers `(status, JSON body)`. Cut at the orchestrator's timeout.
+    pub async fn api_event(&self, event: &Value) -> anyhow::Result<(u16, Value)> {
+        let request = lambda_http::request::from_str(&event.to_string()).context("converting the API Gateway event")?;
+        self.invoke_api(request).await
+    }
+
+    /// `method path` through the orchestrator's router (authentication off: the body names
+    /// the customer); answers `(status, JSON body)`. Cut at the orchestrator's timeout.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, Value)> {
+        self.invoke_api(http::request(method, path, body, headers)?).await
+    }
+
+    /// One orchestrator invocation: the router answers, unless the invocation passes the
+    /// function's timeout or dies at a crash point — an error then (API Gateway would
+    /// answer 500 without a body the API chose).
+    async fn invoke_api<B>(&self, request: axum::http::Request<B>) -> anyhow::Result<(u16, Value)>
+    where
+        B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        let timeout = lambda_timeout(self.timings.orchestrator.timeout);
+        let router = http::router(self.orchestrator.clone(), Auth::None);
+        match invoke(timeout, self.faults.as_ref(), http::call(router, request)).await {
+            Ended::Returned(answer) => answer,
+            ended => {
+                let counter = match ended {
+                    Ended::Killed => &self.counters.killed_invocations,
+                    _ => &self.counters.timed_out_invocations,
+                };
+                add(counter, 1);
+                anyhow::bail!("the orchestrator invocation {} (timeout {timeout:?})", ended.describe())
+            }
+        }
+    }
+
+    /// `POST /conversations`; answers `(status, body)`.
+    pub async fn post_conversation(
+        &self,
+        message: &str,
+        customer_id: &str,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let body = serde_json::json!({ "message": message, "customer_id": customer_id }).to_string();
+        let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("idempotency-key", k)]).unwrap_or_default();
+        self.api("POST", "/conversations", Some(&body), &headers).await
+    }
+
+    /// `GET /conversations/{id}` as the API answers it.
+    pub async fn view(&self, id: &str) -> anyhow::Result<ConversationView> {
+        let (status, body) = self.api("GET", &format!("/conversations/{id}"), None, &[]).await?;
+        anyhow::ensure!(status == 200, "GET /conversations/{id} answered {status}: {body}");
+        Ok(serde_json::from_value(body)?)
+    }
+
+    /// Waits until the conversation is `DONE` or `FAILED`, or `timeout` passes; answers its view.
+    pub async fn wait_finished(&self, id: &str, timeout: Duration) -> anyhow::Result<ConversationView> {
+        self.follow(id, timeout, None).await
+    }
+
+    /// As [`Self::wait_finished`], calling `seen` with the conversation's view whenever it
+    /// may have changed (progress output).
+    pub async fn wait_until(
+        &self,
+        id: &str,
+        timeout: Duration,
+        mut seen: impl FnMut(&ConversationView),
+    ) -> anyhow::Result<ConversationView> {
+        self.follow(id, timeout, Some(&mut seen)).await
+    }
+
+    /// Embedded: wakes on the store's stream (no polling). Emulator: polls `GET` every
+    /// [`CLIENT_POLL`], as a client on AWS would.
+    async fn follow(
+        &self,
+        id: &str,
+        timeout: Duration,
+        mut seen: Option<&mut dyn FnMut(&ConversationView)>,
+    ) -> anyhow::Result<ConversationView> {
+        let conversation_id = ConversationId::parse(id).context("bad conversation id")?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let not_finished = |view: &ConversationView| {
+            anyhow::anyhow!(
+                "conversation {id} did not finish within {timeout:?} (last status {}, {}/{} subtasks finished)",
+                view.status,
+                view.progress.finished,
+                view.progress.total
+            )
+        };
+        let mut changes = self.memory.as_ref().map(|m| m.subscribe());
+        loop {
+            let view = self.view(id).await?;
+            if let Some(seen) = seen.as_mut() {
+                seen(&view);
+            }
+            if view.status.is_terminal() {
+                return Ok(view);
+            }
+            let Some(changes) = changes.as_mut() else {
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Err(not_finished(&view));
+                }
+                tokio::time::sleep(CLIENT_POLL.min(deadline - now)).await;
+                continue;
+            };
+            // The next change of this conversation worth a new view: any, with a progress
+            // callback; the conversation item reaching a terminal status, without.
+            loop {
+                match tokio::time::timeout_at(deadline, changes.recv()).await {
+                    Err(_) => return Err(not_finished(&view)),
+                    Ok(None) => anyhow::bail!("the stack stopped"),
+                    Ok(Some(change)) if change.conversation_id() != &conversation_id => continue,
+                    Ok(Some(change)) => match &change.item {
+                        ChangedItem::Conversation(c) if c.status.is_terminal() => break,
+                        _ if seen.is_some() => break,
+                        _ => continue,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Stops the mappings, the trigger and the servers, then tears the backend down.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.background {
+            t.abort();
+            let _ = t.await;
+        }
+        self.backend.teardown().await;
+    }
+}
+
+/// A function's timeout as Lambda holds it: whole seconds (the template's `Timeout`), at least 1.
+/// A scaled table's fraction of a second is rounded up, never down.
+pub fn lambda_timeout(timeout: Duration) -> Duration {
+    Duration::from_secs(seconds_rounded_up(timeout).max(1))
+}
+
+/// Opens the gateway sessions of every role (and the gateway's to the demo shop) before the
+/// first request, as a warm Lambda has them: a request's budget — scaled or not — is then
+/// spent on the request, not on this process's connection set-up. A failure is only logged:
+/// the first request will meet it again and handle it as the functions do.
+async fn warm_up(tools: &dyn ToolGateway) {
+    for role in [PLANNER_ROLE, DEFAULT_ROLE, REFUND_ROLE] {
+        let ctx = ToolContext {
+            role: role.to_owned(),
+            customer_id: "C100".to_owned(),
+            conversation_id: ConversationId::new(),
+            subtask_id: "warm-up".to_owned(),
+        };
+        match tokio::time::timeout(WARM_UP_TIMEOUT, tools.list_tools(&ctx)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(role, error = %e, "warming up the gateway session failed"),
+            Err(_) => tracing::warn!(role, "warming up the gateway session timed out"),
+        }
+    }
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}

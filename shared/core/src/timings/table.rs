@@ -1,0 +1,300 @@
+//! The shape of the timing table (`shared/core/timings.toml`), shared by `swarm-core` and its build script, which parses the table with it and writes the standard table as Rust.
+//!
+//! Every section is declared once with [`section!`]: the struct (serde names as in the
+//! table, so `*_secs` / `*_ms` keys become [`Duration`]s), how [`Timings::scaled`](super::Timings)
+//! treats each field, and how the build script writes it. A key the table has and no
+//! struct reads, or a key a struct needs and the table lacks, fails the build.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// What every field of the table is: scaled by the local platform, written as Rust by the build script.
+pub(crate) trait Field: Sized {
+    /// Durations × `factor` (at least 1 ms); counts unchanged.
+    fn scaled(&self, factor: f64) -> Self;
+    /// A Rust expression of the value (build script only).
+    #[allow(dead_code)] // used by build.rs, which includes this file
+    fn to_rust(&self) -> String;
+}
+
+/// The shortest duration a scaled table holds.
+pub(crate) const MIN_SCALED: Duration = Duration::from_millis(1);
+
+impl Field for Duration {
+    fn scaled(&self, factor: f64) -> Self {
+        let secs = self.as_secs_f64() * factor;
+        // Not a positive finite product (a factor the platform refuses anyway): the floor.
+        if secs.is_nan() || secs <= 0.0 {
+            return MIN_SCALED;
+        }
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX).max(MIN_SCALED)
+    }
+
+    fn to_rust(&self) -> String {
+        format!("::core::time::Duration::new({}, {})", self.as_secs(), self.subsec_nanos())
+    }
+}
+
+macro_rules! count_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn scaled(&self, _factor: f64) -> Self {
+                *self
+            }
+
+            fn to_rust(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+count_field!(u32, usize);
+
+/// Declares one section of the table: its struct and its [`Field`] implementation.
+macro_rules! section {
+    ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl Field for $name {
+            fn scaled(&self, factor: f64) -> Self {
+                Self { $($field: self.$field.scaled(factor),)* }
+            }
+
+            fn to_rust(&self) -> String {
+                let mut out = String::from(concat!(stringify!($name), " { "));
+                $(
+                    out.push_str(concat!(stringify!($field), ": "));
+                    out.push_str(&self.$field.to_rust());
+                    out.push_str(", ");
+                )*
+                out.push('}');
+                out
+            }
+        }
+    };
+}
+
+fn secs<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_secs)
+}
+
+fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_millis)
+}
+
+section! {
+    /// Every timing and capacity of the swarm (the table's sections, `[template]` and `[[rule]]` aside).
+    Timings {
+        conversation: ConversationTimings,
+        api: ApiTimings,
+        orchestrator: OrchestratorTimings,
+        worker: WorkerTimings,
+        refund_worker: SqsFunctionTimings,
+        dlq_consumer: SqsFunctionTimings,
+        aggregator: AggregatorTimings,
+        queues: QueueTimings,
+        gateway: GatewayTimings,
+        shop: FunctionTimings,
+        llm: LlmTimings,
+        aws: AwsTimings,
+        local: LocalTimings,
+    }
+}
+
+section! {
+    /// `[conversation]`.
+    ConversationTimings {
+        /// After this the conversation is aggregated with what it has (template: `DeadlineSecs`).
+        #[serde(rename = "deadline_secs", deserialize_with = "secs")]
+        deadline: Duration,
+    }
+}
+
+section! {
+    /// `[api]`.
+    ApiTimings {
+        /// API Gateway HTTP API's integration timeout.
+        #[serde(rename = "integration_timeout_ms", deserialize_with = "millis")]
+        integration_timeout: Duration,
+    }
+}
+
+section! {
+    /// `[orchestrator]`.
+    OrchestratorTimings {
+        /// The function's timeout.
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        /// Whole planning budget, model retries included.
+        #[serde(rename = "plan_budget_secs", deserialize_with = "secs")]
+        plan_budget: Duration,
+    }
+}
+
+section! {
+    /// `[worker]`: the tasks queue's worker and its event source mapping.
+    WorkerTimings {
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        /// Messages per invocation (`BatchSize`).
+        batch_size: usize,
+        /// The event source mapping's `MaximumConcurrency`.
+        max_concurrency: usize,
+        /// Kept back from the Lambda deadline for writing results and returning.
+        #[serde(rename = "safety_margin_secs", deserialize_with = "secs")]
+        safety_margin: Duration,
+        /// An LLM round starts only with at least this much time left.
+        #[serde(rename = "min_round_secs", deserialize_with = "secs")]
+        min_round: Duration,
+        /// `DelaySeconds` of a handed-back message.
+        #[serde(rename = "handback_delay_secs", deserialize_with = "secs")]
+        handback_delay: Duration,
+        max_handbacks: u32,
+        max_rounds: u32,
+        #[serde(rename = "tool_timeout_secs", deserialize_with = "secs")]
+        tool_timeout: Duration,
+    }
+}
+
+section! {
+    /// A function fed by an SQS event source mapping: `[refund_worker]`, `[dlq_consumer]`.
+    SqsFunctionTimings {
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        batch_size: usize,
+        max_concurrency: usize,
+    }
+}
+
+section! {
+    /// `[aggregator]`.
+    AggregatorTimings {
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        /// Longest wait for the reply model, retries included.
+        #[serde(rename = "reply_budget_secs", deserialize_with = "secs")]
+        reply_budget: Duration,
+        stream: StreamTimings,
+    }
+}
+
+section! {
+    /// `[aggregator.stream]`: the DynamoDB stream event source mapping.
+    StreamTimings {
+        batch_size: usize,
+        /// `MaximumRetryAttempts` of a failed batch.
+        max_retry_attempts: u32,
+    }
+}
+
+section! {
+    /// `[queues]`.
+    QueueTimings {
+        /// Redrive policy: receives before a message moves to its DLQ.
+        max_receive_count: u32,
+        tasks: QueueTiming,
+        refund: QueueTiming,
+        dead_letters: QueueTiming,
+    }
+}
+
+section! {
+    /// One queue: `[queues.tasks]`, `[queues.refund]`, `[queues.dead_letters]`.
+    QueueTiming {
+        #[serde(rename = "visibility_timeout_secs", deserialize_with = "secs")]
+        visibility_timeout: Duration,
+    }
+}
+
+section! {
+    /// `[gateway]`.
+    GatewayTimings {
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        /// Per upstream `tools/call`.
+        #[serde(rename = "call_timeout_secs", deserialize_with = "secs")]
+        call_timeout: Duration,
+        /// Per upstream `tools/list`.
+        #[serde(rename = "discovery_timeout_secs", deserialize_with = "secs")]
+        discovery_timeout: Duration,
+    }
+}
+
+section! {
+    /// A function with only a timeout: `[shop]`.
+    FunctionTimings {
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+    }
+}
+
+section! {
+    /// `[llm]`.
+    LlmTimings {
+        /// One HTTP request to the provider.
+        #[serde(rename = "request_timeout_secs", deserialize_with = "secs")]
+        request_timeout: Duration,
+        /// Attempts in all of a transient failure.
+        retry_attempts: u32,
+        /// Backoff cap of the first retry (doubles).
+        #[serde(rename = "retry_base_ms", deserialize_with = "millis")]
+        retry_base: Duration,
+        /// Largest backoff cap.
+        #[serde(rename = "retry_max_ms", deserialize_with = "millis")]
+        retry_max: Duration,
+    }
+}
+
+section! {
+    /// `[aws]`: in-place retries of a transient DynamoDB or SQS call.
+    AwsTimings {
+        retry_attempts: u32,
+        #[serde(rename = "retry_base_ms", deserialize_with = "millis")]
+        retry_base: Duration,
+        #[serde(rename = "retry_max_ms", deserialize_with = "millis")]
+        retry_max: Duration,
+        /// Deadline of one attempt.
+        #[serde(rename = "attempt_timeout_secs", deserialize_with = "secs")]
+        attempt_timeout: Duration,
+    }
+}
+
+section! {
+    /// `[local]`: the local platform's own waits.
+    LocalTimings {
+        /// The SQS long poll (`WaitTimeSeconds`).
+        #[serde(rename = "receive_wait_secs", deserialize_with = "secs")]
+        receive_wait: Duration,
+        /// Wait between two empty DynamoDB stream polls on the emulator.
+        #[serde(rename = "stream_poll_ms", deserialize_with = "millis")]
+        stream_poll: Duration,
+    }
+}
+
+/// The sections of the table file that are not timings: the template lint's.
+#[allow(dead_code)] // read by build.rs and the tests
+pub(crate) const LINT_SECTIONS: [&str; 2] = ["template", "rule"];
+
+/// Counts that must be at least 1 for the swarm to run at all, with their table names.
+#[allow(dead_code)] // checked by build.rs and the tests
+pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 11] {
+    [
+        ("worker.batch_size", t.worker.batch_size),
+        ("worker.max_concurrency", t.worker.max_concurrency),
+        ("worker.max_rounds", t.worker.max_rounds as usize),
+        ("refund_worker.batch_size", t.refund_worker.batch_size),
+        ("refund_worker.max_concurrency", t.refund_worker.max_concurrency),
+        ("dlq_consumer.batch_size", t.dlq_consumer.batch_size),
+        ("dlq_consumer.max_concurrency", t.dlq_consumer.max_concurrency),
+        ("aggregator.stream.batch_size", t.aggregator.stream.batch_size),
+        ("queues.max_receive_count", t.queues.max_receive_count as usize),
+        ("llm.retry_attempts", t.llm.retry_attempts as usize),
+        ("aws.retry_attempts", t.aws.retry_attempts as usize),
+    ]
+}

@@ -1,0 +1,320 @@
+//! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a retried message comes back only after the visibility timeout and is redriven to the DLQ; a stuck invocation is cut at the function's timeout; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch is dropped; an invocation killed at a crash point is a failed one.
+//!
+//! Time runs at [`DRILL_SCALE`] (1/240) of the timing table: the tasks queue's visibility
+//! timeout 720 s → 3 s, the worker's timeout 120 s → 0.5 s (Lambda holds whole seconds: 1 s).
+//! Timing is asserted as lower bounds only: never earlier than the (scaled) timeout.
+//! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
+use swarm_core::faults::{CrashPoint, FaultPlan};
+use swarm_core::llm::Models;
+use swarm_core::ports::{ConversationStore, ToolGateway};
+use swarm_core::timings::Timings;
+use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, Received, StackOptions, lambda_timeout};
+use swarm_tests::{
+    FlakyStore, HangingTools, ScriptedModel, StoreOp, emulator_endpoint, failing_to_begin, over_offline, subtask_of,
+    with_plan,
+};
+
+/// The factor every timing of the table is multiplied by in these drills.
+const DRILL_SCALE: f64 = 1.0 / 240.0;
+
+/// How long a drill waits for its conversation.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Instantiates every drill for each backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(swarm_local::BackendChoice::Embedded).await
+                }
+            )*
+        }
+
+        mod emulator {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(backend) = super::emulator(stringify!($name)) {
+                        super::$name(backend).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_redriven_to_the_dlq,
+    a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout,
+    a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch_is_dropped,
+    a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once,
+    a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_returns,
+);
+
+fn emulator(test: &str) -> Option<BackendChoice> {
+    swarm_adapters::telemetry::init_with_default("warn");
+    emulator_endpoint(test).map(|e| BackendChoice::Emulator(EmulatorOptions::new(e)))
+}
+
+/// The standard table, with the conversation deadline lifted from 120 s to 3600 s (15 s
+/// scaled): the standard deadline is shorter than one visibility timeout (720 s), so its
+/// deadline path would end every subtask these drills watch come back (issue 9's timing rules).
+fn drill_timings() -> Timings {
+    let mut t = Timings::standard().clone();
+    t.conversation.deadline = Duration::from_secs(3600);
+    t
+}
+
+/// A coupon check and an order lookup (`w01`: SAVE20, `w02`: A1029).
+fn two_subtasks() -> ScriptedModel {
+    with_plan(
+        over_offline(),
+        &serde_json::json!({"subtasks": [
+            {"id": "w01", "instruction": "Check whether coupon SAVE20 can be used.", "tools": ["shop__check_coupon"]},
+            {"id": "w02", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]}
+        ]})
+        .to_string(),
+    )
+}
+
+/// One order lookup (`w01`).
+fn one_subtask() -> ScriptedModel {
+    with_plan(
+        over_offline(),
+        &serde_json::json!({"subtasks": [
+            {"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]}
+        ]})
+        .to_string(),
+    )
+}
+
+/// Posts a message and answers the conversation id.
+async fn post(stack: &LocalStack) -> String {
+    let (status, body) = stack.post_conversation("Can I use SAVE20, and where is A1029?", "C104", None).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    body["conversation_id"].as_str().unwrap().to_owned()
+}
+
+/// The receives of `subtask`'s message on `queue`, in order.
+fn receives(stack: &LocalStack, queue: Queue, subtask: &str) -> Vec<Received> {
+    let name = stack.queue_name(queue).to_owned();
+    stack.received().into_iter().filter(|r| r.queue == name && subtask_of(&r.body) == subtask).collect()
+}
+
+/// `later` was received no earlier than `timeout` after the poll that received `earlier`
+/// began (the queue started `earlier`'s visibility timeout after that moment, and made the
+/// message visible again before `later`'s poll returned).
+fn assert_not_before(earlier: &Received, later: &Received, timeout: Duration, what: &str) {
+    let gap = later.received_at.duration_since(earlier.polled_at);
+    assert!(gap >= timeout, "{what}: came back after {gap:?}, before the visibility timeout {timeout:?}");
+}
+
+/// Waits (at most 30 s) until `done` holds for the stack's counters.
+async fn until(stack: &LocalStack, what: &str, done: impl Fn(&swarm_local::CounterSnapshot) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done(&stack.counters().snapshot()) {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {:?}", stack.counters().snapshot());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_redriven_to_the_dlq(
+    backend: BackendChoice,
+) {
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(two_subtasks()))),
+        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w01"))),
+        timings: drill_timings(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let max_receives = stack.timings().queues.max_receive_count;
+    let on_tasks = receives(&stack, Queue::Tasks, "w01");
+    let on_dlq = receives(&stack, Queue::TasksDeadLetters, "w01");
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(visibility, Duration::from_secs(3));
+    let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
+    assert_eq!(counts, (1..=max_receives).map(|n| (n, true)).collect::<Vec<_>>(), "receive counts grow: {on_tasks:?}");
+    for pair in on_tasks.windows(2) {
+        assert_not_before(&pair[0], &pair[1], visibility, "a message listed in batchItemFailures");
+    }
+    assert_eq!(on_dlq.len(), 1, "redriven once to the DLQ: {on_dlq:?}");
+    assert!(!on_dlq[0].retried, "the DLQ consumer acknowledged it");
+    assert_not_before(&on_tasks[on_tasks.len() - 1], &on_dlq[0], visibility, "the redrive after the last receive");
+    assert_eq!(counters.batch_item_failures, u64::from(max_receives));
+    assert_eq!(counters.dead_letter_invocations, 1);
+    assert_eq!((counters.failed_invocations, counters.timed_out_invocations), (0, 0));
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    assert_eq!((view.progress.finished, view.progress.total), (2, 2));
+    let w01 = view.subtasks.iter().find(|s| s.id == "w01").unwrap();
+    assert_eq!(w01.status, SubtaskStatus::Failed);
+    assert!(w01.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w01.error);
+}
+
+async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout(
+    backend: BackendChoice,
+) {
+    let tools: Arc<std::sync::Mutex<Option<Arc<HangingTools>>>> = Arc::default();
+    let seen = tools.clone();
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(two_subtasks()))),
+        // The coupon tool's first call never answers, whatever its timeout says.
+        wrap_tools: Some(Arc::new(move |inner| {
+            let hanging = Arc::new(HangingTools::new(inner, "shop__check_coupon", 1));
+            *seen.lock().unwrap() = Some(hanging.clone());
+            hanging as Arc<dyn ToolGateway>
+        })),
+        timings: drill_timings(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let timeout = lambda_timeout(stack.timings().worker.timeout);
+    let on_tasks = receives(&stack, Queue::Tasks, "w01");
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    let hung = tools.lock().unwrap().as_ref().unwrap().hung();
+    assert_eq!(timeout, Duration::from_secs(1), "120 s × 1/240, in whole seconds");
+    assert_eq!(hung.len(), 1, "{hung:?}");
+    let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
+    assert_eq!(counts, vec![(1, true), (2, false)], "{on_tasks:?}");
+    let dropped = hung[0].dropped.expect("the stuck call was dropped with its invocation");
+    let ran = dropped.duration_since(on_tasks[0].received_at);
+    assert!(ran >= timeout, "the invocation was cut after {ran:?}, before the worker's timeout {timeout:?}");
+    assert!(dropped <= on_tasks[1].received_at, "the stuck invocation was gone before its message came back");
+    assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a timed-out invocation");
+    assert_eq!(counters.timed_out_invocations, 1);
+    assert_eq!(counters.dead_letter_invocations, 0);
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    let w01 = view.subtasks.iter().find(|s| s.id == "w01").unwrap();
+    assert_eq!(w01.status, SubtaskStatus::Succeeded, "{w01:?}");
+    assert_eq!(w01.tools_used, vec!["shop__check_coupon".to_owned()]);
+}
+
+async fn a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch_is_dropped(backend: BackendChoice) {
+    let model = Arc::new(one_subtask());
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(model.clone())),
+        wrap_aggregator_store: Some(Arc::new(|inner| {
+            Arc::new(FlakyStore::new(inner).fail(StoreOp::TransitionConversation, "ThrottlingException (injected)"))
+                as Arc<dyn ConversationStore>
+        })),
+        timings: drill_timings(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    until(&stack, "the batch is dropped", |c| c.stream_batches_dropped > 0).await;
+    let view = stack.view(&id).await;
+    let retries = stack.timings().aggregator.stream.max_retry_attempts;
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(retries, 5);
+    assert_eq!(counters.stream_records_matched, 1);
+    assert_eq!(counters.aggregator_invocations, 1 + u64::from(retries), "the first invocation and 5 retries");
+    assert_eq!(counters.aggregator_failures, 1 + u64::from(retries));
+    assert_eq!((counters.stream_batches_dropped, counters.stream_records_dropped), (1, 1));
+    // Without an on-failure destination the record is gone: nothing answers the conversation.
+    assert_eq!(view.status, ConversationStatus::Running, "{view:?}");
+    assert_eq!(view.progress.finished, view.progress.total);
+    assert_eq!(model.counts().2, 0, "no reply was written");
+}
+
+async fn a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once(backend: BackendChoice) {
+    let model = Arc::new(one_subtask());
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(model.clone())),
+        wrap_aggregator_store: Some(Arc::new(|inner| {
+            Arc::new(FlakyStore::new(inner).fail_times(
+                StoreOp::TransitionConversation,
+                2,
+                "ThrottlingException (injected)",
+            )) as Arc<dyn ConversationStore>
+        })),
+        timings: drill_timings(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    assert!(view.reply.as_deref().unwrap_or("").contains("A1029"), "{view:?}");
+    assert_eq!((counters.aggregator_invocations, counters.aggregator_failures), (3, 2), "two failures, one success");
+    assert_eq!(counters.stream_batches_dropped, 0);
+    assert_eq!(model.counts().2, 1, "one reply");
+}
+
+/// Kills the first invocation that reaches `point`, and no other.
+struct CrashOnce(CrashPoint, std::sync::atomic::AtomicBool);
+
+impl FaultPlan for CrashOnce {
+    fn crash(&self, point: CrashPoint) -> bool {
+        point == self.0 && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_returns(backend: BackendChoice) {
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(one_subtask()))),
+        faults: Some(Arc::new(CrashOnce(CrashPoint::WorkerAfterRecordResult, Default::default()))),
+        timings: drill_timings(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let on_tasks = receives(&stack, Queue::Tasks, "w01");
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(counters.killed_invocations, 1);
+    let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
+    assert_eq!(counts, vec![(1, true), (2, false)], "the killed invocation's message came back: {on_tasks:?}");
+    assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a killed invocation");
+    // The redelivery finds the result recorded and completes the count the crash cut off.
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    assert_eq!((view.progress.finished, view.progress.total), (1, 1));
+    assert_eq!(view.subtasks[0].status, SubtaskStatus::Succeeded);
+}
