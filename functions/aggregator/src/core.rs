@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, MAX_REPLY_CHARS, Usage};
+use swarm_core::domain::{ConversationId, ConversationStatus, MAX_REPLY_CHARS, Usage, now_ms};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
+use swarm_core::obs;
 use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, FinishReason, Purpose, StoreError};
 use swarm_core::prompts::reply_messages;
 use swarm_core::reply::{compose_reply, reply_input};
@@ -126,7 +127,11 @@ impl Aggregator {
         };
         // Model output bound for a terminal and a DynamoDB item: no display controls, bounded size.
         let reply = clean_text(&reply, MAX_REPLY_CHARS);
-        self.store.finish_conversation(id, &reply, &usage).await?;
+        if self.store.finish_conversation(id, &reply, &usage).await? {
+            obs::metrics::reply_written(by_model);
+            obs::metrics::conversation_finished(ConversationStatus::Done, conversation.created_at_ms, now_ms());
+            obs::metrics::conversation_cost(&conversation.usage.add(&usage));
+        }
         tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
         Ok(AggregateOutcome::Replied { by_model })
     }

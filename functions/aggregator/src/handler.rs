@@ -18,6 +18,12 @@ pub fn conversation_of(record: &aws_lambda_events::event::dynamodb::EventRecord)
     ConversationId::parse(pk.strip_prefix("CONV#")?)
 }
 
+/// The `trace_parent` attribute of a stream record's new image (the conversation item's).
+pub fn trace_parent_of(record: &aws_lambda_events::event::dynamodb::EventRecord) -> Option<String> {
+    let image = serde_json::to_value(&record.change.new_image).ok()?;
+    image.get("trace_parent")?.get("S")?.as_str().map(str::to_owned)
+}
+
 /// Handles one stream batch (already narrowed by the event filter to
 /// conversation items with `remaining = 0` and `status = RUNNING`), each record
 /// in its own span (event id, conversation id) attached with `.instrument`. A
@@ -27,9 +33,13 @@ pub async fn handle(aggregator: &Aggregator, event: LambdaEvent<Event>) -> Resul
     for record in &event.payload.records {
         let span = tracing::info_span!(
             "stream_record",
+            otel.name = "aggregate",
+            otel.kind = "consumer",
             event_id = %record.event_id,
             conversation_id = tracing::field::Empty
         );
+        // The conversation item carries the trace of the request that created it: the reply joins it.
+        swarm_adapters::telemetry::propagation::set_parent(&span, trace_parent_of(record).as_deref());
         let Some(id) = conversation_of(record) else {
             span.in_scope(|| tracing::debug!("not a conversation item; ignored"));
             continue;

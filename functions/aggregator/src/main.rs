@@ -1,4 +1,4 @@
-//! Aggregator Lambda: telemetry, its config, the store and the reply model, then the stream handler.
+//! Aggregator Lambda: telemetry, its config, the store and the reply model, then the stream handler (telemetry flushed after every invocation).
 
 use std::sync::Arc;
 
@@ -8,14 +8,19 @@ use swarm_adapters::config::AwsClients;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    swarm_adapters::telemetry::init();
+    let telemetry = swarm_adapters::telemetry::function("aggregator")?;
     let config = AggregatorConfig::from_env()?;
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
     let core = Arc::new(Aggregator::new(aws.store(&config.table), models.main, AggregatorSettings::default()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let core = core.clone();
-        async move { handler::handle(&core, event).await }
+        let (core, telemetry) = (core.clone(), telemetry.clone());
+        async move {
+            let answer = handler::handle(&core, event).await;
+            // The sandbox freezes after the response: spans and metrics go out now or never.
+            telemetry.flush().await;
+            answer
+        }
     }))
     .await
 }

@@ -10,6 +10,7 @@ use swarm_core::domain::{
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
+use swarm_core::obs;
 use swarm_core::plan::{fallback_plan, parse_plan, validate_plan};
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
@@ -184,13 +185,15 @@ impl Orchestrator {
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
         conversation.idempotency_key = request.idempotency_key.clone();
+        // The stream-triggered aggregator has no message to carry the trace: the item carries it.
+        conversation.trace_parent = obs::context::current_traceparent();
         let id = conversation.id.clone();
         match self.store.create_conversation(&conversation).await? {
             CreateOutcome::Existing(existing) => {
                 tracing::info!(conversation_id = %existing, "idempotency key reused: returning the earlier conversation");
                 return Ok(Created { conversation_id: existing, new: false });
             }
-            CreateOutcome::Created => {}
+            CreateOutcome::Created => obs::metrics::conversation_started(),
         }
         faults::at(CrashPoint::OrchestratorAfterCreate).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
@@ -212,7 +215,7 @@ impl Orchestrator {
             return Err(ApiError::Unavailable(e.to_string()));
         }
 
-        let (plan, usage) = self.plan(&conversation).await;
+        let (plan, usage) = self.plan(&conversation).instrument(tracing::info_span!("plan")).await;
         let mut records: Vec<SubtaskRecord> = plan
             .subtasks
             .iter()
@@ -223,6 +226,7 @@ impl Orchestrator {
             // Another request (or the deadline path) moved it on; nothing more to do.
             return Ok(Created { conversation_id: id, new: true });
         }
+        obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
         self.enqueue_ready(&id, &records).await?;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
@@ -247,7 +251,8 @@ impl Orchestrator {
     /// Asks the model for a plan; one retry with the validation error shown,
     /// then a single-subtask fallback. Never fails: planning problems degrade.
     async fn plan(&self, conversation: &Conversation) -> (Plan, Usage) {
-        let deadline = tokio::time::Instant::now() + self.settings.plan_timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.settings.plan_timeout;
         let ctx = ToolContext {
             role: PLANNER_ROLE.into(),
             customer_id: conversation.customer_id.clone(),
@@ -296,7 +301,10 @@ impl Orchestrator {
             usage = usage.add(&response.usage);
             let text = response.content.clone().unwrap_or_default();
             match parse_plan(&text).and_then(|raw| validate_plan(raw, &known)) {
-                Ok(plan) if !plan.subtasks.is_empty() => return (plan, usage),
+                Ok(plan) if !plan.subtasks.is_empty() => {
+                    obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Planned);
+                    return (plan, usage);
+                }
                 Ok(_) => last_error = "the plan has no subtasks".into(),
                 Err(e) => last_error = e.to_string(),
             }
@@ -304,6 +312,7 @@ impl Orchestrator {
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }
+        obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Fallback);
         (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage)
     }
 

@@ -16,6 +16,7 @@ use rmcp::{
 use swarm_adapters::mcp::{HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
@@ -118,9 +119,10 @@ impl Gateway {
         Self::start_with_metrics(config, false).await
     }
 
-    /// [`Gateway::start`], with metrics also printed as CloudWatch embedded
-    /// metric format lines when `emf` (on Lambda).
-    pub async fn start_with_metrics(config: GatewayConfig, emf: bool) -> Result<Gateway, GatewayError> {
+    /// [`Gateway::start`]. Metrics go through the `metrics` facade to whichever recorder the
+    /// binary installed (CloudWatch EMF on Lambda); `_emf` is kept for callers of the old
+    /// EMF switch and changes nothing.
+    pub async fn start_with_metrics(config: GatewayConfig, _emf: bool) -> Result<Gateway, GatewayError> {
         config.validate()?;
         let http = upstream_http_client(config.upstream_keep_alive)?;
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
@@ -152,7 +154,7 @@ impl Gateway {
             roles,
             anonymous,
             catalog: RwLock::new(Arc::new(Catalog::default())),
-            metrics: Metrics::new(emf),
+            metrics: Metrics::new(),
             list_ttl: Duration::from_secs_f64(config.list_ttl_secs),
             discovery_retry: Duration::from_secs_f64(config.discovery_retry_secs),
             allowed_hosts: config.allowed_hosts.clone(),
@@ -397,6 +399,7 @@ impl Gateway {
             role: &policy.name,
             conversation: header(HEADER_CONVERSATION_ID).unwrap_or("-"),
             subtask: header(HEADER_SUBTASK_ID).unwrap_or("-"),
+            known_tool: self.catalog().tools.contains_key(name),
         };
         let refuse = |message: String, labels: &CallLabels<'_>| {
             tracing::warn!(tool = name, role = policy.name, reason = message.as_str(), "tool call refused");
@@ -473,7 +476,19 @@ impl Gateway {
             Admission::Allowed => {}
         }
         let timeout = slot.config.call_timeout();
-        let result = slot.client.call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel).await;
+        let upstream_span = tracing::info_span!(
+            "upstream_call",
+            otel.name = %format_args!("tools/call {}", tool.original),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %tool.original,
+            server.address = upstream_name,
+        );
+        let result = slot
+            .client
+            .call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel)
+            .instrument(upstream_span)
+            .await;
         let transition = {
             let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
             match &result {
@@ -515,6 +530,24 @@ fn request_parts(context: &RequestContext<RoleServer>) -> Option<&http::request:
     context.extensions.get::<http::request::Parts>()
 }
 
+/// The span of one MCP request to the gateway: `{method} {tool}`, kind server, a child of the
+/// caller's `traceparent` header. Records the method, the tool (when the catalogue holds it)
+/// and the caller's role — never arguments.
+fn server_span(method: &'static str, tool: Option<&str>, parts: Option<&http::request::Parts>) -> tracing::Span {
+    let span = tracing::info_span!(
+        "mcp_request",
+        otel.name = %format_args!("{method}{}{}", if tool.is_some() { " " } else { "" }, tool.unwrap_or("")),
+        otel.kind = "server",
+        mcp.method.name = method,
+        gen_ai.tool.name = tool.unwrap_or(""),
+        swarm.role = tracing::field::Empty,
+    );
+    if let Some(parts) = parts {
+        swarm_adapters::telemetry::propagation::set_parent_from_headers(&span, &parts.headers);
+    }
+    span
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -527,9 +560,15 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let role = self.authenticate(request_parts(&context))?;
-        let name = self.inner.roles[role].policy.name.clone();
-        Ok(ListToolsResult::with_all_items(self.list_for_role(&name).await))
+        let span = server_span("tools/list", None, request_parts(&context));
+        async {
+            let role = self.authenticate(request_parts(&context))?;
+            let name = self.inner.roles[role].policy.name.clone();
+            tracing::Span::current().record("swarm.role", name.as_str());
+            Ok(ListToolsResult::with_all_items(self.list_for_role(&name).await))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn call_tool(
@@ -538,7 +577,15 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let parts = request_parts(&context);
-        let role = self.authenticate(parts)?;
-        self.call(role, parts.map(|p| &p.headers), request, &context.ct).await.map(CallToolResponse::Complete)
+        // A name the catalogue does not hold is the caller's text: not recorded.
+        let tool = self.catalog().tools.contains_key(request.name.as_ref()).then(|| request.name.to_string());
+        let span = server_span("tools/call", tool.as_deref(), parts);
+        async {
+            let role = self.authenticate(parts)?;
+            tracing::Span::current().record("swarm.role", self.inner.roles[role].policy.name.as_str());
+            self.call(role, parts.map(|p| &p.headers), request, &context.ct).await.map(CallToolResponse::Complete)
+        }
+        .instrument(span)
+        .await
     }
 }

@@ -1,16 +1,14 @@
-//! Per-tool call metrics: counters kept in memory, one structured log per call, and CloudWatch EMF lines on Lambda.
+//! Per-tool call metrics: counters kept in memory (tests, the bench), one structured log per call, and the swarm's metrics through the `metrics` facade (`swarm_tool_calls`, `swarm_tool_call_seconds`, `swarm_breaker_transitions`, `swarm_tool_discovery_failures`: CloudWatch EMF on Lambda, Prometheus locally).
 
 use std::{
     collections::HashMap,
-    io::Write as _,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use crate::protect::BreakerState;
+use swarm_core::obs;
 
-/// CloudWatch namespace of the embedded-metric-format lines.
-pub const EMF_NAMESPACE: &str = "LambdaSwarm/ToolGateway";
+use crate::protect::BreakerState;
 
 /// How one `tools/call` ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +53,9 @@ pub struct CallLabels<'a> {
     /// From `x-swarm-conversation-id` / `x-swarm-subtask-id`; `-` when absent.
     pub conversation: &'a str,
     pub subtask: &'a str,
+    /// `tool` is a name of the gateway's catalogue: only then is it a metric's `tool` dimension
+    /// (a caller's arbitrary name would be neither low-cardinality nor ours).
+    pub known_tool: bool,
 }
 
 /// Counters of one tool.
@@ -81,16 +82,16 @@ pub struct MetricsSnapshot {
     pub breaker_transitions: Vec<(String, &'static str)>,
 }
 
-/// The gateway's metrics sink. `emf`: also print CloudWatch EMF JSON lines to stdout.
+/// The gateway's metrics sink: counters in memory, and every call through the `metrics` facade
+/// (whichever recorder the binary installed).
 #[derive(Debug, Default)]
 pub struct Metrics {
-    emf: bool,
     inner: Mutex<MetricsSnapshot>,
 }
 
 impl Metrics {
-    pub fn new(emf: bool) -> Self {
-        Self { emf, inner: Mutex::new(MetricsSnapshot::default()) }
+    pub fn new() -> Self {
+        Self { inner: Mutex::new(MetricsSnapshot::default()) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MetricsSnapshot> {
@@ -99,7 +100,7 @@ impl Metrics {
 
     /// Records one `tools/call`; `latency` is the gateway's whole handling time.
     pub fn record_call(&self, labels: &CallLabels<'_>, outcome: Outcome, latency: Duration) {
-        let CallLabels { tool, upstream, role, conversation, subtask } = *labels;
+        let CallLabels { tool, upstream, role, conversation, subtask, known_tool } = *labels;
         {
             let mut inner = self.lock();
             let stats = match inner.tools.get_mut(tool) {
@@ -150,89 +151,27 @@ impl Metrics {
                 "tool call not served"
             ),
         }
-        if self.emf {
-            let failed = matches!(outcome, Outcome::ToolError | Outcome::Timeout | Outcome::UpstreamError);
-            let line = serde_json::json!({
-                "_aws": {
-                    "Timestamp": chrono::Utc::now().timestamp_millis(),
-                    "CloudWatchMetrics": [{
-                        "Namespace": EMF_NAMESPACE,
-                        "Dimensions": [["Tool"]],
-                        "Metrics": [
-                            {"Name": "Latency", "Unit": "Milliseconds"},
-                            {"Name": "Errors", "Unit": "Count"},
-                            {"Name": "Refusals", "Unit": "Count"},
-                            {"Name": "RateLimited", "Unit": "Count"},
-                            {"Name": "BreakerRejected", "Unit": "Count"}
-                        ]
-                    }]
-                },
-                "Tool": tool,
-                "Upstream": upstream,
-                "Role": role,
-                "Outcome": outcome.as_str(),
-                "Latency": latency_ms,
-                "Errors": u8::from(failed),
-                "Refusals": u8::from(outcome == Outcome::Refused),
-                "RateLimited": u8::from(outcome == Outcome::RateLimited),
-                "BreakerRejected": u8::from(outcome == Outcome::BreakerOpen),
-            });
-            emit(&line);
-        }
+        obs::metrics::tool_call(if known_tool { tool } else { "unknown" }, outcome.as_str(), latency);
     }
 
     /// Records a discovery attempt of `upstream` that failed.
     pub fn record_discovery_failure(&self, upstream: &str, error: &str) {
         *self.lock().discovery_failures.entry(upstream.to_owned()).or_default() += 1;
         tracing::warn!(upstream, error, "upstream discovery failed; retrying on the next listing");
-        if self.emf {
-            emit(&serde_json::json!({
-                "_aws": {
-                    "Timestamp": chrono::Utc::now().timestamp_millis(),
-                    "CloudWatchMetrics": [{
-                        "Namespace": EMF_NAMESPACE,
-                        "Dimensions": [["Upstream"]],
-                        "Metrics": [{"Name": "DiscoveryFailures", "Unit": "Count"}]
-                    }]
-                },
-                "Upstream": upstream,
-                "DiscoveryFailures": 1,
-            }));
-        }
+        obs::metrics::discovery_failed(upstream);
     }
 
     /// Records a breaker state change of `upstream`.
     pub fn record_breaker(&self, upstream: &str, state: BreakerState) {
         self.lock().breaker_transitions.push((upstream.to_owned(), state.as_str()));
         tracing::warn!(upstream, breaker = state.as_str(), "circuit breaker changed state");
-        if self.emf {
-            emit(&serde_json::json!({
-                "_aws": {
-                    "Timestamp": chrono::Utc::now().timestamp_millis(),
-                    "CloudWatchMetrics": [{
-                        "Namespace": EMF_NAMESPACE,
-                        "Dimensions": [["Upstream"]],
-                        "Metrics": [{"Name": "BreakerOpen", "Unit": "None"}]
-                    }]
-                },
-                "Upstream": upstream,
-                "BreakerState": state.as_str(),
-                "BreakerOpen": u8::from(state != BreakerState::Closed),
-            }));
-        }
+        obs::metrics::breaker_transition(upstream, state.as_str());
     }
 
     /// A copy of every counter.
     pub fn snapshot(&self) -> MetricsSnapshot {
         self.lock().clone()
     }
-}
-
-/// Writes one EMF line to stdout (Lambda ships stdout to CloudWatch Logs).
-fn emit(line: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = serde_json::to_writer(&mut out, line);
-    let _ = out.write_all(b"\n");
 }
 
 /// Shared handle.
@@ -244,8 +183,15 @@ mod tests {
 
     #[test]
     fn refusals_and_errors_are_counted_per_tool() {
-        let m = Metrics::new(false);
-        let labels = |tool, role| CallLabels { tool, upstream: "shop", role, conversation: "c1", subtask: "w01" };
+        let m = Metrics::new();
+        let labels = |tool, role| CallLabels {
+            tool,
+            upstream: "shop",
+            role,
+            conversation: "c1",
+            subtask: "w01",
+            known_tool: true,
+        };
         m.record_call(&labels("shop__refund", "support"), Outcome::Refused, Duration::from_micros(10));
         m.record_call(&labels("shop__refund", "refund"), Outcome::Ok, Duration::from_micros(900));
         m.record_call(&labels("shop__get_order", "support"), Outcome::Timeout, Duration::from_millis(2));

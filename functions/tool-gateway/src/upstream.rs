@@ -7,6 +7,7 @@ use std::{
 };
 
 use http::{HeaderName, HeaderValue};
+use rmcp::model::GetExtensions as _;
 use rmcp::{
     ServiceError, ServiceExt,
     model::{
@@ -20,6 +21,7 @@ use rmcp::{
         streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
     },
 };
+use swarm_adapters::mcp::{HeaderInjectingClient, RequestHeaders, trace_header};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::UpstreamConfig, error::GatewayError};
@@ -161,7 +163,9 @@ impl UpstreamClient {
             .custom_headers(self.headers.clone())
             .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
         config.reinit_on_expired_session = false;
-        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        // Through the header-injecting client: each request carries its caller's trace context.
+        let transport =
+            StreamableHttpClientTransport::with_client(HeaderInjectingClient::new(self.http.clone()), config);
         let info = ClientConfig::new(
             Default::default(),
             Implementation::new("lambda-swarm-tool-gateway", env!("CARGO_PKG_VERSION")),
@@ -188,11 +192,12 @@ impl UpstreamClient {
     /// cancellation is sent on expiry or when `cancel` fires).
     async fn request(
         &self,
-        request: ClientRequest,
+        mut request: ClientRequest,
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<ServerResult, UpstreamError> {
         let session = self.session(timeout).await?;
+        request.extensions_mut().insert(RequestHeaders::new(trace_header().into_iter().collect()));
         let handle = session
             .peer()
             .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))

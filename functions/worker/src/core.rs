@@ -19,6 +19,7 @@ use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::llm::transcript::{
     check_pairing, compress, estimate_tokens, fit_round, latest_round, shrink_latest_round,
 };
+use swarm_core::obs;
 use swarm_core::ports::{
     AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LlmError,
     MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolChoice, ToolContext, ToolGateway, ToolSpec,
@@ -196,6 +197,7 @@ impl Worker {
                 );
                 async {
                     tracing::warn!("dead letter: recording the subtask as failed");
+                    obs::metrics::dead_letter();
                     self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None).await
                 }
                 .instrument(subtask_span(&conversation_id, &subtask_id))
@@ -313,6 +315,7 @@ impl Worker {
                     return Ok(Outcome::Retry(format!("could not hand the subtask back: {e}")));
                 }
                 tracing::info!(delay_secs = delay, "out of time: progress saved, subtask handed back");
+                obs::metrics::handed_back();
                 Ok(Outcome::HandedBack)
             }
             LoopEnd::OutOfTime => {
@@ -342,6 +345,7 @@ impl Worker {
                 Ok(Outcome::AlreadyFinished)
             }
             RecordOutcome::Recorded => {
+                obs::metrics::subtask_finished(&result);
                 faults::at(CrashPoint::WorkerAfterRecordResult).await;
                 if let SubtaskResult::Failed { kind, reason } = &result {
                     tracing::warn!(kind = kind.code(), reason = %reason, "subtask failed");
@@ -443,10 +447,19 @@ impl Worker {
             return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
         }
         tracing::Span::current().record("status", conversation.status.as_str());
+        if !conversation.status.is_terminal() {
+            obs::metrics::deadline_expired();
+        }
         match conversation.status {
             ConversationStatus::Planning => {
                 tracing::warn!("planning never finished: failing the conversation");
-                self.store.fail_conversation(id, "planning did not finish before the deadline").await?;
+                if self.store.fail_conversation(id, "planning did not finish before the deadline").await? {
+                    obs::metrics::conversation_finished(
+                        ConversationStatus::Failed,
+                        conversation.created_at_ms,
+                        now_ms(),
+                    );
+                }
                 Ok(Outcome::Finished(SubtaskStatus::Failed))
             }
             ConversationStatus::Running => {
@@ -481,7 +494,11 @@ impl Worker {
                 // The aggregator died after its flip: write the model-free reply.
                 let all = self.store.list_subtasks(id).await?;
                 let reply = compose_reply(&reply_input(&all, &conversation.notes));
-                self.store.finish_conversation(id, &reply, &Usage::default()).await?;
+                if self.store.finish_conversation(id, &reply, &Usage::default()).await? {
+                    obs::metrics::reply_written(false);
+                    obs::metrics::conversation_finished(ConversationStatus::Done, conversation.created_at_ms, now_ms());
+                    obs::metrics::conversation_cost(&conversation.usage);
+                }
                 tracing::warn!("aggregation never finished: wrote the fallback reply");
                 Ok(Outcome::Finished(SubtaskStatus::Succeeded))
             }
@@ -617,7 +634,11 @@ impl Worker {
                 tool_calls: response.tool_calls.clone(),
                 reasoning_content: response.reasoning_content.clone(),
             });
-            let calls = response.tool_calls.iter().map(|call| self.run_call(ctx, &allowed, call, cut_off, deadline));
+            let calls = response.tool_calls.iter().map(|call| {
+                // The model wrote the name: a span names only a tool this subtask may call.
+                let tool = if allowed.contains_key(call.name.as_str()) { call.name.as_str() } else { "not_allowed" };
+                self.run_call(ctx, &allowed, call, cut_off, deadline).instrument(obs::spans::tool_call(tool, &ctx.role))
+            });
             // Concurrent, answered in call order.
             let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) = join_all(calls).await.into_iter().unzip();
             let cut = fit_round(&mut contents, self.settings.round_budget_tokens);
@@ -693,6 +714,7 @@ impl Worker {
         // The name is model output: kept verbatim only when it is a tool this subtask may call.
         let name = if allowed.contains_key(call.name.as_str()) { call.name.clone() } else { safe_id(&call.name) };
         let refuse = |why: String| {
+            obs::spans::record_tool_outcome(&tracing::Span::current(), "refused");
             let content = serde_json::json!({ "error": why }).to_string();
             (content, ToolCallRecord { name: name.clone(), ok: false, error: Some(why) })
         };
@@ -731,6 +753,8 @@ impl Worker {
         }
         match self.tools.call_tool(ctx, &call.name, with_key, timeout).await {
             Ok(out) => {
+                let outcome = if out.is_error { "tool_error" } else { "ok" };
+                obs::spans::record_tool_outcome(&tracing::Span::current(), outcome);
                 let text = truncate_chars(&out.text, self.settings.max_tool_output_chars);
                 let rec = ToolCallRecord {
                     name: call.name.clone(),
@@ -741,7 +765,10 @@ impl Worker {
             }
             Err(e) => {
                 tracing::warn!(tool = %call.name, error = %e, "tool call failed");
-                refuse(format!("the tool call failed: {e}"))
+                obs::spans::record_tool_outcome(&tracing::Span::current(), "unavailable");
+                let why = format!("the tool call failed: {e}");
+                let content = serde_json::json!({ "error": why }).to_string();
+                (content, ToolCallRecord { name, ok: false, error: Some(why) })
             }
         }
     }

@@ -6,6 +6,8 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use futures::future::join_all;
 use lambda_runtime::LambdaEvent;
 use swarm_core::domain::TaskMessage;
+use swarm_core::obs;
+use swarm_core::obs::context::TRACEPARENT;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -35,7 +37,12 @@ pub async fn handle(
         let message_id = record.message_id.unwrap_or_default();
         let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
         let span = record_span(&message_id, message.as_ref().ok());
+        // Each record continues the trace of the span that sent it (its `traceparent` attribute).
+        let sender = record.message_attributes.get(TRACEPARENT).and_then(|a| a.string_value.as_deref());
+        swarm_adapters::telemetry::propagation::set_parent(&span, sender);
         async move {
+            let started = Instant::now();
+            obs::metrics::worker_busy(true);
             let outcome = match message {
                 Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
                 Ok(message) => match mode {
@@ -43,6 +50,8 @@ pub async fn handle(
                     WorkerMode::DeadLetters => worker.handle_dead_letter(message).await,
                 },
             };
+            obs::metrics::worker_busy(false);
+            obs::metrics::subtask_attempt(started.elapsed());
             match &outcome {
                 Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
                 Outcome::Retry(why) => tracing::warn!(reason = %why, "message will be retried"),
@@ -66,6 +75,10 @@ pub async fn handle(
 fn record_span(message_id: &str, message: Option<&TaskMessage>) -> tracing::Span {
     let span = tracing::info_span!(
         "sqs_record",
+        otel.name = "process task",
+        otel.kind = "consumer",
+        messaging.system = "aws_sqs",
+        messaging.operation.type = "process",
         message_id = %message_id,
         conversation_id = tracing::field::Empty,
         subtask_id = tracing::field::Empty

@@ -1,4 +1,4 @@
-//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client, then the SQS handler.
+//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client, then the SQS handler (telemetry flushed after every invocation).
 
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use worker::{Worker, WorkerConfig, handler};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    swarm_adapters::telemetry::init();
+    let telemetry = swarm_adapters::telemetry::function("worker")?;
     let config = WorkerConfig::from_env()?;
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
@@ -17,8 +17,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let core = Arc::new(Worker::new(store, queues, models.main, models.sub, tools, config.settings()));
     let mode = config.mode;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let core = core.clone();
-        async move { handler::handle(&core, mode, event).await }
+        let (core, telemetry) = (core.clone(), telemetry.clone());
+        async move {
+            let answer = handler::handle(&core, mode, event).await;
+            // The sandbox freezes after the response: spans and metrics go out now or never.
+            telemetry.flush().await;
+            answer
+        }
     }))
     .await
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use serde_json::{Value, json};
 use swarm_core::domain::now_ms;
+use swarm_core::obs::context::TRACEPARENT;
 
 use crate::platform::Delivery;
 
@@ -15,6 +16,16 @@ pub fn lambda_context(function: &str, timeout: Duration) -> lambda_runtime::Cont
     context.deadline = (now_ms().max(0) as u64).saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
     context.invoked_function_arn = format!("arn:aws:lambda:local:000000000000:function:{function}");
     context
+}
+
+/// A delivery's message attributes as the SQS event shows them (only `traceparent` is ever sent).
+fn message_attributes(d: &Delivery) -> Value {
+    match &d.trace_parent {
+        Some(t) => {
+            json!({ TRACEPARENT: { "stringValue": t, "stringListValues": [], "binaryListValues": [], "dataType": "String" } })
+        }
+        None => json!({}),
+    }
 }
 
 /// The SQS event an event source mapping hands `function` for `deliveries`, and the invocation's context.
@@ -38,7 +49,7 @@ pub fn sqs_event(
                     "SenderId": "000000000000",
                     "ApproximateFirstReceiveTimestamp": now.to_string()
                 },
-                "messageAttributes": {},
+                "messageAttributes": message_attributes(d),
                 "md5OfBody": "",
                 "eventSource": "aws:sqs",
                 "eventSourceARN": format!("arn:aws:sqs:local:000000000000:{queue_name}"),
@@ -63,12 +74,16 @@ mod tests {
             body: "{}".into(),
             receive_count: 2,
             sent_at_ms: 1,
+            trace_parent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         };
         let before = now_ms() as u64;
         let (e, ctx) = sqs_event("tasks", "worker", &[d], Duration::from_secs(30));
         let after = now_ms() as u64;
         assert_eq!(e.records.len(), 1);
         assert_eq!(e.records[0].message_id.as_deref(), Some("m1"));
+        let trace = &e.records[0].message_attributes["traceparent"];
+        assert_eq!(trace.string_value.as_deref(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert_eq!(trace.data_type.as_deref(), Some("String"));
         assert!(
             (before + 30_000..=after + 30_000).contains(&ctx.deadline),
             "the deadline is the function's timeout from now"

@@ -8,13 +8,15 @@
 //! stream (the aggregator's filter, batch size, retries with bisection), both
 //! over a [`platform::Backend`]: in memory, or DynamoDB and SQS on an emulator.
 //! Every timing comes from the timing table ([`swarm_core::timings`]), scaled
-//! only by [`StackOptions::time_scale`].
+//! only by [`StackOptions::time_scale`]. [`waterfall`] prints a conversation's
+//! trace in the terminal (`swarm-local ask --trace`).
 
 pub mod events;
 pub mod http;
 pub mod models;
 pub mod platform;
 pub mod stack;
+pub mod waterfall;
 
 pub use models::{models_from_env, models_from_lookup};
 pub use platform::counters::{CounterSnapshot, Counters, Received};

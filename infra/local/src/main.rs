@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use orchestrator::Auth;
+use swarm_adapters::telemetry;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 
@@ -55,10 +56,15 @@ enum Command {
         /// Seconds until the conversation's deadline (default: the timing table's conversation.deadline_secs; scaled by --time-scale like every timing).
         #[arg(long)]
         deadline: Option<u64>,
+        /// Print the conversation's span tree as a waterfall (stderr) with the critical path
+        /// marked; the spans also go to the collector named by OTEL_EXPORTER_OTLP_ENDPOINT, if set.
+        #[arg(long)]
+        trace: bool,
         #[command(flatten)]
         platform: Platform,
     },
-    /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`) on 127.0.0.1.
+    /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`) and the swarm's
+    /// metrics (`GET /metrics`, Prometheus text) on 127.0.0.1.
     Serve {
         /// Port of the HTTP API.
         #[arg(long, default_value_t = 8080)]
@@ -87,19 +93,32 @@ enum LocalAuth {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    swarm_adapters::telemetry::init_with_default("warn");
     let cli = Cli::parse();
+    let telemetry = telemetry::install(telemetry::Options {
+        default_level: "warn".into(),
+        config: telemetry::TelemetryConfig::from_env("swarm-local")?,
+        keep_spans: matches!(cli.command, Command::Ask { trace: true, .. }),
+        metrics: match cli.command {
+            Command::Serve { .. } => telemetry::MetricsSink::Prometheus,
+            Command::Ask { .. } => telemetry::MetricsSink::Off,
+        },
+    })?;
+    // With a collector configured, spans leave every second (and once more at the end).
+    let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
     let backend = match cli.aws_endpoint {
         Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
         None => BackendChoice::Embedded,
     };
     match cli.command {
-        Command::Ask { message, customer, json, deadline, platform } => {
+        Command::Ask { message, customer, json, deadline, trace, platform } => {
             let mut options = options(backend, &platform);
             if let Some(secs) = deadline {
                 options.timings.conversation.deadline = Duration::from_secs(secs);
             }
-            ask(options, &message, &customer, json).await
+            let traced = trace.then_some(&telemetry);
+            let answer = ask(options, &message, &customer, json, traced).await;
+            telemetry.flush().await;
+            answer
         }
         Command::Serve { port, auth, tokens_file, tokens, platform } => {
             let auth = match auth {
@@ -114,7 +133,9 @@ async fn main() -> anyhow::Result<()> {
                     Auth::Tokens(Arc::new(swarm_local::http::token_table(tokens_file.as_deref(), &tokens)?))
                 }
             };
-            serve(options(backend, &platform), port, auth).await
+            let served = serve(options(backend, &platform), port, auth, &telemetry).await;
+            telemetry.flush().await;
+            served
         }
     }
 }
@@ -137,7 +158,13 @@ fn model_line(stack: &LocalStack) -> String {
     }
 }
 
-async fn ask(options: StackOptions, message: &str, customer: &str, json: bool) -> anyhow::Result<()> {
+async fn ask(
+    options: StackOptions,
+    message: &str,
+    customer: &str,
+    json: bool,
+    trace: Option<&telemetry::Telemetry>,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let concurrency = options.worker_concurrency.unwrap_or(options.timings.worker.max_concurrency);
     let stack = LocalStack::start(options).await?;
@@ -149,6 +176,10 @@ async fn ask(options: StackOptions, message: &str, customer: &str, json: bool) -
         customer
     );
     let outcome = ask_on(&stack, message, customer).await;
+    let waterfall = match (trace, &outcome) {
+        (Some(telemetry), Ok(view)) => Some(conversation_trace(&stack, telemetry, view).await),
+        _ => None,
+    };
     let c = stack.counters().snapshot();
     let platform = format!(
         "── platform: {} worker invocations ({} messages), {} batch item failures, {} timed out, {} dead-letter invocations · stream: {} records, {} passed the filter, {} aggregator invocations, {} batches dropped",
@@ -166,10 +197,39 @@ async fn ask(options: StackOptions, message: &str, customer: &str, json: bool) -
     let view = outcome?;
     print_outcome(&view, json, started)?;
     eprintln!("{platform}");
+    if let Some(waterfall) = waterfall {
+        eprintln!("\n{waterfall}");
+    }
     if view.status != ConversationStatus::Done {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The conversation's spans as a waterfall: its trace is the one its item carries (the request's);
+/// the aggregator's spans end just after the reply is written, so they are waited for (at most 2 s).
+async fn conversation_trace(
+    stack: &LocalStack,
+    telemetry: &telemetry::Telemetry,
+    view: &swarm_core::view::ConversationView,
+) -> String {
+    let id = swarm_core::domain::ConversationId::from_trusted(view.conversation_id.clone());
+    let conversation = stack.store().get_conversation(&id).await.ok().flatten();
+    let Some(trace_id) = conversation.and_then(|c| c.trace_parent).and_then(|t| t.split('-').nth(1).map(str::to_owned))
+    else {
+        return "(no trace: the conversation carries no trace context)".to_owned();
+    };
+    let mut spans = Vec::new();
+    let patience = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        spans.extend(telemetry.take_spans().into_iter().filter(|s| s.trace_id == trace_id));
+        let replied = spans.iter().any(|s| s.name == "aggregate");
+        if replied || view.status != ConversationStatus::Done || tokio::time::Instant::now() >= patience {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    swarm_local::waterfall::render(&spans)
 }
 
 /// Posts the message and follows the conversation to its end, one line per subtask change.
@@ -272,13 +332,20 @@ fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started:
     Ok(())
 }
 
-async fn serve(options: StackOptions, port: u16, auth: Auth) -> anyhow::Result<()> {
+async fn serve(options: StackOptions, port: u16, auth: Auth, telemetry: &telemetry::Telemetry) -> anyhow::Result<()> {
     let stack = LocalStack::start(options).await?;
     let callers = match &auth {
         Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
         _ => "no authentication: the body's customer_id".to_owned(),
     };
-    let app = swarm_local::http::router(stack.orchestrator(), auth);
+    let metrics = telemetry.clone();
+    let app = swarm_local::http::router(stack.orchestrator(), auth).route(
+        "/metrics",
+        axum::routing::get(move || async move {
+            let text = metrics.prometheus().unwrap_or_default();
+            ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+        }),
+    );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -288,6 +355,7 @@ async fn serve(options: StackOptions, port: u16, auth: Auth) -> anyhow::Result<(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
     println!("  callers      {callers}");
+    println!("  metrics      http://{addr}/metrics   (Prometheus text)");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));

@@ -17,6 +17,7 @@ use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::FaultPlan;
 use swarm_core::llm::Models;
+use swarm_core::obs::{TracedQueue, TracedStore};
 use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::{DEFAULT_ROLE, PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
@@ -35,6 +36,13 @@ use crate::platform::{Backend, Queue, QueueDepth};
 /// Wraps a port adapter (fault injection, latency) before a function gets it.
 pub type WrapTools = Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>;
 pub type WrapStore = Arc<dyn Fn(Arc<dyn ConversationStore>) -> Arc<dyn ConversationStore> + Send + Sync>;
+
+/// The `db.system.name` and `messaging.system` of a backend's spans.
+#[derive(Clone, Copy, Debug)]
+struct Systems {
+    store: &'static str,
+    queue: &'static str,
+}
 
 /// Longest wait for one role's `tools/list` while the stack starts.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,6 +134,10 @@ impl LocalStack {
             options.time_scale
         );
         let timings = options.timings.scaled(options.time_scale);
+        let systems = match &options.backend {
+            BackendChoice::Embedded => Systems { store: "memory", queue: "memory" },
+            BackendChoice::Emulator(_) => Systems { store: "aws.dynamodb", queue: "aws_sqs" },
+        };
         let (backend, memory): (Arc<dyn Backend>, _) = match &options.backend {
             BackendChoice::Embedded => {
                 let embedded = EmbeddedBackend::provision(&timings);
@@ -134,7 +146,7 @@ impl LocalStack {
             }
             BackendChoice::Emulator(e) => (Arc::new(EmulatorBackend::provision(e, &timings).await?), None),
         };
-        match Self::assemble(options, timings, backend.clone(), memory).await {
+        match Self::assemble(options, timings, backend.clone(), memory, systems).await {
             Ok(stack) => Ok(stack),
             Err(e) => {
                 // What was provisioned goes: an emulator keeps no half-started run's table or queues.
@@ -150,6 +162,7 @@ impl LocalStack {
         timings: Timings,
         backend: Arc<dyn Backend>,
         memory: Option<Arc<InMemoryConversationStore>>,
+        systems: Systems,
     ) -> anyhow::Result<Self> {
         // The stream trigger's feed opens before the first write, so it misses nothing.
         let feed = backend.change_feed().await.context("opening the table's stream")?;
@@ -181,13 +194,17 @@ impl LocalStack {
             None => crate::models::models_from_env().context("reading the LLM settings")?,
         };
 
-        let store = backend.store();
+        // As the functions' AWS clients do: every store and queue operation in its own span.
+        let store = TracedStore::wrap(backend.store(), systems.store);
         let wrapped = |wrap: &Option<WrapStore>| match wrap {
             Some(wrap) => wrap(store.clone()),
             None => store.clone(),
         };
-        let queues = TaskQueues::new(backend.queue(Queue::Tasks).sender.clone())
-            .with_role(REFUND_ROLE, backend.queue(Queue::Refund).sender.clone());
+        let traced = |queue: Queue, name: &'static str| {
+            TracedQueue::wrap(backend.queue(queue).sender.clone(), systems.queue, name)
+        };
+        let queues =
+            TaskQueues::new(traced(Queue::Tasks, "tasks")).with_role(REFUND_ROLE, traced(Queue::Refund, "refund"));
         let orchestrator = Arc::new(Orchestrator::new(
             store.clone(),
             queues.clone(),

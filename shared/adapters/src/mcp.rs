@@ -96,16 +96,27 @@ impl From<&str> for GatewayToken {
 /// Per-request HTTP headers, put into an rmcp request's extensions and added to
 /// the POST by [`HeaderInjectingClient`]. Never serialized into the JSON-RPC body.
 #[derive(Clone, Debug)]
-struct RequestHeaders(Arc<Vec<(HeaderName, HeaderValue)>>);
+pub struct RequestHeaders(Arc<Vec<(HeaderName, HeaderValue)>>);
+
+impl RequestHeaders {
+    pub fn new(headers: Vec<(HeaderName, HeaderValue)>) -> Self {
+        Self(Arc::new(headers))
+    }
+}
 
 /// A reqwest client that adds the [`RequestHeaders`] found in a request's
 /// extensions to that request's POST (rmcp passes per-session headers only).
+/// Also used by the tool gateway towards its upstreams (the trace context).
 #[derive(Clone)]
-struct HeaderInjectingClient {
+pub struct HeaderInjectingClient {
     inner: reqwest::Client,
 }
 
 impl HeaderInjectingClient {
+    pub fn new(inner: reqwest::Client) -> Self {
+        Self { inner }
+    }
+
     fn with_request_headers(
         message: &ClientJsonRpcMessage,
         mut headers: HashMap<HeaderName, HeaderValue>,
@@ -415,7 +426,15 @@ fn context_headers(ctx: &ToolContext, extra: Option<(HeaderName, HeaderValue)>) 
     ));
     headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", &ctx.subtask_id)?));
     headers.extend(extra);
+    headers.extend(trace_header());
     Ok(RequestHeaders(Arc::new(headers)))
+}
+
+/// The current span's W3C `traceparent` as a request header, when spans are recorded: the
+/// gateway's span of this request joins the caller's trace.
+pub fn trace_header() -> Option<(HeaderName, HeaderValue)> {
+    let value = swarm_core::obs::context::current_traceparent()?;
+    Some((HeaderName::from_static(swarm_core::obs::context::TRACEPARENT), HeaderValue::from_str(&value).ok()?))
 }
 
 /// Maps an rmcp client error to the port's classification.

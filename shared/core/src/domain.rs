@@ -430,6 +430,10 @@ pub struct Conversation {
     /// The `Idempotency-Key` it was created with, if any.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The W3C `traceparent` of the request that created it: the stream-triggered aggregator
+    /// continues the conversation's trace from it (it has no message to carry one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
     /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
     pub ttl: i64,
 }
@@ -452,6 +456,7 @@ impl Conversation {
             notes: Vec::new(),
             error: None,
             idempotency_key: None,
+            trace_parent: None,
             ttl: now_ms / 1000 + 7 * 24 * 3600,
         }
     }

@@ -1,4 +1,4 @@
-//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules and the timing table.
+//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (metric catalogue, span helpers).
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
@@ -8,6 +8,7 @@ pub mod domain;
 pub mod faults;
 pub mod jsonfix;
 pub mod llm;
+pub mod obs;
 pub mod plan;
 pub mod ports;
 pub mod prompts;

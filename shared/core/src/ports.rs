@@ -366,6 +366,11 @@ pub trait ChatModel: Send + Sync {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
     /// Human-readable label, e.g. `kimi-k2 @ api.moonshot.cn` or `offline model`.
     fn label(&self) -> String;
+    /// The configured model name (`gen_ai.request.model`, the `model` label of the LLM
+    /// metrics): a value of configuration, never of a response. Defaults to [`Self::label`].
+    fn model_name(&self) -> String {
+        self.label()
+    }
     /// `true` for the deterministic offline model; replies then say so.
     fn is_offline(&self) -> bool {
         false

@@ -56,6 +56,10 @@ impl ChatModel for OfflineModel {
         "offline model".into()
     }
 
+    fn model_name(&self) -> String {
+        "offline".into()
+    }
+
     fn is_offline(&self) -> bool {
         true
     }

@@ -181,6 +181,13 @@ impl ChatModel for ScriptedModel {
         }
     }
 
+    fn model_name(&self) -> String {
+        match &self.then {
+            Then::Delegate(inner) => inner.model_name(),
+            _ => "scripted".into(),
+        }
+    }
+
     fn is_offline(&self) -> bool {
         matches!(&self.then, Then::Delegate(inner) if inner.is_offline())
     }

@@ -9,6 +9,7 @@
 
 pub mod caller;
 pub mod error;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -58,6 +59,7 @@ pub fn router(state: ApiState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(trace::request_span))
         .with_state(state)
 }
 

@@ -191,6 +191,7 @@ mod tests {
             body: "{}".into(),
             receive_count: 1,
             sent_at_ms: 0,
+            trace_parent: None,
         }
     }
 

@@ -8,6 +8,7 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 use swarm_adapters::aws::sqs::{to_queue_error, without_sdk_retries};
+use swarm_core::obs::context::TRACEPARENT;
 use swarm_core::ports::{QueueError, SQS_BATCH_LIMIT};
 
 use super::{Delivery, QueueConsumer, QueueDepth};
@@ -20,8 +21,8 @@ const MAX_VISIBILITY_SECS: u32 = 43_200;
 const STALE_RECEIPT_CODES: &[&str] = &["ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"];
 
 /// [`QueueConsumer`] on one SQS queue: what an event source mapping does, for
-/// the local stack and tests. Receives ask for `ApproximateReceiveCount` and
-/// `SentTimestamp`; long polls over 20 s (the SQS limit) are repeated until the wait ends.
+/// the local stack and tests. Receives ask for `ApproximateReceiveCount`,
+/// `SentTimestamp` and the `traceparent` message attribute; long polls over 20 s (the SQS limit) are repeated until the wait ends.
 #[derive(Clone, Debug)]
 pub struct SqsConsumer {
     client: Client,
@@ -61,7 +62,8 @@ impl QueueConsumer for SqsConsumer {
                 .max_number_of_messages(max)
                 .wait_time_seconds(wait_secs)
                 .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp);
+                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+                .message_attribute_names(TRACEPARENT);
             // The attempt deadline must outlast the long poll itself.
             let policy = AwsRetryPolicy {
                 attempt_timeout: self.retry.attempt_timeout + Duration::from_secs(wait_secs as u64),
@@ -87,12 +89,18 @@ impl QueueConsumer for SqsConsumer {
                         "ReceiveMessage answered a message without id or receipt handle".into(),
                     ));
                 };
+                let trace_parent = m
+                    .message_attributes()
+                    .and_then(|a| a.get(TRACEPARENT))
+                    .and_then(|v| v.string_value())
+                    .map(str::to_owned);
                 deliveries.push(Delivery {
                     message_id: message_id.to_owned(),
                     receipt_handle: receipt_handle.to_owned(),
                     body: m.body().unwrap_or_default().to_owned(),
                     receive_count,
                     sent_at_ms,
+                    trace_parent,
                 });
             }
             if !deliveries.is_empty() || tokio::time::Instant::now() >= deadline {

@@ -4,8 +4,9 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use swarm_core::domain::TaskMessage;
+use swarm_core::obs::context::TRACEPARENT;
 use swarm_core::ports::{MAX_DELAY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
 
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
@@ -31,7 +32,9 @@ pub fn without_sdk_retries(client: Client) -> Client {
 /// entries ([`SQS_BATCH_LIMIT`]), sent concurrently; entries SQS reports as
 /// failed (not the sender's fault) are resent with jittered backoff, at most
 /// [`AwsRetryPolicy::max_attempts`] rounds, then [`QueueError::Transient`].
-/// Bodies are the [`TaskMessage`] JSON: ids only, never results.
+/// Bodies are the [`TaskMessage`] JSON: ids only, never results. Each message carries the
+/// sending span's W3C `traceparent` as a `String` message attribute of that name (when
+/// telemetry records spans), which the event source mapping hands to the worker.
 #[derive(Clone, Debug)]
 pub struct SqsTaskQueue {
     client: Client,
@@ -54,8 +57,14 @@ impl SqsTaskQueue {
         &self.queue_url
     }
 
-    /// Sends one chunk (≤ 10 bodies), resending failed entries.
-    async fn send_chunk(&self, bodies: &[String], delay_seconds: u32) -> Result<(), QueueError> {
+    /// Sends one chunk (≤ 10 bodies), resending failed entries; each carries `trace` as its
+    /// `traceparent` message attribute when set.
+    async fn send_chunk(
+        &self,
+        bodies: &[String],
+        delay_seconds: u32,
+        trace: Option<&MessageAttributeValue>,
+    ) -> Result<(), QueueError> {
         // Entry ids are the positions in the chunk, so a failed entry maps back to its body.
         let mut pending: Vec<usize> = (0..bodies.len()).collect();
         let mut round = 0u32;
@@ -66,6 +75,7 @@ impl SqsTaskQueue {
                     .id(i.to_string())
                     .message_body(&bodies[i])
                     .delay_seconds(delay_seconds as i32)
+                    .set_message_attributes(trace.map(|t| [(TRACEPARENT.to_owned(), t.clone())].into()))
                     .build()
                     .map_err(|e| QueueError::Permanent(format!("SendMessageBatch entry: {e}")))?;
                 req = req.entries(entry);
@@ -120,8 +130,11 @@ impl TaskQueue for SqsTaskQueue {
                 serde_json::to_string(m).map_err(|e| QueueError::Permanent(format!("cannot serialize message: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The sender's trace context travels as a message attribute, as W3C `traceparent`.
+        let trace = swarm_core::obs::context::current_traceparent()
+            .and_then(|t| MessageAttributeValue::builder().data_type("String").string_value(t).build().ok());
         let results = futures::future::join_all(
-            bodies.chunks(SQS_BATCH_LIMIT).map(|chunk| self.send_chunk(chunk, delay_seconds)),
+            bodies.chunks(SQS_BATCH_LIMIT).map(|chunk| self.send_chunk(chunk, delay_seconds, trace.as_ref())),
         )
         .await;
         let failures: Vec<QueueError> = results.into_iter().filter_map(Result::err).collect();

@@ -49,6 +49,7 @@ pub use aws::AwsClients;
 mod aws {
     use std::sync::Arc;
 
+    use swarm_core::obs::{TracedQueue, TracedStore};
     use swarm_core::ports::{ConversationStore, TaskQueue};
     use swarm_core::roles::{REFUND_ROLE, TaskQueues};
 
@@ -70,18 +71,20 @@ mod aws {
             Self { dynamodb: aws_sdk_dynamodb::Client::new(&config), sqs: aws_sdk_sqs::Client::new(&config) }
         }
 
-        /// The conversation store on `table`.
+        /// The conversation store on `table`, every operation in its own span.
         pub fn store(&self, table: &TableConfig) -> Arc<dyn ConversationStore> {
-            Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()))
+            let store = Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()));
+            TracedStore::wrap(store, "aws.dynamodb")
         }
 
-        /// The tasks queue, and the refund role's queue when configured.
+        /// The tasks queue, and the refund role's queue when configured; every send in its own
+        /// producer span, the messages carrying its trace context.
         pub fn queues(&self, urls: &QueueUrls) -> TaskQueues {
             let tasks: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), urls.tasks.clone()));
-            let mut queues = TaskQueues::new(tasks);
+            let mut queues = TaskQueues::new(TracedQueue::wrap(tasks, "aws_sqs", "tasks"));
             if let Some(refund) = &urls.refund {
                 let refund: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), refund.clone()));
-                queues = queues.with_role(REFUND_ROLE, refund);
+                queues = queues.with_role(REFUND_ROLE, TracedQueue::wrap(refund, "aws_sqs", "refund"));
             }
             queues
         }

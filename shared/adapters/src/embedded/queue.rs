@@ -59,12 +59,15 @@ pub struct ReceivedMessage {
     pub receive_count: u32,
     /// When the message was first sent, Unix epoch milliseconds.
     pub sent_at_ms: i64,
+    /// The `traceparent` message attribute, when the sender's span was recorded.
+    pub trace_parent: Option<String>,
 }
 
 #[derive(Clone, Debug)]
 struct Stored {
     message_id: String,
     body: String,
+    trace_parent: Option<String>,
     visible_at: Instant,
     receive_count: u32,
     sent_at_ms: i64,
@@ -130,11 +133,22 @@ impl InMemoryQueue {
 
     /// Sends one raw body (used for bodies that are not [`TaskMessage`]s, e.g. poison-message tests).
     pub fn send_raw(&self, body: String, delay: Duration) -> Result<String, QueueError> {
+        self.send_with_trace(body, delay, None)
+    }
+
+    /// Sends one body with its `traceparent` message attribute.
+    fn send_with_trace(
+        &self,
+        body: String,
+        delay: Duration,
+        trace_parent: Option<String>,
+    ) -> Result<String, QueueError> {
         let id = uuid::Uuid::now_v7().to_string();
         let mut s = self.lock()?;
         s.messages.push_back(Stored {
             message_id: id.clone(),
             body,
+            trace_parent,
             visible_at: Instant::now() + delay,
             receive_count: 0,
             sent_at_ms: now_ms(),
@@ -186,6 +200,7 @@ impl InMemoryQueue {
                     body: m.body.clone(),
                     receive_count: m.receive_count,
                     sent_at_ms: m.sent_at_ms,
+                    trace_parent: m.trace_parent.clone(),
                 });
                 i += 1;
             }
@@ -209,9 +224,11 @@ impl TaskQueue for InMemoryQueue {
         if delay_seconds > MAX_DELAY_SECONDS {
             return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));
         }
+        // As on SQS: the sender's trace context rides along as the `traceparent` attribute.
+        let trace = swarm_core::obs::context::current_traceparent();
         for m in messages {
             let body = serde_json::to_string(m).map_err(|e| QueueError::Permanent(e.to_string()))?;
-            self.send_raw(body, Duration::from_secs(u64::from(delay_seconds)))?;
+            self.send_with_trace(body, Duration::from_secs(u64::from(delay_seconds)), trace.clone())?;
         }
         Ok(())
     }

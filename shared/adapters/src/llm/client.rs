@@ -405,4 +405,8 @@ impl ChatModel for HttpChatModel {
     fn label(&self) -> String {
         self.label.clone()
     }
+
+    fn model_name(&self) -> String {
+        self.model.clone()
+    }
 }

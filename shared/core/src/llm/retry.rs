@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::obs;
 
 use crate::ports::{ChatModel, ChatRequest, ChatResponse, LlmError};
 use crate::timings::Timings;
@@ -122,13 +125,68 @@ pub async fn complete_with_retry(
     policy: &LlmRetryPolicy,
     deadline: Instant,
 ) -> Result<ChatResponse, CallError> {
+    // One `chat {model}` span per round, retries included (GenAI semantic conventions).
+    let name = model.model_name();
+    let span = obs::spans::llm_round(&name, request);
+    let mut attempts = Attempts { model: &name, purpose: request.purpose, made: 0, retry_class: None };
+    let result = rounds(model, request, policy, deadline, &mut attempts).instrument(span.clone()).await;
+    match &result {
+        Ok(response) => obs::spans::record_llm_answer(&span, response, attempts.made, attempts.retry_class),
+        Err(e) => {
+            let class = match e {
+                CallError::Failed(e) => obs::metrics::llm_error_class(e),
+                CallError::OutOfTime { .. } => "timeout",
+            };
+            obs::spans::record_llm_failure(&span, class, attempts.made, attempts.retry_class);
+        }
+    }
+    result
+}
+
+/// What one round's attempts were, for its span and metrics.
+struct Attempts<'a> {
+    model: &'a str,
+    purpose: crate::ports::Purpose,
+    made: u32,
+    /// The class of the latest failure that was retried.
+    retry_class: Option<&'static str>,
+}
+
+impl Attempts<'_> {
+    /// One request to the model, timed and counted (`swarm_llm_*`).
+    async fn attempt(
+        &mut self,
+        model: &dyn ChatModel,
+        request: &ChatRequest,
+        deadline: Instant,
+    ) -> Result<Result<ChatResponse, LlmError>, tokio::time::error::Elapsed> {
+        self.made += 1;
+        let started = Instant::now();
+        let answer = tokio::time::timeout_at(deadline, model.complete(request)).await;
+        let outcome = match &answer {
+            Ok(Ok(response)) => Ok(&response.usage),
+            Ok(Err(e)) => Err(obs::metrics::llm_error_class(e)),
+            Err(_) => Err("timeout"),
+        };
+        obs::metrics::llm_attempt(self.model, self.purpose, started.elapsed(), outcome);
+        answer
+    }
+}
+
+async fn rounds(
+    model: &dyn ChatModel,
+    request: &ChatRequest,
+    policy: &LlmRetryPolicy,
+    deadline: Instant,
+    attempts: &mut Attempts<'_>,
+) -> Result<ChatResponse, CallError> {
     let max_attempts = policy.max_attempts.max(1);
     let mut last: Option<LlmError> = None;
     for attempt in 0..max_attempts {
         if Instant::now() >= deadline {
             return Err(CallError::OutOfTime { last });
         }
-        let error = match tokio::time::timeout_at(deadline, model.complete(request)).await {
+        let error = match attempts.attempt(model, request, deadline).await {
             Err(_elapsed) => {
                 return Err(CallError::OutOfTime {
                     last: Some(LlmError::Transient { status: None, message: "no answer before the deadline".into() }),
@@ -152,6 +210,9 @@ pub async fn complete_with_retry(
             return Err(CallError::OutOfTime { last: Some(error) });
         }
         tracing::info!(model = %model.label(), attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %error, "llm call will be retried");
+        let class = obs::metrics::llm_error_class(&error);
+        obs::metrics::llm_retry(attempts.model, class);
+        attempts.retry_class = Some(class);
         last = Some(error);
         tokio::time::sleep_until(wake).await;
     }

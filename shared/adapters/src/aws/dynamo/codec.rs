@@ -140,6 +140,9 @@ pub fn conversation_item(c: &Conversation) -> Item {
     if let Some(k) = &c.idempotency_key {
         item.insert("idempotency_key".into(), s(k));
     }
+    if let Some(t) = &c.trace_parent {
+        item.insert("trace_parent".into(), s(t));
+    }
     for (name, v) in usage_attributes(&c.usage) {
         item.insert(name.into(), v);
     }
@@ -184,6 +187,7 @@ pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreE
         notes: string_list(item, "notes"),
         error: opt_s(item, "error"),
         idempotency_key: opt_s(item, "idempotency_key"),
+        trace_parent: opt_s(item, "trace_parent"),
         ttl: get_n(item, "ttl")?,
     })
 }
@@ -316,6 +320,7 @@ mod tests {
         c.usage = Usage { prompt_tokens: Some(5), cost_usd: Some(0.25), ..Default::default() };
         c.notes = vec!["dropped 2".into()];
         c.idempotency_key = Some("k".into());
+        c.trace_parent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         let back = conversation_from_item(&conversation_item(&c)).unwrap();
         assert_eq!(back, c);
     }
