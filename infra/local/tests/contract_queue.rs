@@ -103,6 +103,7 @@ contract_tests!(
     a_delay_over_fifteen_minutes_is_rejected_and_nothing_is_sent,
     sending_no_messages_is_a_no_op,
     depth_counts_visible_in_flight_and_delayed_messages,
+    a_message_carries_the_trace_context_of_the_span_that_sent_it,
 );
 
 fn run(i: usize) -> TaskMessage {
@@ -120,6 +121,35 @@ async fn receive_n(rx: &Arc<dyn QueueConsumer>, want: usize, within: Duration) -
 }
 
 // ------------------------------------------------------------------ the contract
+
+async fn a_message_carries_the_trace_context_of_the_span_that_sent_it(backend: Backend) -> Result<()> {
+    use swarm_adapters::telemetry::{self, MetricsSink, Options, TelemetryConfig, TraceExport, propagation};
+    use tracing::Instrument;
+    telemetry::install(Options {
+        default_level: "warn".into(),
+        config: TelemetryConfig { service: "contract".into(), traces: TraceExport::Off, on_lambda: false },
+        keep_spans: true,
+        metrics: MetricsSink::Off,
+    })?;
+    let q = backend.queues(30, 3).await?;
+    // A span of the swarm's crates (the telemetry records only those).
+    let span = tracing::info_span!(target: "swarm_local::contract", "send");
+    let sender = propagation::traceparent_of(&span);
+    ensure!(sender.is_some(), "the span is recorded");
+    q.tx.send(&[run(1), run(2)], 0).instrument(span).await?;
+    q.tx.send(&[run(3)], 0).await?;
+    let got = receive_n(&q.rx, 3, Duration::from_secs(10)).await?;
+    ensure!(got.len() == 3, "got {}", got.len());
+    for d in &got {
+        let message: TaskMessage = serde_json::from_str(&d.body)?;
+        let expected = if message == run(3) { None } else { sender.clone() };
+        assert_eq!(
+            d.trace_parent, expected,
+            "{message:?}: the `traceparent` attribute of its sender, none outside a span"
+        );
+    }
+    Ok(())
+}
 
 async fn every_message_of_a_25_message_send_is_received_exactly_once(backend: Backend) -> Result<()> {
     let q = backend.queues(30, 3).await?;
