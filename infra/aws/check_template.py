@@ -7,7 +7,10 @@
 #   - ScalingConfig.MaximumConcurrency present and >= 2 on every SQS event source (a cap that applies)
 #   - ReportBatchItemFailures on every SQS and stream event source (partial batch responses honoured)
 #   - the aggregator's FilterCriteria: only the conversation item reaching remaining = 0 while RUNNING
-#   - no "*" in any IAM action or resource, no managed policies (they carry "*")
+#   - no "*" in any IAM action or resource, no managed policies (they carry "*") - except the one statement
+#     X-Ray's write actions need (xray:PutTraceSegments, xray:PutTelemetryRecords on "*"), which every
+#     function's role has, as every function has active tracing (Tracing: Active)
+#   - every alarm's description says where to look first ("Look first")
 #   - provided.al2023 / arm64 / JSON logs on every function; secrets only by ARN in the environment
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
 #   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
@@ -29,6 +32,8 @@ EXPECTED_FILTER = {
     }
 }
 REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
+# The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
+XRAY_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
@@ -173,6 +178,11 @@ class Checker:
                     self.fail(name, f"environment variable {var} looks like a secret; pass its secret's ARN instead")
             if "ReservedConcurrentExecutions" not in p:
                 self.fail(name, "ReservedConcurrentExecutions is not wired to a parameter")
+            if (p.get("TracingConfig") or {}).get("Mode") != "Active":
+                self.fail(name, "TracingConfig.Mode is not Active (Tracing: Active)")
+            role = self.target(p.get("Role"))
+            if role in self.resources and not self.grants_xray(self.resources[role]):
+                self.fail(name, f"role {role} lacks {sorted(XRAY_ACTIONS)} (active tracing writes segments)")
 
         esms = {k: r for k, r in self.resources.items() if r["Type"] == "AWS::Lambda::EventSourceMapping"}
         sqs_seen = stream_seen = 0
@@ -222,6 +232,9 @@ class Checker:
             self.fail("event sources", f"{stream_seen} DynamoDB stream event sources, want 1 (aggregator)")
 
         for name, r in self.resources.items():
+            if r["Type"] == "AWS::CloudWatch::Alarm":
+                if "Look first" not in str(r["Properties"].get("AlarmDescription", "")):
+                    self.fail(name, "AlarmDescription does not say where to look first (\"Look first ...\")")
             if r["Type"] == "AWS::IAM::Role":
                 if r["Properties"].get("ManagedPolicyArns"):
                     self.fail(name, "managed policies attached (they grant '*'); use inline statements")
@@ -295,6 +308,15 @@ class Checker:
             return None if self.number(self.params[param]) == -1 else self.number(yes)
         return self.number(v)
 
+    def grants_xray(self, role):
+        """Whether an inline policy of `role` allows both X-Ray write actions."""
+        for policy in role.get("Properties", {}).get("Policies", []):
+            statements = policy.get("PolicyDocument", {}).get("Statement", [])
+            for st in statements if isinstance(statements, list) else [statements]:
+                if isinstance(st, dict) and st.get("Effect") == "Allow" and XRAY_ACTIONS <= set(self.flatten(st.get("Action"))):
+                    return True
+        return False
+
     def statements(self, where, doc):
         statements = doc.get("Statement", [])
         for st in statements if isinstance(statements, list) else [statements]:
@@ -304,9 +326,18 @@ class Checker:
                     if isinstance(branch, dict) and "Ref" not in branch:
                         self.statements(where, {"Statement": [branch]})
                 continue
+            actions = [a for a in self.flatten(st.get("Action")) if isinstance(a, str)]
+            # The one exception: X-Ray's write actions, alone, allowed on "*" (they take no other resource).
+            xray_only = (
+                st.get("Effect") == "Allow"
+                and actions
+                and set(actions) <= XRAY_ACTIONS
+                and list(self.flatten(st.get("Resource"))) == ["*"]
+                and not any(k in st for k in ("NotAction", "NotResource", "Condition"))
+            )
             for key in ("Action", "Resource", "NotAction", "NotResource"):
                 for item in self.flatten(st.get(key)):
-                    if isinstance(item, str) and "*" in item:
+                    if isinstance(item, str) and "*" in item and not (xray_only and key == "Resource"):
                         self.fail(where, f"{key} {item!r} contains '*'")
 
     def flatten(self, v):

@@ -46,6 +46,48 @@ class TemplateLint(unittest.TestCase):
         found = self.findings(params={"WorkerMaxConcurrency": "1"}, label="staging")
         self.assertTrue(any(f.startswith("[staging]") and "max_concurrency >= 2" in f for f in found), found)
 
+    def role_statements(self, t, role="WorkerRole"):
+        return t["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+
+    def test_only_the_xray_write_actions_may_have_resource_star(self):
+        t = copy.deepcopy(self.expanded)
+        traces = next(st for st in self.role_statements(t) if st.get("Sid") == "Traces")
+        self.assertEqual(sorted(traces["Action"]), ["xray:PutTelemetryRecords", "xray:PutTraceSegments"])
+        self.assertEqual(traces["Resource"], "*")
+        # Another action in the same statement makes its "*" a finding.
+        traces["Action"] = traces["Action"] + ["xray:GetTraceSummaries"]
+        found = self.findings(t)
+        self.assertTrue(any("WorkerRole/worker" in f and "Resource '*'" in f for f in found), found)
+        # So does "*" on any other statement.
+        t = copy.deepcopy(self.expanded)
+        sqs = next(st for st in self.role_statements(t) if st.get("Sid") == "ConsumeTasks")
+        sqs["Resource"] = "*"
+        found = self.findings(t)
+        self.assertTrue(any("WorkerRole/worker" in f and "Resource '*'" in f for f in found), found)
+        # And an action wildcard, even on X-Ray.
+        t = copy.deepcopy(self.expanded)
+        traces = next(st for st in self.role_statements(t) if st.get("Sid") == "Traces")
+        traces["Action"] = ["xray:*"]
+        found = self.findings(t)
+        self.assertTrue(any("Action 'xray:*'" in f for f in found), found)
+
+    def test_every_function_traces_actively_and_may_write_segments(self):
+        t = copy.deepcopy(self.expanded)
+        del t["Resources"]["Aggregator"]["Properties"]["TracingConfig"]
+        found = self.findings(t)
+        self.assertTrue(any(f.startswith("[defaults] Aggregator: TracingConfig.Mode") for f in found), found)
+        t = copy.deepcopy(self.expanded)
+        statements = self.role_statements(t, "AggregatorRole")
+        statements[:] = [st for st in statements if st.get("Sid") != "Traces"]
+        found = self.findings(t)
+        self.assertTrue(any("Aggregator: role AggregatorRole lacks" in f for f in found), found)
+
+    def test_an_alarm_that_does_not_say_where_to_look_first_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["BreakerOpenAlarm"]["Properties"]["AlarmDescription"] = "The breaker opened."
+        found = self.findings(t)
+        self.assertTrue(any("BreakerOpenAlarm: AlarmDescription" in f for f in found), found)
+
     def test_the_table_itself_satisfies_every_rule(self):
         for rule in self.timings.rules:
             self.assertTrue(evaluate(rule["check"], self.timings.values), rule["check"])
