@@ -88,6 +88,17 @@ pub fn refuses_a_bad_token_budget(binary: &str) {
     );
 }
 
+/// A `TRACE_EXPORT` outside `off`, `otlp`, `xray` → refused, naming it; `xray` without a region
+/// → refused, naming `AWS_REGION` (the telemetry is set up before the function's config).
+pub fn refuses_a_bad_trace_export(binary: &str) {
+    refuses_to_start(
+        binary,
+        &[("TRACE_EXPORT", Some("jaeger"))],
+        r#"TRACE_EXPORT must be off, otlp or xray, not "jaeger""#,
+    );
+    refuses_to_start(binary, &[("TRACE_EXPORT", Some("xray")), ("AWS_REGION", None)], "AWS_REGION is required");
+}
+
 /// The preflight tests every function binary gets, one `#[test]` per rule above:
 /// `swarm_testing::preflight_tests!(env!("CARGO_BIN_EXE_worker"));` in its `tests/preflight.rs`.
 #[macro_export]
@@ -111,6 +122,11 @@ macro_rules! preflight_tests {
         #[test]
         fn a_placeholder_llm_key_stops_it_naming_the_variable() {
             $crate::preflight::refuses_a_placeholder_llm_key($binary);
+        }
+
+        #[test]
+        fn a_bad_trace_export_stops_it_naming_the_variable() {
+            $crate::preflight::refuses_a_bad_trace_export($binary);
         }
     };
 }

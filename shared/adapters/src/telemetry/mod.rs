@@ -78,13 +78,20 @@ pub struct Options {
     pub metrics: MetricsSink,
 }
 
-/// Why telemetry could not be set up.
-#[derive(Debug, thiserror::Error)]
+/// Why telemetry could not be set up. `Debug` prints the message (what `main` shows when it
+/// returns the error).
+#[derive(thiserror::Error)]
 pub enum TelemetryError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
     Setup(String),
+}
+
+impl std::fmt::Debug for TelemetryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 struct Inner {
