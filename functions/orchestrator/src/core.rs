@@ -211,7 +211,9 @@ impl Orchestrator {
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
         {
             tracing::error!(error = %e, "could not arm the deadline; failing the conversation");
-            let _ = self.store.fail_conversation(&id, "could not schedule the conversation").await;
+            if let Ok(true) = self.store.fail_conversation(&id, "could not schedule the conversation").await {
+                obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+            }
             return Err(ApiError::Unavailable(e.to_string()));
         }
 

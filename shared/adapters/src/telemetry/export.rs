@@ -106,7 +106,12 @@ impl std::fmt::Debug for OtlpHttpClient {
 
 impl OtlpHttpClient {
     pub fn new(signer: Option<Signer>, credentials: CredentialLookup) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().timeout(EXPORT_TIMEOUT).connect_timeout(EXPORT_TIMEOUT).build()?;
+        // A sandbox frozen between invocations leaves pooled connections to die: keep them briefly.
+        let http = reqwest::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .connect_timeout(EXPORT_TIMEOUT)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
         Ok(Self { http, signer, credentials })
     }
 }
@@ -216,6 +221,80 @@ mod tests {
         assert_eq!((c.access_key_id(), c.session_token()), ("AKID", None));
         let e = credentials_from(|k| (k == "AWS_ACCESS_KEY_ID").then(|| "AKID".to_owned())).unwrap_err();
         assert_eq!(e.to_string(), "no AWS credentials in the environment (AWS_SECRET_ACCESS_KEY is unset)");
+    }
+
+    /// One HTTP request as the fake endpoint read it: request line, lower-case headers, body.
+    type Received = (String, HashMap<String, String>, Vec<u8>);
+
+    /// A one-request HTTP endpoint on a free port; answers 200 and hands the request over.
+    async fn fake_endpoint() -> (String, tokio::task::JoinHandle<Received>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            let (head, body_start) = loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                raw.extend_from_slice(&buf[..n]);
+                if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break (String::from_utf8_lossy(&raw[..at]).into_owned(), at + 4);
+                }
+            };
+            let mut lines = head.lines();
+            let request_line = lines.next().unwrap_or_default().to_owned();
+            let headers: HashMap<String, String> = lines
+                .filter_map(|l| l.split_once(':'))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let mut body = raw[body_start..].to_vec();
+            while body.len() < length {
+                let n = socket.read(&mut buf).await.unwrap();
+                body.extend_from_slice(&buf[..n]);
+            }
+            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+            (request_line, headers, body)
+        });
+        (url, served)
+    }
+
+    #[tokio::test]
+    async fn an_export_posts_signed_protobuf_spans_to_the_traces_endpoint() {
+        use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        let (url, served) = fake_endpoint().await;
+        let buffer = std::sync::Arc::new(super::super::SpanBuffer::default());
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(super::super::SharedBuffer(buffer.clone()))
+            .build();
+        let mut span = provider.tracer("test").start("chat mock-model");
+        span.set_attribute(opentelemetry::KeyValue::new("gen_ai.usage.input_tokens", 12));
+        span.end();
+        let spans = buffer.drain();
+        assert_eq!(spans.len(), 1);
+        let xray = TraceExport::XRay { endpoint: url, region: "us-east-1".into() };
+        let credentials: HashMap<&str, &str> = HashMap::from([
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
+            ("AWS_SESSION_TOKEN", "tok"),
+        ]);
+        let lookup: CredentialLookup = Arc::new(move |k| credentials.get(k).map(|v| (*v).to_owned()));
+        let exporter = exporter(&xray, lookup).unwrap().unwrap();
+        exporter.export(spans).await.unwrap();
+        let (request_line, headers, body) = served.await.unwrap();
+        assert_eq!(request_line, "POST /v1/traces HTTP/1.1");
+        assert_eq!(headers["content-type"], "application/x-protobuf");
+        assert!(headers["authorization"].starts_with("AWS4-HMAC-SHA256 Credential=AKIDTEST/"), "{headers:?}");
+        assert!(headers["authorization"].contains("/us-east-1/xray/aws4_request"));
+        assert_eq!(headers["x-amz-security-token"], "tok");
+        assert!(!headers.values().any(|v| v.contains("s3cr3t")), "the secret key never travels");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains("chat mock-model") && text.contains("gen_ai.usage.input_tokens"),
+            "the span is in the body"
+        );
     }
 
     #[test]
