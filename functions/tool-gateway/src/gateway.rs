@@ -539,9 +539,12 @@ fn server_span(method: &'static str, tool: Option<&str>, parts: Option<&http::re
         otel.name = %format_args!("{method}{}{}", if tool.is_some() { " " } else { "" }, tool.unwrap_or("")),
         otel.kind = "server",
         mcp.method.name = method,
-        gen_ai.tool.name = tool.unwrap_or(""),
+        gen_ai.tool.name = tracing::field::Empty,
         swarm.role = tracing::field::Empty,
     );
+    if let Some(tool) = tool {
+        span.record("gen_ai.tool.name", tool);
+    }
     if let Some(parts) = parts {
         swarm_adapters::telemetry::propagation::set_parent_from_headers(&span, &parts.headers);
     }

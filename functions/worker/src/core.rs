@@ -416,7 +416,10 @@ impl Worker {
                     Release::Skip(sid, dependency) => {
                         let result = SubtaskResult::Skipped { dependency };
                         match self.store.record_result(id, &sid, &result, &Usage::default(), &[], now_ms()).await? {
-                            RecordOutcome::Recorded | RecordOutcome::AlreadyFinished(_) => {
+                            outcome @ (RecordOutcome::Recorded | RecordOutcome::AlreadyFinished(_)) => {
+                                if matches!(outcome, RecordOutcome::Recorded) {
+                                    obs::metrics::subtask_finished(&result);
+                                }
                                 if let Some(r) = self.store.get_subtask(id, &sid).await? {
                                     stack.push(r);
                                 }
@@ -479,7 +482,10 @@ impl Worker {
                         .record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now)
                         .await?
                     {
-                        RecordOutcome::Recorded => closed += 1,
+                        RecordOutcome::Recorded => {
+                            obs::metrics::subtask_finished(&result);
+                            closed += 1;
+                        }
                         RecordOutcome::AlreadyFinished(_) | RecordOutcome::Missing => {}
                     }
                 }
