@@ -190,6 +190,9 @@ pub trait TaskQueue: Send + Sync {
     /// Sends every message, delayed by `delay_seconds` (0..=900, SQS `DelaySeconds`).
     /// Adapters send in chunks of at most 10 ([`SQS_BATCH_LIMIT`]) and retry
     /// failed entries; an error means some message may not have been sent.
+    /// Each message carries the sending span's trace context as its W3C `traceparent`
+    /// message attribute ([`crate::obs::context::current_traceparent`]; none without
+    /// telemetry), which the consumer's record span continues.
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError>;
 }
 
