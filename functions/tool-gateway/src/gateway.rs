@@ -13,7 +13,10 @@ use rmcp::{
     },
     service::RequestContext,
 };
-use swarm_adapters::mcp::{HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID};
+use swarm_adapters::mcp::{
+    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
+};
+use swarm_core::access::is_canonical_customer_id;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -422,6 +425,19 @@ impl Gateway {
         let slot = &self.inner.upstreams[tool.upstream];
         labels.upstream = &slot.config.name;
         let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+        // What the upstream learns of the caller travels in headers the model cannot write; the
+        // hidden arguments are filled too, for upstreams that read them.
+        let mut upstream_headers = Vec::with_capacity(4);
+        let mut forward = |name: &'static str, value: &str| {
+            if let Ok(value) = http::HeaderValue::from_str(value) {
+                upstream_headers.push((http::HeaderName::from_static(name), value));
+            }
+        };
+        for name in [HEADER_CONVERSATION_ID, HEADER_SUBTASK_ID] {
+            if let Some(value) = header(name) {
+                forward(name, value);
+            }
+        }
         if tool.customer_scoped {
             let Some(customer) = header(HEADER_CUSTOMER_ID) else {
                 return refuse(
@@ -429,6 +445,14 @@ impl Gateway {
                     &labels,
                 );
             };
+            // Canonical ids only: `c104` must never reach an upstream that matches ids loosely.
+            if !is_canonical_customer_id(customer) {
+                return refuse(
+                    format!("the {HEADER_CUSTOMER_ID} header must hold a canonical customer id (upper case)"),
+                    &labels,
+                );
+            }
+            forward(HEADER_CUSTOMER_ID, customer);
             let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
             if previous.is_some_and(|p| p.as_str() != Some(customer)) {
                 tracing::info!(
@@ -445,8 +469,10 @@ impl Gateway {
                     &labels,
                 );
             };
+            forward(HEADER_IDEMPOTENCY_KEY, key);
             arguments.insert(slot.config.idempotency_arg.clone(), key.into());
         }
+        let upstream_headers = RequestHeaders(Arc::new(upstream_headers));
         let upstream_name = slot.config.name.as_str();
         if let Err(hit) = self.inner.limits.check(tool.upstream, &tool.name) {
             let which = match hit {
@@ -473,7 +499,10 @@ impl Gateway {
             Admission::Allowed => {}
         }
         let timeout = slot.config.call_timeout();
-        let result = slot.client.call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel).await;
+        let result = slot
+            .client
+            .call_tool(&tool.original, arguments, upstream_headers, timeout, !tool.side_effecting, cancel)
+            .await;
         let transition = {
             let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
             match &result {

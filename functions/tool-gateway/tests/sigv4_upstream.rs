@@ -1,0 +1,113 @@
+//! SigV4 to an `AWS_IAM` function URL, end to end: the gateway's upstream HTTP client signs every request, and a stand-in for the function URL — which recomputes the signature from what arrived (method, host, path, `x-amz-date`, body) as AWS does — lets signed calls through to the demo shop and refuses unsigned or wrongly signed ones before any tool runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, GetExtensions, ServerResult};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess};
+use swarm_adapters::mcp::sigv4::{LAMBDA_SERVICE, SigV4Signer};
+use swarm_adapters::mcp::{McpHttpClient, RequestHeaders};
+use tower::ServiceExt as _;
+
+const T: Duration = Duration::from_secs(10);
+const REGION: &str = "us-east-1";
+
+fn role_credentials() -> Credentials {
+    Credentials::new("ASIAGATEWAYROLE", "gateway-role-secret-key", Some("session-token-1".into()), None, "test")
+}
+
+struct FunctionUrl {
+    shop: axum::Router,
+    verifier: SigV4Signer,
+}
+
+/// What AWS does for an `AWS_IAM` function URL: recompute the signature over the request that
+/// arrived and refuse (403) unless it matches and is fresh; only then invoke the function.
+async fn function_url(State(url): State<Arc<FunctionUrl>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let forbidden = || (StatusCode::FORBIDDEN, axum::Json(json!({"Message": "Forbidden"}))).into_response();
+    let Ok(date) = chrono::NaiveDateTime::parse_from_str(&header("x-amz-date"), "%Y%m%dT%H%M%SZ") else {
+        return forbidden();
+    };
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(date.and_utc().timestamp() as u64);
+    let skew = SystemTime::now().duration_since(at).unwrap_or_else(|e| e.duration());
+    let uri = format!("http://{}{}", header("host"), parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let expected = url.verifier.sign(parts.method.as_str(), &uri, &body, at).unwrap();
+    let expected_auth =
+        expected.iter().find(|(n, _)| n == "authorization").map(|(_, v)| v.to_str().unwrap().to_owned());
+    if skew > Duration::from_secs(300) || expected_auth.as_deref() != Some(header("authorization").as_str()) {
+        return forbidden();
+    }
+    url.shop.clone().oneshot(Request::from_parts(parts, Body::from(body))).await.unwrap()
+}
+
+async fn start() -> (String, Arc<Shop>) {
+    let shop = Arc::new(Shop::demo().unwrap());
+    // Behind AWS_IAM the shop needs no token of its own; AWS checked the caller.
+    let shop_router = shop_tools::router(shop.clone(), ShopAccess::new(vec!["127.0.0.1".into()], None));
+    let state = Arc::new(FunctionUrl {
+        shop: shop_router,
+        verifier: SigV4Signer::with_credentials(LAMBDA_SERVICE, REGION, role_credentials()),
+    });
+    let app = axum::Router::new().fallback(function_url).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/mcp"), shop)
+}
+
+fn client(signer: Option<SigV4Signer>) -> McpHttpClient {
+    let client = McpHttpClient::new(reqwest::Client::new());
+    match signer {
+        Some(s) => client.signed(s),
+        None => client,
+    }
+}
+
+#[tokio::test]
+async fn signed_calls_reach_the_shop_and_unsigned_or_forged_ones_are_refused_before_any_tool() {
+    let (url, shop) = start().await;
+    let transport = |c: McpHttpClient| {
+        StreamableHttpClientTransport::with_client(c, StreamableHttpClientTransportConfig::with_uri(url.clone()))
+    };
+
+    let unsigned = tokio::time::timeout(T, ().serve(transport(client(None)))).await.unwrap();
+    assert!(unsigned.is_err(), "an unsigned initialize is refused");
+    let wrong_key = Credentials::new("ASIAGATEWAYROLE", "not-the-secret", Some("session-token-1".into()), None, "test");
+    let forged = client(Some(SigV4Signer::with_credentials(LAMBDA_SERVICE, REGION, wrong_key)));
+    assert!(tokio::time::timeout(T, ().serve(transport(forged))).await.unwrap().is_err(), "a forged signature too");
+
+    let signer = SigV4Signer::with_credentials(LAMBDA_SERVICE, REGION, role_credentials());
+    let session = tokio::time::timeout(T, ().serve(transport(client(Some(signer))))).await.unwrap().unwrap();
+    let tools = session.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 7);
+    // A refund with the identity headers on this request only, as the gateway sends it.
+    let headers = RequestHeaders(Arc::new(vec![
+        (http::HeaderName::from_static(CUSTOMER_HEADER), http::HeaderValue::from_static("C106")),
+        (http::HeaderName::from_static(IDEMPOTENCY_HEADER), http::HeaderValue::from_static("conv/w01/1")),
+    ]));
+    let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("refund")
+            .with_arguments(json!({"order_id": "A1007", "amount": 10.0}).as_object().unwrap().clone()),
+    ));
+    request.extensions_mut().insert(headers);
+    let answer = session.send_request(request).await.unwrap();
+    let ServerResult::CallToolResult(result) = answer else { panic!("a tool result") };
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let refunds = shop.refunds();
+    assert_eq!(refunds.len(), 1, "only the signed call moved money");
+    assert_eq!((refunds[0].customer_id.as_str(), refunds[0].idempotency_key.as_str()), ("C106", "conv/w01/1"));
+    session.cancel().await.unwrap();
+}
