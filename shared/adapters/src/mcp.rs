@@ -194,6 +194,13 @@ impl McpToolGateway {
         })
     }
 
+    /// Signs every request with SigV4 (the gateway behind an `AWS_IAM` function URL).
+    #[cfg(feature = "sigv4")]
+    pub fn signed(mut self, signer: sigv4::SigV4Signer) -> Self {
+        self.http = self.http.signed(signer);
+        self
+    }
+
     /// How long one role's `tools/list` answer is reused; `Duration::ZERO` asks the gateway every time.
     pub fn with_list_ttl(mut self, ttl: Duration) -> Self {
         self.list_ttl = ttl;

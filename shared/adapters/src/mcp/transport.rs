@@ -66,14 +66,16 @@ impl McpHttpClient {
         method: &str,
         uri: &str,
         body: &[u8],
-        mut headers: HashMap<HeaderName, HeaderValue>,
+        headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<HashMap<HeaderName, HeaderValue>, StreamableHttpError<reqwest::Error>> {
         #[cfg(feature = "sigv4")]
         if let Some(signer) = &self.signer {
             let signed = signer
                 .sign(method, uri, body, std::time::SystemTime::now())
                 .map_err(|e| StreamableHttpError::Io(std::io::Error::other(e.to_string())))?;
+            let mut headers = headers;
             headers.extend(signed);
+            return Ok(headers);
         }
         Ok(headers)
     }
