@@ -393,10 +393,20 @@ impl GatewayConfig {
             if !matches!(url.scheme(), "http" | "https") {
                 return Err(GatewayError::Config(format!("upstream {} url must be http(s)", u.name)));
             }
-            if let Some(sigv4) = &u.sigv4
-                && (sigv4.region.trim().is_empty() || sigv4.service.trim().is_empty())
-            {
-                return Err(GatewayError::Config(format!("upstream {} sigv4 needs a region and a service", u.name)));
+            if let Some(sigv4) = &u.sigv4 {
+                if sigv4.region.trim().is_empty() || sigv4.service.trim().is_empty() {
+                    return Err(GatewayError::Config(format!(
+                        "upstream {} sigv4 needs a region and a service",
+                        u.name
+                    )));
+                }
+                // The signature is the Authorization header; a second one would break it.
+                if u.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+                    return Err(GatewayError::Config(format!(
+                        "upstream {} has sigv4 and an authorization header: SigV4 is its credential",
+                        u.name
+                    )));
+                }
             }
             positive(&format!("upstream {} call_timeout_secs", u.name), u.call_timeout_secs)?;
             positive(&format!("upstream {} discovery_timeout_secs", u.name), u.discovery_timeout_secs)?;
@@ -710,6 +720,20 @@ mod tests {
             e.to_string().contains(r#"GATEWAY_ADDR must be an address like 127.0.0.1:8790, not "localhost""#),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_sigv4_upstream_parses_and_refuses_a_second_credential() {
+        let json = r#"{"name": "shop", "url": "https://abc.lambda-url.eu-west-1.on.aws/mcp",
+                       "sigv4": {"region": "eu-west-1"}}"#;
+        let u: UpstreamConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(u.sigv4, Some(SigV4Config { service: "lambda".into(), region: "eu-west-1".into() }));
+        let mut config = demo_config("http://127.0.0.1:1/mcp", &DemoTokens::generate());
+        config.upstreams[0].sigv4 = u.sigv4.clone();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("has sigv4 and an authorization header"), "{e}");
+        config.upstreams[0].headers.clear();
+        config.validate().unwrap();
     }
 
     #[test]

@@ -14,7 +14,8 @@ use rmcp::{
     service::RequestContext,
 };
 use swarm_adapters::mcp::{
-    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
+    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_GATEWAY_TOKEN, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID,
+    RequestHeaders,
 };
 use swarm_core::access::is_canonical_customer_id;
 use tokio::time::Instant;
@@ -346,20 +347,25 @@ impl Gateway {
         collisions
     }
 
-    /// The caller's role from `Authorization: Bearer <token>`.
+    /// The caller's role from `x-swarm-gateway-token: <token>` (when `Authorization` carries a
+    /// SigV4 signature: the gateway behind an `AWS_IAM` function URL) or `Authorization: Bearer <token>`.
     fn authenticate(&self, parts: Option<&http::request::Parts>) -> Result<usize, ErrorData> {
-        let header = parts.and_then(|p| p.headers.get(http::header::AUTHORIZATION));
-        let Some(header) = header else {
+        let headers = parts.map(|p| &p.headers);
+        let own = headers.and_then(|h| h.get(HEADER_GATEWAY_TOKEN));
+        let bearer = headers.and_then(|h| h.get(http::header::AUTHORIZATION));
+        if own.is_none() && bearer.is_none() {
             return self.inner.anonymous.ok_or_else(|| {
                 ErrorData::new(UNAUTHORIZED, "unauthorized: send Authorization: Bearer <role token>", None)
             });
+        }
+        let token = match own {
+            Some(value) => value.to_str().ok().map(str::trim).unwrap_or_default(),
+            None => bearer
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .map(str::trim)
+                .unwrap_or_default(),
         };
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .unwrap_or_default();
         let mut found = None;
         for (i, role) in self.inner.roles.iter().enumerate() {
             if constant_time_eq(&role.token, token.as_bytes()) {

@@ -43,6 +43,9 @@ pub const HEADER_SUBTASK_ID: &str = "x-swarm-subtask-id";
 /// Header carrying the idempotency key of a side-effecting call; the gateway
 /// writes it into the tool's `idempotency_key` argument.
 pub const HEADER_IDEMPOTENCY_KEY: &str = "x-swarm-idempotency-key";
+/// Header carrying the role's gateway token when `Authorization` holds a SigV4 signature (the
+/// gateway behind an `AWS_IAM` function URL); otherwise the token is `Authorization: Bearer`.
+pub const HEADER_GATEWAY_TOKEN: &str = "x-swarm-gateway-token";
 /// Top-level argument the worker core uses to hand the adapter an idempotency
 /// key; stripped from the arguments and sent as [`HEADER_IDEMPOTENCY_KEY`].
 pub const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
@@ -267,8 +270,15 @@ impl McpToolGateway {
             return Ok(session);
         }
         let config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-            .auth_header(token.expose())
             .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
+        // A SigV4 signature takes the Authorization header; the role token then has its own.
+        let config = if self.http.signs() {
+            let value = HeaderValue::from_str(token.expose())
+                .map_err(|_| ToolError::Permanent(format!("gateway token for role {role:?} is not a header value")))?;
+            config.custom_headers(HashMap::from([(HeaderName::from_static(HEADER_GATEWAY_TOKEN), value)]))
+        } else {
+            config.auth_header(token.expose())
+        };
         let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
         let client_config = ClientConfig::new(
             Default::default(),

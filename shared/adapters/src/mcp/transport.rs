@@ -144,7 +144,8 @@ impl StreamableHttpClient for McpHttpClient {
 }
 
 impl McpHttpClient {
-    fn signs(&self) -> bool {
+    /// Whether requests are SigV4-signed (and so `Authorization` is the signature's).
+    pub fn signs(&self) -> bool {
         #[cfg(feature = "sigv4")]
         return self.signer.is_some();
         #[cfg(not(feature = "sigv4"))]
