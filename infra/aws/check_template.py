@@ -44,7 +44,8 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 # What each function's role needs, and nothing more (the least-privilege table; README "Security model").
 #   send     queues it may send to          consume  queues it receives from
 #   secrets  secrets it may read            invoke   functions (or function URLs) it may call
-#   writes   table partition-key prefixes it may write (dynamodb:LeadingKeys); reads of the table are open to all
+#   writes   partition-key prefixes of the conversations table it may write (dynamodb:LeadingKeys); another
+#            table as "<Table>:<prefix>" ("<Table>:<any item>" unscoped); reads of the tables are open to all
 #   stream   reads the table's stream
 # Why each: the orchestrator enqueues every subtask at planning time (refund ones on the refund queue, whatever
 # their dependencies) and claims idempotency keys and rate slots; workers release dependents and hand work back on
@@ -405,7 +406,6 @@ class Checker:
                     continue
                 actions = {a.lower() for a in self.flatten(st.get("Action")) if isinstance(a, str)}
                 targets = self.names(st.get("Resource"))
-                resources = {self.resources.get(t, {}).get("Type"): t for t in targets if isinstance(t, str)}
                 for t in targets:
                     kind = self.resources.get(t, {}).get("Type")
                     if "sqs:sendmessage" in actions and kind == "AWS::SQS::Queue":
@@ -416,9 +416,13 @@ class Checker:
                         reach["secrets"].add(t)
                     if actions & {"lambda:invokefunction", "lambda:invokefunctionurl"} and kind == "AWS::Lambda::Function":
                         reach["invoke"].add(t)
-                if actions & DYNAMODB_WRITES and "AWS::DynamoDB::Table" in resources:
+                tables = [t for t in targets if self.resources.get(t, {}).get("Type") == "AWS::DynamoDB::Table"]
+                if actions & DYNAMODB_WRITES and tables:
                     keys = ((st.get("Condition") or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys")
-                    reach["writes"] |= set(keys) if keys else {"<any item>"}
+                    for table in tables:
+                        # The conversations table by key prefix alone; any other table by name.
+                        scope = "" if table == "Table" else f"{table}:"
+                        reach["writes"] |= {scope + k for k in keys} if keys else {scope + "<any item>"}
                 if actions & STREAM_ACTIONS:
                     reach["stream"] = True
         return reach

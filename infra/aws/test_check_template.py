@@ -119,6 +119,12 @@ class LeastPrivilege(unittest.TestCase):
         found = self.findings(t)
         self.assertIn("[defaults] AggregatorRole: can write table items keyed <any item> without needing it", found)
         self.assertIn("[defaults] WorkerRole: can write table items keyed PRINCIPAL#* without needing it", found)
+        # Another table is named: its writes need their own line in ROLE_NEEDS.
+        t["Resources"]["LedgerTable"] = copy.deepcopy(t["Resources"]["Table"])
+        self.statements(t, "ShopToolsRole").append(
+            {"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": {"Fn::GetAtt": ["LedgerTable", "Arn"]}})
+        self.assertIn("[defaults] ShopToolsRole: can write table items keyed LedgerTable:<any item> without needing it",
+                      self.findings(t))
 
     def test_xray_is_the_one_star_resource_allowed(self):
         t = copy.deepcopy(self.expanded)
