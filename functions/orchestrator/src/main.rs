@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Orchestrator, OrchestratorConfig};
+use orchestrator::{ApiState, Auth, Orchestrator, OrchestratorConfig};
 use swarm_adapters::config::AwsClients;
 use swarm_adapters::telemetry::Telemetry;
 
@@ -13,6 +13,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
     let tools = config.gateway.connect(&config.secrets).await?;
+    let access = aws.access(&config.table);
     let core = Orchestrator::new(
         aws.store(&config.table),
         aws.queues(&config.queues),
@@ -20,8 +21,10 @@ async fn main() -> Result<(), lambda_http::Error> {
         tools,
         config.roles.clone(),
         config.settings(),
-    );
-    let router = orchestrator::router(ApiState::new(Arc::new(core), config.auth.into()))
+    )
+    .with_limits(access.clone(), config.limits);
+    let auth = Auth::from_config(&config.auth, access);
+    let router = orchestrator::router(ApiState::new(Arc::new(core), auth))
         .layer(axum::middleware::from_fn_with_state(telemetry, flush_after));
     lambda_http::run(router).await
 }

@@ -11,6 +11,7 @@
 //! only by [`StackOptions::time_scale`]. [`waterfall`] prints a conversation's
 //! trace in the terminal (`swarm-local ask --trace`).
 
+pub mod admin;
 pub mod events;
 pub mod http;
 pub mod models;

@@ -77,6 +77,11 @@ mod aws {
             TracedStore::wrap(store, "aws.dynamodb")
         }
 
+        /// Identity mappings and per-customer counters on `table` (the same table as the conversations).
+        pub fn access(&self, table: &TableConfig) -> Arc<dyn swarm_core::access::AccessStore> {
+            Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()))
+        }
+
         /// The tasks queue, and the refund role's queue when configured; every send in its own
         /// producer span, the messages carrying its trace context.
         pub fn queues(&self, urls: &QueueUrls) -> TaskQueues {
