@@ -13,10 +13,11 @@ pub const MIN_TOKEN_BUDGET: u64 = 1_000;
 
 /// Everything a worker Lambda reads from its environment. The refund worker
 /// is `WORKER_MODE=tasks` with `WORKER_ROLE=refund` (its own queue and
-/// credential); the DLQ consumer is `WORKER_MODE=dlq`.
+/// credential); the DLQ consumer is `WORKER_MODE=dlq`; the sweeper (invoked by
+/// the scheduler) is `WORKER_MODE=sweep`.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// `WORKER_MODE`: `tasks` (default) or `dlq`.
+    /// `WORKER_MODE`: `tasks` (default), `dlq` or `sweep`.
     pub mode: WorkerMode,
     pub table: TableConfig,
     /// Where dependents are released and work is handed back.
@@ -52,7 +53,7 @@ impl WorkerConfig {
         let vars = Vars::new(&lookup);
         let mode = vars.one_of(
             "WORKER_MODE",
-            &[("tasks", WorkerMode::Tasks), ("dlq", WorkerMode::DeadLetters)],
+            &[("tasks", WorkerMode::Tasks), ("dlq", WorkerMode::DeadLetters), ("sweep", WorkerMode::Sweep)],
             WorkerMode::Tasks,
         )?;
         let token_budget = vars.number(
@@ -117,7 +118,8 @@ mod tests {
     #[test]
     fn a_bad_mode_or_token_budget_stops_the_start_naming_it() {
         let e = parse(&[("WORKER_MODE", "x")]).unwrap_err();
-        assert_eq!(e.to_string(), r#"WORKER_MODE must be tasks or dlq, not "x""#);
+        assert_eq!(e.to_string(), r#"WORKER_MODE must be tasks, dlq or sweep, not "x""#);
+        assert_eq!(parse(&[("WORKER_MODE", "sweep")]).unwrap().mode, WorkerMode::Sweep);
         for bad in ["lots", "-5", "999", "1.5e4"] {
             let e = parse(&[("LLM_TOKEN_BUDGET", bad)]).unwrap_err();
             assert_eq!(

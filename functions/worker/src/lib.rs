@@ -5,5 +5,5 @@ pub mod core;
 pub mod handler;
 
 pub use config::WorkerConfig;
-pub use core::{Outcome, WORK_ANSWER_TOKENS, Worker, WorkerSettings};
+pub use core::{Outcome, SweepReport, SweepSettings, WORK_ANSWER_TOKENS, Worker, WorkerSettings};
 pub use handler::WorkerMode;

@@ -1,10 +1,10 @@
-//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client, then the SQS handler.
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, queues, models and gateway client, then the SQS handler (or the sweep's).
 
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
-use worker::{Worker, WorkerConfig, handler};
+use worker::{Worker, WorkerConfig, WorkerMode, handler};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -16,6 +16,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let (store, queues) = (aws.store(&config.table), aws.queues(&config.queues));
     let core = Arc::new(Worker::new(store, queues, models.main, models.sub, tools, config.settings()));
     let mode = config.mode;
+    if mode == WorkerMode::Sweep {
+        return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+            let core = core.clone();
+            async move { handler::sweep(&core, event).await }
+        }))
+        .await;
+    }
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let core = core.clone();
         async move { handler::handle(&core, mode, event).await }
