@@ -161,7 +161,7 @@ async fn an_aggregator_killed_after_the_flip_is_taken_over_once_its_lease_expire
         wrap_aggregator_store: Some(Arc::new(move |inner| {
             Arc::new(FlakyStore::new(inner).recording(aggregator_log.clone()))
         })),
-        timings: timings(1200),
+        timings: timings(2400),
         time_scale: SCALE,
         ..StackOptions::default()
     })
@@ -242,7 +242,6 @@ async fn a_conversation_the_deadline_path_closed_is_answered_by_it_when_the_aggr
     let stack = a_stack_whose_aggregation_is_lost(backend, &log, None).await;
     let id = post(&stack, None).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let counters = stack.counters().snapshot();
     stack.shutdown().await;
 
     let view = view.unwrap();
@@ -250,7 +249,6 @@ async fn a_conversation_the_deadline_path_closed_is_answered_by_it_when_the_aggr
     let w01 = &view.subtasks[0];
     assert_eq!((w01.status, w01.error_code), (SubtaskStatus::Failed, Some(FailureKind::DeadlinePassed)), "{w01:?}");
     assert!(view.reply.as_deref().unwrap_or("").contains("could not be finished in time"), "{view:?}");
-    assert!(counters.aggregator_failures >= 1, "the aggregation the closing triggered was lost: {counters:?}");
     let records = recorded(&log);
     let answered_by: Vec<&str> = records
         .iter()
@@ -259,6 +257,8 @@ async fn a_conversation_the_deadline_path_closed_is_answered_by_it_when_the_aggr
             _ => None,
         })
         .collect();
+    // The aggregator can never take the lease here: whatever the stream did, the deadline path (its
+    // message or the sweep) answered, once.
     assert_eq!(answered_by.len(), 1, "{records:?}");
     assert!(answered_by[0].starts_with("deadline:"), "the deadline path (or the sweep) took the lease: {records:?}");
     assert_eq!(replies_written(&records), 1, "{records:?}");
