@@ -1,4 +1,4 @@
-//! SQS events ⇄ worker calls: each record becomes a `TaskMessage`, retryable outcomes become the partial batch response.
+//! SQS events ⇄ worker calls: each record becomes a `TaskMessage`, retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep.
 
 use std::time::Duration;
 
@@ -11,22 +11,28 @@ use swarm_core::obs::context::TRACEPARENT;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::core::{Outcome, Worker};
+use crate::core::{Outcome, SweepReport, Worker};
 
-/// Which queue the function consumes (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
+/// What the function is invoked with (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerMode {
     /// The tasks queue (or the refund role's queue).
     Tasks,
     /// A dead-letter queue: record each subtask as failed and count it.
     DeadLetters,
+    /// The periodic sweep (EventBridge Scheduler): the deadline path of every conversation past its deadline.
+    Sweep,
 }
 
 /// Handles one SQS batch. Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
 /// line logged for one record never carries another's ids; only retryable
 /// failures are listed in `batchItemFailures` (ReportBatchItemFailures), so a
-/// poison message is acknowledged instead of being retried until the DLQ.
+/// poison message is acknowledged instead of being retried until the DLQ. Each
+/// listed message is made visible again after the worker's retry visibility
+/// timeout ([`Worker::retry_later`]), so it comes back well inside the conversation's
+/// deadline instead of after the queue's visibility timeout. (`Sweep` mode takes no SQS
+/// batch: it runs as `DeadLetters`.)
 pub async fn handle(
     worker: &Worker,
     mode: WorkerMode,
@@ -40,6 +46,8 @@ pub async fn handle(
         // Each record continues the trace of the span that sent it (its `traceparent` attribute).
         let sender = record.message_attributes.get(TRACEPARENT).and_then(|a| a.string_value.as_deref());
         swarm_adapters::telemetry::propagation::set_parent(&span, sender);
+        let queue = record.event_source_arn.as_deref().map(queue_name).unwrap_or_default().to_owned();
+        let receipt_handle = record.receipt_handle.unwrap_or_default();
         async move {
             let started = Instant::now();
             obs::metrics::worker_busy(true);
@@ -47,14 +55,17 @@ pub async fn handle(
                 Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
                 Ok(message) => match mode {
                     WorkerMode::Tasks => worker.handle(message, deadline).await,
-                    WorkerMode::DeadLetters => worker.handle_dead_letter(message).await,
+                    WorkerMode::DeadLetters | WorkerMode::Sweep => worker.handle_dead_letter(message).await,
                 },
             };
             obs::metrics::worker_busy(false);
             obs::metrics::subtask_attempt(started.elapsed());
             match &outcome {
                 Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
-                Outcome::Retry(why) => tracing::warn!(reason = %why, "message will be retried"),
+                Outcome::Retry(why) => {
+                    tracing::warn!(reason = %why, "message will be retried");
+                    worker.retry_later(&queue, &receipt_handle).await;
+                }
                 _ => tracing::debug!(outcome = ?outcome, "message handled"),
             }
             (message_id, outcome)
@@ -68,6 +79,39 @@ pub async fn handle(
         }
     }
     Ok(response)
+}
+
+/// One sweep (the scheduler's event is not read): the deadline path of every conversation past its
+/// deadline, until the invocation's deadline less the worker's safety margin. Answers what it did.
+pub async fn sweep(
+    worker: &Worker,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<SweepReport, lambda_runtime::Error> {
+    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
+    // One span per run, a root (the schedule carries no trace); each conversation's run is a
+    // child that links to the conversation's own trace.
+    let span = tracing::info_span!(
+        "sweep_invocation",
+        otel.name = "sweep",
+        otel.kind = "consumer",
+        swarm.sweep.found = tracing::field::Empty,
+        swarm.sweep.answered = tracing::field::Empty,
+        swarm.sweep.moved = tracing::field::Empty,
+        swarm.sweep.unfinished = tracing::field::Empty,
+        swarm.sweep.errors = tracing::field::Empty,
+    );
+    let report = worker.sweep(deadline).instrument(span.clone()).await;
+    span.record("swarm.sweep.found", report.found);
+    span.record("swarm.sweep.answered", report.answered);
+    span.record("swarm.sweep.moved", report.moved);
+    span.record("swarm.sweep.unfinished", report.unfinished);
+    span.record("swarm.sweep.errors", report.errors);
+    Ok(report)
+}
+
+/// The queue's name at the end of an SQS ARN (`arn:aws:sqs:<region>:<account>:<name>`).
+pub fn queue_name(arn: &str) -> &str {
+    arn.rsplit(':').next().unwrap_or(arn)
 }
 
 /// The span of one SQS record: its message id and, once the body parsed, the

@@ -413,8 +413,9 @@ async fn serve(options: StackOptions, port: u16, auth: Auth, telemetry: &telemet
         Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
         _ => "no authentication: the body's customer_id".to_owned(),
     };
+    // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
     let metrics = telemetry.clone();
-    let app = swarm_local::http::router(stack.orchestrator(), auth).route(
+    let app = stack.api_router(auth).route(
         "/metrics",
         axum::routing::get(move || async move {
             let text = metrics.prometheus().unwrap_or_default();

@@ -108,13 +108,17 @@ async fn a_conversations_metrics_appear_on_serves_metrics_endpoint() -> Result<(
             Kind::Gauge => "gauge",
             Kind::Histogram => "summary",
         };
-        // Failures, hand-backs, dead letters, expiries, costs and retries do not happen in this conversation.
+        // Failures, hand-backs, dead letters, expiries, sweeps, lease takeovers, costs and retries do not
+        // happen in this conversation (the first sweep is a period after the start).
         let happens = !matches!(
             d.name,
             "swarm_subtask_failures"
                 | "swarm_handbacks"
                 | "swarm_dead_letters"
                 | "swarm_deadline_expired"
+                | "swarm_sweep_runs"
+                | "swarm_sweep_conversations"
+                | "swarm_lease_takeovers"
                 | "swarm_conversation_cost_usd"
                 | "swarm_llm_errors"
                 | "swarm_llm_retries"

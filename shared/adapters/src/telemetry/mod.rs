@@ -161,8 +161,14 @@ pub fn install(options: Options) -> Result<Telemetry, TelemetryError> {
     if let Some(t) = INSTALLED.get() {
         return Ok(t.clone());
     }
+    // Two threads installing at once: one builds (the global recorder can be set only once), the
+    // other waits and answers the same installation.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = INSTALLED.get() {
+        return Ok(t.clone());
+    }
     let telemetry = build(&options)?;
-    // Two threads installing at once: the first wins, both answer it.
     Ok(INSTALLED.get_or_init(|| telemetry).clone())
 }
 
@@ -236,6 +242,7 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
     let subscriber = Registry::default().with(fmt).with(otel_layer);
     if subscriber.try_init().is_ok() && record_spans {
         swarm_core::obs::context::install(propagation::current_traceparent);
+        swarm_core::obs::context::install_link(|span, tp| propagation::add_link(span, Some(tp)));
     }
 
     #[cfg(feature = "emf")]

@@ -1,4 +1,4 @@
-//! The trace-context hook: the W3C `traceparent` of the current span, as the installed telemetry knows it, for the adapters that carry it (SQS message attributes, MCP request headers, the conversation item).
+//! The trace-context hooks: the W3C `traceparent` of the current span, as the installed telemetry knows it, for the adapters that carry it (SQS message attributes, MCP request headers, the conversation item); and a link from the current span to a stored one (the sweep's work on a conversation, a retry that takes over its planning).
 //!
 //! The core does not link OpenTelemetry: `swarm_adapters::telemetry` installs
 //! the function that reads the current span's context once, at start-up.
@@ -10,10 +10,27 @@ use std::sync::OnceLock;
 pub const TRACEPARENT: &str = "traceparent";
 
 static CURRENT: OnceLock<fn() -> Option<String>> = OnceLock::new();
+static LINK: OnceLock<fn(&tracing::Span, &str) -> bool> = OnceLock::new();
 
 /// Installs the reader of the current span's `traceparent` (once; later calls are ignored).
 pub fn install(current: fn() -> Option<String>) {
     let _ = CURRENT.set(current);
+}
+
+/// Installs the function that adds a link from a span to the remote span a `traceparent`
+/// names (once; later calls are ignored).
+pub fn install_link(link: fn(&tracing::Span, &str) -> bool) {
+    let _ = LINK.set(link);
+}
+
+/// Links the current span to the span `traceparent` names (a conversation's stored context), so
+/// work done for a conversation outside its trace can be found from it. Answers whether a link
+/// was added: `false` without telemetry, without a value, or for a value not of the W3C shape.
+pub fn link_current(traceparent: Option<&str>) -> bool {
+    match (LINK.get(), traceparent) {
+        (Some(link), Some(tp)) if is_traceparent(tp) => link(&tracing::Span::current(), tp),
+        _ => false,
+    }
 }
 
 /// The current span's W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), or `None`

@@ -103,6 +103,7 @@ pub const BREAKER_TRANSITIONS: &str = "swarm_breaker_transitions";
 pub const TOOL_DISCOVERY_FAILURES: &str = "swarm_tool_discovery_failures";
 pub const SWEEP_RUNS: &str = "swarm_sweep_runs";
 pub const SWEEP_CONVERSATIONS: &str = "swarm_sweep_conversations";
+pub const LEASE_TAKEOVERS: &str = "swarm_lease_takeovers";
 pub const APPROVALS_REQUESTED: &str = "swarm_approvals_requested";
 pub const APPROVALS_PENDING: &str = "swarm_approvals_pending";
 pub const APPROVAL_OLDEST_PENDING_SECONDS: &str = "swarm_approval_oldest_pending_seconds";
@@ -231,7 +232,7 @@ pub const CATALOG: &[MetricDef] = &[
         Counter,
         Count,
         &[],
-        "Conversations found unfinished past their deadline and closed by the deadline path (or the sweep).",
+        "Conversations past their deadline the deadline path (its message or the sweep) moved on: planning failed, open subtasks closed, answered without the model, or an expired aggregation taken over.",
         emitted("deadline_expired", "worker"),
     ),
     def(
@@ -311,16 +312,24 @@ pub const CATALOG: &[MetricDef] = &[
         Counter,
         Count,
         &[],
-        "Runs of the periodic deadline sweep.",
-        Source::Awaiting { call: "sweep_ran", issue: 9 },
+        "Runs of the periodic deadline sweep (the sweeper: the worker binary with WORKER_MODE=sweep).",
+        emitted("sweep_ran", "worker"),
     ),
     def(
         SWEEP_CONVERSATIONS,
         Counter,
         Count,
         &["action"],
-        "Conversations the sweep moved on, by action: rearmed, aggregated, failed, taken_over.",
-        Source::Awaiting { call: "sweep_moved", issue: 9 },
+        "Conversations past their deadline the sweep found, by what it did: failed (planning never finished), closed (open subtasks closed for the aggregator), aggregated (answered without the model), taken_over (an expired aggregation answered), untouched (a live lease or uncounted subtasks left alone), cut_off (the sweep's own deadline came first), error (a store error; the next sweep retries).",
+        emitted("sweep_conversation", "worker"),
+    ),
+    def(
+        LEASE_TAKEOVERS,
+        Counter,
+        Count,
+        &["phase"],
+        "Leases taken over after their holder's time ran out (the holder died or overran): phase planning (a retry with the same Idempotency-Key) or aggregating (the aggregator or the deadline path).",
+        emitted("lease_taken_over", "orchestrator, aggregator, worker"),
     ),
     def(
         APPROVALS_REQUESTED,
@@ -478,7 +487,9 @@ pub fn dead_letter() {
     counter!(DEAD_LETTERS).increment(1);
 }
 
-/// A conversation was found unfinished past its deadline and closed.
+/// The deadline path moved a conversation past its deadline on ([`DeadlineAction`]). A
+/// conversation counts again only when a later run has to move it on once more (its
+/// aggregation lost after its subtasks were closed).
 pub fn deadline_expired() {
     counter!(DEADLINE_EXPIRED).increment(1);
 }
@@ -551,31 +562,68 @@ pub fn discovery_failed(upstream: &str) {
     counter!(TOOL_DISCOVERY_FAILURES, "upstream" => upstream.to_owned()).increment(1);
 }
 
-// ---------------------------------------------------------------- issue 9: the deadline sweep
+// ---------------------------------------------------------------- the deadline path, the sweep and the leases
+
+/// What the deadline path did to a conversation past its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlineAction {
+    /// Planning never finished: the conversation failed.
+    Failed,
+    /// Open subtasks closed (failed or skipped): `remaining` reaches 0 and the aggregator answers.
+    Closed,
+    /// Nothing open and nothing answered: answered with the model-free reply.
+    Aggregated,
+    /// An aggregation whose lease expired, taken over and answered with the model-free reply.
+    TakenOver,
+}
+
+/// What one sweep did with one conversation the index held as overdue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepOutcome {
+    /// The deadline path moved it on.
+    Moved(DeadlineAction),
+    /// Nothing to do now: a live lease, subtasks still uncounted, already over, or not due yet.
+    Untouched,
+    /// The sweep's own deadline came first (the next sweep takes it).
+    CutOff,
+    /// A store error (the next sweep takes it).
+    Error,
+}
 
 /// One run of the deadline sweep.
 pub fn sweep_ran() {
     counter!(SWEEP_RUNS).increment(1);
 }
 
-/// What the sweep did with one conversation past its deadline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SweepAction {
-    Rearmed,
-    Aggregated,
-    Failed,
-    TakenOver,
-}
-
-/// The sweep moved one conversation on (and it was past its deadline: [`deadline_expired`] too).
-pub fn sweep_moved(action: SweepAction) {
-    let action = match action {
-        SweepAction::Rearmed => "rearmed",
-        SweepAction::Aggregated => "aggregated",
-        SweepAction::Failed => "failed",
-        SweepAction::TakenOver => "taken_over",
+/// What the sweep did with one conversation past its deadline (when it moved it on,
+/// [`deadline_expired`] is recorded too, by the deadline path).
+pub fn sweep_conversation(outcome: SweepOutcome) {
+    let action = match outcome {
+        SweepOutcome::Moved(DeadlineAction::Failed) => "failed",
+        SweepOutcome::Moved(DeadlineAction::Closed) => "closed",
+        SweepOutcome::Moved(DeadlineAction::Aggregated) => "aggregated",
+        SweepOutcome::Moved(DeadlineAction::TakenOver) => "taken_over",
+        SweepOutcome::Untouched => "untouched",
+        SweepOutcome::CutOff => "cut_off",
+        SweepOutcome::Error => "error",
     };
     counter!(SWEEP_CONVERSATIONS, "action" => action).increment(1);
+}
+
+/// The phase a lease holds a conversation in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseKind {
+    Planning,
+    Aggregating,
+}
+
+/// A lease of `kind` was taken over from a holder whose time ran out.
+pub fn lease_taken_over(kind: LeaseKind) {
+    let phase = match kind {
+        LeaseKind::Planning => "planning",
+        LeaseKind::Aggregating => "aggregating",
+    };
+    counter!(LEASE_TAKEOVERS, "phase" => phase).increment(1);
 }
 
 // ---------------------------------------------------------------- issue 10: approvals and hand-offs

@@ -1,4 +1,4 @@
-//! Decorators that give every store and queue operation its own span: `TracedStore` (`{system} {operation}`, kind client) around any [`ConversationStore`], `TracedQueue` (`send {queue}`, kind producer) around any [`TaskQueue`].
+//! Decorators that give every store and queue operation its own span: `TracedStore` (`{system} {operation}`, kind client) around any [`ConversationStore`], `TracedQueue` (`send {queue}`, kind producer; `change_visibility {queue}`, kind client) around any [`TaskQueue`].
 //!
 //! A message sent inside the `send` span carries that span's context (the queue
 //! adapters read it through [`crate::obs::context`]), so the worker's record span
@@ -16,7 +16,8 @@ use crate::domain::{
     Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 use crate::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, QueueError, RecordOutcome, StoreError, TaskQueue,
+    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, QueueError, RecordOutcome,
+    StoreError, TaskQueue,
 };
 
 /// A [`ConversationStore`] whose every call runs in a span `{system} {operation}`
@@ -91,6 +92,26 @@ impl ConversationStore for TracedStore {
         to: ConversationStatus,
     ) -> Result<bool, StoreError> {
         self.traced("transition_conversation", self.inner.transition_conversation(id, from, to)).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        id: &ConversationId,
+        phase: LeasePhase,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<LeaseOutcome, StoreError> {
+        self.traced("acquire_lease", self.inner.acquire_lease(id, phase, holder, now_ms, until_ms)).await
+    }
+
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        self.traced("overdue_conversations", self.inner.overdue_conversations(shard, now_ms, limit)).await
     }
 
     async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
@@ -178,6 +199,29 @@ impl TracedQueue {
 
 #[async_trait]
 impl TaskQueue for TracedQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
+        let span = tracing::info_span!(
+            "change_visibility",
+            otel.name = %format_args!("change_visibility {}", self.queue),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            messaging.system = self.system,
+            messaging.operation.name = "ChangeMessageVisibility",
+            messaging.destination.name = self.queue,
+            swarm.visibility_seconds = seconds,
+            error.type = Empty,
+        );
+        let result = self.inner.change_visibility(receipt_handle, seconds).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            record_error(&span, e.is_transient());
+        }
+        result
+    }
+
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         let span = tracing::info_span!(
             "send",
