@@ -1,8 +1,10 @@
-//! Issue 12's picture, checked on a whole conversation through the local stack (the mock LLM on the wire, the gateway and the demo shop over MCP): one trace across orchestrator, workers, gateway and aggregator with the expected parentage, one span per LLM round and per tool call with the GenAI attributes; the conversation's metrics in the EMF output with the catalogue's names, units and dimensions; nothing secret or customer-written in any span or metric.
+//! Issue 12's picture, checked on a whole conversation through the local stack (the mock LLM on the wire, the gateway and the demo shop over MCP): one trace across orchestrator, workers, gateway and aggregator with the expected parentage, one span per LLM round and per tool call with the GenAI attributes; the conversation's metrics in the EMF output with the catalogue's names, units and dimensions; nothing secret or customer-written in any span or metric. And a conversation only the sweep moves on: the sweep's own span, linked to the conversation's trace, and its counts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -11,7 +13,9 @@ use serde_json::{Value, json};
 use swarm_adapters::llm::{LlmConfig, build_models};
 use swarm_adapters::telemetry::{self, FinishedSpan, MetricsSink, Options, Telemetry, TelemetryConfig, TraceExport};
 use swarm_core::domain::{ConversationId, ConversationStatus};
+use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::obs::metrics::{CATALOG, Kind, NAMESPACE, find};
+use swarm_core::timings::Timings;
 use swarm_core::view::ConversationView;
 use swarm_local::{LocalStack, StackOptions};
 
@@ -371,5 +375,89 @@ async fn a_conversations_metrics_reach_the_emf_output_with_the_catalogues_names_
         assert!(!text.contains(&bad), "{bad:?} reached a metric");
     }
     drop(run.mock);
+    Ok(())
+}
+
+/// Kills the first invocation that reaches `point`, and no other.
+struct CrashOnce(CrashPoint, AtomicBool);
+
+impl FaultPlan for CrashOnce {
+    fn crash(&self, point: CrashPoint) -> bool {
+        point == self.0 && !self.1.swap(true, Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_the_sweep_closes_is_counted_and_its_sweep_span_links_to_the_conversations_trace() -> Result<()>
+{
+    let telemetry = telemetry();
+    let _one = ONE_AT_A_TIME.lock().await;
+    // The orchestrator dies right after writing the conversation: no deadline message was armed, so
+    // only the sweep (every 250 ms at 1/240) finds it once its deadline (1200 s → 5 s) passed.
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(1200);
+    let stack = LocalStack::start(StackOptions {
+        faults: Some(Arc::new(CrashOnce(CrashPoint::OrchestratorAfterCreate, AtomicBool::new(false)))),
+        timings,
+        time_scale: 1.0 / 240.0,
+        ..StackOptions::default()
+    })
+    .await?;
+    let _ = telemetry.take_spans();
+    telemetry.write_metrics(&mut std::io::sink())?;
+    let died = stack.post_conversation(MESSAGE, "C104", None).await;
+    anyhow::ensure!(died.is_err(), "the orchestrator was to die: {died:?}");
+    let mut overdue = Vec::new();
+    for shard in 0..stack.timings().sweep.shards {
+        overdue.extend(stack.store().overdue_conversations(shard, i64::MAX, 10).await?);
+    }
+    anyhow::ensure!(overdue.len() == 1, "{overdue:?}");
+    let id = overdue[0].clone();
+    let view = stack.wait_finished(id.as_str(), Duration::from_secs(60)).await?;
+    let conversation = stack.store().get_conversation(&id).await?.context("item")?;
+    stack.shutdown().await;
+    assert_eq!(view.status, ConversationStatus::Failed, "{view:?}");
+    let trace_id = conversation.trace_parent.as_deref().and_then(|t| t.split('-').nth(1)).context("trace")?;
+
+    // The sweep's run is a root span; the conversation's run under it links to the conversation's trace.
+    let spans = telemetry.take_spans();
+    let runs: Vec<&FinishedSpan> = spans.iter().filter(|s| s.name == "sweep").collect();
+    assert!(!runs.is_empty(), "no sweep span");
+    assert!(runs.iter().all(|r| r.parent_id.is_none() && r.trace_id != trace_id), "{runs:#?}");
+    let mine: Vec<&FinishedSpan> = spans
+        .iter()
+        .filter(|s| s.name == "sweep conversation" && s.attr("conversation_id") == Some(id.as_str()))
+        .collect();
+    assert_eq!(mine.len(), 1, "the sweep failed it once: {mine:#?}");
+    assert_eq!(mine[0].attr("status"), Some("PLANNING"));
+    assert_eq!(mine[0].links, vec![trace_id.to_owned()]);
+    let run = runs.iter().find(|r| Some(r.span_id.as_str()) == mine[0].parent_id.as_deref()).context("its run")?;
+    assert_eq!((run.attr("swarm.sweep.found"), run.attr("swarm.sweep.answered")), (Some("1"), Some("1")));
+    for text in span_texts(&spans) {
+        assert!(!text.contains("A1029") && !text.contains(MESSAGE), "{text:?} reached a span");
+    }
+
+    // Its metrics: one sweep action, one conversation past its deadline, one failed conversation.
+    let mut out = Vec::new();
+    telemetry.write_metrics(&mut out)?;
+    let emf = parse_emf(&String::from_utf8(out)?)?;
+    let sum = |name: &str, dims: &[(&str, &str)]| -> f64 {
+        emf.get(name)
+            .into_iter()
+            .flatten()
+            .filter(|(_, _, values, _)| dims.iter().all(|(k, v)| values.get(*k).map(String::as_str) == Some(*v)))
+            .map(|(_, _, _, v)| total(v))
+            .sum()
+    };
+    assert!(sum("swarm_sweep_runs", &[]) >= 1.0);
+    assert_eq!(sum("swarm_sweep_conversations", &[("action", "failed")]), 1.0);
+    assert_eq!(sum("swarm_sweep_conversations", &[]), 1.0, "nothing else was overdue");
+    assert_eq!(sum("swarm_deadline_expired", &[]), 1.0);
+    let failed = emf
+        .get("swarm_conversation_seconds")
+        .into_iter()
+        .flatten()
+        .filter(|(_, _, v, _)| v.get("status").map(String::as_str) == Some("failed"));
+    assert_eq!(failed.count(), 1);
     Ok(())
 }
