@@ -10,6 +10,7 @@
 //! - [`invoke::invoke`]: one invocation as Lambda runs it — cut at the function's
 //!   timeout, or killed at a crash point of [`swarm_core::faults`].
 
+pub mod chaos;
 pub mod counters;
 pub mod dynamo_stream;
 pub mod dynamo_table;
@@ -20,6 +21,7 @@ pub mod invoke;
 pub mod mapping;
 pub mod sqs;
 pub mod stream;
+pub mod tool_faults;
 
 use std::sync::Arc;
 use std::time::Duration;
