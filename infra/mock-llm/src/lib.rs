@@ -257,6 +257,11 @@ pub struct Faults {
     /// Agent mode: the answer cut off by the output limit (`finish_reason: "length"`): its text
     /// halved, or its last tool call's arguments cut mid-JSON. Scripted mode answers as usual.
     pub truncated: f64,
+    /// Space each kind's faults instead of drawing a fate per request: a kind of rate `r` comes
+    /// every `1/r` requests times a factor drawn from `[0.5, 1.5]` (its own seeded stream), the
+    /// first within `1/r` requests — so `n ≥ 1/r` requests always see it. A kind due while
+    /// another is injected waits for the next request.
+    pub spaced: bool,
 }
 
 impl Default for Faults {
@@ -269,6 +274,7 @@ impl Default for Faults {
             hang_for: Duration::from_secs(600),
             malformed: 0.0,
             truncated: 0.0,
+            spaced: false,
         }
     }
 }
@@ -342,6 +348,9 @@ struct Shared {
 
 struct Inner {
     rng: StdRng,
+    /// With [`Faults::spaced`]: per kind (rate limit, server error, hang, malformed, truncated)
+    /// its stream, mean gap in requests and the request number it is due at.
+    spacing: Vec<(StdRng, f64, f64)>,
     script: VecDeque<ScriptedResponse>,
     stats: Stats,
     bodies: Vec<Value>,
@@ -434,6 +443,7 @@ impl MockLlm {
             started: Instant::now(),
             inner: Mutex::new(Inner {
                 rng: StdRng::seed_from_u64(config.seed),
+                spacing: spacing(&config.faults, config.seed),
                 script,
                 stats: Stats::default(),
                 bodies: Vec::new(),
@@ -516,6 +526,16 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         inner.stats.max_concurrent = inner.stats.max_concurrent.max(now);
         let fate = if parsed.is_none() {
             Fate::Normal
+        } else if faults.spaced {
+            let agent = matches!(s.config.mode, Mode::Agent(_));
+            match spaced_fate(&mut inner.spacing, seq + 1, agent) {
+                Some(0) => Fate::RateLimit,
+                Some(1) => Fate::ServerError { html: inner.rng.random_bool(0.5) },
+                Some(2) => Fate::Hang,
+                Some(3) => Fate::Malformed,
+                Some(_) => Fate::Truncated,
+                None => Fate::Normal,
+            }
         } else {
             let u: f64 = inner.rng.random();
             let rate_limit = faults.rate_limit;
@@ -640,6 +660,36 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         a.responded_ms = Some(responded);
     }
     response
+}
+
+/// The spaced streams of the five fault kinds, in [`spaced_fate`]'s order.
+fn spacing(f: &Faults, seed: u64) -> Vec<(StdRng, f64, f64)> {
+    [f.rate_limit, f.server_error, f.hang, f.malformed, f.truncated]
+        .iter()
+        .enumerate()
+        .map(|(i, rate)| {
+            let mut rng = StdRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            if *rate <= 0.0 {
+                return (rng, f64::INFINITY, f64::INFINITY);
+            }
+            let gap = 1.0 / rate.min(1.0);
+            let first = 1.0 + rng.random::<f64>() * (gap - 1.0);
+            (rng, gap, first)
+        })
+        .collect()
+}
+
+/// With [`Faults::spaced`]: the kind (index into [`spacing`]) request number `n` (from 1) gets,
+/// if one is due; truncation only in agent mode.
+fn spaced_fate(spacing: &mut [(StdRng, f64, f64)], n: u64, agent: bool) -> Option<usize> {
+    let n = n as f64;
+    let kind = spacing.iter().enumerate().position(|(i, (_, _, due))| *due <= n && (i < 4 || agent))?;
+    let (rng, gap, due) = &mut spacing[kind];
+    let jitter = (0.5f64).min((*gap - 1.0) / *gap);
+    while *due <= n {
+        *due += *gap * rng.random_range(1.0 - jitter..=1.0 + jitter);
+    }
+    Some(kind)
 }
 
 fn record_arrival(
@@ -1357,6 +1407,39 @@ mod tests {
         assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("length")));
         assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("Done: {\"statu")));
         assert_eq!(h.stats().by_kind, BTreeMap::from([("truncated", 2)]));
+    }
+
+    #[tokio::test]
+    async fn spaced_faults_come_at_their_rate_and_each_kind_within_its_first_gap() {
+        let faults = Faults {
+            rate_limit: 0.1,
+            retry_after: None,
+            server_error: 0.05,
+            hang: 0.05,
+            hang_for: Duration::ZERO,
+            malformed: 0.05,
+            truncated: 0.1,
+            spaced: true,
+        };
+        let (_, h) = MockLlm::start(MockConfig { seed: 3, faults, ..MockConfig::default() }).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        for _ in 0..20 {
+            post(&url, &work_request(false)).await;
+        }
+        let after_20 = h.stats().by_kind;
+        for kind in ["rate_limit", "server_error", "hang", "malformed", "truncated"] {
+            assert!(after_20.get(kind).copied().unwrap_or(0) >= 1, "{kind} within 1/rate requests: {after_20:?}");
+        }
+        for _ in 0..180 {
+            post(&url, &work_request(false)).await;
+        }
+        let by_kind = h.stats().by_kind;
+        for (kind, expected) in
+            [("rate_limit", 20), ("server_error", 10), ("hang", 10), ("malformed", 10), ("truncated", 20)]
+        {
+            let n = by_kind.get(kind).copied().unwrap_or(0);
+            assert!(n.abs_diff(expected) <= expected / 4 + 2, "{kind}: {n} of 200, about {expected} expected");
+        }
     }
 
     #[tokio::test]

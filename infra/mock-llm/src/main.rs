@@ -53,6 +53,9 @@ struct Args {
     /// Agent mode: share of answers cut off by the output limit (`finish_reason: length`) (0..1).
     #[arg(long, default_value_t = 0.0)]
     truncation_rate: f64,
+    /// Space each fault kind (every 1/rate requests, jittered) instead of a draw per request.
+    #[arg(long)]
+    spaced_faults: bool,
     /// Agent mode: subtasks in a plan.
     #[arg(long, default_value_t = 3)]
     plan_subtasks: usize,
@@ -168,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
             hang_for: Duration::from_secs(args.hang_secs),
             malformed: args.malformed_rate,
             truncated: args.truncation_rate,
+            spaced: args.spaced_faults,
         },
         record_bodies: false,
     };

@@ -196,6 +196,7 @@ async fn start_mock(a: &Args) -> anyhow::Result<MockHandle> {
         hang_for: seconds("--llm-hang-secs", a.llm_hang_secs, scale)?,
         malformed: rate("--llm-malformed-rate", a.llm_malformed_rate)?,
         truncated: rate("--llm-truncation-rate", a.llm_truncation_rate)?,
+        spaced: true,
     };
     let total = faults.rate_limit + faults.server_error + faults.hang + faults.malformed + faults.truncated;
     anyhow::ensure!(total <= 1.0, "the LLM fault rates add up to {total}, more than 1");
