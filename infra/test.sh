@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests — then lints the SAM template. Exits non-zero on any failure.
+# The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
 #        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
 #        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
@@ -48,6 +48,24 @@ else
 fi
 step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
     cargo test --workspace --all-targets
+# swarm-chaos at a small size on both backends with the fixed seed: every fault kind injected at least
+# once (rates chosen so each kind meets more than 1/rate opportunities), and the run fails on a lost,
+# hung, double-counted, double-aggregated or double-refunded conversation (README "Chaos").
+chaos_embedded=(--conversations 16 --subtasks 8 --in-flight 8 --time-scale 0.02 --seed 9
+    --crash-rate 0.05 --crash-at orchestrator_after_create=0.2 --crash-at orchestrator_after_start_run=0.2
+    --crash-at aggregator_after_flip=0.2 --stream-drop-rate 0.15 --stream-duplicate-rate 0.15
+    --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1 --tool-error-rate 0.05 --tool-hang-rate 0.03
+    --tool-down-after-calls 30)
+chaos_emulator=(--conversations 8 --subtasks 6 --in-flight 8 --time-scale 0.05 --seed 9
+    --crash-rate 0.1 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
+    --crash-at aggregator_after_flip=0.25 --stream-drop-rate 0.25 --stream-duplicate-rate 0.25
+    --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1 --tool-error-rate 0.1 --tool-hang-rate 0.1
+    --tool-down-after-calls 10 --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03
+    --llm-malformed-rate 0.03 --llm-truncation-rate 0.03)
+step "swarm-chaos, small, embedded (fixed seed)" \
+    cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
+step "swarm-chaos, small, emulator (fixed seed)" \
+    cargo run -q -p swarm-local --bin swarm-chaos -- --aws-endpoint "$SWARM_AWS_ENDPOINT" "${chaos_emulator[@]}"
 # The README's first command, exactly as written there, must answer (DONE, exit 0).
 readme_ask="$(grep -m1 '^cargo run -p swarm-local -- ask' README.md | sed 's/[[:space:]]*#.*$//')"
 step "the README's first command: ${readme_ask:0:60}…" bash -c "[[ -n \"\$1\" ]] && eval \"\$1\"" _ "$readme_ask"

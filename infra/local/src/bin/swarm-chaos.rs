@@ -256,7 +256,8 @@ async fn customer(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    swarm_adapters::telemetry::init_with_default("error");
+    // rmcp logs every request whose caller went away (a hung tool call cut by its timeout) as an error.
+    swarm_adapters::telemetry::init_with_default("error,rmcp=off");
     let args = Args::parse();
     anyhow::ensure!(args.conversations > 0 && args.subtasks > 0, "--conversations and --subtasks must be at least 1");
     anyhow::ensure!(

@@ -96,6 +96,13 @@ fn names(text: &str, word: &str) -> bool {
     })
 }
 
+/// Whether a reply names a subtask: by its id, or by its instruction (the part before a
+/// scripted `[call …]`, as the model-free reply quotes it).
+fn names_subtask(reply: &str, s: &SubtaskRecord) -> bool {
+    let instruction = s.subtask.instruction.split(" [call ").next().unwrap_or("").trim();
+    names(reply, &s.subtask.id) || (!instruction.is_empty() && reply.contains(instruction))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
@@ -150,7 +157,10 @@ pub fn verdict(f: &RunFacts) -> Verdict {
     let mut per_scenario: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
     for (id, entry) in &f.store {
         match entry {
-            None => lost.push(id.clone()),
+            None => lost.push(match f.audit.conversations.get(id) {
+                Some(a) => format!("{id} (the stream saw it {} after {} writes)", a.status, a.writes),
+                None => format!("{id} (never in the stream)"),
+            }),
             Some((c, _)) => {
                 *by_status.entry(c.status.as_str().to_owned()).or_default() += 1;
                 if !c.status.is_terminal() {
@@ -367,17 +377,14 @@ pub fn verdict(f: &RunFacts) -> Verdict {
     let mut with_failures = 0usize;
     let mut naming_all = 0usize;
     for (c, subtasks) in f.store.values().flatten() {
-        let failed: Vec<&str> = subtasks
-            .iter()
-            .filter(|s| matches!(s.status, SubtaskStatus::Failed | SubtaskStatus::Skipped))
-            .map(|s| s.subtask.id.as_str())
-            .collect();
+        let failed: Vec<&SubtaskRecord> =
+            subtasks.iter().filter(|s| matches!(s.status, SubtaskStatus::Failed | SubtaskStatus::Skipped)).collect();
         if failed.is_empty() || c.status.as_str() != "DONE" {
             continue;
         }
         with_failures += 1;
         let reply = c.reply.as_deref().unwrap_or("");
-        if failed.iter().all(|id| names(reply, id)) {
+        if failed.iter().all(|s| names_subtask(reply, s)) {
             naming_all += 1;
         }
     }
@@ -516,7 +523,7 @@ mod tests {
             "A1016: 5.00 CNY refunded, 0.00 asked",
             "ran while the customer is told they failed: c0/w02",
             "fault kind tool_hang was injected 0 times",
-            "1 conversations lost: gone",
+            "1 conversations lost: gone (never in the stream)",
         ] {
             assert!(joined.contains(expected), "missing {expected:?} in:\n{joined}");
         }
@@ -530,6 +537,12 @@ mod tests {
         assert!(names("- Refund (w20)", "w20"));
         assert!(!names("w020 is fine", "w02"));
         assert!(!names("xw02", "w02"));
+        let c = conversation(0, ConversationStatus::Done, "");
+        let mut s = subtask(&c, "w03", SubtaskResult::Skipped { dependency: "w01".into() });
+        s.subtask.instruction = "Refund 1.00 CNY on order A1007 [call shop__refund {}]".into();
+        assert!(names_subtask("- Refund 1.00 CNY on order A1007 [call shop__refund {}] (not done)", &s));
+        assert!(names_subtask("w03: could not be done", &s));
+        assert!(!names_subtask("Refund done", &s));
         assert_eq!(percentile(&[Duration::from_secs(1), Duration::from_secs(3)], 0.5), Some(Duration::from_secs(1)));
         assert_eq!(percentile(&[], 0.99), None);
     }
