@@ -14,8 +14,65 @@ import signal
 import sys
 import threading
 
+from moto.dynamodb.comparisons import get_filter_expression
+from moto.dynamodb.exceptions import (
+    ConditionalCheckFailed,
+    MultipleTransactionsException,
+    TransactionCanceledException,
+)
+from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
+
+
+def checked_first(original):
+    """TransactWriteItems that evaluates every condition against the state before the transaction and
+    cancels without writing when one fails; when all hold, moto's own implementation applies the writes."""
+
+    def transact_write_items(self, transact_items):
+        errors, targets = [], set()
+        for entry in transact_items:
+            if len(entry) != 1:
+                return original(self, transact_items)  # moto's own validation error
+            op_type, op = next(iter(entry.items()))
+            table_name = op.get("TableName")
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"} or table_name not in self.tables:
+                return original(self, transact_items)
+            table = self.get_table(table_name)
+            if op_type == "Put":
+                attrs = op["Item"]
+                key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = attrs[table.range_key_attr]
+            else:
+                key = op["Key"]
+            target = (str(table_name), str(dict(sorted(key.items()))))
+            if target in targets:
+                raise MultipleTransactionsException()
+            targets.add(target)
+            condition = op.get("ConditionExpression")
+            if condition is None:
+                errors.append((None, None, None))
+                continue
+            current = self.get_item(table_name, key)
+            check = get_filter_expression(
+                condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+            )
+            if check.expr(current):
+                errors.append((None, None, None))
+                continue
+            old = None
+            if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                old = current.to_json()["Attributes"]
+            errors.append(("ConditionalCheckFailed", ConditionalCheckFailed(item=old).message, old))
+        if any(code is not None for code, _, _ in errors):
+            raise TransactionCanceledException(errors)
+        return original(self, transact_items)
+
+    return transact_write_items
+
+
+DynamoDBBackend.transact_write_items = checked_first(DynamoDBBackend.transact_write_items)
 
 
 class SerialisedDynamoDB:
