@@ -375,10 +375,15 @@ async fn run(
     // Settle: every conversation ended and every queue empty, or the settle time passed.
     let settle_until = Instant::now() + settle;
     let client_ids: BTreeSet<String> = clients.values().filter_map(|c| c.conversation_id.clone()).collect();
+    let store = stack.store();
     loop {
         let log = audit.log();
-        let ended = log.conversations.values().all(|c| c.is_terminal())
-            && client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
+        let mut ended = client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
+        // A conversation the stream shows open is checked in the table (it may never have been written).
+        for (id, _) in log.conversations.iter().filter(|(_, c)| !c.is_terminal()) {
+            let open = store.get_conversation(&ConversationId::from_trusted(id.clone())).await?;
+            ended &= open.is_none_or(|c| c.status.is_terminal());
+        }
         let mut drained = true;
         for q in Queue::ALL {
             let d = stack.queue_depth(q).await?;
@@ -398,7 +403,6 @@ async fn run(
     // The store at the end, for every conversation anyone knows of.
     let log = audit.log();
     let ids: BTreeSet<String> = log.conversations.keys().cloned().chain(client_ids).collect();
-    let store = stack.store();
     let mut at_end = BTreeMap::new();
     for id in ids {
         let cid = ConversationId::from_trusted(id.clone());

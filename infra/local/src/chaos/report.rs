@@ -154,9 +154,13 @@ pub fn verdict(f: &RunFacts) -> Verdict {
     let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
     let mut hung = Vec::new();
     let mut lost = Vec::new();
+    let mut phantoms = 0usize;
+    let answered: BTreeSet<&str> = f.clients.values().filter_map(|c| c.conversation_id.as_deref()).collect();
     let mut per_scenario: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
     for (id, entry) in &f.store {
         match entry {
+            // Only a conversation a client was given can be lost; one only the stream knows of was never written.
+            None if !answered.contains(id.as_str()) => phantoms += 1,
             None => lost.push(match f.audit.conversations.get(id) {
                 Some(a) => format!("{id} (the stream saw it {} after {} writes)", a.status, a.writes),
                 None => format!("{id} (never in the stream)"),
@@ -199,6 +203,7 @@ pub fn verdict(f: &RunFacts) -> Verdict {
         failures.push(format!("{} conversations hung: {}", hung.len(), shorten(&hung)));
     }
     row(&mut t, "conversations lost (answered 202, absent at the end)", lost.len().to_string());
+    row(&mut t, "conversations in the stream, never in the table", phantoms.to_string());
     if !lost.is_empty() {
         failures.push(format!("{} conversations lost: {}", lost.len(), shorten(&lost)));
     }
@@ -482,12 +487,19 @@ mod tests {
         }
     }
 
+    /// The value of the table's row `name`.
+    fn cell<'a>(table: &'a str, name: &str) -> &'a str {
+        let line = table.lines().find(|l| l.starts_with(&format!("| {name} "))).unwrap();
+        line.rsplit('|').nth(1).unwrap().trim()
+    }
+
     #[test]
     fn a_clean_run_passes_and_its_table_says_what_happened() {
         let v = verdict(&facts());
         assert_eq!(v.failures, Vec::<String>::new(), "{}", v.table);
         assert!(v.table.contains("| conversations: done / failed / hung at the end"), "{}", v.table);
-        assert!(v.table.contains("2 / 0 / 0 (of 2 in the store)"), "{}", v.table);
+        assert_eq!(cell(&v.table, "conversations: done / failed / hung at the end"), "2 / 0 / 0 (of 2 in the store)");
+        assert_eq!(cell(&v.table, "refunds per subtask: once / twice or more / unattributed"), "1 / 0 / 0");
         assert!(v.table.contains("succeeded 3, failed 1") || v.table.contains("failed 1, succeeded 3"), "{}", v.table);
         assert!(v.table.contains("1: 2"), "two conversations aggregated once each: {}", v.table);
         assert!(v.table.contains("A1007 1.00/2.00"), "{}", v.table);
@@ -511,6 +523,9 @@ mod tests {
         f.ledger.push(LedgerRefund { order_id: "A1016".into(), amount: 5.0, reason: None });
         f.faults.push(FaultLine { name: "tool_hang".into(), rate: 0.1, opportunities: 3, injected: 0 });
         f.store.insert("gone".into(), None);
+        f.clients
+            .insert(2, ClientOutcome { conversation_id: Some("gone".into()), posts: 1, ..ClientOutcome::default() });
+        f.store.insert("phantom".into(), None);
         let v = verdict(&f);
         let joined = v.failures.join("\n");
         for expected in [
@@ -529,6 +544,9 @@ mod tests {
         }
         assert!(joined.contains(&ids[1]), "the hung conversation is named");
         assert!(v.table.contains("FAILED:"));
+        assert!(!joined.contains("phantom"), "a conversation no client was given is not lost");
+        assert_eq!(cell(&v.table, "conversations in the stream, never in the table"), "1");
+        assert_eq!(cell(&v.table, "conversations lost (answered 202, absent at the end)"), "1");
     }
 
     #[test]
