@@ -16,7 +16,7 @@ use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
 use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, verdict};
-use swarm_local::chaos::scenario::Scenario;
+use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, StackOptions};
 use tokio::sync::Semaphore;
@@ -47,10 +47,10 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     subtasks: usize,
     /// Conversations open at once (a client waits for its conversation before the next one starts).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 10)]
     in_flight: usize,
     /// Multiply every timing of the table (and every duration below) by this.
-    #[arg(long, default_value_t = 0.02, value_name = "FACTOR")]
+    #[arg(long, default_value_t = 0.05, value_name = "FACTOR")]
     time_scale: f64,
     /// Seed of every fault decision (the platform's and the mock LLM's).
     #[arg(long, default_value_t = 9)]
@@ -58,9 +58,10 @@ struct Args {
     /// The tasks queue's MaximumConcurrency (default: the table's worker.max_concurrency).
     #[arg(long)]
     concurrency: Option<usize>,
-    /// Script no refund subtask.
-    #[arg(long)]
-    no_refunds: bool,
+    /// Share of conversations scripted with a refund subtask (spread evenly; the refund worker
+    /// runs 2 at a time, as the template says).
+    #[arg(long, default_value_t = 0.25)]
+    refund_share: f64,
 
     /// Share of the times an invocation reaches a named crash point that it dies there (every point).
     #[arg(long, default_value_t = 0.02)]
@@ -260,6 +261,7 @@ async fn main() -> anyhow::Result<()> {
     swarm_adapters::telemetry::init_with_default("error,rmcp=off");
     let args = Args::parse();
     anyhow::ensure!(args.conversations > 0 && args.subtasks > 0, "--conversations and --subtasks must be at least 1");
+    rate("--refund-share", args.refund_share)?;
     anyhow::ensure!(
         args.time_scale.is_finite() && args.time_scale > 0.0,
         "--time-scale must be a positive number, not {}",
@@ -313,7 +315,7 @@ async fn run(
     let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?));
     let started = Instant::now();
     let scenarios: Vec<Scenario> =
-        (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, !args.no_refunds)).collect();
+        (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();
     let notes = vec![
         format!("reproduce: {command}"),
         "!!! consent: this build has no approvals API; refunds run without approval and no approval is posted (SKIPPED)"

@@ -1,4 +1,4 @@
-//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents) and one refund of a known amount on the customer's own refundable order.
+//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents) and, in a share of them, one refund of a known amount on the customer's own refundable order.
 //!
 //! Every refund's `reason` carries the subtask's tag (`chaos <conversation>/<subtask>`), so the
 //! shop's ledger tells which subtask each refund was made for without asking the swarm.
@@ -43,13 +43,21 @@ pub fn parse_refund_tag(reason: &str) -> Option<(usize, String)> {
     Some((index.parse().ok()?, subtask))
 }
 
+/// Whether conversation `index` is scripted with a refund when a `share` of them are: spread
+/// evenly (share 0.25: every fourth), none at 0, all at 1.
+pub fn has_refund(index: usize, share: f64) -> bool {
+    let share = share.clamp(0.0, 1.0);
+    ((index + 1) as f64 * share).floor() > (index as f64 * share).floor()
+}
+
 impl Scenario {
     /// Conversation `index` with `subtasks` steps (at least 1): step 1 reads the order; every
     /// fourth step depends on the one before it; with 5 or more, the second to last joins steps
     /// 1 and 2; with `refund` and 2 or more, the last refunds [`REFUND_AMOUNT`] on the order
     /// after step 1. The others read shipments, products, coupons, the order list and the policy.
     pub fn new(index: usize, subtasks: usize, refund: bool) -> Self {
-        let (customer, order) = REFUNDABLE[index % REFUNDABLE.len()];
+        // Every customer in turn, shifted every round, so every fourth conversation is not always the same customer.
+        let (customer, order) = REFUNDABLE[(index + index / REFUNDABLE.len()) % REFUNDABLE.len()];
         let n = subtasks.max(1);
         let id = |i: usize| format!("w{i:02}");
         let mut steps = Vec::with_capacity(n);
@@ -116,7 +124,7 @@ mod tests {
     #[test]
     fn a_conversation_has_a_chain_a_join_and_a_refund_after_the_order_lookup() {
         let s = Scenario::new(42, 8, true);
-        assert_eq!((s.customer_id.as_str(), s.order_id.as_str()), ("C108", "A1033"));
+        assert_eq!((s.customer_id.as_str(), s.order_id.as_str()), ("C106", "A1007"));
         let after: Vec<(&str, Vec<String>)> = s.steps.iter().map(|st| (st.id.as_str(), st.after.clone())).collect();
         assert_eq!(after[3], ("w04", vec!["w03".to_owned()]), "every fourth step follows the one before");
         assert_eq!(after[6], ("w07", vec!["w01".to_owned(), "w02".to_owned()]), "the join");
@@ -124,7 +132,7 @@ mod tests {
         assert_eq!(s.refund_step.as_deref(), Some("w08"));
         let (tool, args) = s.steps[7].call.clone().unwrap();
         assert_eq!(tool, "shop__refund");
-        assert_eq!(args, json!({"order_id": "A1033", "amount": 1.0, "reason": "chaos c00042/w08"}));
+        assert_eq!(args, json!({"order_id": "A1007", "amount": 1.0, "reason": "chaos c00042/w08"}));
         assert_eq!(mock_llm::script_steps(&s.message()), s.steps, "the mock reads back what was scripted");
         assert!(s.message().len() < 4_000, "well inside the API's 8,000 characters at 20 steps too");
     }
@@ -139,5 +147,15 @@ mod tests {
         assert!(big.message().len() < 4_000, "{}", big.message().len());
         assert_eq!(Scenario::new(3, 1, true).refund_step, None, "one step is the order lookup only");
         assert_eq!(Scenario::new(3, 6, false).refund_step, None);
+    }
+
+    #[test]
+    fn a_share_of_refunds_is_spread_evenly_over_every_customer() {
+        let with: Vec<usize> = (0..16).filter(|i| has_refund(*i, 0.25)).collect();
+        assert_eq!(with, vec![3, 7, 11, 15]);
+        let customers: Vec<String> = with.iter().map(|i| Scenario::new(*i, 4, true).customer_id).collect();
+        assert_eq!(customers, vec!["C109", "C106", "C103", "C108"]);
+        assert_eq!((0..10).filter(|i| has_refund(*i, 0.0)).count(), 0);
+        assert_eq!((0..10).filter(|i| has_refund(*i, 1.0)).count(), 10);
     }
 }
