@@ -17,6 +17,7 @@ import threading
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
     ConditionalCheckFailed,
+    MockValidationException,
     MultipleTransactionsException,
     TransactionCanceledException,
 )
@@ -26,11 +27,13 @@ from werkzeug.serving import run_simple
 
 
 def checked_first(original):
-    """TransactWriteItems that evaluates every condition against the state before the transaction and
-    cancels without writing when one fails; when all hold, moto's own implementation applies the writes."""
+    """TransactWriteItems as DynamoDB runs it: every condition evaluated against the state before the
+    transaction, then all writes or none. Requests of a shape this does not know go to moto's own code."""
 
     def transact_write_items(self, transact_items):
-        errors, targets = [], set()
+        if len(transact_items) > 100:
+            return original(self, transact_items)
+        errors, targets, plan = [], set(), []
         for entry in transact_items:
             if len(entry) != 1:
                 return original(self, transact_items)  # moto's own validation error
@@ -50,11 +53,12 @@ def checked_first(original):
             if target in targets:
                 raise MultipleTransactionsException()
             targets.add(target)
+            current = self.get_item(table_name, key)
+            plan.append((op_type, op, key, current))
             condition = op.get("ConditionExpression")
             if condition is None:
                 errors.append((None, None, None))
                 continue
-            current = self.get_item(table_name, key)
             check = get_filter_expression(
                 condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
             )
@@ -67,7 +71,37 @@ def checked_first(original):
             errors.append(("ConditionalCheckFailed", ConditionalCheckFailed(item=old).message, old))
         if any(code is not None for code, _, _ in errors):
             raise TransactionCanceledException(errors)
-        return original(self, transact_items)
+        # Every condition holds: write. moto validates a write as it makes it (DynamoDB validates the request
+        # first), so a write refused halfway puts back the items written before it. Unlike moto's own code this
+        # copies no table: a copy of every item on every transaction made a 2,000-item table take 0.5 s each.
+        written = []
+        try:
+            for index, (op_type, op, key, before) in enumerate(plan):
+                table_name = op["TableName"]
+                if op_type == "Put":
+                    self.put_item(table_name, op["Item"])
+                elif op_type == "Delete":
+                    self.delete_item(table_name, key)
+                elif op_type == "Update":
+                    self.update_item(
+                        table_name,
+                        key,
+                        update_expression=op["UpdateExpression"],
+                        expression_attribute_names=op.get("ExpressionAttributeNames"),
+                        expression_attribute_values=op.get("ExpressionAttributeValues"),
+                    )
+                written.append((table_name, key, before))
+        except Exception as e:
+            for table_name, key, before in reversed(written):
+                if before is None:
+                    self.delete_item(table_name, key)
+                else:
+                    self.put_item(table_name, before.to_json()["Attributes"])
+            if isinstance(e, (MultipleTransactionsException, MockValidationException)):
+                raise
+            failed = [(None, None, None)] * len(plan)
+            failed[index] = (type(e).__name__, str(e), None)
+            raise TransactionCanceledException(failed) from e
 
     return transact_write_items
 

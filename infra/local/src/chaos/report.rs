@@ -200,7 +200,14 @@ pub fn verdict(f: &RunFacts) -> Verdict {
         ),
     );
     if !hung.is_empty() {
-        failures.push(format!("{} conversations hung: {}", hung.len(), shorten(&hung)));
+        let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+        for e in f.store.values() {
+            if let Some((c, _)) = e.as_ref().filter(|(c, _)| !c.status.is_terminal()) {
+                *by.entry(c.status.as_str()).or_default() += 1;
+            }
+        }
+        let by = by.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ");
+        failures.push(format!("{} conversations hung ({by}): {}", hung.len(), shorten(&hung)));
     }
     row(&mut t, "conversations lost (answered 202, absent at the end)", lost.len().to_string());
     row(&mut t, "conversations in the stream, never in the table", phantoms.to_string());
@@ -529,7 +536,7 @@ mod tests {
         let v = verdict(&f);
         let joined = v.failures.join("\n");
         for expected in [
-            "1 conversations hung",
+            "1 conversations hung (RUNNING 1)",
             "counts applied twice",
             "aggregated more than once",
             "subtasks refunded more than once: c1/w02 (2×)",
