@@ -25,6 +25,8 @@ use tokio::sync::Semaphore;
 const MAX_REPOSTS: u32 = 3;
 /// Longest wait for the audit to catch up with the table at the end.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the audit polls the emulator's stream when it found nothing.
+const AUDIT_POLL: Duration = Duration::from_millis(250);
 /// How often progress is printed.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -312,7 +314,9 @@ async fn run(
     command: &str,
 ) -> anyhow::Result<bool> {
     let t = stack.timings().clone();
-    let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?));
+    // On the emulator the audit polls the stream at most every AUDIT_POLL (its completion times are that coarse).
+    let poll = args.aws_endpoint.as_ref().map(|_| AUDIT_POLL);
+    let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?, poll));
     let started = Instant::now();
     let scenarios: Vec<Scenario> =
         (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();

@@ -201,8 +201,11 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Starts reading `feed` (open it before the first write of the run).
-    pub fn start(mut feed: Box<dyn ChangeFeed>) -> Self {
+    /// Starts reading `feed` (open it before the first write of the run). `poll_every`: `None`
+    /// waits on the feed (the embedded store pushes its changes); `Some(d)` reads it once and,
+    /// when nothing came, sleeps `d` — an emulator's stream is polled, and every poll is three
+    /// requests its one serialised table handler serves beside the swarm's own.
+    pub fn start(mut feed: Box<dyn ChangeFeed>, poll_every: Option<Duration>) -> Self {
         let log = Arc::new(Mutex::new(AuditLog::default()));
         let (tx, changed) = watch::channel(0u64);
         let last_records = Arc::new(Mutex::new(Instant::now()));
@@ -210,8 +213,12 @@ impl Audit {
         let task = tokio::spawn(async move {
             let mut batches = 0u64;
             loop {
-                match feed.next_records(READ_WAIT).await {
-                    Ok(records) if records.is_empty() => {}
+                match feed.next_records(if poll_every.is_some() { Duration::ZERO } else { READ_WAIT }).await {
+                    Ok(records) if records.is_empty() => {
+                        if let Some(pause) = poll_every {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
                     Ok(records) => {
                         let now = now_ms();
                         {
