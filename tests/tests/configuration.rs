@@ -82,7 +82,13 @@ fn full_environment() -> HashMap<&'static str, String> {
         ("WORKER_ROLE", "support"),
         ("GATEWAY_TOKEN", "tok-0123456789abcdef"),
         ("GATEWAY_TOKEN_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:t"),
+        ("GATEWAY_URL_AUTH", "AWS_IAM"),
+        ("AWS_REGION", "us-east-1"),
         ("AUTH_MODE", "jwt"),
+        ("JWT_CUSTOMER_CLAIM", "custom:customer_id"),
+        ("JWT_CUSTOMER_MAPPING", "direct"),
+        ("CUSTOMER_CONVERSATIONS_PER_MINUTE", "30"),
+        ("CUSTOMER_MAX_SUBTASKS", "50"),
         ("ROLE_TABLE", "refund=refund"),
         ("DEADLINE_SECS", "300"),
         ("WORKER_MODE", "tasks"),
@@ -111,6 +117,7 @@ fn full_environment() -> HashMap<&'static str, String> {
         ("AWS_LAMBDA_FUNCTION_NAME", "gateway"),
         ("SHOP_TOOLS_ADDR", "127.0.0.1:8931"),
         ("SHOP_TOOLS_ALLOWED_HOSTS", "*"),
+        ("SHOP_TOOLS_TOKEN", "shop-0123456789abcdef"),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
     ]
     .into_iter()

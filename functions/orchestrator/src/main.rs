@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Orchestrator, OrchestratorConfig};
+use orchestrator::{ApiState, Auth, Orchestrator, OrchestratorConfig};
 use swarm_adapters::config::AwsClients;
 
 #[tokio::main]
@@ -12,6 +12,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
     let tools = config.gateway.connect(&config.secrets).await?;
+    let access = aws.access(&config.table);
     let core = Orchestrator::new(
         aws.store(&config.table),
         aws.queues(&config.queues),
@@ -19,6 +20,8 @@ async fn main() -> Result<(), lambda_http::Error> {
         tools,
         config.roles.clone(),
         config.settings(),
-    );
-    lambda_http::run(orchestrator::router(ApiState::new(Arc::new(core), config.auth.into()))).await
+    )
+    .with_limits(access.clone(), config.limits);
+    let auth = Auth::from_config(&config.auth, access);
+    lambda_http::run(orchestrator::router(ApiState::new(Arc::new(core), auth))).await
 }

@@ -1,10 +1,13 @@
-//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, and the caller's customer always wins.
+//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, the caller's customer always wins, and the shop answers the gateway only — a direct call without its credential, another customer's order or a lower-case customer id leave the ledger unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 use std::{sync::Arc, time::Duration};
 
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
-use shop_tools::Shop;
+use shop_tools::{Shop, ShopAccess, UpstreamToken};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
 use swarm_core::ports::{ToolContext, ToolGateway};
@@ -14,17 +17,21 @@ const T: Duration = Duration::from_secs(10);
 
 struct Stack {
     shop: Arc<Shop>,
+    shop_url: String,
     tools: McpToolGateway,
 }
 
 async fn stack() -> Stack {
-    let shop = Arc::new(Shop::demo().unwrap());
-    let (shop_addr, _shop_task) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone()).await.unwrap();
     let tokens = DemoTokens::generate();
-    let config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
+    let shop = Arc::new(Shop::demo().unwrap());
+    let access = ShopAccess::local(UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let (shop_addr, _shop_task) =
+        shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
+    let shop_url = format!("http://{shop_addr}/mcp");
+    let config = demo_config(&shop_url, &tokens);
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
-    Stack { shop, tools }
+    Stack { shop, shop_url, tools }
 }
 
 fn ctx(role: &str, customer: &str) -> ToolContext {
@@ -110,4 +117,43 @@ async fn model_naming_another_customer_reads_nothing_of_theirs() {
         s.tools.call_tool(&ctx("support", "C106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(!own.is_error, "{}", own.text);
     assert!(own.text.contains("A1007"), "{}", own.text);
+}
+
+#[tokio::test]
+async fn the_shop_refuses_a_direct_call_without_the_gateways_credential_and_moves_no_money() {
+    let s = stack().await;
+    // What a caller who learned the shop's URL could try: a plain MCP client, no credential.
+    let direct = ().serve(StreamableHttpClientTransport::from_uri(s.shop_url.clone())).await;
+    assert!(direct.is_err(), "initialize is refused before any tool runs");
+    // A forged bearer does no better.
+    let config = StreamableHttpClientTransportConfig::with_uri(s.shop_url.clone())
+        .auth_header("0000000000000000000000000000000000000000000000000000000000000000");
+    assert!(().serve(StreamableHttpClientTransport::from_config(config)).await.is_err());
+    // Through the gateway, as the refund role, it works (once).
+    let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"});
+    let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await.unwrap();
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(s.shop.refunds().len(), 1, "only the gateway's call moved money");
+}
+
+#[tokio::test]
+async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unchanged() {
+    let s = stack().await;
+    // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say.
+    let probe = json!({"order_id": "A1007", "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1"});
+    let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
+    assert!(out.is_error);
+    assert_eq!(out.text, r#"{"error":"order A1007 not found"}"#);
+    // A lower-case customer never reaches the shop: the gateway wants the canonical form.
+    let lower = json!({"order_id": "A1007", "_idempotency_key": "conv-probe/w01/2"});
+    let out = s.tools.call_tool(&ctx("refund", "c106"), "shop__refund", lower, T).await.unwrap();
+    assert!(out.is_error);
+    assert_eq!(
+        out.text,
+        r#"{"error":"the x-swarm-customer-id header must hold a canonical customer id (upper case)"}"#
+    );
+    let read =
+        s.tools.call_tool(&ctx("support", "c106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
+    assert!(read.is_error, "{}", read.text);
+    assert!(s.shop.refunds().is_empty(), "the ledger is unchanged");
 }

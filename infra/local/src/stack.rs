@@ -14,6 +14,7 @@ use aggregator::{Aggregator, AggregatorSettings};
 use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::access::{AccessStore, CustomerLimits};
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::FaultPlan;
 use swarm_core::llm::Models;
@@ -79,6 +80,8 @@ pub struct StackOptions {
     /// invocation unless `faults` is set), delivery and stream faults in the mappings and the
     /// trigger, and, when it asks for tool faults, a fault proxy between the gateway and the shop.
     pub chaos: Option<Arc<Chaos>>,
+    /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the store.
+    pub limits: CustomerLimits,
 }
 
 impl Default for StackOptions {
@@ -95,6 +98,7 @@ impl Default for StackOptions {
             wrap_aggregator_store: None,
             faults: None,
             chaos: None,
+            limits: CustomerLimits::DEFAULT,
         }
     }
 }
@@ -160,9 +164,15 @@ impl LocalStack {
         // The stream trigger's feed opens before the first write, so it misses nothing.
         let feed = backend.change_feed().await.context("opening the table's stream")?;
 
+        // The shop answers the gateway only: it gets the gateway's upstream credential, fresh per stack.
+        let tokens = tool_gateway::DemoTokens::generate();
+        let shop_token = shop_tools::UpstreamToken::new(tokens.shop_upstream().expose())
+            .map_err(|e| anyhow::anyhow!("the demo shop's upstream token: {e}"))?;
         let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
         let (shop_addr, shop_task) =
-            shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
+            shop_tools::serve(loopback(), shop.clone(), shop_tools::ShopAccess::local(shop_token))
+                .await
+                .context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
         let mut background = vec![shop_task];
         // Under chaos with tool faults the gateway federates the fault proxy in the shop's place.
@@ -175,7 +185,6 @@ impl LocalStack {
             }
             None => shop_url.clone(),
         };
-        let tokens = tool_gateway::DemoTokens::generate();
         let mut gateway_config = tool_gateway::demo_config(&upstream_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
@@ -206,14 +215,17 @@ impl LocalStack {
         };
         let queues = TaskQueues::new(backend.queue(Queue::Tasks).sender.clone())
             .with_role(REFUND_ROLE, backend.queue(Queue::Refund).sender.clone());
-        let orchestrator = Arc::new(Orchestrator::new(
-            store.clone(),
-            queues.clone(),
-            models.main.clone(),
-            base_tools,
-            RoleTable::demo(),
-            OrchestratorSettings::from_timings(&timings),
-        ));
+        let orchestrator = Arc::new(
+            Orchestrator::new(
+                store.clone(),
+                queues.clone(),
+                models.main.clone(),
+                base_tools,
+                RoleTable::demo(),
+                OrchestratorSettings::from_timings(&timings),
+            )
+            .with_limits(backend.access(), options.limits),
+        );
         let worker = Arc::new(Worker::new(
             wrapped(&options.wrap_store),
             queues,
@@ -325,6 +337,11 @@ impl LocalStack {
         self.backend.store()
     }
 
+    /// Identity mappings and per-customer counters (the same table).
+    pub fn access(&self) -> Arc<dyn AccessStore> {
+        self.backend.access()
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -356,7 +373,7 @@ impl LocalStack {
         Ok(self.backend.conversation_count().await?)
     }
 
-    /// The orchestrator behind the API (`swarm-local serve` mounts its router with the chosen auth).
+    /// The orchestrator behind the API (its router, with the chosen auth, is what `swarm-local serve` mounts).
     pub fn orchestrator(&self) -> Arc<Orchestrator> {
         self.orchestrator.clone()
     }

@@ -4,7 +4,8 @@
 //! field out of limits, 422 JSON of the wrong shape, 401 no or unknown
 //! credentials, 403 an authenticated caller acting for another customer, 404
 //! an unknown route or conversation, 405 a wrong method (with `Allow`), 413 a
-//! body over [`MAX_BODY_BYTES`], 503 storage or queue unavailable — every
+//! body over [`MAX_BODY_BYTES`], 429 a customer over their conversations per
+//! minute (with `Retry-After`), 503 storage or queue unavailable — every
 //! error as `{"error": {"code", "message"}}` ([`HttpError`]).
 
 pub mod caller;
@@ -22,7 +23,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-pub use caller::{Auth, CUSTOMER_CLAIMS, Caller, TokenTable};
+pub use caller::{Auth, Caller, JwtIdentity, TokenTable};
 pub use error::HttpError;
 
 use crate::core::{Orchestrator, validate_request};

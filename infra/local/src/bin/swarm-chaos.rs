@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use mock_llm::{AgentConfig, Faults, Latency, MockConfig, MockHandle, MockLlm, Mode};
 use swarm_adapters::llm::{LlmConfig, build_models};
+use swarm_core::access::CustomerLimits;
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
@@ -295,6 +296,8 @@ async fn main() -> anyhow::Result<()> {
         worker_concurrency: args.concurrency,
         models: Some(build_models(&llm)?),
         chaos: Some(chaos.clone()),
+        // Four customers carry the whole run: their per-minute limit is not what is measured here.
+        limits: CustomerLimits { conversations_per_minute: u32::MAX, ..CustomerLimits::DEFAULT },
         ..StackOptions::default()
     })
     .await?;
