@@ -168,7 +168,8 @@ pub fn verdict(f: &RunFacts) -> Verdict {
             Some((c, _)) => {
                 *by_status.entry(c.status.as_str().to_owned()).or_default() += 1;
                 if !c.status.is_terminal() {
-                    hung.push(format!("{id} ({})", c.status));
+                    let scenario = scenario_of(c).map_or(String::new(), |i| format!("c{i}, "));
+                    hung.push(format!("{id} ({scenario}{})", c.status));
                 }
                 if let Some(i) = scenario_of(c) {
                     per_scenario.entry(i).or_default().insert(id.clone());
@@ -549,7 +550,7 @@ mod tests {
         ] {
             assert!(joined.contains(expected), "missing {expected:?} in:\n{joined}");
         }
-        assert!(joined.contains(&ids[1]), "the hung conversation is named");
+        assert!(joined.contains(&format!("{} (c1, RUNNING)", ids[1])), "the hung conversation is named: {joined}");
         assert!(v.table.contains("FAILED:"));
         assert!(!joined.contains("phantom"), "a conversation no client was given is not lost");
         assert_eq!(cell(&v.table, "conversations in the stream, never in the table"), "1");
