@@ -53,12 +53,12 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
 # hung, double-counted, double-aggregated or double-refunded conversation (README "Chaos").
 chaos_embedded=(--conversations 16 --subtasks 8 --in-flight 8 --time-scale 0.02 --seed 9
     --crash-rate 0.05 --crash-at orchestrator_after_create=0.2 --crash-at orchestrator_after_start_run=0.2
-    --crash-at aggregator_after_flip=0.2 --stream-drop-rate 0.15 --stream-duplicate-rate 0.15
+    --crash-at aggregator_after_flip=0.2 --crash-at deadline_after_close=0.25 --stream-drop-rate 0.15 --stream-duplicate-rate 0.15
     --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1 --tool-error-rate 0.05 --tool-hang-rate 0.03
     --tool-down-after-calls 30)
 chaos_emulator=(--conversations 8 --subtasks 6 --in-flight 8 --time-scale 0.05 --seed 9
     --crash-rate 0.1 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
-    --crash-at aggregator_after_flip=0.25 --stream-drop-rate 0.25 --stream-duplicate-rate 0.25
+    --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --stream-drop-rate 0.25 --stream-duplicate-rate 0.25
     --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1 --tool-error-rate 0.1 --tool-hang-rate 0.1
     --tool-down-after-calls 10 --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03
     --llm-malformed-rate 0.03 --llm-truncation-rate 0.03)

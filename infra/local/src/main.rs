@@ -353,7 +353,8 @@ async fn serve(options: StackOptions, port: u16, auth: Auth) -> anyhow::Result<(
         Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
         _ => "no authentication: the body's customer_id".to_owned(),
     };
-    let app = swarm_local::http::router(stack.orchestrator(), auth);
+    // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
+    let app = stack.api_router(auth);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;

@@ -22,16 +22,17 @@ use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::{DEFAULT_ROLE, PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
-use worker::{Worker, WorkerMode, WorkerSettings};
+use worker::{SweepReport, Worker, WorkerMode, WorkerSettings};
 
 use crate::http;
 use crate::platform::chaos::Chaos;
-use crate::platform::counters::{Counters, Received, ReceivedLog, add};
+use crate::platform::counters::{Counters, Received, ReceivedLog, RecordLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
 use crate::platform::invoke::{Ended, invoke};
 use crate::platform::mapping::{EventSourceMapping, MappingSettings};
 use crate::platform::stream::{StreamTrigger, TriggerSettings};
+use crate::platform::sweeper::Sweeper;
 use crate::platform::{Backend, ChangeFeed, Queue, QueueDepth, StreamError, tool_faults};
 
 /// Wraps a port adapter (fault injection, latency) before a function gets it.
@@ -109,8 +110,8 @@ pub struct LocalStack {
     /// The embedded store, for waiting on its stream instead of polling.
     memory: Option<Arc<InMemoryConversationStore>>,
     timings: Timings,
-    orchestrator: Arc<Orchestrator>,
-    faults: Option<Arc<dyn FaultPlan>>,
+    api: ApiInvoker,
+    sweeper: Arc<Sweeper>,
     pub shop: Arc<shop_tools::Shop>,
     pub shop_url: String,
     pub gateway_url: String,
@@ -120,6 +121,7 @@ pub struct LocalStack {
     background: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
     received: Arc<ReceivedLog>,
+    on_failure: Arc<RecordLog>,
 }
 
 impl LocalStack {
@@ -188,6 +190,11 @@ impl LocalStack {
         let mut gateway_config = tool_gateway::demo_config(&upstream_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
+        // The gateway's own waits are the (scaled) table's, like every other timing here.
+        for upstream in &mut gateway_config.upstreams {
+            upstream.call_timeout_secs = timings.gateway.call_timeout.as_secs_f64();
+            upstream.discovery_timeout_secs = timings.gateway.discovery_timeout.as_secs_f64();
+        }
         scale_gateway(&mut gateway_config, options.time_scale);
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
@@ -244,6 +251,7 @@ impl LocalStack {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let received = Arc::new(ReceivedLog::default());
+        let on_failure = Arc::new(RecordLog::default());
         background.push(gateway_task);
         let t = &timings;
         let sqs_fed = |function: &str, timeout, batch_size, max_concurrency| {
@@ -300,16 +308,31 @@ impl LocalStack {
             faults: faults.clone(),
             chaos: options.chaos.clone(),
             counters: counters.clone(),
+            on_failure: on_failure.clone(),
         };
-        background.push(tokio::spawn(trigger.run(shutdown_rx)));
+        background.push(tokio::spawn(trigger.run(shutdown_rx.clone())));
+        let sweeper = Arc::new(Sweeper {
+            worker: worker.clone(),
+            period: timings.sweep.period,
+            timeout: lambda_timeout(timings.sweep.timeout),
+            faults: faults.clone(),
+            counters: counters.clone(),
+        });
+        background.push(tokio::spawn(sweeper.clone().run(shutdown_rx)));
+        let api = ApiInvoker {
+            orchestrator,
+            timeout: lambda_timeout(timings.orchestrator.timeout),
+            faults: faults.clone(),
+            counters: counters.clone(),
+        };
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
 
         Ok(Self {
             backend,
             memory,
             timings,
-            orchestrator,
-            faults,
+            api,
+            sweeper,
             shop,
             shop_url,
             gateway_url,
@@ -319,6 +342,7 @@ impl LocalStack {
             background,
             counters,
             received,
+            on_failure,
         })
     }
 
@@ -351,6 +375,24 @@ impl LocalStack {
         self.received.all()
     }
 
+    /// What the stream mapping's on-failure destination received so far: one record per stream
+    /// batch given up after `MaximumRetryAttempts` (sequence numbers, never items), in order.
+    pub fn stream_on_failure(&self) -> Vec<Value> {
+        self.on_failure.all()
+    }
+
+    /// One sweep now, as the scheduler would invoke it (the timer runs one every `sweep.period`
+    /// anyway); `None` when the invocation did not return.
+    pub async fn sweep_now(&self) -> Option<SweepReport> {
+        self.sweeper.invoke_once().await
+    }
+
+    /// The HTTP API as API Gateway serves it: each request one orchestrator invocation, cut at
+    /// its timeout, under the fault plan ([`ApiInvoker`]); callers identified by `auth`.
+    pub fn api_router(&self, auth: Auth) -> axum::Router {
+        self.api.router(auth)
+    }
+
     /// The name of `queue` (as `Received::queue` holds it).
     pub fn queue_name(&self, queue: Queue) -> &str {
         &self.backend.queue(queue).name
@@ -373,9 +415,9 @@ impl LocalStack {
         Ok(self.backend.conversation_count().await?)
     }
 
-    /// The orchestrator behind the API (its router, with the chosen auth, is what `swarm-local serve` mounts).
+    /// The orchestrator behind the API (`swarm-local serve` mounts [`Self::api_router`], which invokes it).
     pub fn orchestrator(&self) -> Arc<Orchestrator> {
-        self.orchestrator.clone()
+        self.api.orchestrator.clone()
     }
 
     /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
@@ -406,18 +448,10 @@ impl LocalStack {
         B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
-        let timeout = lambda_timeout(self.timings.orchestrator.timeout);
-        let router = http::router(self.orchestrator.clone(), Auth::None);
-        match invoke(timeout, self.faults.as_ref(), http::call(router, request)).await {
+        let router = http::router(self.api.orchestrator.clone(), Auth::None);
+        match self.api.invoke(http::call(router, request)).await {
             Ended::Returned(answer) => answer,
-            ended => {
-                let counter = match ended {
-                    Ended::Killed => &self.counters.killed_invocations,
-                    _ => &self.counters.timed_out_invocations,
-                };
-                add(counter, 1);
-                anyhow::bail!("the orchestrator invocation {} (timeout {timeout:?})", ended.describe())
-            }
+            ended => anyhow::bail!("the orchestrator invocation {} (timeout {:?})", ended.describe(), self.api.timeout),
         }
     }
 
@@ -516,6 +550,64 @@ impl LocalStack {
             let _ = t.await;
         }
         self.backend.teardown().await;
+    }
+}
+
+/// The orchestrator as API Gateway invokes it: one invocation per request, cut at the function's
+/// timeout, under the fault plan. `swarm-local serve` and [`LocalStack::api`] both go through it.
+#[derive(Clone)]
+pub struct ApiInvoker {
+    orchestrator: Arc<Orchestrator>,
+    /// The orchestrator's timeout (whole seconds, as Lambda holds it).
+    timeout: Duration,
+    faults: Option<Arc<dyn FaultPlan>>,
+    counters: Arc<Counters>,
+}
+
+impl ApiInvoker {
+    /// Runs `handler` as one orchestrator invocation; a timed-out or killed one is counted.
+    async fn invoke<F: Future>(&self, handler: F) -> Ended<F::Output> {
+        let ended = invoke(self.timeout, self.faults.as_ref(), handler).await;
+        match ended {
+            Ended::Killed => add(&self.counters.killed_invocations, 1),
+            Ended::TimedOut => add(&self.counters.timed_out_invocations, 1),
+            Ended::Returned(_) => {}
+        }
+        ended
+    }
+
+    /// The API over the orchestrator's router (callers identified by `auth`), every request one
+    /// invocation: past the timeout the client gets API Gateway's 503, after a crash its 500.
+    pub fn router(&self, auth: Auth) -> axum::Router {
+        let invoker = self.clone();
+        let inner = http::router(self.orchestrator.clone(), auth);
+        axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let invoker = invoker.clone();
+            let inner = inner.clone();
+            async move {
+                use axum::response::IntoResponse as _;
+                use tower::ServiceExt as _;
+                let call = async move {
+                    match inner.oneshot(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    }
+                };
+                match invoker.invoke(call).await {
+                    Ended::Returned(response) => response,
+                    Ended::TimedOut => (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        axum::Json(serde_json::json!({"message": "Service Unavailable"})),
+                    )
+                        .into_response(),
+                    Ended::Killed => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        axum::Json(serde_json::json!({"message": "Internal Server Error"})),
+                    )
+                        .into_response(),
+                }
+            }
+        })
     }
 }
 

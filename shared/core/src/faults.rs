@@ -32,10 +32,15 @@ pub enum CrashPoint {
     WorkerAfterRecordResult,
     /// Worker: the subtask is counted, its dependents are not released yet.
     WorkerAfterCount,
-    /// Worker: a dependent is flipped `PENDING → QUEUED`, its message is not sent yet.
-    WorkerAfterReleaseFlip,
-    /// Aggregator: the `RUNNING → AGGREGATING` flip is won, the reply is not written.
+    /// Worker: a dependent's message is sent, its `PENDING → QUEUED` flip is not made yet (the message
+    /// goes first, so a dependent is never `QUEUED` without one).
+    WorkerAfterReleaseSend,
+    /// Aggregator (or the deadline path aggregating itself): the aggregation lease is taken
+    /// (`RUNNING → AGGREGATING`, or a takeover), the reply is not written.
     AggregatorAfterFlip,
+    /// Deadline path: the open subtasks are closed and counted, the conversation is neither
+    /// aggregated nor re-armed yet.
+    DeadlineAfterClose,
 }
 
 impl CrashPoint {
@@ -46,8 +51,9 @@ impl CrashPoint {
         Self::WorkerAfterBeginAttempt,
         Self::WorkerAfterRecordResult,
         Self::WorkerAfterCount,
-        Self::WorkerAfterReleaseFlip,
+        Self::WorkerAfterReleaseSend,
         Self::AggregatorAfterFlip,
+        Self::DeadlineAfterClose,
     ];
 
     /// The stable snake_case name (as serialised), e.g. `worker_after_record_result`.
@@ -58,8 +64,9 @@ impl CrashPoint {
             Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
             Self::WorkerAfterRecordResult => "worker_after_record_result",
             Self::WorkerAfterCount => "worker_after_count",
-            Self::WorkerAfterReleaseFlip => "worker_after_release_flip",
+            Self::WorkerAfterReleaseSend => "worker_after_release_send",
             Self::AggregatorAfterFlip => "aggregator_after_flip",
+            Self::DeadlineAfterClose => "deadline_after_close",
         }
     }
 }

@@ -105,6 +105,11 @@ impl TaskQueues {
     pub fn default_queue(&self) -> &Arc<dyn TaskQueue> {
         &self.default
     }
+
+    /// The queue named `name` ([`TaskQueue::name`]), if it is one of these.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<dyn TaskQueue>> {
+        std::iter::once(&self.default).chain(self.by_role.values()).find(|q| q.name() == name)
+    }
 }
 
 #[cfg(test)]
