@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use swarm_core::domain::{Conversation, SubtaskRecord, SubtaskStatus};
+use swarm_core::domain::{Conversation, SubtaskRecord, SubtaskResult, SubtaskStatus};
 
 use super::audit::AuditLog;
 use super::scenario::{REFUND_AMOUNT, parse_refund_tag};
@@ -234,6 +234,24 @@ pub fn verdict(f: &RunFacts) -> Verdict {
     }
     let tally = sub_status.iter().map(|(s, n)| format!("{} {n}", s.to_lowercase())).collect::<Vec<_>>().join(", ");
     row(&mut t, "subtasks by status at the end", if tally.is_empty() { "none".into() } else { tally });
+    // Why they failed (a crashed batch comes back after the visibility timeout, past the deadline),
+    // and how many never began: what the failures of a run are made of.
+    let mut failed_by_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut never_began = 0usize;
+    for (_, subtasks) in f.store.values().flatten() {
+        for s in subtasks {
+            if let Some(SubtaskResult::Failed { kind, .. }) = &s.result {
+                *failed_by_kind.entry(kind.code()).or_default() += 1;
+                never_began += usize::from(s.attempts == 0);
+            }
+        }
+    }
+    let kinds = failed_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+    row(
+        &mut t,
+        "failed subtasks by kind (never began)",
+        if kinds.is_empty() { "none".into() } else { format!("{kinds} ({never_began} never began)") },
+    );
 
     // Counting, from the stream.
     let double_counts: u64 = f.audit.conversations.values().map(|a| a.double_counts).sum();
@@ -509,6 +527,7 @@ mod tests {
         assert_eq!(cell(&v.table, "conversations: done / failed / hung at the end"), "2 / 0 / 0 (of 2 in the store)");
         assert_eq!(cell(&v.table, "refunds per subtask: once / twice or more / unattributed"), "1 / 0 / 0");
         assert!(v.table.contains("succeeded 3, failed 1") || v.table.contains("failed 1, succeeded 3"), "{}", v.table);
+        assert_eq!(cell(&v.table, "failed subtasks by kind (never began)"), "deadline_passed 1 (1 never began)");
         assert!(v.table.contains("1: 2"), "two conversations aggregated once each: {}", v.table);
         assert!(v.table.contains("A1007 1.00/2.00"), "{}", v.table);
         assert!(v.table.contains("1 of 1"), "the failed w02 is named: {}", v.table);
