@@ -394,11 +394,20 @@ async fn run(
             ended &= open.is_none_or(|c| c.status.is_terminal());
         }
         let mut drained = true;
+        let mut depths = Vec::new();
         for q in Queue::ALL {
             let d = stack.queue_depth(q).await?;
             drained &= d.visible + d.in_flight + d.delayed == 0;
+            depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
         }
-        if (ended && drained) || Instant::now() >= settle_until {
+        if ended && drained {
+            break;
+        }
+        if Instant::now() >= settle_until {
+            eprintln!(
+                "!!! settle time over: every conversation ended: {ended}; queues visible/in flight/delayed: {}",
+                depths.join(", ")
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

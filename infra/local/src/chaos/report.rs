@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use swarm_core::domain::{Conversation, SubtaskRecord, SubtaskResult, SubtaskStatus};
+use swarm_core::domain::{Conversation, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus};
 
 use super::audit::AuditLog;
 use super::scenario::{REFUND_AMOUNT, parse_refund_tag};
@@ -225,6 +225,31 @@ pub fn verdict(f: &RunFacts) -> Verdict {
         failures.push(format!("{} requests became two conversations: {}", doubled.len(), shorten(&doubled)));
     }
 
+    // A 202 whose conversation ended FAILED: the customer was told it was accepted and got no
+    // reply (a re-post during a dead creator's planning lease is answered with the conversation
+    // nobody plans; the deadline path fails it). Not one of the run's guarantees: shown, not failed on.
+    let accepted_failed: Vec<String> = f
+        .clients
+        .iter()
+        .filter_map(|(i, c)| c.conversation_id.as_ref().map(|id| (i, id)))
+        .filter(|(_, id)| {
+            f.store
+                .get(id.as_str())
+                .and_then(Option::as_ref)
+                .is_some_and(|(c, _)| c.status == ConversationStatus::Failed)
+        })
+        .map(|(i, id)| format!("c{i} {id}"))
+        .collect();
+    row(
+        &mut t,
+        "accepted (202) but ended FAILED",
+        if accepted_failed.is_empty() {
+            "0".into()
+        } else {
+            format!("{} ({})", accepted_failed.len(), shorten(&accepted_failed))
+        },
+    );
+
     // Subtasks.
     let mut sub_status: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (_, subtasks) in f.store.values().flatten() {
@@ -252,6 +277,21 @@ pub fn verdict(f: &RunFacts) -> Verdict {
         "failed subtasks by kind (never began)",
         if kinds.is_empty() { "none".into() } else { format!("{kinds} ({never_began} never began)") },
     );
+
+    // The refund subtasks alone (the refund queue, its own worker of 2).
+    let mut refund_status: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for (c, subtasks) in f.store.values().flatten() {
+        let Some((_, step)) = scenario_of(c).and_then(|i| f.refunds_asked.get(&i)) else { continue };
+        for s in subtasks.iter().filter(|s| &s.subtask.id == step) {
+            let key = match (&s.status, s.attempts) {
+                (SubtaskStatus::Failed, 0) => "FAILED before any attempt",
+                (status, _) => status.as_str(),
+            };
+            *refund_status.entry(key).or_default() += 1;
+        }
+    }
+    let tally = refund_status.iter().map(|(s, n)| format!("{} {n}", s.to_lowercase())).collect::<Vec<_>>().join(", ");
+    row(&mut t, "refund subtasks by status at the end", if tally.is_empty() { "none".into() } else { tally });
 
     // Counting, from the stream.
     let double_counts: u64 = f.audit.conversations.values().map(|a| a.double_counts).sum();
@@ -448,7 +488,7 @@ fn shorten(items: &[String]) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
-    use swarm_core::domain::{ConversationStatus, Subtask, SubtaskResult};
+    use swarm_core::domain::{Subtask, SubtaskResult};
 
     use super::*;
     use crate::chaos::audit::ConversationAudit;
@@ -528,10 +568,22 @@ mod tests {
         assert_eq!(cell(&v.table, "refunds per subtask: once / twice or more / unattributed"), "1 / 0 / 0");
         assert!(v.table.contains("succeeded 3, failed 1") || v.table.contains("failed 1, succeeded 3"), "{}", v.table);
         assert_eq!(cell(&v.table, "failed subtasks by kind (never began)"), "deadline_passed 1 (1 never began)");
+        assert_eq!(cell(&v.table, "refund subtasks by status at the end"), "failed before any attempt 1, succeeded 1");
         assert!(v.table.contains("1: 2"), "two conversations aggregated once each: {}", v.table);
         assert!(v.table.contains("A1007 1.00/2.00"), "{}", v.table);
         assert!(v.table.contains("1 of 1"), "the failed w02 is named: {}", v.table);
         assert!(v.table.contains("2.00 s (4.00 s at the table's timings)"), "{}", v.table);
+    }
+
+    #[test]
+    fn an_accepted_conversation_that_ended_failed_is_shown_by_scenario_but_is_no_failure() {
+        assert_eq!(cell(&verdict(&facts()).table, "accepted (202) but ended FAILED"), "0");
+        let mut f = facts();
+        let id = f.clients[&1].conversation_id.clone().unwrap();
+        f.store.get_mut(&id).unwrap().as_mut().unwrap().0.status = ConversationStatus::Failed;
+        let v = verdict(&f);
+        assert_eq!(cell(&v.table, "accepted (202) but ended FAILED"), format!("1 (c1 {id})"));
+        assert_eq!(v.failures, Vec::<String>::new(), "{}", v.table);
     }
 
     #[test]
