@@ -52,9 +52,10 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
 # double-counted, double-aggregated or double-refunded conversation (README "Chaos"), and on any fault
 # kind injected zero times. A kind of rate r is injected within its first ceil(1/r) opportunities,
 # whatever the order of events, so each rate is set for its kind to meet at least twice that here
-# (at least 2.8x in six runs of each on 2 cores: about 16 s embedded, 65 s on the emulator). The opportunities of the later crash points depend on how
-# many subtasks run at all: a crash kills the whole batch (5 messages), which comes back only after the
-# visibility timeout, past the deadline; the worker points' rates are kept low for that reason.
+# (at least 2.8x in six runs of each on 2 cores: about 16 s embedded, 65 s on the emulator).
+# The opportunities of the later crash points depend on how many subtasks run at all: a crash kills
+# the whole batch (5 messages), which comes back only after the visibility timeout, past the deadline;
+# the worker points' rates are kept low for that reason.
 # The emulator runs at time scale 0.1: with 8 conversations at once, moto (about 8 subtasks/s on 2
 # cores) needs about 5.5 s for a fault-free conversation, too close to the 6 s deadline of scale 0.05.
 chaos_embedded=(--conversations 24 --subtasks 8 --in-flight 8 --time-scale 0.02 --seed 9
