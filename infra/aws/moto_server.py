@@ -14,8 +14,99 @@ import signal
 import sys
 import threading
 
+from moto.dynamodb.comparisons import get_filter_expression
+from moto.dynamodb.exceptions import (
+    ConditionalCheckFailed,
+    MockValidationException,
+    MultipleTransactionsException,
+    TransactionCanceledException,
+)
+from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import run_simple
+
+
+def checked_first(original):
+    """TransactWriteItems as DynamoDB runs it: every condition evaluated against the state before the
+    transaction, then all writes or none. Requests of a shape this does not know go to moto's own code."""
+
+    def transact_write_items(self, transact_items):
+        if len(transact_items) > 100:
+            return original(self, transact_items)
+        errors, targets, plan = [], set(), []
+        for entry in transact_items:
+            if len(entry) != 1:
+                return original(self, transact_items)  # moto's own validation error
+            op_type, op = next(iter(entry.items()))
+            table_name = op.get("TableName")
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"} or table_name not in self.tables:
+                return original(self, transact_items)
+            table = self.get_table(table_name)
+            if op_type == "Put":
+                attrs = op["Item"]
+                key = {table.hash_key_attr: attrs[table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = attrs[table.range_key_attr]
+            else:
+                key = op["Key"]
+            target = (str(table_name), str(dict(sorted(key.items()))))
+            if target in targets:
+                raise MultipleTransactionsException()
+            targets.add(target)
+            current = self.get_item(table_name, key)
+            plan.append((op_type, op, key, current))
+            condition = op.get("ConditionExpression")
+            if condition is None:
+                errors.append((None, None, None))
+                continue
+            check = get_filter_expression(
+                condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+            )
+            if check.expr(current):
+                errors.append((None, None, None))
+                continue
+            old = None
+            if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                old = current.to_json()["Attributes"]
+            errors.append(("ConditionalCheckFailed", ConditionalCheckFailed(item=old).message, old))
+        if any(code is not None for code, _, _ in errors):
+            raise TransactionCanceledException(errors)
+        # Every condition holds: write. moto validates a write as it makes it (DynamoDB validates the request
+        # first), so a write refused halfway puts back the items written before it. Unlike moto's own code this
+        # copies no table: a copy of every item on every transaction made a 2,000-item table take 0.5 s each.
+        written = []
+        try:
+            for index, (op_type, op, key, before) in enumerate(plan):
+                table_name = op["TableName"]
+                if op_type == "Put":
+                    self.put_item(table_name, op["Item"])
+                elif op_type == "Delete":
+                    self.delete_item(table_name, key)
+                elif op_type == "Update":
+                    self.update_item(
+                        table_name,
+                        key,
+                        update_expression=op["UpdateExpression"],
+                        expression_attribute_names=op.get("ExpressionAttributeNames"),
+                        expression_attribute_values=op.get("ExpressionAttributeValues"),
+                    )
+                written.append((table_name, key, before))
+        except Exception as e:
+            for table_name, key, before in reversed(written):
+                if before is None:
+                    self.delete_item(table_name, key)
+                else:
+                    self.put_item(table_name, before.to_json()["Attributes"])
+            if isinstance(e, (MultipleTransactionsException, MockValidationException)):
+                raise
+            failed = [(None, None, None)] * len(plan)
+            failed[index] = (type(e).__name__, str(e), None)
+            raise TransactionCanceledException(failed) from e
+
+    return transact_write_items
+
+
+DynamoDBBackend.transact_write_items = checked_first(DynamoDBBackend.transact_write_items)
 
 
 class SerialisedDynamoDB:

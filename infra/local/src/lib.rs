@@ -12,6 +12,7 @@
 //! trace in the terminal (`swarm-local ask --trace`).
 
 pub mod admin;
+pub mod chaos;
 pub mod events;
 pub mod http;
 pub mod models;

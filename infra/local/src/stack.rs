@@ -26,6 +26,7 @@ use swarm_core::view::ConversationView;
 use worker::{SweepReport, Worker, WorkerMode, WorkerSettings};
 
 use crate::http;
+use crate::platform::chaos::Chaos;
 use crate::platform::counters::{Counters, Received, ReceivedLog, RecordLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
@@ -33,7 +34,7 @@ use crate::platform::invoke::{Ended, invoke};
 use crate::platform::mapping::{EventSourceMapping, MappingSettings};
 use crate::platform::stream::{StreamTrigger, TriggerSettings};
 use crate::platform::sweeper::Sweeper;
-use crate::platform::{Backend, Queue, QueueDepth};
+use crate::platform::{Backend, ChangeFeed, Queue, QueueDepth, StreamError, tool_faults};
 
 /// Wraps a port adapter (fault injection, latency) before a function gets it.
 pub type WrapTools = Arc<dyn Fn(Arc<dyn ToolGateway>) -> Arc<dyn ToolGateway> + Send + Sync>;
@@ -84,6 +85,10 @@ pub struct StackOptions {
     pub wrap_aggregator_store: Option<WrapStore>,
     /// A fault plan every invocation runs under (crash points; [`swarm_core::faults`]).
     pub faults: Option<Arc<dyn FaultPlan>>,
+    /// A chaos run's faults ([`Chaos`]): crashes at every named point (the plan of every
+    /// invocation unless `faults` is set), delivery and stream faults in the mappings and the
+    /// trigger, and, when it asks for tool faults, a fault proxy between the gateway and the shop.
+    pub chaos: Option<Arc<Chaos>>,
     /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the store.
     pub limits: CustomerLimits,
 }
@@ -101,6 +106,7 @@ impl Default for StackOptions {
             wrap_store: None,
             wrap_aggregator_store: None,
             faults: None,
+            chaos: None,
             limits: CustomerLimits::DEFAULT,
         }
     }
@@ -183,7 +189,18 @@ impl LocalStack {
                 .await
                 .context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
-        let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
+        let mut background = vec![shop_task];
+        // Under chaos with tool faults the gateway federates the fault proxy in the shop's place.
+        let upstream_url = match options.chaos.as_ref().filter(|c| c.settings().tools.any()) {
+            Some(chaos) => {
+                let (url, task) =
+                    tool_faults::start(&shop_url, chaos.clone()).await.context("starting the tool fault proxy")?;
+                background.push(task);
+                url
+            }
+            None => shop_url.clone(),
+        };
+        let mut gateway_config = tool_gateway::demo_config(&upstream_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
         // The gateway's own waits are the (scaled) table's, like every other timing here.
@@ -191,6 +208,7 @@ impl LocalStack {
             upstream.call_timeout_secs = timings.gateway.call_timeout.as_secs_f64();
             upstream.discovery_timeout_secs = timings.gateway.discovery_timeout.as_secs_f64();
         }
+        scale_gateway(&mut gateway_config, options.time_scale);
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
@@ -246,11 +264,12 @@ impl LocalStack {
             AggregatorSettings::from_timings(&timings),
         ));
 
+        let faults = options.faults.clone().or_else(|| options.chaos.clone().map(|c| c as Arc<dyn FaultPlan>));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let received = Arc::new(ReceivedLog::default());
         let on_failure = Arc::new(RecordLog::default());
-        let mut background = vec![shop_task, gateway_task];
+        background.push(gateway_task);
         let t = &timings;
         let sqs_fed = |function: &str, timeout, batch_size, max_concurrency| {
             let timeout = lambda_timeout(timeout);
@@ -286,7 +305,8 @@ impl LocalStack {
                 worker: worker.clone(),
                 settings,
                 duplicate_deliveries: options.duplicate_deliveries,
-                faults: options.faults.clone(),
+                faults: faults.clone(),
+                chaos: options.chaos.clone(),
                 counters: counters.clone(),
                 received: received.clone(),
             };
@@ -302,7 +322,8 @@ impl LocalStack {
                 retry_wait: t.local.stream_poll,
             },
             duplicate_deliveries: options.duplicate_deliveries,
-            faults: options.faults.clone(),
+            faults: faults.clone(),
+            chaos: options.chaos.clone(),
             counters: counters.clone(),
             on_failure: on_failure.clone(),
         };
@@ -311,14 +332,14 @@ impl LocalStack {
             worker: worker.clone(),
             period: timings.sweep.period,
             timeout: lambda_timeout(timings.sweep.timeout),
-            faults: options.faults.clone(),
+            faults: faults.clone(),
             counters: counters.clone(),
         });
         background.push(tokio::spawn(sweeper.clone().run(shutdown_rx)));
         let api = ApiInvoker {
             orchestrator,
             timeout: lambda_timeout(timings.orchestrator.timeout),
-            faults: options.faults.clone(),
+            faults: faults.clone(),
             counters: counters.clone(),
         };
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
@@ -398,6 +419,12 @@ impl LocalStack {
     pub async fn queue_depth(&self, queue: Queue) -> anyhow::Result<QueueDepth> {
         let name = self.queue_name(queue).to_owned();
         self.backend.queue(queue).consumer.depth().await.with_context(|| format!("depth of queue {name}"))
+    }
+
+    /// A reader of the table's stream of its own, beside the stream trigger's (an audit of
+    /// every write): on the emulator from the stream's start, in memory from now on.
+    pub async fn change_feed(&self) -> Result<Box<dyn ChangeFeed>, StreamError> {
+        self.backend.change_feed().await
     }
 
     /// Conversation items in the table.
@@ -605,6 +632,20 @@ impl ApiInvoker {
 /// A scaled table's fraction of a second is rounded up, never down.
 pub fn lambda_timeout(timeout: Duration) -> Duration {
     Duration::from_secs(seconds_rounded_up(timeout).max(1))
+}
+
+/// Scales the gateway's windows of time — breaker window and open time, `tools/list` cache and
+/// discovery retry — by the stack's time scale, like every other timing: an unscaled breaker
+/// would stay open for the equivalent of hours. Its call timeouts stay as they are: the worker's
+/// own tool timeout (scaled) already cuts a call, and a scaled discovery timeout would measure
+/// this machine's CPU rather than the upstream.
+fn scale_gateway(config: &mut tool_gateway::GatewayConfig, factor: f64) {
+    config.list_ttl_secs *= factor;
+    config.discovery_retry_secs *= factor;
+    for u in &mut config.upstreams {
+        u.breaker.window_secs *= factor;
+        u.breaker.open_secs *= factor;
+    }
 }
 
 /// Opens the gateway sessions of every role (and the gateway's to the demo shop) before the

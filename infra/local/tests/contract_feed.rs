@@ -1,4 +1,4 @@
-//! Contract test of the backends' change feeds: the same writes give the same stream records on the embedded backend and on DynamoDB Streams of the emulator — one per write of every item, in write order, none for a failed condition.
+//! Contract test of the backends' change feeds: the same writes give the same stream records on the embedded backend and on DynamoDB Streams of the emulator — one per write of every item, in write order, none for a failed condition or a cancelled transaction.
 //!
 //! The emulator instantiation needs `SWARM_AWS_ENDPOINT`; without it it fails, unless `SWARM_SKIP_AWS=1`.
 
@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde_json::Value;
 use swarm_core::domain::{Conversation, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, Usage};
+use swarm_core::ports::CreateOutcome;
 use swarm_core::timings::Timings;
 use swarm_local::platform::Backend;
 use swarm_local::platform::embedded::EmbeddedBackend;
@@ -23,6 +24,17 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
     let mut c = Conversation::new("C104", "q", swarm_core::domain::now_ms(), 120);
     c.idempotency_key = Some("feed-contract".into());
     store.create_conversation(&c).await?;
+    // Read what the create wrote, so the reader holds an iterator taken before the next write.
+    let mut records: Vec<Value> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while records.len() < 2 && tokio::time::Instant::now() < deadline {
+        records.extend(feed.next_records(Duration::from_secs(1)).await?);
+    }
+    // The same key again: the transaction is cancelled — no write, no record, and the records
+    // of the writes after it all come.
+    let mut again = Conversation::new("C104", "q", swarm_core::domain::now_ms(), 120);
+    again.idempotency_key = c.idempotency_key.clone();
+    assert_eq!(store.create_conversation(&again).await?, CreateOutcome::Existing(c.id.clone()));
     let subtask = |id: &str| {
         SubtaskRecord::new(
             &c,
@@ -44,7 +56,6 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
     store.transition_conversation(&c.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
     store.finish_conversation(&c.id, "the reply", &Usage::default()).await?;
 
-    let mut records: Vec<Value> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while records.len() < EXPECTED.len() && tokio::time::Instant::now() < deadline {
         records.extend(feed.next_records(Duration::from_secs(1)).await?);

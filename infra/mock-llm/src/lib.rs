@@ -6,7 +6,7 @@
 //! from one RNG seeded with [`MockConfig::seed`], in arrival order, so a run
 //! with the same seed and the same arrival order answers the same way.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -115,6 +115,13 @@ pub fn load_cases(text: &str) -> Result<Vec<(String, ScriptedResponse)>, CaseErr
 ///   results' answers, one per line (a failed one as `<id>: could not be done`);
 /// - otherwise `reply_text`.
 ///
+/// With [`plan_from_message`](Self::plan_from_message), the customer's message is a
+/// script the agent follows ([`script_steps`]): each line `- <id>[ after <id>,<id>]: <text>`
+/// becomes a subtask (`depends_on` from `after`), and a `[call <tool> <JSON arguments>]` at the
+/// end of its text is the call its worker makes (the instruction keeps it, so the work
+/// request carries it back). [`vary_reasons`](Self::vary_reasons) makes free text differ
+/// between two answers to the same request, as a real model's does.
+///
 /// [`quirks`](Self::quirks) make it behave like a particular provider.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -128,6 +135,11 @@ pub struct AgentConfig {
     /// Planned instead of `plan_subtasks` copies when not empty.
     pub subtasks: Vec<AgentSubtask>,
     pub reply_from_results: bool,
+    /// Plan (and call) what the customer's message scripts, when it scripts anything.
+    pub plan_from_message: bool,
+    /// A `reason` argument of a scripted call gets ` (draft <request seq>)` appended: the
+    /// free text of two answers to the same request differs, as a real model's does.
+    pub vary_reasons: bool,
     pub quirks: Quirks,
 }
 
@@ -208,6 +220,8 @@ impl Default for AgentConfig {
             reply_text: "Here is what we found about your request.".into(),
             subtasks: Vec::new(),
             reply_from_results: false,
+            plan_from_message: false,
+            vary_reasons: false,
             quirks: Quirks::default(),
         }
     }
@@ -240,6 +254,14 @@ pub struct Faults {
     pub hang_for: Duration,
     /// 200 with a truncated JSON body.
     pub malformed: f64,
+    /// Agent mode: the answer cut off by the output limit (`finish_reason: "length"`): its text
+    /// halved, or its last tool call's arguments cut mid-JSON. Scripted mode answers as usual.
+    pub truncated: f64,
+    /// Space each kind's faults instead of drawing a fate per request: a kind of rate `r` comes
+    /// every `1/r` requests times a factor drawn from `[0.5, 1.5]` (its own seeded stream), the
+    /// first within `1/r` requests — so `n ≥ 1/r` requests always see it. A kind due while
+    /// another is injected waits for the next request.
+    pub spaced: bool,
 }
 
 impl Default for Faults {
@@ -251,6 +273,8 @@ impl Default for Faults {
             hang: 0.0,
             hang_for: Duration::from_secs(600),
             malformed: 0.0,
+            truncated: 0.0,
+            spaced: false,
         }
     }
 }
@@ -299,7 +323,7 @@ pub struct Arrival {
     /// The last user message (at most 200 characters): tells the calls of a burst apart.
     pub key: String,
     /// What answered: `agent`, `script`, `rate_limit`, `server_error`, `hang`, `malformed`,
-    /// `bad_request`, or `quirk` (the agent refused the request as its [`Quirks`] say).
+    /// `truncated`, `bad_request`, or `quirk` (the agent refused the request as its [`Quirks`] say).
     pub kind: &'static str,
 }
 
@@ -311,6 +335,8 @@ pub struct Stats {
     pub max_concurrent: usize,
     /// In arrival order, at most 100,000.
     pub arrivals: Vec<Arrival>,
+    /// Requests by [`Arrival::kind`], every request counted (also past the arrivals kept).
+    pub by_kind: BTreeMap<&'static str, u64>,
 }
 
 struct Shared {
@@ -322,6 +348,9 @@ struct Shared {
 
 struct Inner {
     rng: StdRng,
+    /// With [`Faults::spaced`]: per kind (rate limit, server error, hang, malformed, truncated)
+    /// its stream, mean gap in requests and the request number it is due at.
+    spacing: Vec<(StdRng, f64, f64)>,
     script: VecDeque<ScriptedResponse>,
     stats: Stats,
     bodies: Vec<Value>,
@@ -414,6 +443,7 @@ impl MockLlm {
             started: Instant::now(),
             inner: Mutex::new(Inner {
                 rng: StdRng::seed_from_u64(config.seed),
+                spacing: spacing(&config.faults, config.seed),
                 script,
                 stats: Stats::default(),
                 bodies: Vec::new(),
@@ -477,6 +507,7 @@ enum Fate {
     ServerError { html: bool },
     Hang,
     Malformed,
+    Truncated,
 }
 
 async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
@@ -495,12 +526,23 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         inner.stats.max_concurrent = inner.stats.max_concurrent.max(now);
         let fate = if parsed.is_none() {
             Fate::Normal
+        } else if faults.spaced {
+            let agent = matches!(s.config.mode, Mode::Agent(_));
+            match spaced_fate(&mut inner.spacing, seq + 1, agent) {
+                Some(0) => Fate::RateLimit,
+                Some(1) => Fate::ServerError { html: inner.rng.random_bool(0.5) },
+                Some(2) => Fate::Hang,
+                Some(3) => Fate::Malformed,
+                Some(_) => Fate::Truncated,
+                None => Fate::Normal,
+            }
         } else {
             let u: f64 = inner.rng.random();
             let rate_limit = faults.rate_limit;
             let server_error = rate_limit + faults.server_error;
             let hang = server_error + faults.hang;
             let malformed = hang + faults.malformed;
+            let truncated = malformed + faults.truncated;
             if u < rate_limit {
                 Fate::RateLimit
             } else if u < server_error {
@@ -509,6 +551,8 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
                 Fate::Hang
             } else if u < malformed {
                 Fate::Malformed
+            } else if u < truncated && matches!(s.config.mode, Mode::Agent(_)) {
+                Fate::Truncated
             } else {
                 Fate::Normal
             }
@@ -584,6 +628,15 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
                 .into_response();
             (200, None, "malformed", r)
         }
+        (Some(req), Fate::Truncated) => match &s.config.mode {
+            Mode::Agent(agent) => {
+                let answer = truncate_answer(agent_answer(agent, req, seq, body.len()));
+                (200, None, "truncated", axum::Json(answer).into_response())
+            }
+            Mode::Scripted(_) => {
+                (500, None, "script", error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock-llm: script exhausted"))
+            }
+        },
         (Some(req), Fate::Normal) => match (&s.config.mode, scripted) {
             (Mode::Scripted(_), Some(Some(sr))) => (sr.status, None, "script", scripted_response(&sr)),
             (Mode::Scripted(_), _) => {
@@ -609,6 +662,36 @@ async fn chat(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
     response
 }
 
+/// The spaced streams of the five fault kinds, in [`spaced_fate`]'s order.
+fn spacing(f: &Faults, seed: u64) -> Vec<(StdRng, f64, f64)> {
+    [f.rate_limit, f.server_error, f.hang, f.malformed, f.truncated]
+        .iter()
+        .enumerate()
+        .map(|(i, rate)| {
+            let mut rng = StdRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            if *rate <= 0.0 {
+                return (rng, f64::INFINITY, f64::INFINITY);
+            }
+            let gap = 1.0 / rate.min(1.0);
+            let first = 1.0 + rng.random::<f64>() * (gap - 1.0);
+            (rng, gap, first)
+        })
+        .collect()
+}
+
+/// With [`Faults::spaced`]: the kind (index into [`spacing`]) request number `n` (from 1) gets,
+/// if one is due; truncation only in agent mode.
+fn spaced_fate(spacing: &mut [(StdRng, f64, f64)], n: u64, agent: bool) -> Option<usize> {
+    let n = n as f64;
+    let kind = spacing.iter().enumerate().position(|(i, (_, _, due))| *due <= n && (i < 4 || agent))?;
+    let (rng, gap, due) = &mut spacing[kind];
+    let jitter = (0.5f64).min((*gap - 1.0) / *gap);
+    while *due <= n {
+        *due += *gap * rng.random_range(1.0 - jitter..=1.0 + jitter);
+    }
+    Some(kind)
+}
+
 fn record_arrival(
     s: &Shared,
     seq: u64,
@@ -619,6 +702,7 @@ fn record_arrival(
     kind: &'static str,
 ) {
     let mut inner = s.lock();
+    *inner.stats.by_kind.entry(kind).or_default() += 1;
     if inner.stats.arrivals.len() < MAX_ARRIVALS {
         inner.stats.arrivals.push(Arrival { seq, arrived_ms, responded_ms: None, status, retry_after_ms, key, kind });
     }
@@ -808,8 +892,19 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
             let planned = subtask_id(req)
                 .and_then(|id| id.strip_prefix('w').and_then(|n| n.parse::<usize>().ok()))
                 .and_then(|n| agent.subtasks.get(n.wrapping_sub(1)));
-            let calls: Vec<(String, String)> = match planned {
-                Some(s) if !s.calls.is_empty() => s.calls.iter().map(|(t, a)| (t.clone(), a.to_string())).collect(),
+            let scripted = if agent.plan_from_message { scripted_call(req) } else { None };
+            let calls: Vec<(String, String)> = match (planned, scripted) {
+                (Some(s), _) if !s.calls.is_empty() => {
+                    s.calls.iter().map(|(t, a)| (t.clone(), a.to_string())).collect()
+                }
+                (_, Some((tool, mut args))) => {
+                    if agent.vary_reasons
+                        && let Some(Value::String(reason)) = args.get_mut("reason")
+                    {
+                        reason.push_str(&format!(" (draft {seq})"));
+                    }
+                    vec![(tool, args.to_string())]
+                }
                 _ => {
                     let name = tools
                         .iter()
@@ -838,8 +933,17 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
         _ => {
             let system = msgs.iter().find(|m| role(m) == "system").map_or("", text);
             let user = msgs.iter().rev().find(|m| role(m) == "user").map_or("", text);
+            let script = if agent.plan_from_message { customer_script(msgs) } else { Vec::new() };
             if system.contains("\"subtasks\"") {
-                let subtasks: Vec<Value> = if agent.subtasks.is_empty() {
+                let subtasks: Vec<Value> = if !script.is_empty() {
+                    script
+                        .iter()
+                        .map(|step| {
+                            let tools: Vec<&str> = step.call.iter().map(|(t, _)| t.as_str()).collect();
+                            json!({"id": step.id, "instruction": step.instruction, "tools": tools, "depends_on": step.after})
+                        })
+                        .collect()
+                } else if agent.subtasks.is_empty() {
                     (1..=agent.plan_subtasks)
                         .map(|i| {
                             json!({"id": format!("w{i:03}"), "instruction": agent.plan_instruction, "tools": [agent.plan_tool]})
@@ -903,6 +1007,112 @@ fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> 
             "prompt_tokens_details": {"cached_tokens": 0},
         },
     })
+}
+
+/// Opens the user message that carries the customer's text (as the swarm's planner writes it).
+const CUSTOMER_MESSAGE: &str = "Customer message:\n";
+/// Opens a scripted call at the end of a step's text.
+const CALL_OPEN: &str = "[call ";
+
+/// One step of a customer message the agent follows ([`AgentConfig::plan_from_message`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptStep {
+    /// The subtask id, e.g. `w03`.
+    pub id: String,
+    /// Ids of the steps this one needs first.
+    pub after: Vec<String>,
+    /// The subtask's instruction: the step's text, its `[call …]` included.
+    pub instruction: String,
+    /// `(tool, arguments)` of the call its worker makes, if any.
+    pub call: Option<(String, Value)>,
+}
+
+impl ScriptStep {
+    /// A step with text `text` and, optionally, the call its worker makes.
+    pub fn new(id: &str, after: &[&str], text: &str, call: Option<(&str, Value)>) -> Self {
+        let instruction = match &call {
+            Some((tool, args)) => format!("{text} {CALL_OPEN}{tool} {args}]"),
+            None => text.to_owned(),
+        };
+        Self {
+            id: id.to_owned(),
+            after: after.iter().map(|a| (*a).to_owned()).collect(),
+            instruction,
+            call: call.map(|(t, a)| (t.to_owned(), a)),
+        }
+    }
+
+    /// The step as one line of a customer message: `- <id>[ after <ids>]: <instruction>`.
+    pub fn line(&self) -> String {
+        let after = if self.after.is_empty() { String::new() } else { format!(" after {}", self.after.join(",")) };
+        format!("- {}{after}: {}", self.id, self.instruction)
+    }
+}
+
+/// The steps a customer message scripts: every line `- <id>[ after <id>,<id>]: <text>`, where the
+/// id is 1–16 ASCII letters or digits; a text ending in `[call <tool> <JSON object>]` names the
+/// call. Other lines are ignored; a line whose call does not parse is a step without a call.
+pub fn script_steps(text: &str) -> Vec<ScriptStep> {
+    text.lines().filter_map(script_step).collect()
+}
+
+fn script_step(line: &str) -> Option<ScriptStep> {
+    let (head, instruction) = line.trim().strip_prefix("- ")?.split_once(": ")?;
+    let (id, after) = match head.split_once(" after ") {
+        Some((id, after)) => (id, after.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()),
+        None => (head, Vec::new()),
+    };
+    let id_ok = (1..=16).contains(&id.len()) && id.chars().all(|c| c.is_ascii_alphanumeric());
+    if !id_ok {
+        return None;
+    }
+    let instruction = instruction.trim().to_owned();
+    let call = parse_call(&instruction);
+    Some(ScriptStep { id: id.to_owned(), after, instruction, call })
+}
+
+/// The `[call <tool> <JSON object>]` at the end of `text`, if there is one.
+fn parse_call(text: &str) -> Option<(String, Value)> {
+    let start = text.rfind(CALL_OPEN)?;
+    let inner = text[start + CALL_OPEN.len()..].trim_end().strip_suffix(']')?;
+    let (tool, args) = inner.split_once(' ')?;
+    let args: Value = serde_json::from_str(args.trim()).ok().filter(Value::is_object)?;
+    Some((tool.to_owned(), args))
+}
+
+/// The steps of the customer message of a plan request.
+fn customer_script(msgs: &[Value]) -> Vec<ScriptStep> {
+    msgs.iter()
+        .filter(|m| role(m) == "user")
+        .find_map(|m| text(m).strip_prefix(CUSTOMER_MESSAGE))
+        .map(script_steps)
+        .unwrap_or_default()
+}
+
+/// The call a work request's subtask scripts: the `[call …]` ending the first line of its
+/// `Subtask <id>: <instruction>` message.
+fn scripted_call(req: &Value) -> Option<(String, Value)> {
+    let own = messages(req).iter().rev().filter(|m| role(m) == "user").find(|m| text(m).starts_with("Subtask "))?;
+    parse_call(text(own).lines().next()?)
+}
+
+/// An answer cut off by the output limit: `finish_reason: "length"`, the last tool call's
+/// arguments cut mid-JSON, or else the text halved.
+fn truncate_answer(mut answer: Value) -> Value {
+    let half = |s: &str| s.chars().take(s.chars().count() / 2).collect::<String>();
+    if let Some(choice) = answer.pointer_mut("/choices/0") {
+        choice["finish_reason"] = json!("length");
+        let message = &mut choice["message"];
+        let last_call = message.get_mut("tool_calls").and_then(Value::as_array_mut).and_then(|c| c.last_mut());
+        if let Some(call) = last_call {
+            let cut = half(call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or(""));
+            call["function"]["arguments"] = Value::String(cut);
+        } else {
+            let cut = half(message.get("content").and_then(Value::as_str).unwrap_or(""));
+            message["content"] = Value::String(cut);
+        }
+    }
+    answer
 }
 
 /// The answers of a reply request's results, one per line.
@@ -1131,6 +1341,105 @@ mod tests {
             {"role": "user", "content": "Customer message:\nhi\n\nSubtask results (JSON):\n{\"results\": [{\"id\": \"w01\", \"answer\": \"A1029 is paid\"}, {\"id\": \"w02\", \"problem\": \"x\"}]}"}]});
         let v: Value = serde_json::from_str(&post(&url, &reply).await.2).unwrap();
         assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("A1029 is paid\nw02: could not be done")));
+    }
+
+    #[tokio::test]
+    async fn a_scripted_customer_message_is_planned_with_its_dependencies_and_its_calls_are_made() {
+        let steps = [
+            ScriptStep::new("w01", &[], "Look up A1007", Some(("shop__get_order", json!({"order_id": "A1007"})))),
+            ScriptStep::new("w02", &[], "Say thanks", None),
+            ScriptStep::new(
+                "w03",
+                &["w01", "w02"],
+                "Refund 1 CNY on A1007",
+                Some(("shop__refund", json!({"order_id": "A1007", "amount": 1.0, "reason": "chaos c7/w03"}))),
+            ),
+        ];
+        let message: String = std::iter::once("Please handle each part:".to_owned())
+            .chain(steps.iter().map(ScriptStep::line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(script_steps(&message), steps, "a step survives its line");
+        let agent = AgentConfig { plan_from_message: true, vary_reasons: true, ..AgentConfig::default() };
+        let (_, h) = MockLlm::start(MockConfig { mode: Mode::Agent(agent), ..MockConfig::default() }).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let plan = json!({"model": "m", "messages": [{"role": "system", "content": "Answer {\"subtasks\": [...]}"},
+            {"role": "user", "content": format!("Customer message:\n{message}")}]});
+        let v: Value = serde_json::from_str(&post(&url, &plan).await.2).unwrap();
+        let plan: Value =
+            serde_json::from_str(v.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap()).unwrap();
+        assert_eq!(
+            plan["subtasks"][2],
+            json!({"id": "w03", "instruction": steps[2].instruction, "tools": ["shop__refund"], "depends_on": ["w01", "w02"]})
+        );
+        assert_eq!(plan["subtasks"][1]["tools"], json!([]));
+        // The worker of w03 sends its instruction back, dependency results below it.
+        let mut work = work_request(false);
+        work["messages"][1]["content"] = json!(format!(
+            "Subtask w03: {}\n\nResults of the subtasks this one depends on:\n- w01 (x): [y]",
+            steps[2].instruction
+        ));
+        let mut reasons = Vec::new();
+        for _ in 0..2 {
+            let v: Value = serde_json::from_str(&post(&url, &work).await.2).unwrap();
+            assert_eq!(v.pointer("/choices/0/message/tool_calls/0/function/name"), Some(&json!("shop__refund")));
+            let args: Value = serde_json::from_str(
+                v.pointer("/choices/0/message/tool_calls/0/function/arguments").and_then(Value::as_str).unwrap(),
+            )
+            .unwrap();
+            assert_eq!((args["order_id"].as_str(), args["amount"].as_f64()), (Some("A1007"), Some(1.0)));
+            reasons.push(args["reason"].as_str().unwrap().to_owned());
+        }
+        assert!(reasons.iter().all(|r| r.starts_with("chaos c7/w03 (draft ")), "{reasons:?}");
+        assert_ne!(reasons[0], reasons[1], "two answers to the same request word the reason differently");
+    }
+
+    #[tokio::test]
+    async fn a_truncated_answer_is_cut_with_finish_reason_length_and_counted_by_kind() {
+        let config = MockConfig { faults: Faults { truncated: 1.0, ..Faults::default() }, ..MockConfig::default() };
+        let (_, h) = MockLlm::start(config).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        let v: Value = serde_json::from_str(&post(&url, &work_request(false)).await.2).unwrap();
+        assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("length")));
+        let args = v.pointer("/choices/0/message/tool_calls/0/function/arguments").and_then(Value::as_str).unwrap();
+        assert_eq!(args, "{\"order_id", "the call's arguments are cut mid-JSON");
+        let v: Value = serde_json::from_str(&post(&url, &work_request(true)).await.2).unwrap();
+        assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("length")));
+        assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("Done: {\"statu")));
+        assert_eq!(h.stats().by_kind, BTreeMap::from([("truncated", 2)]));
+    }
+
+    #[tokio::test]
+    async fn spaced_faults_come_at_their_rate_and_each_kind_within_its_first_gap() {
+        let faults = Faults {
+            rate_limit: 0.1,
+            retry_after: None,
+            server_error: 0.05,
+            hang: 0.05,
+            hang_for: Duration::ZERO,
+            malformed: 0.05,
+            truncated: 0.1,
+            spaced: true,
+        };
+        let (_, h) = MockLlm::start(MockConfig { seed: 3, faults, ..MockConfig::default() }).await.unwrap();
+        let url = format!("{}/chat/completions", h.base_url());
+        for _ in 0..20 {
+            post(&url, &work_request(false)).await;
+        }
+        let after_20 = h.stats().by_kind;
+        for kind in ["rate_limit", "server_error", "hang", "malformed", "truncated"] {
+            assert!(after_20.get(kind).copied().unwrap_or(0) >= 1, "{kind} within 1/rate requests: {after_20:?}");
+        }
+        for _ in 0..180 {
+            post(&url, &work_request(false)).await;
+        }
+        let by_kind = h.stats().by_kind;
+        for (kind, expected) in
+            [("rate_limit", 20), ("server_error", 10), ("hang", 10), ("malformed", 10), ("truncated", 20)]
+        {
+            let n = by_kind.get(kind).copied().unwrap_or(0);
+            assert!(n.abs_diff(expected) <= expected / 4 + 2, "{kind}: {n} of 200, about {expected} expected");
+        }
     }
 
     #[tokio::test]

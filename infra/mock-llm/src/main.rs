@@ -50,6 +50,12 @@ struct Args {
     /// Share of requests answered with a truncated JSON body (0..1).
     #[arg(long, default_value_t = 0.0)]
     malformed_rate: f64,
+    /// Agent mode: share of answers cut off by the output limit (`finish_reason: length`) (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    truncation_rate: f64,
+    /// Space each fault kind (every 1/rate requests, jittered) instead of a draw per request.
+    #[arg(long)]
+    spaced_faults: bool,
     /// Agent mode: subtasks in a plan.
     #[arg(long, default_value_t = 3)]
     plan_subtasks: usize,
@@ -71,6 +77,12 @@ struct Args {
     /// Agent mode: the reply lists the subtasks' answers instead of a fixed text.
     #[arg(long)]
     reply_from_results: bool,
+    /// Agent mode: plan and call what the customer's message scripts (`- w01 after w02: text [call tool {…}]` lines).
+    #[arg(long)]
+    plan_from_message: bool,
+    /// Agent mode: a scripted call's `reason` differs between two answers (` (draft <n>)` appended).
+    #[arg(long)]
+    vary_reasons: bool,
     /// Agent mode: behave like a provider: `kimi-thinking` (reasoning every turn, 400 when an
     /// assistant tool-call message comes back without it), `bedrock` (400 on tool history
     /// without tools), `openai-reasoning` (refuses `max_tokens`), `openai-strict` (schema check).
@@ -94,10 +106,12 @@ async fn main() -> anyhow::Result<()> {
         ("--server-error-rate", args.server_error_rate),
         ("--hang-rate", args.hang_rate),
         ("--malformed-rate", args.malformed_rate),
+        ("--truncation-rate", args.truncation_rate),
     ] {
         anyhow::ensure!((0.0..=1.0).contains(&rate), "{name} must be between 0 and 1, got {rate}");
     }
-    let total = args.rate_limit_rate + args.server_error_rate + args.hang_rate + args.malformed_rate;
+    let total =
+        args.rate_limit_rate + args.server_error_rate + args.hang_rate + args.malformed_rate + args.truncation_rate;
     anyhow::ensure!(total <= 1.0, "the fault rates add up to {total}, more than 1");
     anyhow::ensure!(
         args.retry_after_secs.is_finite() && args.retry_after_secs >= 0.0,
@@ -126,6 +140,8 @@ async fn main() -> anyhow::Result<()> {
                 q
             },
             reply_from_results: args.reply_from_results,
+            plan_from_message: args.plan_from_message,
+            vary_reasons: args.vary_reasons,
             tool_match: args.tool_match.clone(),
             tool_args: serde_json::from_str(&args.tool_args).context("--tool-args must be JSON")?,
             final_text: args.final_text.clone(),
@@ -154,6 +170,8 @@ async fn main() -> anyhow::Result<()> {
             hang: args.hang_rate,
             hang_for: Duration::from_secs(args.hang_secs),
             malformed: args.malformed_rate,
+            truncated: args.truncation_rate,
+            spaced: args.spaced_faults,
         },
         record_bodies: false,
     };

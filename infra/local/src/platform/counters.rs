@@ -1,5 +1,6 @@
 //! What the local platform did, on either backend: invocations by outcome, messages deleted and retried, stream records read, filtered and dropped, and every message an event source mapping received.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,6 +42,8 @@ pub struct Counters {
     /// Sweep invocations (the scheduler's timer).
     pub sweep_invocations: AtomicU64,
     in_flight: AtomicU64,
+    /// Per function fed by an event source mapping: invocations in flight now, and the most at once.
+    by_function: Mutex<BTreeMap<String, (u64, u64)>>,
 }
 
 /// The counters at one moment, as plain numbers.
@@ -100,6 +103,28 @@ impl Counters {
 
     pub(crate) fn worker_ended(&self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// An invocation of `function` starts (a duplicated delivery is two): in flight + 1, its peak kept.
+    pub(crate) fn function_started(&self, function: &str) {
+        let mut by = self.by_function.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (now, peak) = by.entry(function.to_owned()).or_default();
+        *now += 1;
+        *peak = (*peak).max(*now);
+    }
+
+    pub(crate) fn function_ended(&self, function: &str) {
+        let mut by = self.by_function.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((now, _)) = by.get_mut(function) {
+            *now = now.saturating_sub(1);
+        }
+    }
+
+    /// The most invocations in flight at once, per function fed by an event source mapping
+    /// (`worker`, `refund-worker`, `dlq-consumer`).
+    pub fn peak_concurrency(&self) -> BTreeMap<String, u64> {
+        let by = self.by_function.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        by.iter().map(|(f, (_, peak))| (f.clone(), *peak)).collect()
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use worker::{Worker, WorkerMode};
 
+use super::chaos::{Chaos, FaultKind};
 use super::counters::{Counters, Received, ReceivedLog, add};
 use super::invoke::{Ended, invoke};
 use super::{Delivery, QueueConsumer};
@@ -45,6 +46,8 @@ pub struct EventSourceMapping {
     pub duplicate_deliveries: bool,
     /// A fault plan per invocation (crash points), if any.
     pub faults: Option<Arc<dyn FaultPlan>>,
+    /// The chaos run's delivery faults: a batch held before its invocation, or handed to two at once.
+    pub chaos: Option<Arc<Chaos>>,
     pub counters: Arc<Counters>,
     pub received: Arc<ReceivedLog>,
 }
@@ -76,8 +79,9 @@ impl EventSourceMapping {
             };
             let received_at = Instant::now();
             let this = this.clone();
+            let slots = slots.clone();
             tokio::spawn(async move {
-                this.deliver(deliveries, polled_at, received_at).await;
+                this.deliver(deliveries, polled_at, received_at, &slots).await;
                 drop(permit);
             });
         }
@@ -86,15 +90,39 @@ impl EventSourceMapping {
     /// One batch: invokes the function (twice with duplicate deliveries), then deletes
     /// every message the last invocation did not report as failed. A failed, timed-out or
     /// killed invocation deletes nothing: the whole batch comes back after the visibility timeout.
-    async fn deliver(&self, deliveries: Vec<Delivery>, polled_at: Instant, received_at: Instant) {
+    /// Under chaos, a batch may first be held (its messages stay in flight), or be handed to a
+    /// second invocation beside the first, as soon as a second of the `slots` is free (a
+    /// duplicate counts against `MaximumConcurrency` like any invocation); a message either of
+    /// them leaves for redelivery is not deleted.
+    async fn deliver(
+        &self,
+        deliveries: Vec<Delivery>,
+        polled_at: Instant,
+        received_at: Instant,
+        slots: &Arc<Semaphore>,
+    ) {
+        let chaos = self.chaos.as_deref();
+        if let Some(chaos) = chaos.filter(|c| c.decide(FaultKind::DelayedDelivery)) {
+            tokio::time::sleep(chaos.delivery_delay()).await;
+        }
         let is_worker = self.mode == WorkerMode::Tasks;
         if is_worker {
             self.counters.worker_started();
         }
-        let times = if self.duplicate_deliveries { 2 } else { 1 };
         let mut failed: HashSet<String> = HashSet::new();
-        for _ in 0..times {
-            failed = self.invoke_once(&deliveries).await;
+        if chaos.is_some_and(|c| c.decide(FaultKind::DuplicateDelivery)) {
+            let duplicate = async {
+                let _slot = slots.clone().acquire_owned().await;
+                self.invoke_once(&deliveries).await
+            };
+            let (first, second) = tokio::join!(self.invoke_once(&deliveries), duplicate);
+            failed.extend(first);
+            failed.extend(second);
+        } else {
+            let times = if self.duplicate_deliveries { 2 } else { 1 };
+            for _ in 0..times {
+                failed = self.invoke_once(&deliveries).await;
+            }
         }
         if is_worker {
             self.counters.worker_ended();
@@ -135,7 +163,9 @@ impl EventSourceMapping {
         let (event, context) = events::sqs_event(&self.queue, &self.function, deliveries, self.settings.timeout);
         let handler =
             worker::handler::handle(&self.worker, self.mode, lambda_runtime::LambdaEvent::new(event, context));
+        self.counters.function_started(&self.function);
         let ended = invoke(self.settings.timeout, self.faults.as_ref(), handler).await;
+        self.counters.function_ended(&self.function);
         let all = || deliveries.iter().map(|d| d.message_id.clone()).collect::<HashSet<_>>();
         match ended {
             Ended::Returned(Ok(response)) => match listed_failures(&response, deliveries) {

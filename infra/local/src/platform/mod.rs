@@ -12,6 +12,7 @@
 //! - [`invoke::invoke`]: one invocation as Lambda runs it — cut at the function's
 //!   timeout, or killed at a crash point of [`swarm_core::faults`].
 
+pub mod chaos;
 pub mod counters;
 pub mod dynamo_stream;
 pub mod dynamo_table;
@@ -23,6 +24,7 @@ pub mod mapping;
 pub mod sqs;
 pub mod stream;
 pub mod sweeper;
+pub mod tool_faults;
 
 use std::sync::Arc;
 use std::time::Duration;

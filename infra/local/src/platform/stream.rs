@@ -12,6 +12,7 @@ use swarm_core::faults::FaultPlan;
 use tokio::sync::watch;
 
 use super::ChangeFeed;
+use super::chaos::{Chaos, FaultKind};
 use super::counters::{Counters, RecordLog, add};
 use super::filter::matches_aggregator_filter;
 use super::invoke::{Ended, invoke};
@@ -45,6 +46,8 @@ pub struct StreamTrigger {
     pub duplicate_deliveries: bool,
     /// A fault plan per invocation (crash points), if any.
     pub faults: Option<Arc<dyn FaultPlan>>,
+    /// The chaos run's stream faults: a record the filter passed is dropped, or delivered twice.
+    pub chaos: Option<Arc<Chaos>>,
     pub counters: Arc<Counters>,
     /// The on-failure destination: one record per batch given up (the template's SQS queue on AWS).
     pub on_failure: Arc<RecordLog>,
@@ -85,6 +88,10 @@ impl StreamTrigger {
             }
             add(&self.counters.stream_records, records.len() as u64);
             let matched: Vec<Value> = records.into_iter().filter(matches_aggregator_filter).collect();
+            let matched = match &self.chaos {
+                Some(chaos) => with_stream_faults(matched, chaos),
+                None => matched,
+            };
             if matched.is_empty() {
                 continue;
             }
@@ -176,6 +183,23 @@ impl StreamTrigger {
             }
         }
     }
+}
+
+/// The records the aggregator gets under chaos: each may be dropped (as AWS drops a batch after
+/// `MaximumRetryAttempts`, or a record is lost) or follow itself a second time.
+fn with_stream_faults(records: Vec<Value>, chaos: &Chaos) -> Vec<Value> {
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        if chaos.decide(FaultKind::StreamRecordDropped) {
+            tracing::warn!(keys = ?record["dynamodb"]["Keys"], "injected fault: stream record dropped");
+            continue;
+        }
+        if chaos.decide(FaultKind::StreamRecordDuplicated) {
+            out.push(record.clone());
+        }
+        out.push(record);
+    }
+    out
 }
 
 /// What a partial batch response says of `records`: every record handled, or the position of the

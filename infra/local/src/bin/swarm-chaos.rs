@@ -1,0 +1,511 @@
+//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line, then checks every conversation against the store, an audit of the table's stream and the shop's ledger, and prints one table; exits 1 on any broken guarantee or any fault kind injected zero times.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser;
+use mock_llm::{AgentConfig, Faults, Latency, MockConfig, MockHandle, MockLlm, Mode};
+use swarm_adapters::llm::{LlmConfig, build_models};
+use swarm_core::access::CustomerLimits;
+use swarm_core::domain::ConversationId;
+use swarm_core::faults::CrashPoint;
+use swarm_core::timings::Timings;
+use swarm_local::chaos::audit::Audit;
+use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, verdict};
+use swarm_local::chaos::scenario::{Scenario, has_refund};
+use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
+use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, StackOptions};
+use tokio::sync::Semaphore;
+
+/// Re-posts one client makes at most after failed `POST`s.
+const MAX_REPOSTS: u32 = 3;
+/// Longest wait for the audit to catch up with the table at the end.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the audit polls the emulator's stream when it found nothing.
+const AUDIT_POLL: Duration = Duration::from_millis(250);
+/// How often progress is printed.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Every duration below is in the timing table's seconds (or milliseconds) and is multiplied by
+/// `--time-scale`, like every timing of the platform.
+#[derive(Parser, Debug)]
+#[command(
+    name = "swarm-chaos",
+    version,
+    about = "Drive scripted conversations through the swarm under injected faults and check every guarantee"
+)]
+struct Args {
+    /// Run on DynamoDB (with its stream) and SQS of this AWS emulator instead of in memory.
+    #[arg(long, value_name = "URL")]
+    aws_endpoint: Option<String>,
+    /// Conversations to drive.
+    #[arg(long, default_value_t = 100)]
+    conversations: usize,
+    /// Subtasks each conversation is planned with (a chain, a join and a refund among them).
+    #[arg(long, default_value_t = 10)]
+    subtasks: usize,
+    /// Conversations open at once (a client waits for its conversation before the next one starts).
+    #[arg(long, default_value_t = 10)]
+    in_flight: usize,
+    /// Multiply every timing of the table (and every duration below) by this.
+    #[arg(long, default_value_t = 0.05, value_name = "FACTOR")]
+    time_scale: f64,
+    /// Seed of every fault decision (the platform's and the mock LLM's).
+    #[arg(long, default_value_t = 9)]
+    seed: u64,
+    /// The tasks queue's MaximumConcurrency (default: the table's worker.max_concurrency).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Share of conversations scripted with a refund subtask (spread evenly; the refund worker
+    /// runs 2 at a time, as the template says).
+    #[arg(long, default_value_t = 0.25)]
+    refund_share: f64,
+
+    /// Share of the times an invocation reaches a named crash point that it dies there (every point).
+    #[arg(long, default_value_t = 0.02)]
+    crash_rate: f64,
+    /// A crash point's own rate, e.g. `aggregator_after_flip=0.1` (repeatable).
+    #[arg(long = "crash-at", value_name = "POINT=RATE")]
+    crash_at: Vec<String>,
+    /// Share of SQS batches handed to a second invocation as well.
+    #[arg(long, default_value_t = 0.05)]
+    duplicate_delivery_rate: f64,
+    /// Share of SQS batches held before their invocation …
+    #[arg(long, default_value_t = 0.05)]
+    delayed_delivery_rate: f64,
+    /// … for up to this long (table seconds).
+    #[arg(long, default_value_t = 30.0)]
+    delivery_delay_max_secs: f64,
+    /// Share of the aggregator's stream records dropped.
+    #[arg(long, default_value_t = 0.03)]
+    stream_drop_rate: f64,
+    /// Share of the aggregator's stream records delivered twice.
+    #[arg(long, default_value_t = 0.05)]
+    stream_duplicate_rate: f64,
+    /// Share of failed POSTs (5xx or no answer) the client posts again with the same Idempotency-Key.
+    #[arg(long, default_value_t = 0.5)]
+    client_repost_rate: f64,
+
+    /// Share of LLM requests answered 429 with Retry-After.
+    #[arg(long, default_value_t = 0.02)]
+    llm_rate_limit_rate: f64,
+    /// The Retry-After of those 429s (table seconds).
+    #[arg(long, default_value_t = 2.0)]
+    llm_retry_after_secs: f64,
+    /// Share of LLM requests answered 500 or 502.
+    #[arg(long, default_value_t = 0.02)]
+    llm_server_error_rate: f64,
+    /// Share of LLM requests that hang …
+    #[arg(long, default_value_t = 0.01)]
+    llm_hang_rate: f64,
+    /// … for this long (table seconds).
+    #[arg(long, default_value_t = 600.0)]
+    llm_hang_secs: f64,
+    /// Share of LLM requests answered with a malformed body.
+    #[arg(long, default_value_t = 0.02)]
+    llm_malformed_rate: f64,
+    /// Share of LLM answers cut off by the output limit (finish_reason length).
+    #[arg(long, default_value_t = 0.02)]
+    llm_truncation_rate: f64,
+    /// Latency of every LLM answer (table milliseconds).
+    #[arg(long, default_value_t = 0)]
+    llm_latency_ms: u64,
+
+    /// Share of tools/call requests answered with an error before reaching the tool server.
+    #[arg(long, default_value_t = 0.03)]
+    tool_error_rate: f64,
+    /// Share of tools/call requests whose answer is held back …
+    #[arg(long, default_value_t = 0.01)]
+    tool_hang_rate: f64,
+    /// … for this long (table seconds).
+    #[arg(long, default_value_t = 60.0)]
+    tool_hang_secs: f64,
+    /// The tool server goes down at this tools/call …
+    #[arg(long, default_value_t = 200)]
+    tool_down_after_calls: u64,
+    /// … for this long (table seconds; 0: never down).
+    #[arg(long, default_value_t = 30.0)]
+    tool_down_secs: f64,
+
+    /// Longest wait, after the last client, for every conversation to end and every queue to
+    /// drain (table seconds; default: the deadline plus max_receive_count tasks visibility
+    /// timeouts plus a DLQ visibility timeout).
+    #[arg(long)]
+    settle_secs: Option<f64>,
+}
+
+fn rate(name: &str, r: f64) -> anyhow::Result<f64> {
+    anyhow::ensure!((0.0..=1.0).contains(&r), "{name} must be between 0 and 1, not {r}");
+    Ok(r)
+}
+
+fn seconds(name: &str, s: f64, scale: f64) -> anyhow::Result<Duration> {
+    anyhow::ensure!(s.is_finite() && s >= 0.0, "{name} must be a number of seconds >= 0, not {s}");
+    Ok(Duration::from_secs_f64(s * scale))
+}
+
+/// `POINT=RATE` → the point and its rate.
+fn crash_override(spec: &str) -> anyhow::Result<(CrashPoint, f64)> {
+    let (name, r) = spec.split_once('=').with_context(|| format!("--crash-at {spec:?} is not POINT=RATE"))?;
+    let point = CrashPoint::ALL.iter().copied().find(|p| p.name() == name.trim()).with_context(|| {
+        let known: Vec<&str> = CrashPoint::ALL.iter().map(|p| p.name()).collect();
+        format!("--crash-at: unknown crash point {name:?} (known: {})", known.join(", "))
+    })?;
+    let r: f64 = r.trim().parse().with_context(|| format!("--crash-at {spec:?}: the rate is not a number"))?;
+    Ok((point, rate("--crash-at", r)?))
+}
+
+fn chaos_settings(a: &Args) -> anyhow::Result<ChaosSettings> {
+    let scale = a.time_scale;
+    let mut crash: BTreeMap<CrashPoint, f64> =
+        CrashPoint::ALL.iter().map(|p| Ok((*p, rate("--crash-rate", a.crash_rate)?))).collect::<anyhow::Result<_>>()?;
+    for spec in &a.crash_at {
+        let (point, r) = crash_override(spec)?;
+        crash.insert(point, r);
+    }
+    Ok(ChaosSettings {
+        seed: a.seed,
+        crash,
+        duplicate_delivery: rate("--duplicate-delivery-rate", a.duplicate_delivery_rate)?,
+        delayed_delivery: rate("--delayed-delivery-rate", a.delayed_delivery_rate)?,
+        delivery_delay_max: seconds("--delivery-delay-max-secs", a.delivery_delay_max_secs, scale)?,
+        stream_drop: rate("--stream-drop-rate", a.stream_drop_rate)?,
+        stream_duplicate: rate("--stream-duplicate-rate", a.stream_duplicate_rate)?,
+        client_repost: rate("--client-repost-rate", a.client_repost_rate)?,
+        tools: ToolFaults {
+            error: rate("--tool-error-rate", a.tool_error_rate)?,
+            hang: rate("--tool-hang-rate", a.tool_hang_rate)?,
+            hang_for: seconds("--tool-hang-secs", a.tool_hang_secs, scale)?,
+            down_after_calls: (a.tool_down_after_calls > 0).then_some(a.tool_down_after_calls),
+            down_for: seconds("--tool-down-secs", a.tool_down_secs, scale)?,
+        },
+    })
+}
+
+/// The mock LLM, in this process, following the scripts, with its faults.
+async fn start_mock(a: &Args) -> anyhow::Result<MockHandle> {
+    let scale = a.time_scale;
+    let faults = Faults {
+        rate_limit: rate("--llm-rate-limit-rate", a.llm_rate_limit_rate)?,
+        retry_after: Some(seconds("--llm-retry-after-secs", a.llm_retry_after_secs, scale)?)
+            .filter(|d| !d.is_zero())
+            .map(|d| d.max(Duration::from_millis(1))),
+        server_error: rate("--llm-server-error-rate", a.llm_server_error_rate)?,
+        hang: rate("--llm-hang-rate", a.llm_hang_rate)?,
+        hang_for: seconds("--llm-hang-secs", a.llm_hang_secs, scale)?,
+        malformed: rate("--llm-malformed-rate", a.llm_malformed_rate)?,
+        truncated: rate("--llm-truncation-rate", a.llm_truncation_rate)?,
+        spaced: true,
+    };
+    let total = faults.rate_limit + faults.server_error + faults.hang + faults.malformed + faults.truncated;
+    anyhow::ensure!(total <= 1.0, "the LLM fault rates add up to {total}, more than 1");
+    let agent =
+        AgentConfig { plan_from_message: true, vary_reasons: true, reply_from_results: true, ..AgentConfig::default() };
+    let latency = Duration::from_millis(a.llm_latency_ms).mul_f64(scale);
+    let config = MockConfig {
+        seed: a.seed,
+        mode: Mode::Agent(agent),
+        latency: if latency.is_zero() { Latency::None } else { Latency::Fixed(latency) },
+        faults,
+        record_bodies: false,
+    };
+    let (_, handle) = MockLlm::start(config).await.context("starting the mock LLM")?;
+    Ok(handle)
+}
+
+/// One scripted customer: posts (again, with the same key, after a failure when the chaos
+/// draws a re-post), then waits for its conversation to end.
+async fn customer(
+    stack: &LocalStack,
+    chaos: &Chaos,
+    audit: &Audit,
+    scenario: &Scenario,
+    key: &str,
+    wait: Duration,
+    backoff: Duration,
+) -> ClientOutcome {
+    let mut out = ClientOutcome::default();
+    let message = scenario.message();
+    loop {
+        out.posts += 1;
+        match stack.post_conversation(&message, &scenario.customer_id, Some(key)).await {
+            Ok((202, body)) => {
+                out.conversation_id = body["conversation_id"].as_str().map(str::to_owned);
+                break;
+            }
+            Ok((status, _)) if status >= 500 => {}
+            Ok((status, body)) => {
+                tracing::warn!(status, %body, "the API refused a scripted request");
+                out.refused = Some(status);
+                break;
+            }
+            Err(e) => tracing::info!(error = %e, "no answer from the API"),
+        }
+        if out.posts > MAX_REPOSTS || !chaos.decide(FaultKind::ClientRepost) {
+            out.gave_up = true;
+            break;
+        }
+        tokio::time::sleep(backoff).await;
+    }
+    if let Some(id) = &out.conversation_id {
+        audit.wait_terminal(id, wait).await;
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // rmcp logs every request whose caller went away (a hung tool call cut by its timeout) as an error.
+    swarm_adapters::telemetry::init_with_default("error,rmcp=off");
+    let args = Args::parse();
+    anyhow::ensure!(args.conversations > 0 && args.subtasks > 0, "--conversations and --subtasks must be at least 1");
+    rate("--refund-share", args.refund_share)?;
+    anyhow::ensure!(
+        args.time_scale.is_finite() && args.time_scale > 0.0,
+        "--time-scale must be a positive number, not {}",
+        args.time_scale
+    );
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let settings = chaos_settings(&args)?;
+    let chaos = Arc::new(Chaos::new(settings).map_err(anyhow::Error::msg)?);
+    let mock = start_mock(&args).await?;
+    let scaled = Timings::standard().scaled(args.time_scale);
+    let llm_timeout = scaled.llm.request_timeout.as_secs_f64().to_string();
+    let base_url = mock.base_url();
+    let llm = LlmConfig::from_lookup(|k| match k {
+        "LLM_BASE_URL" => Some(base_url.clone()),
+        "LLM_MODEL" => Some("mock-llm".into()),
+        "LLM_TIMEOUT_SECS" => Some(llm_timeout.clone()),
+        // Every function instance on AWS has its own client (16 calls each): the stack's one
+        // client stands for all of them.
+        "LLM_MAX_IN_FLIGHT" => Some("256".into()),
+        _ => None,
+    })?;
+    let backend = match &args.aws_endpoint {
+        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone())),
+        None => BackendChoice::Embedded,
+    };
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        time_scale: args.time_scale,
+        worker_concurrency: args.concurrency,
+        models: Some(build_models(&llm)?),
+        chaos: Some(chaos.clone()),
+        // Four customers carry the whole run: their per-minute limit is not what is measured here.
+        limits: CustomerLimits { conversations_per_minute: u32::MAX, ..CustomerLimits::DEFAULT },
+        ..StackOptions::default()
+    })
+    .await?;
+    let result = run(&args, &stack, &chaos, &mock, &command_line).await;
+    stack.shutdown().await;
+    mock.shutdown().await;
+    let passed = result?;
+    std::process::exit(if passed { 0 } else { 1 });
+}
+
+/// The run itself; answers whether it passed.
+async fn run(
+    args: &Args,
+    stack: &LocalStack,
+    chaos: &Arc<Chaos>,
+    mock: &MockHandle,
+    command: &str,
+) -> anyhow::Result<bool> {
+    let t = stack.timings().clone();
+    // On the emulator the audit polls the stream at most every AUDIT_POLL (its completion times are that coarse).
+    let poll = args.aws_endpoint.as_ref().map(|_| AUDIT_POLL);
+    let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?, poll));
+    let started = Instant::now();
+    let scenarios: Vec<Scenario> =
+        (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();
+    let notes = vec![
+        format!("reproduce: {command}"),
+        "!!! consent: this build has no approvals API; refunds run without approval and no approval is posted (SKIPPED)"
+            .to_owned(),
+    ];
+    eprintln!("{}", notes[1]);
+    eprintln!(
+        "swarm-chaos: {} conversations × {} subtasks on {} (time scale {}, deadline {:.2} s)",
+        args.conversations,
+        args.subtasks,
+        stack.describe_backend(),
+        args.time_scale,
+        t.conversation.deadline.as_secs_f64()
+    );
+
+    // A client waits for its conversation as long as the platform could take to end it.
+    let settle = match args.settle_secs {
+        Some(s) => seconds("--settle-secs", s, args.time_scale)?,
+        None => {
+            t.conversation.deadline
+                + t.queues.tasks.visibility_timeout * t.queues.max_receive_count
+                + t.queues.dead_letters.visibility_timeout
+        }
+    };
+    let wait = t.conversation.deadline * 2;
+    let backoff = Duration::from_secs(2).mul_f64(args.time_scale);
+    let slots = Arc::new(Semaphore::new(args.in_flight.max(1)));
+    let stack_ref: &LocalStack = stack;
+    let clients = futures::future::join_all(scenarios.iter().map(|s| {
+        let (slots, chaos, audit) = (slots.clone(), chaos.clone(), audit.clone());
+        let key = format!("chaos-{}-{}", args.seed, s.index);
+        async move {
+            let _slot = slots.acquire_owned().await;
+            (s.index, customer(stack_ref, &chaos, &audit, s, &key, wait, backoff).await)
+        }
+    }));
+    let progress = async {
+        loop {
+            tokio::time::sleep(PROGRESS_EVERY).await;
+            let log = audit.log();
+            let terminal = log.conversations.values().filter(|c| c.is_terminal()).count();
+            eprintln!(
+                "  {:>6.1} s: {} conversations in the store, {terminal} ended",
+                started.elapsed().as_secs_f64(),
+                log.conversations.len()
+            );
+        }
+    };
+    let clients: BTreeMap<usize, ClientOutcome> = tokio::select! {
+        c = clients => c.into_iter().collect(),
+        () = progress => unreachable!("progress never ends"),
+    };
+    eprintln!(
+        "  {:>6.1} s: every client is done; settling (at most {:.1} s)",
+        started.elapsed().as_secs_f64(),
+        settle.as_secs_f64()
+    );
+
+    // Settle: every conversation ended and every queue empty, or the settle time passed.
+    let settle_until = Instant::now() + settle;
+    let client_ids: BTreeSet<String> = clients.values().filter_map(|c| c.conversation_id.clone()).collect();
+    let store = stack.store();
+    loop {
+        let log = audit.log();
+        let mut ended = client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
+        // A conversation the stream shows open is checked in the table (it may never have been written).
+        for (id, _) in log.conversations.iter().filter(|(_, c)| !c.is_terminal()) {
+            let open = store.get_conversation(&ConversationId::from_trusted(id.clone())).await?;
+            ended &= open.is_none_or(|c| c.status.is_terminal());
+        }
+        let mut drained = true;
+        let mut depths = Vec::new();
+        for q in Queue::ALL {
+            let d = stack.queue_depth(q).await?;
+            drained &= d.visible + d.in_flight + d.delayed == 0;
+            depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
+        }
+        if ended && drained {
+            break;
+        }
+        if Instant::now() >= settle_until {
+            eprintln!(
+                "!!! settle time over: every conversation ended: {ended}; queues visible/in flight/delayed: {}",
+                depths.join(", ")
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let quiet = (t.local.stream_poll * 4).max(Duration::from_secs(1));
+    if !audit.caught_up(quiet, CATCH_UP_TIMEOUT).await {
+        eprintln!("!!! the audit did not catch up with the table's stream within {CATCH_UP_TIMEOUT:?}");
+    }
+    let wall = started.elapsed();
+
+    // The store at the end, for every conversation anyone knows of.
+    let log = audit.log();
+    let ids: BTreeSet<String> = log.conversations.keys().cloned().chain(client_ids).collect();
+    let mut at_end = BTreeMap::new();
+    for id in ids {
+        let cid = ConversationId::from_trusted(id.clone());
+        let entry = match store.get_conversation(&cid).await? {
+            Some(c) => Some((c, store.list_subtasks(&cid).await?)),
+            None => None,
+        };
+        at_end.insert(id, entry);
+    }
+
+    let mut faults: Vec<FaultLine> = chaos
+        .counts()
+        .into_iter()
+        .map(|(kind, n)| FaultLine {
+            name: kind.name(),
+            rate: chaos.settings().rate(kind),
+            opportunities: n.opportunities,
+            injected: n.injected,
+        })
+        .collect();
+    let stats = mock.stats();
+    for (kind, name, r) in [
+        ("rate_limit", "llm_429_retry_after", args.llm_rate_limit_rate),
+        ("server_error", "llm_5xx", args.llm_server_error_rate),
+        ("hang", "llm_hang", args.llm_hang_rate),
+        ("malformed", "llm_malformed_body", args.llm_malformed_rate),
+        ("truncated", "llm_truncated_length", args.llm_truncation_rate),
+    ] {
+        let injected = stats.by_kind.get(kind).copied().unwrap_or(0);
+        faults.push(FaultLine { name: name.into(), rate: r, opportunities: stats.requests, injected });
+    }
+    let c = stack.counters().snapshot();
+    let platform = vec![
+        ("invocations killed at a crash point".to_owned(), c.killed_invocations),
+        ("invocations cut at their timeout".to_owned(), c.timed_out_invocations),
+        ("SQS invocations failed (whole batch retried)".to_owned(), c.failed_invocations),
+        ("messages in batchItemFailures".to_owned(), c.batch_item_failures),
+        ("DLQ consumer invocations".to_owned(), c.dead_letter_invocations),
+        ("aggregator invocations".to_owned(), c.aggregator_invocations),
+        ("aggregator invocations failed".to_owned(), c.aggregator_failures),
+        ("stream batches dropped after MaximumRetryAttempts".to_owned(), c.stream_batches_dropped),
+    ];
+    let peaks = stack.counters().peak_concurrency();
+    let tasks_cap = args.concurrency.unwrap_or(t.worker.max_concurrency);
+    let concurrency = vec![
+        ("worker".to_owned(), peaks.get("worker").copied().unwrap_or(0), tasks_cap as u64),
+        (
+            "refund-worker".to_owned(),
+            peaks.get("refund-worker").copied().unwrap_or(0),
+            t.refund_worker.max_concurrency as u64,
+        ),
+        (
+            "dlq-consumer (both DLQs)".to_owned(),
+            peaks.get("dlq-consumer").copied().unwrap_or(0),
+            2 * t.dlq_consumer.max_concurrency as u64,
+        ),
+    ];
+    let refunds_asked = scenarios
+        .iter()
+        .filter_map(|s| s.refund_step.clone().map(|step| (s.index, (s.order_id.clone(), step))))
+        .collect();
+    let ledger = stack
+        .shop
+        .refunds()
+        .into_iter()
+        .map(|r| LedgerRefund { order_id: r.order_id, amount: r.amount, reason: r.reason })
+        .collect();
+    let facts = RunFacts {
+        backend: stack.describe_backend(),
+        conversations_asked: args.conversations,
+        subtasks_each: args.subtasks,
+        time_scale: args.time_scale,
+        deadline: t.conversation.deadline,
+        wall,
+        faults,
+        clients,
+        refunds_asked,
+        audit: log,
+        store: at_end,
+        ledger,
+        concurrency,
+        platform,
+        notes,
+    };
+    let v = verdict(&facts);
+    println!("{}", v.table);
+    Ok(v.failures.is_empty())
+}
