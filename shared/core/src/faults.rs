@@ -36,6 +36,14 @@ pub enum CrashPoint {
     WorkerAfterReleaseFlip,
     /// Aggregator: the `RUNNING → AGGREGATING` flip is won, the reply is not written.
     AggregatorAfterFlip,
+    /// Worker: a side effect's intent is in the subtask's journal, the call is not dispatched yet.
+    WorkerAfterIntent,
+    /// Worker: the side-effecting call was dispatched and answered, its outcome is not recorded yet.
+    WorkerAfterDispatch,
+    /// Worker: the side effect's outcome is recorded, the subtask's result is not.
+    WorkerAfterOutcome,
+    /// Orchestrator (approvals API): the decision is recorded, the approved call is not enqueued yet.
+    ApprovalsAfterDecide,
 }
 
 impl CrashPoint {
@@ -48,6 +56,10 @@ impl CrashPoint {
         Self::WorkerAfterCount,
         Self::WorkerAfterReleaseFlip,
         Self::AggregatorAfterFlip,
+        Self::WorkerAfterIntent,
+        Self::WorkerAfterDispatch,
+        Self::WorkerAfterOutcome,
+        Self::ApprovalsAfterDecide,
     ];
 
     /// The stable snake_case name (as serialised), e.g. `worker_after_record_result`.
@@ -60,6 +72,10 @@ impl CrashPoint {
             Self::WorkerAfterCount => "worker_after_count",
             Self::WorkerAfterReleaseFlip => "worker_after_release_flip",
             Self::AggregatorAfterFlip => "aggregator_after_flip",
+            Self::WorkerAfterIntent => "worker_after_intent",
+            Self::WorkerAfterDispatch => "worker_after_dispatch",
+            Self::WorkerAfterOutcome => "worker_after_outcome",
+            Self::ApprovalsAfterDecide => "approvals_after_decide",
         }
     }
 }

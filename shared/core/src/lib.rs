@@ -4,8 +4,11 @@
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
+pub mod approval;
 pub mod domain;
+pub mod effects;
 pub mod faults;
+pub mod handoff;
 pub mod jsonfix;
 pub mod llm;
 pub mod plan;

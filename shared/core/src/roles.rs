@@ -105,6 +105,13 @@ impl TaskQueues {
     pub fn default_queue(&self) -> &Arc<dyn TaskQueue> {
         &self.default
     }
+
+    /// Whether `role` has a queue of its own (the refund role). Such subtasks are enqueued by the
+    /// orchestrator at planning whatever their dependencies, and wait for them on their own
+    /// queue: no other function ever sends to that queue (least privilege).
+    pub fn has_own_queue(&self, role: &str) -> bool {
+        self.by_role.contains_key(role)
+    }
 }
 
 #[cfg(test)]

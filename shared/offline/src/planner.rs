@@ -240,7 +240,12 @@ mod tests {
             "shop__refund",
         ]
         .into_iter()
-        .map(|n| ToolSpec { name: n.into(), description: String::new(), input_schema: json!({"type": "object"}) })
+        .map(|n| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            side_effecting: false,
+        })
         .collect()
     }
 

@@ -410,6 +410,7 @@ mod tests {
             name: name.into(),
             description: String::new(),
             input_schema: json!({"type": "object", "properties": props}),
+            side_effecting: false,
         }
     }
 

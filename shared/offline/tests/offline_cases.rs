@@ -20,6 +20,7 @@ fn spec(name: &str, description: &str, properties: Value, required: &[&str]) -> 
         name: format!("shop__{name}"),
         description: description.into(),
         input_schema: json!({"type": "object", "properties": properties, "required": required}),
+        side_effecting: false,
     }
 }
 

@@ -14,8 +14,8 @@ mod table;
 
 pub use table::{
     AggregatorTimings, ApiTimings, AwsTimings, ConversationTimings, FunctionTimings, GatewayTimings, LlmTimings,
-    LocalTimings, OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings, Timings,
-    WorkerTimings,
+    LocalTimings, MoneyTimings, OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings,
+    Timings, WorkerTimings,
 };
 
 use std::time::Duration;
