@@ -19,12 +19,20 @@ pub struct Config {
     pub allowed_hosts: Option<Vec<String>>,
     /// Logs as JSON lines (on Lambda, or `AWS_LAMBDA_LOG_FORMAT=JSON`).
     pub json_logs: bool,
+    /// The refund ledger's DynamoDB table (`SHOP_LEDGER_TABLE`); `None`: in memory, for as long
+    /// as the process lives (local runs only: on Lambda it is required).
+    pub ledger_table: Option<String>,
 }
 
 impl Config {
     /// Every variable [`Config::from_lookup`] reads ([`init_tracing`] reads `RUST_LOG` and `AWS_LAMBDA_LOG_LEVEL`).
-    pub const VARS: &'static [&'static str] =
-        &["AWS_LAMBDA_RUNTIME_API", "SHOP_TOOLS_ADDR", "SHOP_TOOLS_ALLOWED_HOSTS", "AWS_LAMBDA_LOG_FORMAT"];
+    pub const VARS: &'static [&'static str] = &[
+        "AWS_LAMBDA_RUNTIME_API",
+        "SHOP_TOOLS_ADDR",
+        "SHOP_TOOLS_ALLOWED_HOSTS",
+        "AWS_LAMBDA_LOG_FORMAT",
+        "SHOP_LEDGER_TABLE",
+    ];
 
     /// Reads the process environment.
     ///
@@ -47,7 +55,13 @@ impl Config {
         let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS")
             .map(|v| v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>());
         let json_logs = on_lambda || set("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
-        Ok(Config { on_lambda, addr, allowed_hosts, json_logs })
+        let ledger_table = set("SHOP_LEDGER_TABLE");
+        if on_lambda && ledger_table.is_none() {
+            return Err(ShopError::Config(
+                "SHOP_LEDGER_TABLE must name the refund ledger's DynamoDB table on Lambda (an in-memory ledger would forget refunds and keys on every cold start)".into(),
+            ));
+        }
+        Ok(Config { on_lambda, addr, allowed_hosts, json_logs, ledger_table })
     }
 }
 
@@ -93,11 +107,20 @@ mod tests {
         let c = config(&[
             ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
             ("SHOP_TOOLS_ALLOWED_HOSTS", " a.example.com, b:8080 ,"),
+            ("SHOP_LEDGER_TABLE", "shop-ledger"),
         ])?;
         assert!(c.on_lambda);
         assert!(c.json_logs);
         assert_eq!(c.allowed_hosts, Some(vec!["a.example.com".to_string(), "b:8080".to_string()]));
+        assert_eq!(c.ledger_table.as_deref(), Some("shop-ledger"));
         Ok(())
+    }
+
+    #[test]
+    fn on_lambda_the_ledger_must_be_durable() {
+        let err = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("SHOP_LEDGER_TABLE")));
+        assert_eq!(config(&[]).map(|c| c.ledger_table).ok(), Some(None), "locally it lives in memory");
     }
 
     #[test]

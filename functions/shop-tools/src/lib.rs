@@ -7,6 +7,7 @@ pub mod args;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod ledger;
 mod matching;
 pub mod server;
 pub mod shop;
@@ -15,6 +16,7 @@ mod shop_tests;
 
 pub use config::Config;
 pub use error::{Refusal, ShopError};
+pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
 pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve, serve_with_hosts};
 pub use shop::{RefundRecord, Shop};
 

@@ -91,12 +91,12 @@ impl ShopTools {
         description = "Look up one of the customer's orders by order id: order status (paid, shipped, delivered, cancelled, refunded), items, total, amount paid and refunded, delivery date, tracking number and a shipment summary (carrier, latest parcel event, ETA).",
         annotations(read_only_hint = true)
     )]
-    fn get_order(&self, arguments: JsonObject) -> CallToolResult {
+    async fn get_order(&self, arguments: JsonObject) -> CallToolResult {
         let args: GetOrderArgs = match parse("get_order", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
         };
-        answer("get_order", Some(&args.customer_id), self.shop.get_order(&args.customer_id, &args.order_id))
+        answer("get_order", Some(&args.customer_id), self.shop.get_order(&args.customer_id, &args.order_id).await)
     }
 
     #[tool(
@@ -104,12 +104,12 @@ impl ShopTools {
         description = "List the customer's orders (my orders, order history, recent purchases), newest first, with order id, date, status and total.",
         annotations(read_only_hint = true)
     )]
-    fn list_customer_orders(&self, arguments: JsonObject) -> CallToolResult {
+    async fn list_customer_orders(&self, arguments: JsonObject) -> CallToolResult {
         let args: ListOrdersArgs = match parse("list_customer_orders", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
         };
-        answer("list_customer_orders", Some(&args.customer_id), self.shop.list_customer_orders(&args.customer_id))
+        answer("list_customer_orders", Some(&args.customer_id), self.shop.list_customer_orders(&args.customer_id).await)
     }
 
     #[tool(
@@ -117,7 +117,7 @@ impl ShopTools {
         description = "Track a parcel / shipment / delivery by order id or tracking number: where is my package, carrier, logistics events, customs hold or delay, estimated delivery date (ETA) and whether it is late.",
         annotations(read_only_hint = true)
     )]
-    fn track_shipment(&self, arguments: JsonObject) -> CallToolResult {
+    async fn track_shipment(&self, arguments: JsonObject) -> CallToolResult {
         let args: TrackShipmentArgs = match parse("track_shipment", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
@@ -125,7 +125,7 @@ impl ShopTools {
         answer(
             "track_shipment",
             Some(&args.customer_id),
-            self.shop.track_shipment(&args.customer_id, args.order_id.as_deref(), args.tracking_no.as_deref()),
+            self.shop.track_shipment(&args.customer_id, args.order_id.as_deref(), args.tracking_no.as_deref()).await,
         )
     }
 
@@ -172,12 +172,12 @@ impl ShopTools {
         description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
     )]
-    fn refund(&self, arguments: JsonObject) -> CallToolResult {
+    async fn refund(&self, arguments: JsonObject) -> CallToolResult {
         let args: RefundArgs = match parse("refund", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
         };
-        answer("refund", Some(&args.customer_id), self.shop.refund(&args))
+        answer("refund", Some(&args.customer_id), self.shop.refund(&args).await)
     }
 }
 

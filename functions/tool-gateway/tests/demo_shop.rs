@@ -1,4 +1,4 @@
-//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, and the caller's customer always wins.
+//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, only with an approval for exactly that refund, and the caller's customer always wins.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 use std::{sync::Arc, time::Duration};
@@ -6,8 +6,9 @@ use std::{sync::Arc, time::Duration};
 use serde_json::json;
 use shop_tools::Shop;
 use swarm_adapters::mcp::McpToolGateway;
-use swarm_core::domain::ConversationId;
-use swarm_core::ports::{ToolContext, ToolGateway};
+use swarm_core::approval::{ApprovalKey, ProposedAction, TokenClaim};
+use swarm_core::domain::{ConversationId, now_ms};
+use swarm_core::ports::{ToolContext, ToolError, ToolGateway};
 use tool_gateway::{DemoTokens, demo_config};
 
 const T: Duration = Duration::from_secs(10);
@@ -15,6 +16,7 @@ const T: Duration = Duration::from_secs(10);
 struct Stack {
     shop: Arc<Shop>,
     tools: McpToolGateway,
+    tokens: DemoTokens,
 }
 
 async fn stack() -> Stack {
@@ -24,7 +26,7 @@ async fn stack() -> Stack {
     let config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
-    Stack { shop, tools }
+    Stack { shop, tools, tokens }
 }
 
 fn ctx(role: &str, customer: &str) -> ToolContext {
@@ -78,18 +80,41 @@ async fn support_worker_asking_for_refund_is_refused_and_no_refund_happens() {
         .unwrap();
     assert!(out.is_error);
     assert_eq!(out.text, r#"{"error":"tool shop__refund is not permitted for role support"}"#);
-    assert!(s.shop.refunds().is_empty());
+    assert!(s.shop.refunds().await.unwrap().is_empty());
 }
 
 #[tokio::test]
-async fn refund_worker_refunds_once_per_idempotency_key() {
+async fn every_refund_waits_for_approval_and_with_it_runs_once_per_idempotency_key() {
     let s = stack().await;
     let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"});
+    let err = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args.clone(), T).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        ToolError::ApprovalRequired(ProposedAction {
+            tool: "shop__refund".into(),
+            order_id: "A1007".into(),
+            amount_cents: 1_000,
+            reason: None
+        })
+        .to_string()
+    );
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged until a person approves");
+    let token = ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
+        approval_id: "conv-demo.w01.1",
+        conversation_id: "conv-demo",
+        customer_id: "C106",
+        tool: "shop__refund",
+        order_id: "A1007",
+        amount_cents: 1_000,
+        expires_at_ms: now_ms() + 60_000,
+    });
+    let mut approved = args.clone();
+    approved["_approval"] = json!(token);
     for _ in 0..2 {
-        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args.clone(), T).await.unwrap();
+        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", approved.clone(), T).await.unwrap();
         assert!(!out.is_error, "{}", out.text);
     }
-    let refunds = s.shop.refunds();
+    let refunds = s.shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1);
     assert_eq!((refunds[0].customer_id.as_str(), refunds[0].order_id.as_str()), ("C106", "A1007"));
     assert_eq!(refunds[0].idempotency_key, "conv-demo/w01/1");

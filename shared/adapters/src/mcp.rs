@@ -60,6 +60,10 @@ pub const SIDE_EFFECTING_META: &str = "lambda-swarm/side_effecting";
 pub const APPROVAL_REQUIRED: i32 = -32012;
 /// JSON-RPC error code of a call whose approval token the gateway refused (expired, or not for this call).
 pub const APPROVAL_REFUSED: i32 = -32013;
+/// JSON-RPC error code of a side-effecting call dispatched upstream whose answer never came
+/// (timeout, upstream unreachable): it may or may not have happened. The caller replays it with
+/// the same idempotency key to learn which.
+pub const OUTCOME_UNKNOWN: i32 = -32014;
 
 /// Default time one role's `tools/list` answer is reused by the adapter
 /// ([`McpToolGateway::with_list_ttl`]): 100 subtasks starting together list once.
@@ -453,6 +457,9 @@ fn classify(error: ServiceError, timeout: Duration) -> ToolError {
             }
         }
         ServiceError::McpError(e) if e.code.0 == APPROVAL_REFUSED => ToolError::ApprovalRefused(e.message.into_owned()),
+        ServiceError::McpError(e) if e.code.0 == OUTCOME_UNKNOWN => {
+            ToolError::Unavailable(format!("the side effect's outcome is not known: {}", e.message))
+        }
         ServiceError::McpError(e) => ToolError::Permanent(format!("gateway refused the request: {}", e.message)),
         ServiceError::UnexpectedResponse => {
             ToolError::Permanent("gateway answered with an unexpected response type".into())
