@@ -47,6 +47,16 @@ async fn refund_request_moves_money_once_even_when_sent_again() {
     let id = first["conversation_id"].as_str().unwrap().to_owned();
     let view = stack.wait_finished(&id, Duration::from_secs(60)).await.unwrap();
     assert!(unmet_expectations(&case, &view).is_empty(), "{:?}", unmet_expectations(&case, &view));
+    // Every refund waits for a person (the demo's consent): nothing moved yet.
+    assert!(stack.shop.refunds().await.unwrap().is_empty());
+    assert_eq!(view.approvals.len(), 1, "{view:?}");
+    let (status, _) = stack.decide(&view.approvals[0].approval_id, "approve").await.unwrap();
+    assert_eq!(status, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while stack.shop.refunds().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the approved refund never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (_, third) = stack.post_conversation(&case.query, &case.customer_id, None).await.unwrap();
     let third_id = third["conversation_id"].as_str().unwrap().to_owned();
     assert_ne!(third_id, id);

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, MAX_REPLY_CHARS, Usage};
+use swarm_core::domain::{ConversationId, ConversationStatus, Handoff, MAX_REPLY_CHARS, Usage, now_ms};
 use swarm_core::faults::{self, CrashPoint};
+use swarm_core::handoff::handoff_reason;
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, FinishReason, Purpose, StoreError};
 use swarm_core::prompts::reply_messages;
-use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::reply::{HANDOFF_NOTE, compose_reply, reply_input};
 use swarm_core::timings::Timings;
 use swarm_core::untrusted::clean_text;
 
@@ -84,7 +85,12 @@ impl Aggregator {
         }
         faults::at(CrashPoint::AggregatorAfterFlip).await;
         let subtasks = self.store.list_subtasks(id).await?;
-        let input = reply_input(&subtasks, &conversation.notes);
+        let handoff = handoff_reason(&conversation, &subtasks).map(|reason| Handoff { reason, at_ms: now_ms() });
+        let mut notes = conversation.notes.clone();
+        if handoff.is_some() {
+            notes.push(HANDOFF_NOTE.to_owned());
+        }
+        let input = reply_input(&subtasks, &notes);
         let request = ChatRequest {
             purpose: Purpose::Reply,
             messages: reply_messages(&conversation.query, &input),
@@ -126,7 +132,16 @@ impl Aggregator {
         };
         // Model output bound for a terminal and a DynamoDB item: no display controls, bounded size.
         let reply = clean_text(&reply, MAX_REPLY_CHARS);
-        self.store.finish_conversation(id, &reply, &usage).await?;
+        match &handoff {
+            // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
+            Some(h) => {
+                self.store.hand_off(id, &reply, &usage, h).await?;
+                tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
+            }
+            None => {
+                self.store.finish_conversation(id, &reply, &usage).await?;
+            }
+        }
         tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
         Ok(AggregateOutcome::Replied { by_model })
     }

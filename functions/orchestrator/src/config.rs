@@ -1,7 +1,7 @@
 //! The orchestrator's one typed config: every variable it reads, parsed once at cold start from the shared pieces.
 
 use swarm_adapters::config::{
-    AuthMode, ConfigError, GatewayClientConfig, QueueUrls, SecretsExtension, TableConfig, Vars, var_list,
+    AuthMode, ConfigError, GatewayClientConfig, QueueUrls, SecretSource, SecretsExtension, TableConfig, Vars, var_list,
 };
 use swarm_adapters::llm::LlmConfig;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
@@ -23,11 +23,15 @@ pub struct OrchestratorConfig {
     pub roles: RoleTable,
     /// `DEADLINE_SECS`: seconds from a conversation's creation to its deadline (default 120).
     pub deadline_secs: u64,
+    /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`): the key approval tokens
+    /// are signed with, shared only with the gateway. Unset: the approvals API is off.
+    pub approval_key: Option<SecretSource>,
 }
 
 impl OrchestratorConfig {
     /// Variables read by the orchestrator itself (the pieces list theirs).
-    const OWN_VARS: &'static [&'static str] = &["ROLE_TABLE", "DEADLINE_SECS"];
+    const OWN_VARS: &'static [&'static str] =
+        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -66,6 +70,7 @@ impl OrchestratorConfig {
             auth: AuthMode::from_lookup(&lookup)?,
             roles,
             deadline_secs,
+            approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
         })
     }
 
@@ -110,6 +115,11 @@ mod tests {
         assert_eq!(c.roles, RoleTable::demo());
         assert_eq!(c.settings().deadline_secs, 120);
         assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
+        assert!(c.approval_key.is_none(), "no key: the approvals API is off");
+        let with =
+            parse(&[("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval")])
+                .unwrap();
+        assert_eq!(with.approval_key.map(|k| k.var().to_owned()).as_deref(), Some("APPROVAL_KEY_SECRET_ARN"));
     }
 
     #[test]

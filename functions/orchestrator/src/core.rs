@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, TaskMessage, Usage,
-    now_ms,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, MAX_MESSAGE_CHARS, Plan, SubtaskRecord,
+    TaskMessage, Usage, now_ms,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use swarm_core::plan::{fallback_plan, parse_plan, validate_plan};
+use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan};
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
     ToolContext, ToolGateway,
@@ -65,9 +65,12 @@ pub enum ApiError {
     /// 400: the request is malformed or out of limits; nothing was written.
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
-    /// 404: no such conversation for this customer.
-    #[error("conversation not found")]
+    /// 404: no such conversation for this customer (or no such approval).
+    #[error("not found")]
     NotFound,
+    /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
+    #[error("{0}")]
+    Conflict(String),
     /// 503: storage or queue unavailable; the client may retry (with the same Idempotency-Key).
     #[error("service temporarily unavailable: {0}")]
     Unavailable(String),
@@ -78,6 +81,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
+            Self::Conflict(_) => 409,
             Self::Unavailable(_) => 503,
         }
     }
@@ -86,12 +90,17 @@ impl ApiError {
         match self {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
+            Self::Conflict(_) => "approval_conflict",
             Self::Unavailable(_) => "unavailable",
         }
     }
 
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::BadRequest { code, message: message.into() }
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict(message.into())
     }
 }
 
@@ -212,7 +221,13 @@ impl Orchestrator {
             return Err(ApiError::Unavailable(e.to_string()));
         }
 
-        let (plan, usage) = self.plan(&conversation).await;
+        let (plan, usage, handoff) = self.plan(&conversation).await;
+        if handoff {
+            // The customer asked for a person: the conversation ends in HANDOFF when it is answered.
+            let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
+            self.store.request_handoff(&id, &asked).await?;
+            tracing::info!("the customer asked for a person: hand-off requested");
+        }
         let mut records: Vec<SubtaskRecord> = plan
             .subtasks
             .iter()
@@ -229,9 +244,12 @@ impl Orchestrator {
         Ok(Created { conversation_id: id, new: true })
     }
 
+    /// Enqueues every subtask without dependencies, and every subtask of a role with its own
+    /// queue whatever its dependencies: those wait for them on their own queue, because no
+    /// function but the orchestrator and that role's worker may send there.
     async fn enqueue_ready(&self, id: &ConversationId, records: &[SubtaskRecord]) -> Result<(), ApiError> {
         let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
-        for r in records.iter().filter(|r| r.subtask.depends_on.is_empty()) {
+        for r in records.iter().filter(|r| r.subtask.depends_on.is_empty() || self.queues.has_own_queue(&r.role)) {
             by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
         }
         for (role, messages) in by_role {
@@ -245,8 +263,9 @@ impl Orchestrator {
     }
 
     /// Asks the model for a plan; one retry with the validation error shown,
-    /// then a single-subtask fallback. Never fails: planning problems degrade.
-    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage) {
+    /// then a single-subtask fallback. Never fails: planning problems degrade. The flag is the
+    /// plan's `handoff` (the customer asked for a person); such a plan may have no subtasks.
+    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage, bool) {
         let deadline = tokio::time::Instant::now() + self.settings.plan_timeout;
         let ctx = ToolContext {
             role: PLANNER_ROLE.into(),
@@ -295,8 +314,9 @@ impl Orchestrator {
             };
             usage = usage.add(&response.usage);
             let text = response.content.clone().unwrap_or_default();
+            let handoff = plan_requests_handoff(&text);
             match parse_plan(&text).and_then(|raw| validate_plan(raw, &known)) {
-                Ok(plan) if !plan.subtasks.is_empty() => return (plan, usage),
+                Ok(plan) if !plan.subtasks.is_empty() || handoff => return (plan, usage, handoff),
                 Ok(_) => last_error = "the plan has no subtasks".into(),
                 Err(e) => last_error = e.to_string(),
             }
@@ -304,7 +324,7 @@ impl Orchestrator {
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }
-        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage)
+        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage, false)
     }
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's
@@ -322,7 +342,14 @@ impl Orchestrator {
         } else {
             self.store.list_subtasks(&id).await?
         };
-        Ok(ConversationView::build(&conversation, &subtasks))
+        // The decisions and outcomes of its side effects' approvals (one per side effect that waited).
+        let mut approvals = Vec::new();
+        for approval_id in swarm_core::view::approval_ids(&subtasks) {
+            if let Some(a) = self.store.get_approval(&approval_id).await? {
+                approvals.push(a);
+            }
+        }
+        Ok(ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms()))
     }
 }
 

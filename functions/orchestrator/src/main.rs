@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Orchestrator, OrchestratorConfig};
+use orchestrator::{ApiState, Approvals, OperatorAuth, Orchestrator, OrchestratorConfig};
 use swarm_adapters::config::AwsClients;
+use swarm_core::approval::ApprovalKey;
+use swarm_core::timings::Timings;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
@@ -20,5 +22,12 @@ async fn main() -> Result<(), lambda_http::Error> {
         config.roles.clone(),
         config.settings(),
     );
-    lambda_http::run(orchestrator::router(ApiState::new(Arc::new(core), config.auth.into()))).await
+    let mut state = ApiState::new(Arc::new(core), config.auth.into());
+    if let Some(source) = &config.approval_key {
+        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
+        let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
+        // The approvals routes use AWS_IAM authorization in the template, whatever customers use.
+        state = state.with_approvals(Arc::new(approvals), OperatorAuth::Iam);
+    }
+    lambda_http::run(orchestrator::router(state)).await
 }

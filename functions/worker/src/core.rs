@@ -985,14 +985,23 @@ impl Worker {
                 for rec in self.store.list_subtasks(id).await? {
                     self.store.count_finished(id, &rec.subtask.id, &Usage::default()).await?;
                 }
-                tracing::warn!(closed, "deadline passed: open subtasks closed as failed");
+                tracing::warn!(closed, "deadline passed: open subtasks closed (failed, or as their journal says)");
                 Ok(Outcome::Finished(SubtaskStatus::Failed))
             }
             ConversationStatus::Aggregating => {
                 // The aggregator died after its flip: write the model-free reply.
                 let all = self.store.list_subtasks(id).await?;
-                let reply = compose_reply(&reply_input(&all, &conversation.notes));
-                self.store.finish_conversation(id, &reply, &Usage::default()).await?;
+                let handoff = swarm_core::handoff::handoff_reason(&conversation, &all)
+                    .map(|reason| swarm_core::domain::Handoff { reason, at_ms: now_ms() });
+                let mut notes = conversation.notes.clone();
+                if handoff.is_some() {
+                    notes.push(swarm_core::reply::HANDOFF_NOTE.to_owned());
+                }
+                let reply = compose_reply(&reply_input(&all, &notes));
+                match &handoff {
+                    Some(h) => self.store.hand_off(id, &reply, &Usage::default(), h).await?,
+                    None => self.store.finish_conversation(id, &reply, &Usage::default()).await?,
+                };
                 tracing::warn!("aggregation never finished: wrote the fallback reply");
                 Ok(Outcome::Finished(SubtaskStatus::Succeeded))
             }

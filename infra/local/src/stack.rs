@@ -11,9 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
+use orchestrator::api::TokenTable;
+use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::FaultPlan;
 use swarm_core::llm::Models;
@@ -27,6 +29,7 @@ use crate::http;
 use crate::platform::counters::{Counters, Received, ReceivedLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
+use crate::platform::handoff::{HandoffEvent, HandoffLog};
 use crate::platform::invoke::{Ended, invoke};
 use crate::platform::mapping::{EventSourceMapping, MappingSettings};
 use crate::platform::stream::{StreamTrigger, TriggerSettings};
@@ -74,6 +77,9 @@ pub struct StackOptions {
     pub wrap_aggregator_store: Option<WrapStore>,
     /// A fault plan every invocation runs under (crash points; [`swarm_core::faults`]).
     pub faults: Option<Arc<dyn FaultPlan>>,
+    /// Refunds above this amount (in the order's currency) need an operator's approval; `None`:
+    /// every refund does (the demo gateway's consent).
+    pub refund_approval_above: Option<f64>,
 }
 
 impl Default for StackOptions {
@@ -89,6 +95,7 @@ impl Default for StackOptions {
             wrap_store: None,
             wrap_aggregator_store: None,
             faults: None,
+            refund_approval_above: None,
         }
     }
 }
@@ -100,6 +107,11 @@ pub struct LocalStack {
     memory: Option<Arc<InMemoryConversationStore>>,
     timings: Timings,
     orchestrator: Arc<Orchestrator>,
+    approvals: Arc<Approvals>,
+    /// The operators of [`LocalStack::api`] (one: the stack's own, see [`LocalStack::approve`]).
+    operators: OperatorAuth,
+    operator_token: String,
+    handoffs: Arc<HandoffLog>,
     faults: Option<Arc<dyn FaultPlan>>,
     pub shop: Arc<shop_tools::Shop>,
     pub shop_url: String,
@@ -162,6 +174,13 @@ impl LocalStack {
         let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
+        if let Some(above) = options.refund_approval_above {
+            for effect in gateway_config.side_effects.values_mut() {
+                if let Some(consent) = &mut effect.consent {
+                    consent.above = above;
+                }
+            }
+        }
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
@@ -188,6 +207,13 @@ impl LocalStack {
         };
         let queues = TaskQueues::new(backend.queue(Queue::Tasks).sender.clone())
             .with_role(REFUND_ROLE, backend.queue(Queue::Refund).sender.clone());
+        let approval_key = ApprovalKey::new(tokens.approval_key()).map_err(anyhow::Error::msg)?;
+        let approvals = Arc::new(Approvals::new(store.clone(), queues.clone(), approval_key, &timings));
+        let (_, operator_token) = ApprovalKey::generate();
+        let operators = OperatorAuth::Tokens(Arc::new(
+            TokenTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
+                .map_err(anyhow::Error::msg)?,
+        ));
         let orchestrator = Arc::new(Orchestrator::new(
             store.clone(),
             queues.clone(),
@@ -268,6 +294,14 @@ impl LocalStack {
             faults: options.faults.clone(),
             counters: counters.clone(),
         };
+        // The hand-off pipe reads the stream too (on AWS an EventBridge pipe, the table's second reader).
+        let handoffs = Arc::new(HandoffLog::default());
+        let handoff_feed = backend.change_feed().await.context("opening the table's stream for hand-offs")?;
+        background.push(tokio::spawn(crate::platform::handoff::run(
+            handoff_feed,
+            handoffs.clone(),
+            shutdown_rx.clone(),
+        )));
         background.push(tokio::spawn(trigger.run(shutdown_rx)));
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
 
@@ -276,6 +310,10 @@ impl LocalStack {
             memory,
             timings,
             orchestrator,
+            approvals,
+            operators,
+            operator_token,
+            handoffs,
             faults: options.faults,
             shop,
             shop_url,
@@ -334,6 +372,34 @@ impl LocalStack {
         self.orchestrator.clone()
     }
 
+    /// The API's state: the orchestrator with `auth` for customers and the approvals API, its
+    /// operators identified by `operators` (`None`: the stack's own operator, [`LocalStack::approve`]).
+    pub fn api_state(&self, auth: Auth, operators: Option<OperatorAuth>) -> ApiState {
+        ApiState::new(self.orchestrator.clone(), auth)
+            .with_approvals(self.approvals.clone(), operators.unwrap_or_else(|| self.operators.clone()))
+    }
+
+    /// The hand-off events seen so far (the pipe's output), in stream order.
+    pub fn handoffs(&self) -> Vec<HandoffEvent> {
+        self.handoffs.all()
+    }
+
+    /// `GET /approvals?status=<status>` as the stack's operator; answers the listed approvals.
+    pub async fn approvals(&self, status: &str) -> anyhow::Result<Vec<Value>> {
+        let auth = format!("Bearer {}", self.operator_token);
+        let (code, body) =
+            self.api("GET", &format!("/approvals?status={status}"), None, &[("authorization", auth.as_str())]).await?;
+        anyhow::ensure!(code == 200, "GET /approvals answered {code}: {body}");
+        Ok(body["approvals"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// `POST /approvals/{id}` with `decision` (`approve` or `reject`) as the stack's operator; answers `(status, body)`.
+    pub async fn decide(&self, approval_id: &str, decision: &str) -> anyhow::Result<(u16, Value)> {
+        let auth = format!("Bearer {}", self.operator_token);
+        let body = serde_json::json!({ "decision": decision }).to_string();
+        self.api("POST", &format!("/approvals/{approval_id}"), Some(&body), &[("authorization", auth.as_str())]).await
+    }
+
     /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
     /// `lambda_http`'s conversion into the orchestrator's router, as on Lambda
     /// (authentication off); answers `(status, JSON body)`. Cut at the orchestrator's timeout.
@@ -363,7 +429,7 @@ impl LocalStack {
         B::Error: Into<axum::BoxError>,
     {
         let timeout = lambda_timeout(self.timings.orchestrator.timeout);
-        let router = http::router(self.orchestrator.clone(), Auth::None);
+        let router = http::api(self.api_state(Auth::None, None));
         match invoke(timeout, self.faults.as_ref(), http::call(router, request)).await {
             Ended::Returned(answer) => answer,
             ended => {

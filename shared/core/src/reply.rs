@@ -4,6 +4,9 @@ use crate::approval::PendingApproval;
 use crate::domain::{FailureKind, SubtaskRecord, SubtaskResult, SubtaskStatus};
 use crate::prompts::{ReplyInput, ReplyItem, ReplyStatus};
 
+/// The note a reply of a conversation handed to a person ends with.
+pub const HANDOFF_NOTE: &str = "A person from our team will take over this conversation and get back to you.";
+
 /// What the customer is told about side effects waiting for a person: exactly what would be
 /// done, and that a person reviews it (our words; the reason the model gave is not repeated).
 pub fn awaiting_approval_text(approvals: &[PendingApproval]) -> String {
