@@ -233,7 +233,7 @@ class Checker:
                 redrive = r["Properties"].get("RedrivePolicy") or {}
                 if not redrive.get("deadLetterTargetArn") or self.number(redrive.get("maxReceiveCount")) is None:
                     self.fail(name, "no redrive policy to a DLQ")
-            elif r["Type"] == "AWS::DynamoDB::Table":
+            elif r["Type"] == "AWS::DynamoDB::Table" and name == "Table":
                 p = r["Properties"]
                 if (p.get("StreamSpecification") or {}).get("StreamViewType") != "NEW_IMAGE":
                     self.fail(name, "stream view type is not NEW_IMAGE")

@@ -56,6 +56,7 @@ on_both_backends!(
     a_rejected_refund_never_runs_and_the_conversation_shows_the_decision,
     a_refund_below_the_threshold_runs_once_without_anybody,
     a_refund_killed_after_dispatch_runs_once_in_all,
+    an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again,
     the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
 );
@@ -267,6 +268,32 @@ async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice)
     assert_eq!(refund.effects[0].state, EffectState::Done);
     let refunds = stack.shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1, "the replay with the same key learned the outcome: {refunds:?}");
+    stack.shutdown().await;
+}
+
+async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again(backend: BackendChoice) {
+    let stack = start(StackOptions {
+        backend,
+        faults: Some(Arc::new(Once(CrashPoint::ApprovalsAfterDecide, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let id = view.approvals[0].approval_id.clone();
+    // The orchestrator dies after recording the approval, before queueing the refund: the client gets no answer.
+    assert!(stack.decide(&id, "approve").await.is_err(), "the invocation was killed");
+    let recorded = stack.view(&view.conversation_id).await.unwrap();
+    assert_eq!(recorded.approvals[0].status, swarm_core::approval::ApprovalStatus::Approved, "the decision stands");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stack.shop.refunds().await.unwrap().is_empty(), "nothing was queued, nothing ran");
+    // The operator posts it again: queued now, and run once.
+    let (status, _) = stack.decide(&id, "approve").await.unwrap();
+    assert_eq!(status, 200);
+    until(&stack, &view.conversation_id, "the approved refund ran", |v| {
+        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
+    })
+    .await;
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
     stack.shutdown().await;
 }
 

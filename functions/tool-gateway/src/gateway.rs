@@ -537,8 +537,9 @@ impl Gateway {
                 (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
             }
             // Dispatched and never answered: it may have happened. Typed, so the caller replays it
-            // with the same key instead of reading "unavailable" as "not done".
-            Err(e) if tool.side_effecting => (
+            // with the same key instead of reading "unavailable" as "not done". (A lost session is
+            // an answer: the upstream refused the call unseen.)
+            Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if tool.side_effecting => (
                 if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
                 Err(ErrorData::new(
                     rmcp::model::ErrorCode(OUTCOME_UNKNOWN),

@@ -39,7 +39,7 @@ impl HandoffEvent {
         let image = &record["dynamodb"]["NewImage"];
         let text = |v: &Value| v["S"].as_str().map(str::to_owned);
         Some(Self {
-            conversation_id: text(&image["PK"])?.strip_prefix("CONV#")?.to_owned(),
+            conversation_id: text(&image["conversation_id"])?,
             customer_id: text(&image["customer_id"])?,
             reason: text(&image["handoff_reason"]).unwrap_or_default(),
         })
@@ -95,7 +95,7 @@ mod tests {
         let record = |sk: &str, status: &str| {
             serde_json::json!({"eventName": "MODIFY", "dynamodb": {
                 "Keys": {"PK": {"S": "CONV#c1"}, "SK": {"S": sk}},
-                "NewImage": {"PK": {"S": "CONV#c1"}, "SK": {"S": sk}, "status": {"S": status},
+                "NewImage": {"PK": {"S": "CONV#c1"}, "SK": {"S": sk}, "status": {"S": status}, "conversation_id": {"S": "c1"},
                              "customer_id": {"S": "C104"}, "handoff_reason": {"S": "customer_asked"}}}})
         };
         assert_eq!(

@@ -148,6 +148,8 @@ pub fn conversation_item(c: &Conversation) -> Item {
     if let Some(h) = &c.handoff {
         item.insert("handoff_reason".into(), s(h.reason.code()));
         item.insert("handoff_at_ms".into(), n(h.at_ms));
+        // The hand-off event's detail names the conversation (the pipe cannot strip `CONV#`).
+        item.insert("conversation_id".into(), s(c.id.as_str()));
     }
     for (name, v) in usage_attributes(&c.usage) {
         item.insert(name.into(), v);

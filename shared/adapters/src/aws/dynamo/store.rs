@@ -696,7 +696,9 @@ impl ConversationStore for DynamoConversationStore {
 
     async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
         let mut u = Update::default();
-        u.set("handoff_reason", s(handoff.reason.code())).set("handoff_at_ms", n(handoff.at_ms));
+        u.set("handoff_reason", s(handoff.reason.code()))
+            .set("handoff_at_ms", n(handoff.at_ms))
+            .set("conversation_id", s(id.as_str()));
         let condition = u.status_in(&[
             ConversationStatus::Planning.as_str(),
             ConversationStatus::Running.as_str(),
@@ -720,6 +722,7 @@ impl ConversationStore for DynamoConversationStore {
             .set("reply", s(reply))
             .set("handoff_reason", s(handoff.reason.code()))
             .set("handoff_at_ms", n(handoff.at_ms))
+            .set("conversation_id", s(id.as_str()))
             .add_usage(usage);
         let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
         Ok(self
