@@ -523,6 +523,17 @@ impl Gateway {
         let (outcome, answer) = match result {
             Ok(r) if r.is_error == Some(true) => (Outcome::ToolError, Ok(r)),
             Ok(r) => (Outcome::Ok, Ok(r)),
+            // Dispatched and never answered: it may have happened. Typed, so the caller replays it
+            // with the same key instead of reading "unavailable" as "not done". (A lost session is
+            // an answer: the upstream refused the call unseen.)
+            Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if tool.side_effecting => (
+                if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
+                Err(ErrorData::new(
+                    rmcp::model::ErrorCode(OUTCOME_UNKNOWN),
+                    format!("tool {name} was dispatched and did not answer ({e}); its outcome is not known"),
+                    None,
+                )),
+            ),
             Err(UpstreamError::Timeout(t)) => (
                 Outcome::Timeout,
                 Ok(error_result(&format!(
@@ -536,17 +547,6 @@ impl Gateway {
             Err(UpstreamError::Cancelled) => {
                 (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
             }
-            // Dispatched and never answered: it may have happened. Typed, so the caller replays it
-            // with the same key instead of reading "unavailable" as "not done". (A lost session is
-            // an answer: the upstream refused the call unseen.)
-            Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if tool.side_effecting => (
-                if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
-                Err(ErrorData::new(
-                    rmcp::model::ErrorCode(OUTCOME_UNKNOWN),
-                    format!("tool {name} was dispatched and did not answer ({e}); its outcome is not known"),
-                    None,
-                )),
-            ),
             Err(e) => (
                 Outcome::UpstreamError,
                 Ok(error_result(&format!("upstream {upstream_name} is unavailable ({e}); try {name} again later"))),

@@ -139,6 +139,26 @@ async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
 }
 
 #[tokio::test]
+async fn a_side_effect_that_timed_out_is_outcome_unknown() {
+    // `slow` hangs while told to; here it takes an idempotency key and is declared side-effecting.
+    let mut tools_of_upstream: Vec<rmcp::model::Tool> = shop_tools().into_iter().filter(|t| t.name != "slow").collect();
+    let schema = json!({"type": "object", "properties": {"idempotency_key": {"type": "string"}}, "required": ["idempotency_key"]});
+    let serde_json::Value::Object(schema) = schema else { unreachable!() };
+    tools_of_upstream.push(rmcp::model::Tool::new("slow", "hangs while told to", std::sync::Arc::new(schema)));
+    let up = start_upstream(FakeUpstream::new(tools_of_upstream), false).await;
+    let mut cfg = config(vec![upstream("shop", &up.url)]);
+    cfg.side_effects.insert("shop__slow".to_owned(), Default::default());
+    cfg.roles.get_mut("refund").unwrap().tools.push("shop__slow".to_owned());
+    let (_gateway, url) = start_gateway(cfg).await;
+    let tools = adapter(&url);
+    up.fake.state.hang.store(true, Ordering::SeqCst);
+    let err =
+        tools.call_tool(&ctx("refund", "C104"), "shop__slow", json!({"_idempotency_key": "k-2"}), T).await.unwrap_err();
+    assert!(matches!(err, ToolError::Unavailable(ref m) if m.contains("not known")), "{err:?}");
+    assert_eq!(up.fake.state.calls_of("slow").len(), 1, "dispatched once, never retried by the gateway");
+}
+
+#[tokio::test]
 async fn a_side_effect_that_never_answered_is_outcome_unknown_not_refused() {
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
     let (_gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
