@@ -7,7 +7,15 @@
 #   - ScalingConfig.MaximumConcurrency present and >= 2 on every SQS event source (a cap that applies)
 #   - ReportBatchItemFailures on every SQS and stream event source (partial batch responses honoured)
 #   - the aggregator's FilterCriteria: only the conversation item reaching remaining = 0 while RUNNING
-#   - no "*" in any IAM action or resource, no managed policies (they carry "*")
+#   - no "*" in any IAM action or resource (X-Ray's PutTraceSegments / PutTelemetryRecords, which accept only "*",
+#     are the one named exception), no managed policies (they carry "*")
+#   - least privilege (ROLE_NEEDS): no role can send to a queue, read a secret, invoke a function or write a table
+#     key prefix it does not need - above all the refund queue, the refund token and another function's secrets;
+#     every table write is scoped by dynamodb:LeadingKeys
+#   - nothing public around the gateway: the demo shop's function URL is AWS_IAM with no public permission, and
+#     the gateway's role may invoke it (both actions)
+#   - the template's Rules hold for every samconfig environment (prod: authentication on, no demo shop, no public
+#     gateway URL)
 #   - provided.al2023 / arm64 / JSON logs on every function; secrets only by ARN in the environment
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
 #   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
@@ -29,6 +37,47 @@ EXPECTED_FILTER = {
     }
 }
 REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
+
+# The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
+XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
+
+# What each function's role needs, and nothing more (the least-privilege table; README "Security model").
+#   send     queues it may send to          consume  queues it receives from
+#   secrets  secrets it may read            invoke   functions (or function URLs) it may call
+#   writes   partition-key prefixes of the conversations table it may write (dynamodb:LeadingKeys); another
+#            table as "<Table>:<prefix>" ("<Table>:<any item>" unscoped); reads of the tables are open to all
+#   stream   reads the table's stream
+# Why each: the orchestrator enqueues every subtask at planning time (refund ones on the refund queue, whatever
+# their dependencies) and approved refunds, claims idempotency keys and rate slots, records operators' decisions
+# (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
+# workers and the DLQ consumer never send to the refund queue (refund subtasks wait for their dependencies on it);
+# only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer
+# runs no model and no tool, so it reads no secret; the gateway reads the role tokens (and an external shop's
+# token) and the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table
+# only; the hand-off pipe reads the table's stream (and puts events on the default bus).
+ROLE_NEEDS = {
+    "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
+                             secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
+                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*", "APPROVALS"}),
+    "WorkerRole": dict(send={"TasksQueue"}, consume={"TasksQueue"}, secrets={"LlmApiKeySecret", "SupportTokenSecret"},
+                       invoke={"ToolGateway"}, writes={"CONV#*"}),
+    "RefundWorkerRole": dict(send={"TasksQueue", "RefundQueue"}, consume={"RefundQueue"},
+                             secrets={"LlmApiKeySecret", "RefundTokenSecret"}, invoke={"ToolGateway"},
+                             writes={"CONV#*", "APPROVALS"}),
+    "DlqConsumerRole": dict(send={"TasksQueue"}, consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"},
+                            writes={"CONV#*"}),
+    "AggregatorRole": dict(secrets={"LlmApiKeySecret"}, writes={"CONV#*"}, stream=True),
+    "ToolGatewayRole": dict(secrets={"SupportTokenSecret", "RefundTokenSecret", "PlannerTokenSecret",
+                                     "ShopToolsTokenSecret", "ApprovalKeySecret"}, invoke={"ShopTools"}),
+    "ShopToolsRole": dict(writes={"ShopLedgerTable:<any item>"}),
+    "HandoffPipeRole": dict(stream=True),
+}
+# Secrets a parameter can name instead of the stack creating them.
+SECRET_PARAMS = {"LlmApiKeySecretArn": "LlmApiKeySecret", "ShopToolsTokenSecretArn": "ShopToolsTokenSecret"}
+DYNAMODB_WRITES = {"dynamodb:putitem", "dynamodb:updateitem", "dynamodb:deleteitem", "dynamodb:batchwriteitem",
+                   "dynamodb:conditioncheckitem"}
+CONSUME_ACTIONS = {"sqs:receivemessage", "sqs:deletemessage", "sqs:changemessagevisibility"}
+STREAM_ACTIONS = {"dynamodb:getrecords", "dynamodb:getsharditerator", "dynamodb:describestream"}
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
@@ -244,6 +293,9 @@ class Checker:
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
+        self.check_rules()
+        self.check_least_privilege()
+        self.check_nothing_public()
         if self.timings is not None:
             self.check_timings()
         return self.findings
@@ -286,6 +338,143 @@ class Checker:
                 shown = ", ".join(f"{k}={values[k]:g}" for k in used)
                 self.fail("timings", f"rule broken: {rule['check']} ({shown}) - {rule.get('why', '')}")
 
+    # ---------------------------------------------------------------- conditions, rules, least privilege
+
+    def condition(self, name):
+        """Whether template condition `name` holds for this environment's parameters."""
+        return bool(self.truth(self.t.get("Conditions", {})[name]))
+
+    def truth(self, node):
+        """Evaluates Fn::Equals / Not / And / Or / Condition / Ref over this environment's parameters."""
+        if isinstance(node, dict) and len(node) == 1:
+            (fn, arg), = node.items()
+            if fn == "Fn::Equals":
+                a, b = (self.truth(x) for x in arg)
+                return str(a) == str(b)
+            if fn == "Fn::Not":
+                return not self.truth(arg[0])
+            if fn == "Fn::And":
+                return all(self.truth(x) for x in arg)
+            if fn == "Fn::Or":
+                return any(self.truth(x) for x in arg)
+            if fn == "Condition":
+                return self.condition(arg)
+            if fn == "Ref":
+                return self.params.get(arg, "")
+        return node
+
+    def check_rules(self):
+        """Every Rule of the template holds for this environment (CloudFormation refuses the deploy otherwise)."""
+        for name, rule in (self.t.get("Rules") or {}).items():
+            if "RuleCondition" in rule and not self.truth(rule["RuleCondition"]):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self.truth(assertion["Assert"]):
+                    self.fail(f"rule {name}", assertion.get("AssertDescription", "assertion fails"))
+
+    def chosen(self, node):
+        """`node` with every Fn::If resolved for this environment (AWS::NoValue branches become None)."""
+        if isinstance(node, dict):
+            if "Fn::If" in node:
+                cond, yes, no = node["Fn::If"]
+                return self.chosen(yes if self.condition(cond) else no)
+            if node == {"Ref": "AWS::NoValue"}:
+                return None
+            return {k: self.chosen(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [x for x in (self.chosen(v) for v in node) if x is not None]
+        return node
+
+    def names(self, resource):
+        """The logical ids (or SECRET_PARAMS names) a resolved Resource entry points to; strings as they are."""
+        out = []
+        for item in resource if isinstance(resource, list) else [resource]:
+            target = self.target(item)
+            if target in SECRET_PARAMS:
+                out.append(SECRET_PARAMS[target])
+            elif target is not None:
+                out.append(target)
+            elif isinstance(item, dict) and "Fn::Sub" in item:
+                text = item["Fn::Sub"] if isinstance(item["Fn::Sub"], str) else item["Fn::Sub"][0]
+                out += [m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text) if not m.startswith("AWS::")]
+            else:
+                out.append(item)
+        return out
+
+    def grants(self, role):
+        """What `role` can reach in this environment: {kind: set of names}, table writes as key prefixes."""
+        reach = {"send": set(), "consume": set(), "secrets": set(), "invoke": set(), "writes": set(), "stream": False}
+        for policy in role["Properties"].get("Policies", []):
+            statements = self.chosen(policy["PolicyDocument"]).get("Statement", [])
+            for st in statements if isinstance(statements, list) else [statements]:
+                if st.get("Effect") != "Allow":
+                    continue
+                actions = {a.lower() for a in self.flatten(st.get("Action")) if isinstance(a, str)}
+                targets = self.names(st.get("Resource"))
+                for t in targets:
+                    kind = self.resources.get(t, {}).get("Type")
+                    if "sqs:sendmessage" in actions and kind == "AWS::SQS::Queue":
+                        reach["send"].add(t)
+                    if actions & CONSUME_ACTIONS and kind == "AWS::SQS::Queue":
+                        reach["consume"].add(t)
+                    if "secretsmanager:getsecretvalue" in actions and (kind == "AWS::SecretsManager::Secret" or t in SECRET_PARAMS.values()):
+                        reach["secrets"].add(t)
+                    if actions & {"lambda:invokefunction", "lambda:invokefunctionurl"} and kind == "AWS::Lambda::Function":
+                        reach["invoke"].add(t)
+                tables = [t for t in targets if self.resources.get(t, {}).get("Type") == "AWS::DynamoDB::Table"]
+                if actions & DYNAMODB_WRITES and tables:
+                    keys = ((st.get("Condition") or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys")
+                    for table in tables:
+                        # The conversations table by key prefix alone; any other table by name.
+                        scope = "" if table == "Table" else f"{table}:"
+                        reach["writes"] |= {scope + k for k in keys} if keys else {scope + "<any item>"}
+                if actions & STREAM_ACTIONS:
+                    reach["stream"] = True
+        return reach
+
+    def check_least_privilege(self):
+        """No role reaches a queue, secret, function or key prefix beyond ROLE_NEEDS (in this environment)."""
+        roles = {k: r for k, r in self.resources.items() if r["Type"] == "AWS::IAM::Role"}
+        for name, role in roles.items():
+            if "Condition" in role and not self.condition(role["Condition"]):
+                continue
+            if name not in ROLE_NEEDS:
+                self.fail(name, "not in ROLE_NEEDS: say what this role needs before granting it anything")
+                continue
+            needs, reach = ROLE_NEEDS[name], self.grants(role)
+            words = {"send": "send to", "consume": "receive from", "secrets": "read the secret", "invoke": "invoke",
+                     "writes": "write table items keyed"}
+            for kind in ("send", "consume", "secrets", "invoke", "writes"):
+                for extra in sorted(reach[kind] - needs.get(kind, set())):
+                    self.fail(name, f"can {words[kind]} {extra} without needing it")
+            if reach["stream"] and not needs.get("stream"):
+                self.fail(name, "can read the table's stream without needing it")
+
+    def check_nothing_public(self):
+        """The demo shop is reachable only through the gateway: AWS_IAM URL, no public permission, the gateway may invoke it."""
+        for name, r in self.resources.items():
+            if "Condition" in r and not self.condition(r["Condition"]):
+                continue
+            p = self.chosen(r.get("Properties", {}))
+            if r["Type"] == "AWS::Lambda::Url" and self.target(p.get("TargetFunctionArn")) == "ShopTools":
+                if self.value(p.get("AuthType")) != "AWS_IAM":
+                    self.fail(name, f"the demo shop's function URL has AuthType {self.value(p.get('AuthType'))!r}, want AWS_IAM")
+            if r["Type"] == "AWS::Lambda::Permission" and p.get("Principal") == "*":
+                if self.target(p.get("FunctionName")) != "ToolGateway":
+                    self.fail(name, f"grants {self.target(p.get('FunctionName'))} to everyone (Principal '*')")
+        if "ShopTools" in self.resources and self.condition(self.resources["ShopTools"].get("Condition", "DeployShop")):
+            gateway = self.resources.get("ToolGatewayRole")
+            actions = set()
+            if gateway:
+                for policy in gateway["Properties"].get("Policies", []):
+                    statements = self.chosen(policy["PolicyDocument"]).get("Statement", [])
+                    for st in statements if isinstance(statements, list) else [statements]:
+                        if "ShopTools" in self.names(st.get("Resource")):
+                            actions |= {a.lower() for a in self.flatten(st.get("Action")) if isinstance(a, str)}
+            for action in ("lambda:invokefunctionurl", "lambda:invokefunction"):
+                if action not in actions:
+                    self.fail("ToolGatewayRole", f"cannot {action} on ShopTools: the gateway could not reach the demo shop")
+
     def reserved(self, props):
         """Reserved concurrency in force for this environment, None when unreserved."""
         v = props.get("ReservedConcurrentExecutions")
@@ -304,8 +493,11 @@ class Checker:
                     if isinstance(branch, dict) and "Ref" not in branch:
                         self.statements(where, {"Statement": [branch]})
                 continue
+            actions = {a.lower() for a in self.flatten(st.get("Action")) if isinstance(a, str)}
             for key in ("Action", "Resource", "NotAction", "NotResource"):
                 for item in self.flatten(st.get(key)):
+                    if key == "Resource" and item == "*" and actions and actions <= XRAY_STAR_ACTIONS:
+                        continue
                     if isinstance(item, str) and "*" in item:
                         self.fail(where, f"{key} {item!r} contains '*'")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only).
+# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, a role that can reach what it does not need, a public shop, a prod environment without authentication).
 # Usage: .venv/bin/python -m unittest infra/aws/test_check_template.py   (run by infra/aws/lint.sh)
 import copy
 import os
@@ -7,7 +7,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_template import ROOT, Checker, Timings, evaluate, overrides  # noqa: E402
+from check_template import ROLE_NEEDS, ROOT, Checker, Timings, evaluate, overrides  # noqa: E402
 from translate import expand  # noqa: E402
 
 TEMPLATE = os.path.join(ROOT, "template.yaml")
@@ -58,6 +58,122 @@ class TemplateLint(unittest.TestCase):
             evaluate("__import__('os')", values)
         with self.assertRaises(Exception):
             evaluate("a.b > unknown", values)
+
+
+class LeastPrivilege(unittest.TestCase):
+    """The IAM test: the expanded template, each role against ROLE_NEEDS, and nothing public around the gateway."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.expanded = expand(TEMPLATE)
+        cls.timings = Timings()
+
+    def findings(self, template, params=None, label="defaults"):
+        return Checker(template, params or {}, label, self.timings).run()
+
+    def statements(self, t, role):
+        return t["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+
+    def statement(self, t, role, sid):
+        return next(st for st in self.statements(t, role) if isinstance(st, dict) and st.get("Sid") == sid)
+
+    def test_every_role_is_in_the_table_and_reaches_only_what_it_needs(self):
+        roles = {k for k, r in self.expanded["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+        self.assertEqual(roles, set(ROLE_NEEDS))
+        for env, params in [("defaults", {}), *overrides(SAMCONFIG).items()]:
+            self.assertEqual(self.findings(self.expanded, params, env), [], env)
+
+    def test_a_support_worker_that_can_send_to_the_refund_queue_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        st = self.statement(t, "WorkerRole", "EnqueueDependentsAndHandBack")
+        st["Resource"] = [st["Resource"], {"Fn::GetAtt": ["RefundQueue", "Arn"]}]
+        self.assertIn("[defaults] WorkerRole: can send to RefundQueue without needing it", self.findings(t))
+        t = copy.deepcopy(self.expanded)
+        st = self.statement(t, "DlqConsumerRole", "EnqueueDependentsAndDeadlines")
+        st["Resource"] = {"Fn::GetAtt": ["RefundQueue", "Arn"]}
+        self.assertIn("[defaults] DlqConsumerRole: can send to RefundQueue without needing it", self.findings(t))
+
+    def test_a_role_that_can_read_the_refund_token_or_another_functions_secret_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        self.statement(t, "WorkerRole", "Secrets")["Resource"].append({"Ref": "RefundTokenSecret"})
+        self.statements(t, "DlqConsumerRole").append(
+            {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": {"Ref": "SupportTokenSecret"}})
+        found = self.findings(t)
+        self.assertIn("[defaults] WorkerRole: can read the secret RefundTokenSecret without needing it", found)
+        self.assertIn("[defaults] DlqConsumerRole: can read the secret SupportTokenSecret without needing it", found)
+
+    def test_a_conditional_grant_counts_where_its_condition_holds(self):
+        t = copy.deepcopy(self.expanded)
+        self.statements(t, "ShopToolsRole").append({"Fn::If": ["GatewayUrlIsIam", {
+            "Effect": "Allow", "Action": "lambda:InvokeFunctionUrl", "Resource": {"Fn::GetAtt": ["ToolGateway", "Arn"]}},
+            {"Ref": "AWS::NoValue"}]})
+        self.assertEqual([f for f in self.findings(t) if "ShopToolsRole" in f], [], "NONE by default: no grant")
+        found = self.findings(t, {"GatewayUrlAuth": "AWS_IAM"}, "iam")
+        self.assertIn("[iam] ShopToolsRole: can invoke ToolGateway without needing it", found)
+
+    def test_a_table_write_not_scoped_by_its_key_prefix_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        del self.statement(t, "AggregatorRole", "WriteConversationItems")["Condition"]
+        st = self.statement(t, "WorkerRole", "WriteConversationItems")
+        st["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] = ["CONV#*", "PRINCIPAL#*"]
+        found = self.findings(t)
+        self.assertIn("[defaults] AggregatorRole: can write table items keyed <any item> without needing it", found)
+        self.assertIn("[defaults] WorkerRole: can write table items keyed PRINCIPAL#* without needing it", found)
+        # Another table is named: its writes need their own line in ROLE_NEEDS.
+        t["Resources"]["LedgerTable"] = copy.deepcopy(t["Resources"]["Table"])
+        self.statements(t, "ShopToolsRole").append(
+            {"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": {"Fn::GetAtt": ["LedgerTable", "Arn"]}})
+        self.assertIn("[defaults] ShopToolsRole: can write table items keyed LedgerTable:<any item> without needing it",
+                      self.findings(t))
+
+    def test_xray_is_the_one_star_resource_allowed(self):
+        t = copy.deepcopy(self.expanded)
+        self.statements(t, "WorkerRole").append(
+            {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "Resource": "*"})
+        self.assertEqual(self.findings(t), [])
+        self.statements(t, "WorkerRole").append(
+            {"Effect": "Allow", "Action": ["xray:PutTraceSegments", "sqs:SendMessage"], "Resource": "*"})
+        self.assertTrue(any("WorkerRole/worker: Resource '*'" in f for f in self.findings(t)), self.findings(t))
+
+    def test_a_role_missing_from_the_table_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["ExtraRole"] = copy.deepcopy(t["Resources"]["ShopToolsRole"])
+        del t["Resources"]["ExtraRole"]["Condition"]
+        self.assertIn("[defaults] ExtraRole: not in ROLE_NEEDS: say what this role needs before granting it anything",
+                      self.findings(t))
+
+    def test_an_unauthenticated_or_public_shop_url_is_found(self):
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["ShopToolsFunctionUrl"]["Properties"]["AuthType"] = "NONE"
+        t["Resources"]["ShopToolsUrlPermission"] = {"Type": "AWS::Lambda::Permission", "Condition": "DeployShop",
+            "Properties": {"Action": "lambda:InvokeFunctionUrl", "FunctionName": {"Ref": "ShopTools"},
+                           "Principal": "*", "FunctionUrlAuthType": "NONE"}}
+        found = self.findings(t)
+        self.assertIn("[defaults] ShopToolsFunctionUrl: the demo shop's function URL has AuthType 'NONE', want AWS_IAM", found)
+        self.assertIn("[defaults] ShopToolsUrlPermission: grants ShopTools to everyone (Principal '*')", found)
+
+    def test_the_gateway_must_be_able_to_invoke_the_shop_with_both_actions(self):
+        t = copy.deepcopy(self.expanded)
+        st = self.statements(t, "ToolGatewayRole")
+        invoke = next(x for x in st if isinstance(x, dict) and "Fn::If" in x and x["Fn::If"][1].get("Sid") == "InvokeShop")
+        invoke["Fn::If"][1]["Action"] = ["lambda:InvokeFunctionUrl"]
+        self.assertIn("[defaults] ToolGatewayRole: cannot lambda:invokefunction on ShopTools: the gateway could not "
+                      "reach the demo shop", self.findings(t))
+
+    def test_prod_refuses_no_authentication_the_demo_shop_and_a_public_gateway(self):
+        prod = overrides(SAMCONFIG)["prod"]
+        self.assertEqual(self.findings(self.expanded, prod, "prod"), [])
+        found = self.findings(self.expanded, {**prod, "AuthMode": "none"}, "prod")
+        self.assertEqual([f for f in found if "rule" in f],
+                         ["[prod] rule ProdNeedsAuthentication: Stage=prod refuses AuthMode=none (the request body "
+                          "would pick the customer); use jwt or iam."])
+        found = self.findings(self.expanded, {**prod, "DeployDemoShop": "true", "GatewayUrlAuth": "NONE"}, "prod")
+        self.assertTrue(any("rule ProdDeploysNoDemoShop" in f for f in found), found)
+        self.assertTrue(any("rule ProdGatewayNotPublic" in f for f in found), found)
+        # A dev environment may run without authentication.
+        self.assertEqual(self.findings(self.expanded, {"Stage": "dev", "AuthMode": "none"}, "dev"), [])
+        found = self.findings(self.expanded, {"DeployDemoShop": "false", "ShopToolsUrl": "https://t.example/mcp"}, "ext")
+        self.assertTrue(any("ShopToolsTokenSecretArn" in f for f in found), found)
 
 
 if __name__ == "__main__":

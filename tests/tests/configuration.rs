@@ -82,7 +82,13 @@ fn full_environment() -> HashMap<&'static str, String> {
         ("WORKER_ROLE", "support"),
         ("GATEWAY_TOKEN", "tok-0123456789abcdef"),
         ("GATEWAY_TOKEN_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:t"),
+        ("GATEWAY_URL_AUTH", "AWS_IAM"),
+        ("AWS_REGION", "us-east-1"),
         ("AUTH_MODE", "jwt"),
+        ("JWT_CUSTOMER_CLAIM", "custom:customer_id"),
+        ("JWT_CUSTOMER_MAPPING", "direct"),
+        ("CUSTOMER_CONVERSATIONS_PER_MINUTE", "30"),
+        ("CUSTOMER_MAX_SUBTASKS", "50"),
         ("ROLE_TABLE", "refund=refund"),
         ("DEADLINE_SECS", "300"),
         ("WORKER_MODE", "tasks"),
@@ -114,6 +120,7 @@ fn full_environment() -> HashMap<&'static str, String> {
         ("SHOP_LEDGER_TABLE", "shop-ledger"),
         ("APPROVAL_KEY", "approval-key-0123456789abcdef0123456789"),
         ("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:a"),
+        ("SHOP_TOOLS_TOKEN", "shop-0123456789abcdef"),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
     ]
     .into_iter()

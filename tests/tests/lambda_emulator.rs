@@ -142,7 +142,7 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     }
     let w04 = &view.subtasks[3];
     assert!(w04.tools_used.is_empty(), "w04 never ran: {:?}", w04.tools_used);
-    assert!(w04.error.as_deref().unwrap_or("").contains("dead-letter"), "{:?}", w04.error);
+    assert_eq!(w04.error.as_deref(), Some(swarm_core::domain::FailureKind::DeadLetter.customer_message()));
     let problems = unmet_expectations(&q03, &view);
     assert!(problems.is_empty(), "q03's facts: {problems:?}\nreply: {:?}", view.reply);
     let reply = view.reply.clone().unwrap();

@@ -1,9 +1,11 @@
 //! The orchestrator's one typed config: every variable it reads, parsed once at cold start from the shared pieces.
 
 use swarm_adapters::config::{
-    AuthMode, ConfigError, GatewayClientConfig, QueueUrls, SecretSource, SecretsExtension, TableConfig, Vars, var_list,
+    AuthConfig, ConfigError, GatewayClientConfig, LimitsConfig, QueueUrls, SecretSource, SecretsExtension, TableConfig,
+    Vars, var_list,
 };
 use swarm_adapters::llm::LlmConfig;
+use swarm_core::access::CustomerLimits;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
 
 use crate::OrchestratorSettings;
@@ -17,8 +19,10 @@ pub struct OrchestratorConfig {
     pub gateway: GatewayClientConfig,
     pub llm: LlmConfig,
     pub secrets: SecretsExtension,
-    /// `AUTH_MODE`: where the caller's identity comes from.
-    pub auth: AuthMode,
+    /// `AUTH_MODE`, `JWT_CUSTOMER_CLAIM`, `JWT_CUSTOMER_MAPPING`: where the caller's identity comes from.
+    pub auth: AuthConfig,
+    /// `CUSTOMER_CONVERSATIONS_PER_MINUTE`, `CUSTOMER_MAX_SUBTASKS`.
+    pub limits: CustomerLimits,
     /// `ROLE_TABLE`: which role runs a subtask, from its tools (`tool=role,…`); unset → the demo table.
     pub roles: RoleTable,
     /// `DEADLINE_SECS`: seconds from a conversation's creation to its deadline (default 120).
@@ -41,7 +45,8 @@ impl OrchestratorConfig {
             GatewayClientConfig::VARS,
             LlmConfig::VARS,
             SecretsExtension::VARS,
-            AuthMode::VARS,
+            AuthConfig::VARS,
+            LimitsConfig::VARS,
             Self::OWN_VARS,
         ])
     }
@@ -67,7 +72,8 @@ impl OrchestratorConfig {
             gateway: GatewayClientConfig::from_lookup(&lookup, PLANNER_ROLE)?,
             llm: LlmConfig::from_lookup(&lookup)?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
-            auth: AuthMode::from_lookup(&lookup)?,
+            auth: AuthConfig::from_lookup(&lookup)?,
+            limits: LimitsConfig::from_lookup(&lookup)?,
             roles,
             deadline_secs,
             approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
@@ -111,7 +117,8 @@ mod tests {
     fn defaults_are_the_planner_role_no_auth_the_demo_roles_and_a_120_s_deadline() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.gateway.role, "planner");
-        assert_eq!(c.auth, AuthMode::None);
+        assert_eq!(c.auth.mode, swarm_adapters::config::AuthMode::None);
+        assert_eq!(c.limits, CustomerLimits::DEFAULT);
         assert_eq!(c.roles, RoleTable::demo());
         assert_eq!(c.settings().deadline_secs, 120);
         assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
@@ -126,7 +133,7 @@ mod tests {
     fn each_bad_value_is_named_with_what_is_accepted() {
         let c = parse(&[("AUTH_MODE", "jwt"), ("DEADLINE_SECS", "300"), ("ROLE_TABLE", "refund=refund,cancel=refund")])
             .unwrap();
-        assert_eq!((c.auth, c.deadline_secs), (AuthMode::Jwt, 300));
+        assert_eq!((c.auth.mode, c.deadline_secs), (swarm_adapters::config::AuthMode::Jwt, 300));
         assert_eq!(c.roles.role_for(&["shop__cancel"]), "refund");
         for (var, value, message) in [
             ("AUTH_MODE", "open", r#"AUTH_MODE must be none, jwt or iam, not "open""#),

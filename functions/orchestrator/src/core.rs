@@ -4,13 +4,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, MAX_MESSAGE_CHARS, Plan, SubtaskRecord,
     TaskMessage, Usage, now_ms,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan};
+use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
     ToolContext, ToolGateway,
@@ -71,6 +72,9 @@ pub enum ApiError {
     /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
     #[error("{0}")]
     Conflict(String),
+    /// 429: the customer started their conversations-per-minute already; nothing was written.
+    #[error("too many conversations: at most {limit} a minute; try again in {retry_after_secs} s")]
+    RateLimited { limit: u32, retry_after_secs: u64 },
     /// 503: storage or queue unavailable; the client may retry (with the same Idempotency-Key).
     #[error("service temporarily unavailable: {0}")]
     Unavailable(String),
@@ -82,6 +86,7 @@ impl ApiError {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
             Self::Conflict(_) => 409,
+            Self::RateLimited { .. } => 429,
             Self::Unavailable(_) => 503,
         }
     }
@@ -91,7 +96,16 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
             Self::Conflict(_) => "approval_conflict",
+            Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// Seconds a client should wait before retrying (`Retry-After` of a 429).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
+            _ => None,
         }
     }
 
@@ -118,7 +132,7 @@ pub struct Created {
     pub new: bool,
 }
 
-/// Checks a create request against the limits. Pure: nothing is written.
+/// Checks a create request against the limits; the customer id comes out canonical. Pure: nothing is written.
 pub fn validate_request(
     message: &str,
     customer_id: &str,
@@ -136,16 +150,8 @@ pub fn validate_request(
             format!("message has {chars} characters; the limit is {max_chars}"),
         ));
     }
-    let customer_id = customer_id.trim();
-    if customer_id.is_empty()
-        || customer_id.len() > 64
-        || !customer_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(ApiError::bad(
-            "bad_customer_id",
-            "customer_id must be 1-64 characters of letters, digits, '-' or '_'",
-        ));
-    }
+    let customer_id =
+        canonical_customer_id(customer_id).map_err(|e| ApiError::bad("bad_customer_id", e.to_string()))?;
     let idempotency_key = match idempotency_key.map(str::trim) {
         None | Some("") => None,
         Some(k) if k.len() > 128 || !k.chars().all(|c| c.is_ascii_graphic()) => {
@@ -156,7 +162,7 @@ pub fn validate_request(
         }
         Some(k) => Some(k.to_owned()),
     };
-    Ok(CreateRequest { message: message.to_owned(), customer_id: customer_id.to_owned(), idempotency_key })
+    Ok(CreateRequest { message: message.to_owned(), customer_id, idempotency_key })
 }
 
 /// The orchestrator: everything behind `POST` and `GET /conversations`.
@@ -167,6 +173,8 @@ pub struct Orchestrator {
     tools: Arc<dyn ToolGateway>,
     roles: RoleTable,
     settings: OrchestratorSettings,
+    /// Per-customer limits and where their counters live; `None`: no conversation rate limit.
+    limits: Option<(Arc<dyn AccessStore>, CustomerLimits)>,
 }
 
 impl Orchestrator {
@@ -178,17 +186,53 @@ impl Orchestrator {
         roles: RoleTable,
         settings: OrchestratorSettings,
     ) -> Self {
-        Self { store, queues, model, tools, roles, settings }
+        Self { store, queues, model, tools, roles, settings, limits: None }
+    }
+
+    /// Holds every customer to `limits`, counting conversations in `counters` (shared by every
+    /// instance, so the limit holds across Lambdas and processes).
+    pub fn with_limits(mut self, counters: Arc<dyn AccessStore>, limits: CustomerLimits) -> Self {
+        self.limits = Some((counters, limits));
+        self
+    }
+
+    /// The per-customer limits in force (the defaults' fan-out when none were set).
+    pub fn limits(&self) -> CustomerLimits {
+        self.limits
+            .as_ref()
+            .map_or(CustomerLimits { conversations_per_minute: u32::MAX, ..CustomerLimits::DEFAULT }, |(_, l)| *l)
+    }
+
+    /// Counts one conversation of `customer_id` in the current minute.
+    /// Errors: [`ApiError::RateLimited`] past the limit (nothing written), 503 when the counter cannot be written.
+    async fn admit(&self, customer_id: &str) -> Result<(), ApiError> {
+        let Some((counters, limits)) = &self.limits else { return Ok(()) };
+        let now = now_ms();
+        let window = RateWindow::containing(now);
+        match counters.take_conversation_slot(customer_id, window, limits.conversations_per_minute).await? {
+            SlotOutcome::Taken { .. } => Ok(()),
+            SlotOutcome::Exhausted => {
+                tracing::warn!(customer_id, limit = limits.conversations_per_minute, "conversation rate limit reached");
+                Err(ApiError::RateLimited {
+                    limit: limits.conversations_per_minute,
+                    retry_after_secs: window.retry_after_secs(now),
+                })
+            }
+        }
     }
 
     pub fn settings(&self) -> &OrchestratorSettings {
         &self.settings
     }
 
-    /// `POST /conversations`: write the conversation (`PLANNING`) first, arm the
+    /// `POST /conversations`: count the customer's conversation against their per-minute
+    /// limit, write the conversation (`PLANNING`), arm the
     /// deadline, plan within the time limit, persist the subtasks and flip to
     /// `RUNNING`, enqueue the subtasks with no pending dependencies.
     pub async fn create(&self, request: CreateRequest) -> Result<Created, ApiError> {
+        // Every accepted request counts, retries with an Idempotency-Key included: the limit
+        // bounds what one customer can make the swarm do in a minute.
+        self.admit(&request.customer_id).await?;
         let now = now_ms();
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
@@ -315,7 +359,8 @@ impl Orchestrator {
             usage = usage.add(&response.usage);
             let text = response.content.clone().unwrap_or_default();
             let handoff = plan_requests_handoff(&text);
-            match parse_plan(&text).and_then(|raw| validate_plan(raw, &known)) {
+            let max = self.limits().subtasks_per_conversation;
+            match parse_plan(&text).and_then(|raw| validate_plan_within(raw, &known, max)) {
                 Ok(plan) if !plan.subtasks.is_empty() || handoff => return (plan, usage, handoff),
                 Ok(_) => last_error = "the plan has no subtasks".into(),
                 Err(e) => last_error = e.to_string(),

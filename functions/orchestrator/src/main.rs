@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Approvals, OperatorAuth, Orchestrator, OrchestratorConfig};
+use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorConfig};
 use swarm_adapters::config::AwsClients;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::timings::Timings;
@@ -14,6 +14,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
     let tools = config.gateway.connect(&config.secrets).await?;
+    let access = aws.access(&config.table);
     let core = Orchestrator::new(
         aws.store(&config.table),
         aws.queues(&config.queues),
@@ -21,8 +22,10 @@ async fn main() -> Result<(), lambda_http::Error> {
         tools,
         config.roles.clone(),
         config.settings(),
-    );
-    let mut state = ApiState::new(Arc::new(core), config.auth.into());
+    )
+    .with_limits(access.clone(), config.limits);
+    let auth = Auth::from_config(&config.auth, access);
+    let mut state = ApiState::new(Arc::new(core), auth);
     if let Some(source) = &config.approval_key {
         let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
         let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());

@@ -144,3 +144,26 @@ async fn another_customers_conversation_is_not_found() {
     assert!(r.core.status(&id, Some("C104")).await.is_ok());
     assert_eq!(r.core.status(&id, Some("C999")).await.unwrap_err().status(), 404);
 }
+
+#[tokio::test]
+async fn a_customers_fan_out_limit_cuts_the_plan_and_says_so() {
+    let plan = r#"{"subtasks": [
+        {"id": "w01", "instruction": "Check order A1029", "tools": ["shop__get_order"]},
+        {"id": "w02", "instruction": "Check coupon SAVE20", "tools": ["shop__check_coupon"]},
+        {"id": "w03", "instruction": "Check order A1030", "tools": ["shop__get_order"]}]}"#;
+    let mut r = rig(&[plan]);
+    let limits = swarm_core::access::CustomerLimits { conversations_per_minute: 10, subtasks_per_conversation: 2 };
+    r.core = r.core.with_limits(r.store.clone(), limits);
+    let created = r.core.create(request("three questions")).await.unwrap();
+    let subtasks = r.store.list_subtasks(&created.conversation_id).await.unwrap();
+    let ids: Vec<&str> = subtasks.iter().map(|s| s.subtask.id.as_str()).collect();
+    assert_eq!(ids, ["w01", "w02"]);
+    let conversation = r.store.get_conversation(&created.conversation_id).await.unwrap().unwrap();
+    assert_eq!(conversation.total, 2);
+    assert_eq!(conversation.notes, ["The request had more than 2 separate parts; 1 of them were not handled."]);
+    let queued: Vec<TaskMessage> = drain(&r.tasks).await;
+    assert_eq!(
+        queued,
+        [TaskMessage::run(&created.conversation_id, "w01"), TaskMessage::run(&created.conversation_id, "w02")]
+    );
+}

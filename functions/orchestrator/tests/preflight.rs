@@ -1,25 +1,3 @@
 //! Cold-start preflight of the orchestrator binary: it refuses to start on a bad config, naming the variable, before any request (rules in `swarm_testing::preflight`).
 
-use swarm_testing::preflight;
-
-const BIN: &str = env!("CARGO_BIN_EXE_orchestrator");
-
-#[test]
-fn the_base_environment_gets_it_past_its_config() {
-    preflight::gets_past_its_config(BIN);
-}
-
-#[test]
-fn no_table_name_stops_it_naming_the_variable() {
-    preflight::refuses_without_a_table(BIN);
-}
-
-#[test]
-fn no_llm_base_url_stops_it_naming_the_variable() {
-    preflight::refuses_without_an_llm_endpoint(BIN);
-}
-
-#[test]
-fn a_placeholder_llm_key_stops_it_naming_the_variable() {
-    preflight::refuses_a_placeholder_llm_key(BIN);
-}
+swarm_testing::preflight_tests!(env!("CARGO_BIN_EXE_orchestrator"));

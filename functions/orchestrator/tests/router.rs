@@ -1,4 +1,4 @@
-//! The orchestrator's router with `oneshot` and no server: every status code in the one error shape, the caller's identity from JWT claims, IAM, the local token table or nobody, and the `events/` fixture through lambda_http's conversion.
+//! The orchestrator's router with `oneshot` and no server: every status code in the one error shape (429 with `Retry-After` included), the caller's identity from a JWT's mapped `sub` or a protected claim, IAM callers and assumed roles, the local token table or nobody — always one canonical customer id — and the `events/` fixture through lambda_http's conversion.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -9,11 +9,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
 use lambda_http::request::RequestContext;
-use orchestrator::api::{Auth, TokenTable};
+use orchestrator::api::{Auth, JwtIdentity, TokenTable};
 use orchestrator::{ApiState, Orchestrator, OrchestratorSettings};
 use serde_json::{Value, json};
+use swarm_adapters::config::ClaimMapping;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
-use swarm_core::domain::ConversationId;
+use swarm_core::access::{AccessStore, CustomerLimits, Principal, RateWindow};
+use swarm_core::domain::{ConversationId, now_ms};
 use swarm_core::ports::{ConversationStore, TaskQueue, ToolError};
 use swarm_core::roles::{RoleTable, TaskQueues};
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, StoreOp, text_response};
@@ -245,37 +247,124 @@ async fn an_authenticated_caller_naming_another_customer_is_403_and_cannot_read_
     assert_error(&read, 404, "not_found");
 }
 
-#[tokio::test]
-async fn jwt_claims_from_the_request_context_name_the_customer_in_todays_order() {
-    let r = rig();
-    for (claims, customer) in [
-        (json!({"sub": "u-1", "custom:customer_id": "C105", "customer_id": "C104"}), "C104"),
-        (json!({"sub": "u-1", "custom:customer_id": "C105"}), "C105"),
-        (json!({"sub": "C106"}), "C106"),
-    ] {
-        let request = with_context(post(r#"{"message": "where is A1029"}"#), jwt_context(claims.clone()));
-        let (status, _, body) = send(router(&r, Auth::Jwt), request).await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{claims}: {body}");
-        assert_eq!(customer_of(&r, &body).await, customer, "{claims}");
-    }
-    let no_claims = with_context(post(r#"{"message": "hi", "customer_id": "C104"}"#), jwt_context(json!({"iss": "x"})));
-    assert_error(&send(router(&r, Auth::Jwt), no_claims).await, 401, "unauthenticated");
-    let no_context = post(r#"{"message": "hi", "customer_id": "C104"}"#);
-    assert_error(&send(router(&r, Auth::Jwt), no_context).await, 401, "unauthenticated");
-    let other = with_context(post(r#"{"message": "hi", "customer_id": "C105"}"#), jwt_context(json!({"sub": "C104"})));
-    assert_error(&send(router(&r, Auth::Jwt), other).await, 403, "forbidden");
+/// A directory where `sub:u-104` and the fixture's sub are C104 (one stored in lower case) and the assumed role `AROAEXAMPLEROLE` (any session) is C106.
+async fn directory(r: &Rig) -> Arc<dyn AccessStore> {
+    r.store.map_customer(&Principal::parse("sub:u-104").unwrap(), "C104").await.unwrap();
+    // The sub of events/apigw-post-conversation-jwt.json.
+    r.store.map_customer(&Principal::parse("sub:5c8e2f1a-0b3d-4e6f-8a9b-1c2d3e4f5a6b").unwrap(), "c104").await.unwrap();
+    r.store.map_customer(&Principal::parse("iam:AROAEXAMPLEROLE").unwrap(), "C106").await.unwrap();
+    r.store.map_customer(&Principal::parse("iam:AROAEXAMPLEROLE:alice").unwrap(), "C107").await.unwrap();
+    r.store.clone()
 }
 
 #[tokio::test]
-async fn iam_identity_from_the_request_context_names_the_customer() {
+async fn a_jwt_sub_is_mapped_through_the_table_and_claims_the_user_can_write_are_ignored() {
     let r = rig();
-    let context = context(json!({"iam": {"userId": "AIDAEXAMPLE", "accountId": "123456789012"}}));
-    let request = with_context(post(r#"{"message": "where is A1029"}"#), context);
-    let (status, _, body) = send(router(&r, Auth::Iam), request).await;
+    let auth = Auth::Jwt(JwtIdentity::mapped_sub(directory(&r).await));
+    // customer_id / custom:customer_id claims (writable by a user or a pre-token trigger) never win over sub.
+    let claims = json!({"sub": "u-104", "custom:customer_id": "C105", "customer_id": "C105"});
+    let request = with_context(post(r#"{"message": "where is A1029"}"#), jwt_context(claims));
+    let (status, _, body) = send(router(&r, auth.clone()), request).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(customer_of(&r, &body).await, "AIDAEXAMPLE");
-    let jwt_only = with_context(post(r#"{"message": "hi"}"#), jwt_context(json!({"sub": "C104"})));
-    assert_error(&send(router(&r, Auth::Iam), jwt_only).await, 401, "unauthenticated");
+    assert_eq!(customer_of(&r, &body).await, "C104");
+
+    let unmapped =
+        with_context(post(r#"{"message": "hi"}"#), jwt_context(json!({"sub": "u-999", "customer_id": "C104"})));
+    assert_error(&send(router(&r, auth.clone()), unmapped).await, 403, "unmapped_identity");
+    let no_claims = with_context(post(r#"{"message": "hi", "customer_id": "C104"}"#), jwt_context(json!({"iss": "x"})));
+    assert_error(&send(router(&r, auth.clone()), no_claims).await, 401, "unauthenticated");
+    let no_context = post(r#"{"message": "hi", "customer_id": "C104"}"#);
+    assert_error(&send(router(&r, auth.clone()), no_context).await, 401, "unauthenticated");
+    let other = with_context(post(r#"{"message": "hi", "customer_id": "C105"}"#), jwt_context(json!({"sub": "u-104"})));
+    assert_error(&send(router(&r, auth), other).await, 403, "forbidden");
+    assert_eq!(r.store.conversation_count(), 1, "only the mapped caller wrote");
+}
+
+#[tokio::test]
+async fn a_protected_claim_can_name_the_customer_directly_in_canonical_form() {
+    let r = rig();
+    let auth = Auth::Jwt(JwtIdentity {
+        claim: "custom:customer_id".into(),
+        mapping: ClaimMapping::Direct,
+        directory: r.store.clone(),
+    });
+    let request = with_context(
+        post(r#"{"message": "where is A1029", "customer_id": "C104"}"#),
+        jwt_context(json!({"sub": "u-1", "custom:customer_id": "c104"})),
+    );
+    let (status, _, body) = send(router(&r, auth.clone()), request).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(customer_of(&r, &body).await, "C104", "canonical");
+    let broken = with_context(post(r#"{"message": "hi"}"#), jwt_context(json!({"custom:customer_id": "C1#META"})));
+    assert_error(&send(router(&r, auth), broken).await, 403, "unmapped_identity");
+}
+
+#[tokio::test]
+async fn iam_callers_and_assumed_roles_are_mapped_by_session_then_by_role() {
+    let r = rig();
+    let auth = Auth::Iam(directory(&r).await);
+    for (user_id, customer) in [("AROAEXAMPLEROLE:alice", "C107"), ("AROAEXAMPLEROLE:bob", "C106")] {
+        let arn = format!("arn:aws:sts::123456789012:assumed-role/support-bot/{}", user_id.split(':').nth(1).unwrap());
+        let context = context(json!({"iam": {"userId": user_id, "userArn": arn, "accountId": "123456789012"}}));
+        let request = with_context(post(r#"{"message": "where is A1029"}"#), context);
+        let (status, _, body) = send(router(&r, auth.clone()), request).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{user_id}: {body}");
+        assert_eq!(customer_of(&r, &body).await, customer, "{user_id}");
+    }
+    let stranger = context(json!({"iam": {"userId": "AIDAEXAMPLEUSER", "accountId": "123456789012"}}));
+    let request = with_context(post(r#"{"message": "where is A1029"}"#), stranger);
+    assert_error(&send(router(&r, auth.clone()), request).await, 403, "unmapped_identity");
+    let jwt_only = with_context(post(r#"{"message": "hi"}"#), jwt_context(json!({"sub": "u-104"})));
+    assert_error(&send(router(&r, auth), jwt_only).await, 401, "unauthenticated");
+}
+
+#[tokio::test]
+async fn a_lower_case_customer_id_is_the_same_customer_everywhere() {
+    let r = rig();
+    let created = send(router(&r, Auth::None), post(r#"{"message": "where is A1029", "customer_id": "c104"}"#)).await;
+    assert_eq!(created.0, StatusCode::ACCEPTED, "{}", created.2);
+    assert_eq!(customer_of(&r, &created.2).await, "C104");
+    let path = format!("/conversations/{}", created.2["conversation_id"].as_str().unwrap());
+    let bearer = format!("Bearer {TOKEN_C104}");
+    let read = send(router(&r, tokens()), with_header(request("GET", &path, ""), "authorization", &bearer)).await;
+    assert_eq!(read.0, StatusCode::OK, "C104 reads the conversation c104 started: {}", read.2);
+    assert_eq!(read.2["customer_id"], "C104");
+    let lower = Auth::Tokens(Arc::new(TokenTable::from_pairs([("tok-c105-0123456789abcdef", "c105")]).unwrap()));
+    let theirs = with_header(request("GET", &path, ""), "authorization", "Bearer tok-c105-0123456789abcdef");
+    assert_error(&send(router(&r, lower), theirs).await, 404, "not_found");
+}
+
+#[tokio::test]
+async fn a_customer_over_their_conversations_per_minute_gets_429_with_retry_after_and_nothing_written() {
+    // The limit is per calendar minute: an attempt whose requests straddle a minute boundary
+    // proves nothing and is made again (two boundaries cannot fall inside one attempt).
+    for _attempt in 0..2 {
+        let window = RateWindow::containing(now_ms());
+        let store = Arc::new(InMemoryConversationStore::new());
+        let mut r = rig_on(store.clone(), store.clone());
+        let limits = CustomerLimits { conversations_per_minute: 2, subtasks_per_conversation: 100 };
+        let core = Arc::try_unwrap(r.core).ok().unwrap().with_limits(store.clone(), limits);
+        r.core = Arc::new(core);
+        let body = r#"{"message": "where is A1029", "customer_id": "C104"}"#;
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(send(router(&r, Auth::None), post(body)).await);
+        }
+        if RateWindow::containing(now_ms()) != window {
+            continue;
+        }
+        assert_eq!(answers[0].0, StatusCode::ACCEPTED);
+        assert_eq!(answers[1].0, StatusCode::ACCEPTED);
+        assert_error(&answers[2], 429, "rate_limited");
+        let retry_after: u64 = answers[2].1.get(header::RETRY_AFTER).unwrap().to_str().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry_after), "{retry_after}");
+        assert_eq!(store.conversation_count(), 2, "the refused request wrote no conversation");
+        // Another customer has their own budget.
+        let other = send(router(&r, Auth::None), post(r#"{"message": "where is A1030", "customer_id": "C105"}"#)).await;
+        assert_eq!(other.0, StatusCode::ACCEPTED);
+        return;
+    }
+    panic!("two attempts each straddled a minute boundary");
 }
 
 #[tokio::test]
@@ -283,9 +372,10 @@ async fn the_jwt_fixture_goes_through_lambda_http_into_the_router() {
     let r = rig();
     let event = include_str!("../../../events/apigw-post-conversation-jwt.json");
     let request = lambda_http::request::from_str(event).unwrap();
-    let (status, _, body) = send(router(&r, Auth::Jwt), request).await;
+    let auth = Auth::Jwt(JwtIdentity::mapped_sub(directory(&r).await));
+    let (status, _, body) = send(router(&r, auth), request).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(customer_of(&r, &body).await, "C104", "the claim, not the body");
+    assert_eq!(customer_of(&r, &body).await, "C104", "the mapped sub, not the body");
     // The same event with authentication off has no customer to act for.
     let request = lambda_http::request::from_str(event).unwrap();
     assert_error(&send(router(&r, Auth::None), request).await, 400, "missing_customer_id");

@@ -6,7 +6,9 @@ use serde::Deserialize;
 /// Arguments of `get_order`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct GetOrderArgs {
-    /// Id of the customer asking (set by the tool gateway; only this customer's orders are visible).
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
     pub customer_id: String,
     /// Order id, e.g. "A1029" (case-insensitive).
     pub order_id: String,
@@ -15,14 +17,18 @@ pub struct GetOrderArgs {
 /// Arguments of `list_customer_orders`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct ListOrdersArgs {
-    /// Id of the customer asking (set by the tool gateway).
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
     pub customer_id: String,
 }
 
 /// Arguments of `track_shipment`: give `order_id` or `tracking_no`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct TrackShipmentArgs {
-    /// Id of the customer asking (set by the tool gateway; only this customer's parcels are visible).
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
     pub customer_id: String,
     /// Order id whose parcel to track, e.g. "A1031".
     #[serde(default)]
@@ -50,7 +56,9 @@ pub struct GetProductArgs {
 /// `product_name`) and `quantity`, to learn whether the coupon applies and the discount.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct CheckCouponArgs {
-    /// Id of the customer asking (set by the tool gateway).
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
     pub customer_id: String,
     /// Coupon / promo code, e.g. "SAVE20" (case-insensitive).
     pub code: String,
@@ -74,7 +82,9 @@ pub struct CheckCouponArgs {
 /// Arguments of `refund`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct RefundArgs {
-    /// Id of the customer asking (set by the tool gateway; only this customer's orders can be refunded).
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
     pub customer_id: String,
     /// Order id to refund, e.g. "A1016".
     pub order_id: String,
@@ -84,6 +94,9 @@ pub struct RefundArgs {
     /// Customer's reason for the refund, in a few words.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Unique key for this refund request (at most 200 characters); repeating a call with the same key returns the first result and never refunds twice.
+    /// Unique key for this refund request (at most 200 characters); repeating a call with the same key returns the
+    /// first result and never refunds twice. Filled by the tool gateway and hidden from the model; the shop uses the
+    /// gateway's `x-swarm-idempotency-key` header and never this value.
+    #[serde(default)]
     pub idempotency_key: String,
 }

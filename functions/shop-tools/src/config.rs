@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 
+use crate::access::{ShopAccess, UpstreamToken};
 use crate::error::ShopError;
 
 /// Listening address when `SHOP_TOOLS_ADDR` is not set.
@@ -14,9 +15,15 @@ pub struct Config {
     pub on_lambda: bool,
     /// Local listening address (`SHOP_TOOLS_ADDR`, default [`DEFAULT_ADDR`]); unused on Lambda.
     pub addr: SocketAddr,
-    /// Accepted `Host` headers (`SHOP_TOOLS_ALLOWED_HOSTS`, comma-separated; `*` turns the
-    /// check off). `None`: loopback (plus the listening IP) locally, `*` on Lambda.
+    /// Accepted `Host` headers (`SHOP_TOOLS_ALLOWED_HOSTS`, comma-separated names, `name:port`
+    /// or `*.suffix` patterns; `*` turns the check off). `None`: loopback locally, the function
+    /// URL's host (`*.lambda-url.<AWS_REGION>.on.aws`) on Lambda.
     pub allowed_hosts: Option<Vec<String>>,
+    /// `SHOP_TOOLS_TOKEN`: the bearer credential the tool gateway sends (its upstream header).
+    /// Required off Lambda; on Lambda the `AWS_IAM` function URL authenticates the gateway.
+    pub token: Option<UpstreamToken>,
+    /// `AWS_REGION` (set by Lambda): the region of the function URL's host.
+    pub region: Option<String>,
     /// Logs as JSON lines (on Lambda, or `AWS_LAMBDA_LOG_FORMAT=JSON`).
     pub json_logs: bool,
     /// The refund ledger's DynamoDB table (`SHOP_LEDGER_TABLE`); `None`: in memory, for as long
@@ -30,6 +37,8 @@ impl Config {
         "AWS_LAMBDA_RUNTIME_API",
         "SHOP_TOOLS_ADDR",
         "SHOP_TOOLS_ALLOWED_HOSTS",
+        "SHOP_TOOLS_TOKEN",
+        "AWS_REGION",
         "AWS_LAMBDA_LOG_FORMAT",
         "SHOP_LEDGER_TABLE",
     ];
@@ -44,7 +53,8 @@ impl Config {
     /// Reads variables through `lookup` (tests pass a map).
     ///
     /// Errors: [`ShopError::Config`] when `SHOP_TOOLS_ADDR` is not a socket address such as
-    /// "127.0.0.1:8931".
+    /// "127.0.0.1:8931", when `SHOP_TOOLS_TOKEN` is too short, or when it is missing off Lambda
+    /// (a shop any local process could call would be reachable around the gateway).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ShopError> {
         let set = |key: &str| lookup(key).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         let on_lambda = set("AWS_LAMBDA_RUNTIME_API").is_some();
@@ -55,13 +65,38 @@ impl Config {
         let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS")
             .map(|v| v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>());
         let json_logs = on_lambda || set("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
+        let token = set("SHOP_TOOLS_TOKEN")
+            .map(|t| UpstreamToken::new(&t).map_err(|e| ShopError::Config(format!("SHOP_TOOLS_TOKEN: {e}"))))
+            .transpose()?;
+        if !on_lambda && token.is_none() {
+            return Err(ShopError::Config(
+                "SHOP_TOOLS_TOKEN is required off Lambda: the tool gateway's upstream credential (at least 16 characters)"
+                    .into(),
+            ));
+        }
         let ledger_table = set("SHOP_LEDGER_TABLE");
         if on_lambda && ledger_table.is_none() {
             return Err(ShopError::Config(
                 "SHOP_LEDGER_TABLE must name the refund ledger's DynamoDB table on Lambda (an in-memory ledger would forget refunds and keys on every cold start)".into(),
             ));
         }
-        Ok(Config { on_lambda, addr, allowed_hosts, json_logs, ledger_table })
+        Ok(Config { on_lambda, addr, allowed_hosts, json_logs, token, region: set("AWS_REGION"), ledger_table })
+    }
+
+    /// Who the server answers: the configured hosts (or the default of the platform) and the token.
+    /// Errors: on Lambda with neither `SHOP_TOOLS_ALLOWED_HOSTS` nor `AWS_REGION` set.
+    pub fn access(&self) -> Result<ShopAccess, ShopError> {
+        let hosts = match (&self.allowed_hosts, self.on_lambda, &self.region) {
+            (Some(hosts), _, _) => hosts.clone(),
+            (None, true, Some(region)) => ShopAccess::function_url(region).hosts().to_vec(),
+            (None, true, None) => {
+                return Err(ShopError::Config(
+                    "on Lambda the shop needs AWS_REGION (set by Lambda) or SHOP_TOOLS_ALLOWED_HOSTS".into(),
+                ));
+            }
+            (None, false, _) => crate::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(),
+        };
+        Ok(ShopAccess::new(hosts, self.token.clone()))
     }
 }
 
@@ -92,13 +127,41 @@ mod tests {
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
+    const TOKEN: (&str, &str) = ("SHOP_TOOLS_TOKEN", "0123456789abcdef0123");
+
     #[test]
-    fn an_empty_environment_listens_on_the_default_local_address() -> anyhow::Result<()> {
-        let c = config(&[])?;
+    fn a_local_environment_listens_on_the_default_address_for_loopback_hosts_and_the_token() -> anyhow::Result<()> {
+        let c = config(&[TOKEN])?;
         assert_eq!(c.addr, "127.0.0.1:8931".parse()?);
         assert!(!c.on_lambda);
         assert_eq!(c.allowed_hosts, None);
         assert!(!c.json_logs);
+        let access = c.access()?;
+        assert!(access.requires_token());
+        assert_eq!(access.hosts(), ["localhost", "127.0.0.1", "::1"]);
+        assert!(!format!("{c:?}").contains("0123456789abcdef0123"), "the token never prints");
+        Ok(())
+    }
+
+    #[test]
+    fn off_lambda_the_token_is_required_and_must_be_long() {
+        let e = config(&[]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("SHOP_TOOLS_TOKEN is required off Lambda"), "{e}");
+        let e = config(&[("SHOP_TOOLS_TOKEN", "short")]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("at least 16 characters"), "{e}");
+    }
+
+    #[test]
+    fn on_lambda_only_the_function_urls_host_is_served() -> anyhow::Result<()> {
+        let lambda = [("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"), ("SHOP_LEDGER_TABLE", "shop-ledger")];
+        let c = config(&[lambda[0], lambda[1], ("AWS_REGION", "eu-west-1")])?;
+        let access = c.access()?;
+        assert!(!access.requires_token(), "AWS_IAM authenticated the caller");
+        assert_eq!(access.hosts(), ["*.lambda-url.eu-west-1.on.aws"]);
+        assert!(access.host_allowed("x7k2.lambda-url.eu-west-1.on.aws"));
+        assert!(!access.host_allowed("evil.example.com"));
+        let no_region = config(&lambda)?;
+        assert!(no_region.access().is_err());
         Ok(())
     }
 
@@ -120,12 +183,12 @@ mod tests {
     fn on_lambda_the_ledger_must_be_durable() {
         let err = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")]).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("SHOP_LEDGER_TABLE")));
-        assert_eq!(config(&[]).map(|c| c.ledger_table).ok(), Some(None), "locally it lives in memory");
+        assert_eq!(config(&[TOKEN]).map(|c| c.ledger_table).ok(), Some(None), "locally it lives in memory");
     }
 
     #[test]
     fn a_malformed_address_is_a_clear_error() {
-        let err = config(&[("SHOP_TOOLS_ADDR", "localhost")]).err().map(|e| e.to_string());
+        let err = config(&[("SHOP_TOOLS_ADDR", "localhost"), TOKEN]).err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("invalid configuration: SHOP_TOOLS_ADDR must be an address like 127.0.0.1:8931, got 'localhost'")

@@ -1,8 +1,11 @@
 //! shop-tools: the demo e-commerce MCP tool server (orders, shipments, products, coupons, refunds).
 //!
 //! [`Shop`] holds the rules as plain Rust over the embedded data set; [`ShopTools`] exposes
-//! them as seven MCP tools; [`router`] / [`serve`] put them on stateless Streamable HTTP.
+//! them as seven MCP tools; [`router`] / [`serve`] put them on stateless Streamable HTTP
+//! behind [`ShopAccess`]: only the tool gateway gets through, and the customer and the
+//! idempotency key come from the headers it writes.
 
+pub mod access;
 pub mod args;
 pub mod config;
 pub mod data;
@@ -14,10 +17,11 @@ pub mod shop;
 #[cfg(test)]
 mod shop_tests;
 
+pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, UpstreamToken};
 pub use config::Config;
 pub use error::{Refusal, ShopError};
 pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
-pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve, serve_with_hosts};
+pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve};
 pub use shop::{RefundRecord, Shop};
 
 /// The seven tool names, in the order `tools/list` is expected to contain them (any order is valid MCP).

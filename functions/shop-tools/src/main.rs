@@ -1,4 +1,4 @@
-//! Entry point of the shop-tools binary: the demo shop's MCP server, on Lambda or locally.
+//! Entry point of the shop-tools binary: the demo shop's MCP server, on Lambda (behind its `AWS_IAM` function URL) or locally (behind the gateway's upstream token).
 
 use std::sync::Arc;
 
@@ -17,14 +17,11 @@ async fn main() -> anyhow::Result<()> {
         None => Arc::new(InMemoryLedger::new()),
     };
     let shop = Arc::new(Shop::demo_with(ledger)?);
+    let access = config.access()?;
     if config.on_lambda {
-        let hosts = config.allowed_hosts.unwrap_or_else(|| vec!["*".to_string()]);
-        lambda_http::run(shop_tools::router(shop, hosts)).await.map_err(|e| anyhow::anyhow!(e))
+        lambda_http::run(shop_tools::router(shop, access)).await.map_err(|e| anyhow::anyhow!(e))
     } else {
-        let (_addr, server) = match config.allowed_hosts {
-            Some(hosts) => shop_tools::serve_with_hosts(config.addr, shop, hosts).await?,
-            None => shop_tools::serve(config.addr, shop).await?,
-        };
+        let (_addr, server) = shop_tools::serve(config.addr, shop, access).await?;
         server.await.context("shop-tools server task failed")
     }
 }

@@ -1,11 +1,16 @@
-//! The MCP face of the shop: the rmcp tool router, the stateless Streamable HTTP app and a
+//! The MCP face of the shop: the rmcp tool router, the stateless Streamable HTTP app behind the access guard, and a
 //! background server for local runs and tests.
+//!
+//! The customer a call acts for and a refund's idempotency key come only from the headers the
+//! tool gateway writes ([`CUSTOMER_HEADER`], [`IDEMPOTENCY_HEADER`]), never from the arguments.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::http::request::Parts;
 use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::Extension;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -13,6 +18,7 @@ use rmcp::{ServerHandler, tool, tool_handler, tool_router};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, header_text};
 use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use crate::error::{Refusal, ShopError};
 use crate::shop::Shop;
@@ -70,6 +76,14 @@ fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Resu
     })
 }
 
+/// The customer the gateway says the call acts for ([`CUSTOMER_HEADER`]); a refusal without one.
+fn customer_of(tool: &'static str, parts: &Parts) -> Result<String, CallToolResult> {
+    header_text(&parts.headers, CUSTOMER_HEADER).map(str::to_owned).ok_or_else(|| {
+        tracing::warn!(tool, outcome = "no_customer", "tool call refused");
+        refusal_result(&format!("{tool} acts for a customer: the tool gateway sets {CUSTOMER_HEADER}"))
+    })
+}
+
 fn refusal_result(reason: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
 }
@@ -91,12 +105,14 @@ impl ShopTools {
         description = "Look up one of the customer's orders by order id: order status (paid, shipped, delivered, cancelled, refunded), items, total, amount paid and refunded, delivery date, tracking number and a shipment summary (carrier, latest parcel event, ETA).",
         annotations(read_only_hint = true)
     )]
-    async fn get_order(&self, arguments: JsonObject) -> CallToolResult {
-        let args: GetOrderArgs = match parse("get_order", arguments) {
-            Ok(args) => args,
+    async fn get_order(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let (args, customer) = match parse::<GetOrderArgs>("get_order", arguments)
+            .and_then(|a| Ok((a, customer_of("get_order", &parts)?)))
+        {
+            Ok(pair) => pair,
             Err(refused) => return refused,
         };
-        answer("get_order", Some(&args.customer_id), self.shop.get_order(&args.customer_id, &args.order_id).await)
+        answer("get_order", Some(&customer), self.shop.get_order(&customer, &args.order_id).await)
     }
 
     #[tool(
@@ -104,12 +120,14 @@ impl ShopTools {
         description = "List the customer's orders (my orders, order history, recent purchases), newest first, with order id, date, status and total.",
         annotations(read_only_hint = true)
     )]
-    async fn list_customer_orders(&self, arguments: JsonObject) -> CallToolResult {
-        let args: ListOrdersArgs = match parse("list_customer_orders", arguments) {
-            Ok(args) => args,
+    async fn list_customer_orders(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let customer = match parse::<ListOrdersArgs>("list_customer_orders", arguments)
+            .and_then(|_| customer_of("list_customer_orders", &parts))
+        {
+            Ok(customer) => customer,
             Err(refused) => return refused,
         };
-        answer("list_customer_orders", Some(&args.customer_id), self.shop.list_customer_orders(&args.customer_id).await)
+        answer("list_customer_orders", Some(&customer), self.shop.list_customer_orders(&customer).await)
     }
 
     #[tool(
@@ -117,15 +135,17 @@ impl ShopTools {
         description = "Track a parcel / shipment / delivery by order id or tracking number: where is my package, carrier, logistics events, customs hold or delay, estimated delivery date (ETA) and whether it is late.",
         annotations(read_only_hint = true)
     )]
-    async fn track_shipment(&self, arguments: JsonObject) -> CallToolResult {
-        let args: TrackShipmentArgs = match parse("track_shipment", arguments) {
-            Ok(args) => args,
+    async fn track_shipment(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let (args, customer) = match parse::<TrackShipmentArgs>("track_shipment", arguments)
+            .and_then(|a| Ok((a, customer_of("track_shipment", &parts)?)))
+        {
+            Ok(pair) => pair,
             Err(refused) => return refused,
         };
         answer(
             "track_shipment",
-            Some(&args.customer_id),
-            self.shop.track_shipment(&args.customer_id, args.order_id.as_deref(), args.tracking_no.as_deref()).await,
+            Some(&customer),
+            self.shop.track_shipment(&customer, args.order_id.as_deref(), args.tracking_no.as_deref()).await,
         )
     }
 
@@ -151,9 +171,13 @@ impl ShopTools {
         description = "Check a coupon / discount / promo / voucher code: whether it exists, has expired, its minimum spend, eligible categories, first-order-only and one-use rules, and the discount for a basket (order total, or a product and quantity).",
         annotations(read_only_hint = true)
     )]
-    fn check_coupon(&self, arguments: JsonObject) -> CallToolResult {
-        let args: CheckCouponArgs = match parse("check_coupon", arguments) {
+    fn check_coupon(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let mut args = match parse::<CheckCouponArgs>("check_coupon", arguments) {
             Ok(args) => args,
+            Err(refused) => return refused,
+        };
+        args.customer_id = match customer_of("check_coupon", &parts) {
+            Ok(customer) => customer,
             Err(refused) => return refused,
         };
         answer("check_coupon", Some(&args.customer_id), self.shop.check_coupon(&args))
@@ -172,10 +196,21 @@ impl ShopTools {
         description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
     )]
-    async fn refund(&self, arguments: JsonObject) -> CallToolResult {
-        let args: RefundArgs = match parse("refund", arguments) {
+    async fn refund(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let mut args = match parse::<RefundArgs>("refund", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
+        };
+        args.customer_id = match customer_of("refund", &parts) {
+            Ok(customer) => customer,
+            Err(refused) => return refused,
+        };
+        args.idempotency_key = match header_text(&parts.headers, IDEMPOTENCY_HEADER) {
+            Some(key) => key.to_owned(),
+            None => {
+                tracing::warn!(tool = "refund", outcome = "no_idempotency_key", "tool call refused");
+                return refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}"));
+            }
         };
         answer("refund", Some(&args.customer_id), self.shop.refund(&args).await)
     }
@@ -189,53 +224,36 @@ impl ShopTools {
 impl ServerHandler for ShopTools {}
 
 /// The MCP app: stateless Streamable HTTP at [`MCP_PATH`] with JSON responses (no session,
-/// so any instance, e.g. any Lambda, can answer any request), plus `GET /health`.
-///
-/// `allowed_hosts` are the `Host` header values accepted (names or `host:port`); an empty
-/// list means [`LOOPBACK_HOSTS`]; `["*"]` turns the check off (behind API Gateway, where the
-/// host is the API's domain and the gateway authenticates callers).
-pub fn router(shop: Arc<Shop>, allowed_hosts: Vec<String>) -> axum::Router {
+/// so any instance, e.g. any Lambda, can answer any request) behind [`crate::access::guard`]
+/// (the `Host` and the gateway's credential of `access`), plus `GET /health`.
+pub fn router(shop: Arc<Shop>, access: ShopAccess) -> axum::Router {
+    // The guard checks the host (with `*.` patterns rmcp's own check lacks) before rmcp runs.
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_sse_keep_alive(None);
-    let config = if allowed_hosts.iter().any(|h| h == "*") {
-        config.disable_allowed_hosts()
-    } else if allowed_hosts.is_empty() {
-        config.with_allowed_hosts(LOOPBACK_HOSTS)
-    } else {
-        config.with_allowed_hosts(allowed_hosts)
-    };
+        .with_sse_keep_alive(None)
+        .disable_allowed_hosts();
     let tools = ShopTools::new(shop);
     let service =
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::new(NeverSessionManager::default()), config);
-    axum::Router::new().route("/health", axum::routing::get(|| async { "ok" })).nest_service(MCP_PATH, service)
+    let mcp = axum::Router::new()
+        .nest_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(access), crate::access::guard));
+    axum::Router::new().route("/health", axum::routing::get(|| async { "ok" })).merge(mcp)
 }
 
-/// Binds `addr` (port 0 picks a free port) and serves [`router`] in the background with
-/// the loopback hosts plus `addr`'s own IP allowed. Returns the bound address and the
-/// server task (abort it to stop).
+/// Binds `addr` (port 0 picks a free port) and serves [`router`] in the background. Returns
+/// the bound address and the server task (abort it to stop).
 ///
 /// Errors: [`ShopError::Bind`] when the address cannot be bound.
-pub async fn serve(addr: SocketAddr, shop: Arc<Shop>) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ShopError> {
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
-    if !addr.ip().is_unspecified() && !addr.ip().is_loopback() {
-        hosts.push(addr.ip().to_string());
-    }
-    serve_with_hosts(addr, shop, hosts).await
-}
-
-/// [`serve`] with an explicit `Host` allow-list (see [`router`] for its meaning).
-///
-/// Errors: [`ShopError::Bind`] when the address cannot be bound.
-pub async fn serve_with_hosts(
+pub async fn serve(
     addr: SocketAddr,
     shop: Arc<Shop>,
-    allowed_hosts: Vec<String>,
+    access: ShopAccess,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ShopError> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ShopError::Bind { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ShopError::Bind { addr, source })?;
-    let app = router(shop, allowed_hosts);
+    let app = router(shop, access);
     let handle = tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "shop-tools server stopped");

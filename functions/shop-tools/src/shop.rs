@@ -364,7 +364,9 @@ impl Shop {
         self.data
             .customers
             .iter()
-            .find(|c| c.customer_id.eq_ignore_ascii_case(id))
+            // Exact: customer ids reach the shop in their one canonical form (upper case), so a
+            // lower-case id names nobody rather than someone.
+            .find(|c| c.customer_id == id)
             .ok_or_else(|| Refusal::NotFound(format!("customer {} not found", shown(id))))
     }
 

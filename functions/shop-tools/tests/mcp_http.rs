@@ -1,13 +1,16 @@
-//! End-to-end test: the server on a real socket, spoken to by an rmcp Streamable HTTP client.
+//! End-to-end test: the server on a real socket, spoken to by an rmcp Streamable HTTP client carrying the gateway's credential and identity headers — and refused without the credential.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-use shop_tools::{Shop, TOOL_NAMES, serve};
+use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, TOOL_NAMES, UpstreamToken, serve};
 
 /// Every network wait in this test has this deadline.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -22,12 +25,34 @@ fn text_json(result: &rmcp::model::CallToolResult) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&text.text)?)
 }
 
+/// A client session as the gateway opens one: its bearer credential, and (fixed for this
+/// session) the customer and idempotency key headers.
+async fn session(
+    url: &str,
+    token: Option<&UpstreamToken>,
+    customer: &str,
+    key: Option<&str>,
+) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    let mut headers = HashMap::new();
+    headers.insert(HeaderName::from_static(CUSTOMER_HEADER), HeaderValue::from_str(customer)?);
+    if let Some(key) = key {
+        headers.insert(HeaderName::from_static(IDEMPOTENCY_HEADER), HeaderValue::from_str(key)?);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
+    if let Some(token) = token {
+        config = config.auth_header(token.expose());
+    }
+    Ok(tokio::time::timeout(DEADLINE, ().serve(StreamableHttpClientTransport::from_config(config))).await??)
+}
+
 #[tokio::test]
-async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyhow::Result<()> {
+async fn an_mcp_client_with_the_gateways_credential_lists_the_seven_tools_and_calls_them_over_http()
+-> anyhow::Result<()> {
     let shop = Arc::new(Shop::demo()?);
-    let (addr, server) = serve("127.0.0.1:0".parse()?, shop.clone()).await?;
+    let token = UpstreamToken::generate();
+    let (addr, server) = serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token.clone())).await?;
     let url = format!("http://{addr}/mcp");
-    let client = tokio::time::timeout(DEADLINE, ().serve(StreamableHttpClientTransport::from_uri(url))).await??;
+    let client = session(&url, Some(&token), "C104", None).await?;
 
     let tools = tokio::time::timeout(DEADLINE, client.list_all_tools()).await??;
     let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
@@ -37,14 +62,13 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
     assert_eq!(names, expected);
     let refund = tools.iter().find(|t| t.name == "refund").ok_or_else(|| anyhow::anyhow!("refund listed"))?;
     let required = refund.input_schema.get("required").cloned().unwrap_or(Value::Null);
-    assert_eq!(required, json!(["customer_id", "order_id", "idempotency_key"]));
+    assert_eq!(required, json!(["order_id"]), "customer and key come from the gateway's headers");
+    let props = refund.input_schema.get("properties").cloned().unwrap_or(Value::Null);
+    assert!(props.get("customer_id").is_some() && props.get("idempotency_key").is_some(), "the gateway hides them");
 
     let order = tokio::time::timeout(
         DEADLINE,
-        client.call_tool(
-            CallToolRequestParams::new("get_order")
-                .with_arguments(args(json!({"customer_id": "C104", "order_id": "a1029"}))?),
-        ),
+        client.call_tool(CallToolRequestParams::new("get_order").with_arguments(args(json!({"order_id": "a1029"}))?)),
     )
     .await??;
     assert_ne!(order.is_error, Some(true));
@@ -57,18 +81,20 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
         DEADLINE,
         client.call_tool(
             CallToolRequestParams::new("get_order")
-                .with_arguments(args(json!({"customer_id": "C100", "order_id": "A1005"}))?),
+                .with_arguments(args(json!({"customer_id": "C106", "order_id": "A1007"}))?),
         ),
     )
     .await??;
     assert_eq!(hidden.is_error, Some(true));
-    assert_eq!(text_json(&hidden)?, json!({"error": "order A1005 not found"}));
+    assert_eq!(text_json(&hidden)?, json!({"error": "order A1007 not found"}), "C106's order, asked for as C104");
+    tokio::time::timeout(DEADLINE, client.cancel()).await??;
 
-    let refund_args = args(json!({"customer_id": "C103", "order_id": "A1016", "idempotency_key": "http-1"}))?;
+    let refunder = session(&url, Some(&token), "C103", Some("http-1")).await?;
     for _ in 0..2 {
         let refunded = tokio::time::timeout(
             DEADLINE,
-            client.call_tool(CallToolRequestParams::new("refund").with_arguments(refund_args.clone())),
+            refunder
+                .call_tool(CallToolRequestParams::new("refund").with_arguments(args(json!({"order_id": "A1016"}))?)),
         )
         .await??;
         let body = text_json(&refunded)?;
@@ -80,10 +106,26 @@ async fn an_mcp_client_lists_the_seven_tools_and_calls_them_over_http() -> anyho
     assert_eq!(shop.refunds().await?.len(), 1);
 
     let policy =
-        tokio::time::timeout(DEADLINE, client.call_tool(CallToolRequestParams::new("get_refund_policy"))).await??;
+        tokio::time::timeout(DEADLINE, refunder.call_tool(CallToolRequestParams::new("get_refund_policy"))).await??;
     assert_eq!(text_json(&policy)?["refund_window_days_after_delivery"], 7);
 
-    tokio::time::timeout(DEADLINE, client.cancel()).await??;
+    tokio::time::timeout(DEADLINE, refunder.cancel()).await??;
+    server.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_mcp_client_without_the_credential_cannot_even_initialize() -> anyhow::Result<()> {
+    let shop = Arc::new(Shop::demo()?);
+    let token = UpstreamToken::generate();
+    let (addr, server) = serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token)).await?;
+    let url = format!("http://{addr}/mcp");
+    let wrong = UpstreamToken::generate();
+    for credential in [None, Some(&wrong)] {
+        let refused = session(&url, credential, "C103", Some("direct-1")).await;
+        assert!(refused.is_err(), "initialize must fail without the gateway's credential");
+    }
+    assert!(shop.refunds().await.unwrap().is_empty());
     server.abort();
     Ok(())
 }

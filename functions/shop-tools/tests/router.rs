@@ -1,12 +1,39 @@
-//! Router tests without a socket: raw JSON-RPC over the axum app, as the gateway sends it.
+//! Router tests without a socket: raw JSON-RPC over the axum app, as the gateway sends it — and as anyone else might: without the gateway's credential nothing reaches a tool, and the customer and idempotency key come only from the gateway's headers.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use shop_tools::{Shop, router};
+use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, UpstreamToken, router};
 use tower::ServiceExt;
+
+struct Rig {
+    shop: Arc<Shop>,
+    token: UpstreamToken,
+}
+
+impl Rig {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self { shop: Arc::new(Shop::demo()?), token: UpstreamToken::generate() })
+    }
+
+    fn app(&self) -> axum::Router {
+        router(self.shop.clone(), ShopAccess::local(self.token.clone()))
+    }
+
+    /// What the gateway sends: its credential and the caller's customer (and key, for refunds).
+    fn as_gateway(&self, customer: &str, key: Option<&str>, body: Value) -> anyhow::Result<Request<Body>> {
+        let mut request = post("127.0.0.1:8931", body)?;
+        let headers = request.headers_mut();
+        headers.insert(header::AUTHORIZATION, format!("Bearer {}", self.token.expose()).parse()?);
+        headers.insert(CUSTOMER_HEADER, customer.parse()?);
+        if let Some(key) = key {
+            headers.insert(IDEMPOTENCY_HEADER, key.parse()?);
+        }
+        Ok(request)
+    }
+}
 
 fn post(host: &str, body: Value) -> anyhow::Result<Request<Body>> {
     Ok(Request::builder()
@@ -18,61 +45,147 @@ fn post(host: &str, body: Value) -> anyhow::Result<Request<Body>> {
         .body(Body::from(body.to_string()))?)
 }
 
+fn call(tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+}
+
 async fn body_json(response: axum::response::Response) -> anyhow::Result<Value> {
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await?;
     Ok(serde_json::from_slice(&bytes)?)
 }
 
+/// The JSON object a tool answered with (its one text content).
+async fn tool_answer(response: axum::response::Response) -> anyhow::Result<(bool, Value)> {
+    let body = body_json(response).await?;
+    let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
+    Ok((body["result"]["isError"] == true, serde_json::from_str(text)?))
+}
+
 #[tokio::test]
-async fn a_sessionless_tools_call_is_answered_with_plain_json() -> anyhow::Result<()> {
-    let app = router(Arc::new(Shop::demo()?), vec![]);
-    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "track_shipment", "arguments": {"customer_id": "C106", "order_id": "A1031"}}});
-    let response = app.oneshot(post("127.0.0.1:8931", call)?).await?;
+async fn a_sessionless_tools_call_from_the_gateway_is_answered_with_plain_json() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let request = rig.as_gateway("C106", None, call("track_shipment", json!({"order_id": "A1031"})))?;
+    let response = rig.app().oneshot(request).await?;
     assert_eq!(response.status(), StatusCode::OK);
     let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     assert!(content_type.starts_with("application/json"), "content type: {content_type}");
-    let body = body_json(response).await?;
-    assert_eq!(body["id"], 7);
-    let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
-    let track: Value = serde_json::from_str(text)?;
+    let (is_error, track) = tool_answer(response).await?;
+    assert!(!is_error, "{track}");
     assert_eq!(track["eta_passed"], true);
     assert_eq!(track["tracking_no"], "SF250638245935");
     Ok(())
 }
 
 #[tokio::test]
-async fn a_foreign_host_is_rejected_unless_allowed() -> anyhow::Result<()> {
+async fn a_direct_call_without_the_gateways_credential_is_refused_and_moves_no_money() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let refund = call("refund", json!({"customer_id": "C103", "order_id": "A1016", "idempotency_key": "direct-1"}));
+    for authorization in [None, Some("Bearer 0000000000000000000000000000000000000000"), Some("Basic YTpi")] {
+        let mut request = post("127.0.0.1:8931", refund.clone())?;
+        request.headers_mut().insert(CUSTOMER_HEADER, "C103".parse()?);
+        request.headers_mut().insert(IDEMPOTENCY_HEADER, "direct-1".parse()?);
+        if let Some(value) = authorization {
+            request.headers_mut().insert(header::AUTHORIZATION, value.parse()?);
+        }
+        let response = rig.app().oneshot(request).await?;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{authorization:?}");
+        assert_eq!(response.headers().get(header::WWW_AUTHENTICATE).map(|v| v.as_bytes()), Some(&b"Bearer"[..]));
+        assert_eq!(body_json(response).await?, json!({"error": "this server answers the tool gateway only"}));
+    }
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
-    let local = router(Arc::new(Shop::demo()?), vec![]);
-    let refused = local.oneshot(post("evil.example.com", list.clone())?).await?;
-    assert!(refused.status().is_client_error(), "status: {}", refused.status());
-
-    let open = router(Arc::new(Shop::demo()?), vec!["*".to_string()]);
-    let answered = open.oneshot(post("abc.execute-api.eu-west-1.amazonaws.com", list)?).await?;
-    assert_eq!(answered.status(), StatusCode::OK);
-    let body = body_json(answered).await?;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(7));
+    assert_eq!(rig.app().oneshot(post("localhost", list)?).await?.status(), StatusCode::UNAUTHORIZED);
+    assert!(rig.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
     Ok(())
 }
 
 #[tokio::test]
-async fn health_answers_ok() -> anyhow::Result<()> {
-    let app = router(Arc::new(Shop::demo()?), vec![]);
-    let response = app.oneshot(Request::builder().uri("/health").body(Body::empty())?).await?;
+async fn a_foreign_host_is_refused_even_with_the_credential() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let mut request = rig.as_gateway("C104", None, json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))?;
+    request.headers_mut().insert(header::HOST, "evil.example.com".parse()?);
+    assert_eq!(rig.app().oneshot(request).await?.status(), StatusCode::FORBIDDEN);
+
+    let lambda = router(rig.shop.clone(), ShopAccess::function_url("eu-west-1"));
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let answered = lambda.clone().oneshot(post("x7k2ab.lambda-url.eu-west-1.on.aws", list.clone())?).await?;
+    assert_eq!(answered.status(), StatusCode::OK);
+    let body = body_json(answered).await?;
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(7));
+    let refused = lambda.oneshot(post("abc.execute-api.eu-west-1.amazonaws.com", list)?).await?;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_customer_comes_from_the_gateways_header_never_from_the_arguments() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    // A1007 belongs to C106. The arguments name C106; the header (the caller) is C104.
+    let request =
+        rig.as_gateway("C104", None, call("get_order", json!({"customer_id": "C106", "order_id": "A1007"})))?;
+    let (is_error, answer) = tool_answer(rig.app().oneshot(request).await?).await?;
+    assert!(is_error);
+    assert_eq!(answer, json!({"error": "order A1007 not found"}));
+    // Without the header, a customer-scoped tool refuses whatever the arguments say.
+    let mut request = post("localhost", call("list_customer_orders", json!({"customer_id": "C100"})))?;
+    request.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", rig.token.expose()).parse()?);
+    let (is_error, answer) = tool_answer(rig.app().oneshot(request).await?).await?;
+    assert!(is_error);
+    assert_eq!(
+        answer,
+        json!({"error": "list_customer_orders acts for a customer: the tool gateway sets x-swarm-customer-id"})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lower_case_customer_names_nobody_and_moves_no_money() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let refund = call("refund", json!({"order_id": "A1016"}));
+    let (is_error, answer) =
+        tool_answer(rig.app().oneshot(rig.as_gateway("c103", Some("k-lower"), refund)?).await?).await?;
+    assert!(is_error);
+    assert_eq!(answer, json!({"error": "customer c103 not found"}));
+    assert!(rig.shop.refunds().await.unwrap().is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refunds_idempotency_key_is_the_gateways_header() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    // The model-reachable argument changes every time; the header does not: one refund.
+    for model_key in ["m-1", "m-2", "m-3"] {
+        let refund = call("refund", json!({"order_id": "A1016", "idempotency_key": model_key}));
+        let (is_error, receipt) =
+            tool_answer(rig.app().oneshot(rig.as_gateway("C103", Some("conv/w01/1"), refund)?).await?).await?;
+        assert!(!is_error, "{receipt}");
+        assert_eq!(receipt["refund_id"], "RF-A1016-1");
+    }
+    let refunds = rig.shop.refunds().await.unwrap();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0].idempotency_key, "conv/w01/1");
+    // No key header: refused, nothing recorded.
+    let refund = call("refund", json!({"order_id": "A1016", "idempotency_key": "m-4"}));
+    let (is_error, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C103", None, refund)?).await?).await?;
+    assert!(is_error);
+    assert_eq!(answer, json!({"error": "refund moves money: the tool gateway sets x-swarm-idempotency-key"}));
+    assert_eq!(rig.shop.refunds().await.unwrap().len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn health_answers_ok_without_a_credential() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let response = rig.app().oneshot(Request::builder().uri("/health").body(Body::empty())?).await?;
     assert_eq!(response.status(), StatusCode::OK);
     Ok(())
 }
 
 #[tokio::test]
 async fn missing_arguments_get_the_same_json_error_shape_as_refusals() -> anyhow::Result<()> {
-    let app = router(Arc::new(Shop::demo()?), vec![]);
-    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "refund", "arguments": {"customer_id": "C103", "order_id": "A1016"}}});
-    let body = body_json(app.oneshot(post("localhost", call)?).await?).await?;
-    assert_eq!(body["result"]["isError"], true);
-    let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
-    let error: Value = serde_json::from_str(text)?;
-    assert_eq!(error, json!({"error": "invalid arguments for refund: missing field `idempotency_key`"}));
+    let rig = Rig::new()?;
+    let request = rig.as_gateway("C103", Some("k1"), call("refund", json!({"amount": 10.0})))?;
+    let (is_error, error) = tool_answer(rig.app().oneshot(request).await?).await?;
+    assert!(is_error);
+    assert_eq!(error, json!({"error": "invalid arguments for refund: missing field `order_id`"}));
     Ok(())
 }

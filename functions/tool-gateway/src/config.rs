@@ -155,6 +155,23 @@ fn default_allowed_hosts() -> Vec<String> {
     vec!["localhost".into(), "127.0.0.1".into(), "::1".into()]
 }
 
+/// SigV4 signing of every request to an upstream behind an `AWS_IAM` function URL, with the
+/// gateway function's own credentials (its execution role needs `lambda:InvokeFunctionUrl` and
+/// `lambda:InvokeFunction` on that function).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SigV4Config {
+    /// The signing service: `lambda` for a function URL.
+    #[serde(default = "default_sigv4_service")]
+    pub service: String,
+    /// The function's region, e.g. `us-east-1`.
+    pub region: String,
+}
+
+fn default_sigv4_service() -> String {
+    swarm_adapters::mcp::sigv4::LAMBDA_SERVICE.to_owned()
+}
+
 /// One upstream MCP server (Streamable HTTP).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -165,9 +182,14 @@ pub struct UpstreamConfig {
     pub url: String,
     #[serde(default)]
     pub prefix: Prefix,
-    /// Extra HTTP headers sent upstream (values may hold `${env:NAME}`).
+    /// Extra HTTP headers sent upstream (values may hold `${env:NAME}`): an external upstream's
+    /// credential, e.g. `{"authorization": "Bearer ${env:SHOP_TOKEN}"}` with the token in
+    /// Secrets Manager (`SHOP_TOKEN_SECRET_ARN`).
     #[serde(default)]
     pub headers: BTreeMap<String, Secret>,
+    /// Sign every request with SigV4 (an upstream behind an `AWS_IAM` function URL).
+    #[serde(default)]
+    pub sigv4: Option<SigV4Config>,
     /// Deadline of one `tools/call`, seconds; on expiry an MCP cancellation is sent upstream.
     #[serde(default = "default_call_timeout")]
     pub call_timeout_secs: f64,
@@ -218,6 +240,7 @@ impl UpstreamConfig {
             url: url.into(),
             prefix: Prefix::Default,
             headers: BTreeMap::new(),
+            sigv4: None,
             call_timeout_secs: default_call_timeout(),
             discovery_timeout_secs: default_discovery_timeout(),
             rate_limit_per_sec: None,
@@ -441,6 +464,21 @@ impl GatewayConfig {
             if !matches!(url.scheme(), "http" | "https") {
                 return Err(GatewayError::Config(format!("upstream {} url must be http(s)", u.name)));
             }
+            if let Some(sigv4) = &u.sigv4 {
+                if sigv4.region.trim().is_empty() || sigv4.service.trim().is_empty() {
+                    return Err(GatewayError::Config(format!(
+                        "upstream {} sigv4 needs a region and a service",
+                        u.name
+                    )));
+                }
+                // The signature is the Authorization header; a second one would break it.
+                if u.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+                    return Err(GatewayError::Config(format!(
+                        "upstream {} has sigv4 and an authorization header: SigV4 is its credential",
+                        u.name
+                    )));
+                }
+            }
             positive(&format!("upstream {} call_timeout_secs", u.name), u.call_timeout_secs)?;
             positive(&format!("upstream {} discovery_timeout_secs", u.name), u.discovery_timeout_secs)?;
             if let Some(rate) = u.rate_limit_per_sec {
@@ -520,11 +558,13 @@ impl GatewayConfig {
     }
 }
 
-/// One random bearer token per demo role (`support`, `refund`, `planner`), and the approval key
-/// the local stack's gateway and approvals API share. `Debug` prints `***`.
+/// One random bearer token per demo role (`support`, `refund`, `planner`), the gateway's own
+/// credential for the demo shop (its upstream `Authorization` header), and the approval key the
+/// local stack's gateway and approvals API share. `Debug` prints `***`.
 #[derive(Clone)]
 pub struct DemoTokens {
     tokens: BTreeMap<String, GatewayToken>,
+    shop: GatewayToken,
     approval_key: String,
 }
 
@@ -542,17 +582,20 @@ impl DemoTokens {
     pub fn generate() -> Self {
         use rand::RngCore;
         let mut rng = rand::rng();
-        let tokens = DEMO_ROLES
-            .iter()
-            .map(|role| {
-                let mut bytes = [0u8; 32];
-                rng.fill_bytes(&mut bytes);
-                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                (role.to_string(), GatewayToken::new(hex))
-            })
-            .collect();
+        let mut random = || {
+            let mut bytes = [0u8; 32];
+            rng.fill_bytes(&mut bytes);
+            GatewayToken::new(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        };
+        let tokens = DEMO_ROLES.iter().map(|role| (role.to_string(), random())).collect();
+        let shop = random();
         let (_, approval_key) = swarm_core::approval::ApprovalKey::generate();
-        Self { tokens, approval_key }
+        Self { tokens, shop, approval_key }
+    }
+
+    /// The credential the gateway presents to the demo shop (give it to the shop's `ShopAccess`).
+    pub fn shop_upstream(&self) -> &GatewayToken {
+        &self.shop
     }
 
     /// The approval key (hex text), for the approvals API of the same stack.
@@ -571,7 +614,8 @@ impl DemoTokens {
     }
 }
 
-/// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`;
+/// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`, called with
+/// `Authorization: Bearer <tokens.shop_upstream()>`;
 /// roles `support` (every shop tool but `shop__refund`), `refund`
 /// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
 /// `shop__list_customer_orders`) and `planner` (lists every tool, calls none);
@@ -579,6 +623,7 @@ impl DemoTokens {
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| Secret::new(tokens.token(role).map(|t| t.expose().to_owned()).unwrap_or_default());
     let mut shop = UpstreamConfig::new("shop", shop_url);
+    shop.headers.insert("authorization".into(), Secret::new(format!("Bearer {}", tokens.shop_upstream().expose())));
     shop.call_timeout_secs = 10.0;
     shop.discovery_timeout_secs = 5.0;
     let mut roles = BTreeMap::new();
@@ -790,6 +835,20 @@ mod tests {
     }
 
     #[test]
+    fn a_sigv4_upstream_parses_and_refuses_a_second_credential() {
+        let json = r#"{"name": "shop", "url": "https://abc.lambda-url.eu-west-1.on.aws/mcp",
+                       "sigv4": {"region": "eu-west-1"}}"#;
+        let u: UpstreamConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(u.sigv4, Some(SigV4Config { service: "lambda".into(), region: "eu-west-1".into() }));
+        let mut config = demo_config("http://127.0.0.1:1/mcp", &DemoTokens::generate());
+        config.upstreams[0].sigv4 = u.sigv4.clone();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("has sigv4 and an authorization header"), "{e}");
+        config.upstreams[0].headers.clear();
+        config.validate().unwrap();
+    }
+
+    #[test]
     fn prefix_false_turns_the_prefix_off() {
         let json = r#"{"name": "x", "url": "http://h/mcp", "prefix": false}"#;
         let u: UpstreamConfig = serde_json::from_str(json).unwrap();
@@ -817,6 +876,12 @@ mod tests {
         let b = DemoTokens::generate();
         assert_ne!(a.token("support"), b.token("support"));
         assert_ne!(a.token("support"), a.token("refund"));
+        assert_ne!(a.shop_upstream(), a.token("support").unwrap());
+        let config = demo_config("http://127.0.0.1:1/mcp", &a);
+        assert_eq!(
+            config.upstreams[0].headers["authorization"].expose(),
+            format!("Bearer {}", a.shop_upstream().expose())
+        );
         assert_eq!(a.token("planner").unwrap().expose().len(), 64);
         assert_eq!(format!("{a:?}"), "DemoTokens(***)");
         assert_eq!(a.role_tokens().len(), 3);

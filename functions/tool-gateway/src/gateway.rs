@@ -15,8 +15,9 @@ use rmcp::{
 };
 use swarm_adapters::mcp::{
     APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID,
-    HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN,
+    HEADER_GATEWAY_TOKEN, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
 };
+use swarm_core::access::is_canonical_customer_id;
 use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -362,20 +363,25 @@ impl Gateway {
         collisions
     }
 
-    /// The caller's role from `Authorization: Bearer <token>`.
+    /// The caller's role from `x-swarm-gateway-token: <token>` (when `Authorization` carries a
+    /// SigV4 signature: the gateway behind an `AWS_IAM` function URL) or `Authorization: Bearer <token>`.
     fn authenticate(&self, parts: Option<&http::request::Parts>) -> Result<usize, ErrorData> {
-        let header = parts.and_then(|p| p.headers.get(http::header::AUTHORIZATION));
-        let Some(header) = header else {
+        let headers = parts.map(|p| &p.headers);
+        let own = headers.and_then(|h| h.get(HEADER_GATEWAY_TOKEN));
+        let bearer = headers.and_then(|h| h.get(http::header::AUTHORIZATION));
+        if own.is_none() && bearer.is_none() {
             return self.inner.anonymous.ok_or_else(|| {
                 ErrorData::new(UNAUTHORIZED, "unauthorized: send Authorization: Bearer <role token>", None)
             });
+        }
+        let token = match own {
+            Some(value) => value.to_str().ok().map(str::trim).unwrap_or_default(),
+            None => bearer
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .map(str::trim)
+                .unwrap_or_default(),
         };
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .unwrap_or_default();
         let mut found = None;
         for (i, role) in self.inner.roles.iter().enumerate() {
             if constant_time_eq(&role.token, token.as_bytes()) {
@@ -441,6 +447,19 @@ impl Gateway {
         let slot = &self.inner.upstreams[tool.upstream];
         labels.upstream = &slot.config.name;
         let mut arguments: JsonObject = request.arguments.unwrap_or_default();
+        // What the upstream learns of the caller travels in headers the model cannot write; the
+        // hidden arguments are filled too, for upstreams that read them.
+        let mut upstream_headers = Vec::with_capacity(4);
+        let mut forward = |name: &'static str, value: &str| {
+            if let Ok(value) = http::HeaderValue::from_str(value) {
+                upstream_headers.push((http::HeaderName::from_static(name), value));
+            }
+        };
+        for name in [HEADER_CONVERSATION_ID, HEADER_SUBTASK_ID] {
+            if let Some(value) = header(name) {
+                forward(name, value);
+            }
+        }
         if tool.customer_scoped {
             let Some(customer) = header(HEADER_CUSTOMER_ID) else {
                 return refuse(
@@ -448,6 +467,14 @@ impl Gateway {
                     &labels,
                 );
             };
+            // Canonical ids only: `c104` must never reach an upstream that matches ids loosely.
+            if !is_canonical_customer_id(customer) {
+                return refuse(
+                    format!("the {HEADER_CUSTOMER_ID} header must hold a canonical customer id (upper case)"),
+                    &labels,
+                );
+            }
+            forward(HEADER_CUSTOMER_ID, customer);
             let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
             if previous.is_some_and(|p| p.as_str() != Some(customer)) {
                 tracing::info!(
@@ -464,6 +491,7 @@ impl Gateway {
                     &labels,
                 );
             };
+            forward(HEADER_IDEMPOTENCY_KEY, key);
             arguments.insert(slot.config.idempotency_arg.clone(), key.into());
             if let Some(consent) = &tool.consent {
                 match self.check_consent(name, consent, &arguments, &header) {
@@ -482,6 +510,7 @@ impl Gateway {
                 }
             }
         }
+        let upstream_headers = RequestHeaders(Arc::new(upstream_headers));
         let upstream_name = slot.config.name.as_str();
         if let Err(hit) = self.inner.limits.check(tool.upstream, &tool.name) {
             let which = match hit {
@@ -508,7 +537,10 @@ impl Gateway {
             Admission::Allowed => {}
         }
         let timeout = slot.config.call_timeout();
-        let result = slot.client.call_tool(&tool.original, arguments, timeout, !tool.side_effecting, cancel).await;
+        let result = slot
+            .client
+            .call_tool(&tool.original, arguments, upstream_headers, timeout, !tool.side_effecting, cancel)
+            .await;
         let transition = {
             let mut breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner());
             match &result {

@@ -1,4 +1,4 @@
-//! One upstream MCP server as the gateway reaches it: an rmcp client session kept open, re-initialized when the upstream forgets it.
+//! One upstream MCP server as the gateway reaches it: an rmcp client session kept open, re-initialized when the upstream forgets it; its credential (a configured header, or SigV4 for an `AWS_IAM` function URL) on every request, and the caller's identity headers on each call.
 
 use std::{
     collections::HashMap,
@@ -11,8 +11,8 @@ use rmcp::{
     ServiceError, ServiceExt,
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
-        ClientConfig, ClientRequest, ErrorData, Implementation, JsonObject, ListToolsRequest, PaginatedRequestParams,
-        ServerResult, Tool,
+        ClientConfig, ClientRequest, ErrorData, GetExtensions, Implementation, JsonObject, ListToolsRequest,
+        PaginatedRequestParams, ServerResult, Tool,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
     transport::{
@@ -20,6 +20,8 @@ use rmcp::{
         streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
     },
 };
+use swarm_adapters::mcp::sigv4::SigV4Signer;
+use swarm_adapters::mcp::{McpHttpClient, RequestHeaders};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::UpstreamConfig, error::GatewayError};
@@ -102,7 +104,7 @@ fn classify(error: ServiceError, timeout: Duration) -> UpstreamError {
 pub struct UpstreamClient {
     name: Arc<str>,
     url: Arc<str>,
-    http: reqwest::Client,
+    http: McpHttpClient,
     headers: HashMap<HeaderName, HeaderValue>,
     session: RwLock<Option<Arc<Session>>>,
     connecting: tokio::sync::Mutex<()>,
@@ -115,7 +117,8 @@ impl std::fmt::Debug for UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// `http` is shared by all upstreams (built with `pool_max_idle_per_host(0)`).
+    /// `http` is shared by all upstreams (built with `pool_max_idle_per_host(0)`); an upstream
+    /// with `sigv4` signs every request with the function's credentials from the environment.
     /// Errors: [`GatewayError::Config`] for a header that is not valid HTTP.
     pub fn new(config: &UpstreamConfig, http: reqwest::Client) -> Result<Self, GatewayError> {
         let mut headers = HashMap::with_capacity(config.headers.len());
@@ -128,10 +131,14 @@ impl UpstreamClient {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
+        let mut client = McpHttpClient::new(http);
+        if let Some(sigv4) = &config.sigv4 {
+            client = client.signed(SigV4Signer::from_env(&sigv4.service, &sigv4.region));
+        }
         Ok(Self {
             name: Arc::from(config.name.as_str()),
             url: Arc::from(config.url.as_str()),
-            http,
+            http: client,
             headers,
             session: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(()),
@@ -258,21 +265,25 @@ impl UpstreamClient {
         Err(UpstreamError::Unavailable(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
     }
 
-    /// Calls `name` with `arguments` within `timeout`. On an expired session
+    /// Calls `name` with `arguments` within `timeout`, sending `headers` (the caller's
+    /// customer, the idempotency key…) on this request only. On an expired session
     /// the session is re-initialized; the call is retried only when
     /// `retry_safe` (never for a side-effecting tool, which returns the error).
     pub async fn call_tool(
         &self,
         name: &str,
         arguments: JsonObject,
+        headers: RequestHeaders,
         timeout: Duration,
         retry_safe: bool,
         cancel: &CancellationToken,
     ) -> Result<CallToolResult, UpstreamError> {
         let make = |arguments: JsonObject| {
-            ClientRequest::CallToolRequest(CallToolRequest::new(
+            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(
                 CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
-            ))
+            ));
+            request.extensions_mut().insert(headers.clone());
+            request
         };
         let first = if retry_safe {
             self.request(make(arguments.clone()), timeout, cancel).await

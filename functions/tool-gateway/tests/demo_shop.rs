@@ -1,10 +1,13 @@
-//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, only with an approval for exactly that refund, and the caller's customer always wins.
+//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, only with an approval for exactly that refund, the caller's customer always wins, and the shop answers the gateway only — a direct call without its credential, another customer's order or a lower-case customer id leave the ledger unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 use std::{sync::Arc, time::Duration};
 
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
-use shop_tools::Shop;
+use shop_tools::{Shop, ShopAccess, UpstreamToken};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::approval::{ApprovalKey, ProposedAction, TokenClaim};
 use swarm_core::domain::{ConversationId, now_ms};
@@ -15,18 +18,35 @@ const T: Duration = Duration::from_secs(10);
 
 struct Stack {
     shop: Arc<Shop>,
+    shop_url: String,
     tools: McpToolGateway,
     tokens: DemoTokens,
 }
 
 async fn stack() -> Stack {
-    let shop = Arc::new(Shop::demo().unwrap());
-    let (shop_addr, _shop_task) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone()).await.unwrap();
     let tokens = DemoTokens::generate();
-    let config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
+    let shop = Arc::new(Shop::demo().unwrap());
+    let access = ShopAccess::local(UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let (shop_addr, _shop_task) =
+        shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
+    let shop_url = format!("http://{shop_addr}/mcp");
+    let config = demo_config(&shop_url, &tokens);
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
-    Stack { shop, tools, tokens }
+    Stack { shop, shop_url, tools, tokens }
+}
+
+/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` in conversation `conv-demo`.
+fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String {
+    ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
+        approval_id: "conv-demo.w01.1",
+        conversation_id: "conv-demo",
+        customer_id: customer,
+        tool: "shop__refund",
+        order_id: order,
+        amount_cents,
+        expires_at_ms: now_ms() + 60_000,
+    })
 }
 
 fn ctx(role: &str, customer: &str) -> ToolContext {
@@ -99,19 +119,10 @@ async fn every_refund_waits_for_approval_and_with_it_runs_once_per_idempotency_k
         .to_string()
     );
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged until a person approves");
-    let token = ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
-        approval_id: "conv-demo.w01.1",
-        conversation_id: "conv-demo",
-        customer_id: "C106",
-        tool: "shop__refund",
-        order_id: "A1007",
-        amount_cents: 1_000,
-        expires_at_ms: now_ms() + 60_000,
-    });
-    let mut approved = args.clone();
-    approved["_approval"] = json!(token);
+    let mut with_token = args.clone();
+    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000));
     for _ in 0..2 {
-        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", approved.clone(), T).await.unwrap();
+        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", with_token.clone(), T).await.unwrap();
         assert!(!out.is_error, "{}", out.text);
     }
     let refunds = s.shop.refunds().await.unwrap();
@@ -135,4 +146,46 @@ async fn model_naming_another_customer_reads_nothing_of_theirs() {
         s.tools.call_tool(&ctx("support", "C106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(!own.is_error, "{}", own.text);
     assert!(own.text.contains("A1007"), "{}", own.text);
+}
+
+#[tokio::test]
+async fn the_shop_refuses_a_direct_call_without_the_gateways_credential_and_moves_no_money() {
+    let s = stack().await;
+    // What a caller who learned the shop's URL could try: a plain MCP client, no credential.
+    let direct = ().serve(StreamableHttpClientTransport::from_uri(s.shop_url.clone())).await;
+    assert!(direct.is_err(), "initialize is refused before any tool runs");
+    // A forged bearer does no better.
+    let config = StreamableHttpClientTransportConfig::with_uri(s.shop_url.clone())
+        .auth_header("0000000000000000000000000000000000000000000000000000000000000000");
+    assert!(().serve(StreamableHttpClientTransport::from_config(config)).await.is_err());
+    // Through the gateway, as the refund role and with an operator's approval, it works (once).
+    let token = approved(&s, "C106", "A1007", 1_000);
+    let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1", "_approval": token});
+    let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await.unwrap();
+    assert!(!out.is_error, "{}", out.text);
+    assert_eq!(s.shop.refunds().await.unwrap().len(), 1, "only the gateway's call moved money");
+}
+
+#[tokio::test]
+async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unchanged() {
+    let s = stack().await;
+    // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say —
+    // not even with an operator's approval for C104.
+    let token = approved(&s, "C104", "A1007", 1_000);
+    let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
+    let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
+    assert!(out.is_error);
+    assert_eq!(out.text, r#"{"error":"order A1007 not found"}"#);
+    // A lower-case customer never reaches the shop: the gateway wants the canonical form.
+    let lower = json!({"order_id": "A1007", "_idempotency_key": "conv-probe/w01/2"});
+    let out = s.tools.call_tool(&ctx("refund", "c106"), "shop__refund", lower, T).await.unwrap();
+    assert!(out.is_error);
+    assert_eq!(
+        out.text,
+        r#"{"error":"the x-swarm-customer-id header must hold a canonical customer id (upper case)"}"#
+    );
+    let read =
+        s.tools.call_tool(&ctx("support", "c106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
+    assert!(read.is_error, "{}", read.text);
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
 }

@@ -21,10 +21,12 @@ async fn server_everything_tools_are_listed_and_called_through_the_gateway_besid
         port,
     )
     .await;
-    let shop = Arc::new(shop_tools::Shop::demo().unwrap());
-    let (shop_addr, _shop) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop).await.unwrap();
-
     let tokens = DemoTokens::generate();
+    let shop = Arc::new(shop_tools::Shop::demo().unwrap());
+    let access =
+        shop_tools::ShopAccess::local(shop_tools::UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let (shop_addr, _shop) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop, access).await.unwrap();
+
     let mut config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
     config.upstreams.push(UpstreamConfig::new("everything", &format!("http://127.0.0.1:{port}/mcp")));
     config.roles.get_mut("support").unwrap().tools.push("everything__*".into());

@@ -21,8 +21,9 @@ pub struct WorkerConfig {
     pub table: TableConfig,
     /// Where dependents are released and work is handed back.
     pub queues: QueueUrls,
-    /// The role this worker calls tools as (`WORKER_ROLE`, default `support`) and its credential.
-    pub gateway: GatewayClientConfig,
+    /// The role this worker calls tools as (`WORKER_ROLE`, default `support`) and its credential;
+    /// `None` in DLQ mode, which calls no tool and holds no credential.
+    pub gateway: Option<GatewayClientConfig>,
     pub llm: LlmConfig,
     pub secrets: SecretsExtension,
     /// `LLM_TOKEN_BUDGET`: the conversation-wide token stop; past it the
@@ -64,7 +65,10 @@ impl WorkerConfig {
             mode,
             table: TableConfig::from_lookup(&lookup)?,
             queues: QueueUrls::from_lookup(&lookup)?,
-            gateway: GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)?,
+            gateway: match mode {
+                WorkerMode::Tasks => Some(GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)?),
+                WorkerMode::DeadLetters => None,
+            },
             llm: LlmConfig::from_lookup(&lookup)?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
             token_budget,
@@ -107,11 +111,23 @@ mod tests {
     #[test]
     fn defaults_are_tasks_mode_as_support_with_no_token_stop() {
         let c = parse(&[]).unwrap();
-        assert_eq!((c.mode, c.gateway.role.as_str(), c.token_budget), (WorkerMode::Tasks, "support", None));
+        let role = |c: &WorkerConfig| c.gateway.as_ref().map(|g| g.role.clone());
+        assert_eq!((c.mode, role(&c).as_deref(), c.token_budget), (WorkerMode::Tasks, Some("support"), None));
         assert_eq!(c.settings().token_budget, None);
-        let c = parse(&[("WORKER_MODE", "dlq"), ("WORKER_ROLE", "refund"), ("LLM_TOKEN_BUDGET", "50000")]).unwrap();
-        assert_eq!((c.mode, c.gateway.role.as_str()), (WorkerMode::DeadLetters, "refund"));
+        let c = parse(&[("WORKER_ROLE", "refund"), ("LLM_TOKEN_BUDGET", "50000")]).unwrap();
+        assert_eq!((c.mode, role(&c).as_deref()), (WorkerMode::Tasks, Some("refund")));
         assert_eq!(c.settings().token_budget, Some(50_000));
+    }
+
+    #[test]
+    fn the_dlq_consumer_needs_no_gateway_credential() {
+        let map: HashMap<&str, &str> =
+            BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).chain([("WORKER_MODE", "dlq")]).collect();
+        let c = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!((c.mode, c.gateway), (WorkerMode::DeadLetters, None));
+        let map: HashMap<&str, &str> = BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).collect();
+        let e = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap_err();
+        assert!(e.to_string().starts_with("GATEWAY_URL is required"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod core;
 pub mod handler;
+pub mod unused;
 
 pub use config::WorkerConfig;
 pub use core::{Outcome, WORK_ANSWER_TOKENS, Worker, WorkerSettings};

@@ -1,9 +1,11 @@
-//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client, then the SQS handler.
+//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ mode: it holds neither secret), then the SQS handler.
 
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
+use swarm_core::ports::{ChatModel, ToolGateway};
+use worker::unused::{NoModel, NoTools};
 use worker::{Worker, WorkerConfig, handler};
 
 #[tokio::main]
@@ -11,10 +13,16 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     swarm_adapters::telemetry::init();
     let config = WorkerConfig::from_env()?;
     let aws = AwsClients::from_env().await;
-    let models = config.llm.models(&config.secrets).await?;
-    let tools = config.gateway.connect(&config.secrets).await?;
+    let (main_model, sub_model, tools): (Arc<dyn ChatModel>, Arc<dyn ChatModel>, Arc<dyn ToolGateway>) =
+        match &config.gateway {
+            Some(gateway) => {
+                let models = config.llm.models(&config.secrets).await?;
+                (models.main, models.sub, gateway.connect(&config.secrets).await?)
+            }
+            None => (Arc::new(NoModel), Arc::new(NoModel), Arc::new(NoTools)),
+        };
     let (store, queues) = (aws.store(&config.table), aws.queues(&config.queues));
-    let core = Arc::new(Worker::new(store, queues, models.main, models.sub, tools, config.settings()));
+    let core = Arc::new(Worker::new(store, queues, main_model, sub_model, tools, config.settings()));
     let mode = config.mode;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let core = core.clone();

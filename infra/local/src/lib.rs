@@ -10,6 +10,7 @@
 //! Every timing comes from the timing table ([`swarm_core::timings`]), scaled
 //! only by [`StackOptions::time_scale`].
 
+pub mod admin;
 pub mod events;
 pub mod http;
 pub mod models;

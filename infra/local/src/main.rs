@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use orchestrator::{Auth, OperatorAuth};
+use swarm_core::access::CustomerLimits;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 
@@ -31,6 +32,12 @@ struct Cli {
 /// Settings both commands take.
 #[derive(Args)]
 struct Platform {
+    /// Conversations one customer may start per minute (past it: 429 with Retry-After), counted in the store.
+    #[arg(long, default_value_t = CustomerLimits::DEFAULT.conversations_per_minute, value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=100_000), value_name = "N")]
+    conversations_per_minute: u32,
+    /// Most subtasks one conversation may fan out to (1-100).
+    #[arg(long, default_value_t = CustomerLimits::DEFAULT.subtasks_per_conversation, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100), value_name = "N")]
+    max_subtasks: usize,
     /// Concurrent worker invocations on the tasks queue (the event source mapping's
     /// MaximumConcurrency; default: the timing table's worker.max_concurrency).
     #[arg(long)]
@@ -95,6 +102,12 @@ enum Command {
         #[arg(long, env = "SWARM_OPERATOR_TOKEN", hide_env_values = true, global = true)]
         operator_token: Option<String>,
     },
+    /// Operator commands on a deployed table (AWS credentials from the usual chain) or, with
+    /// --aws-endpoint, on an emulator's table.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -111,6 +124,35 @@ enum ApprovalsAction {
     Reject { id: String },
 }
 
+#[derive(Subcommand)]
+// The command names are the operator's words (`map-customer`, `show-customer`, `unmap-customer`).
+#[allow(clippy::enum_variant_names)]
+enum AdminCommand {
+    /// Link an authenticated identity to a customer: `sub:<JWT sub>` or `iam:<IAM unique id>`
+    /// (`AROA…:<session>` for one session of a role, `AROA…` for every session).
+    MapCustomer {
+        /// The identity, e.g. sub:5c8e2f1a-0b3d-4e6f-8a9b-1c2d3e4f5a6b or iam:AROAEXAMPLEID:support-bot.
+        principal: String,
+        /// The customer it acts for (stored in canonical, upper-case form).
+        customer: String,
+        /// The stack's table (its `TableName` output).
+        #[arg(long)]
+        table: String,
+    },
+    /// Print the customer an identity is linked to.
+    ShowCustomer {
+        principal: String,
+        #[arg(long)]
+        table: String,
+    },
+    /// Remove an identity's link (its requests are then refused with 403).
+    UnmapCustomer {
+        principal: String,
+        #[arg(long)]
+        table: String,
+    },
+}
+
 /// `swarm-local serve --auth`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum LocalAuth {
@@ -122,6 +164,9 @@ enum LocalAuth {
 async fn main() -> anyhow::Result<()> {
     swarm_adapters::telemetry::init_with_default("warn");
     let cli = Cli::parse();
+    if let Command::Admin { command } = cli.command {
+        return admin(command, cli.aws_endpoint).await;
+    }
     let backend = match cli.aws_endpoint {
         Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
         None => BackendChoice::Embedded,
@@ -163,7 +208,7 @@ async fn main() -> anyhow::Result<()> {
                             .map_err(|e| anyhow::anyhow!("--operator-token number {}: {e}", n + 1))?,
                     );
                 }
-                let table = orchestrator::api::TokenTable::from_pairs(pairs)
+                let table = orchestrator::api::OperatorTable::from_pairs(pairs)
                     .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
                 OperatorAuth::Tokens(Arc::new(table))
             };
@@ -171,6 +216,7 @@ async fn main() -> anyhow::Result<()> {
             options.refund_approval_above = approval_above;
             serve(options, port, auth, operators).await
         }
+        Command::Admin { .. } => unreachable!("handled above"),
     }
 }
 
@@ -229,11 +275,40 @@ async fn approvals(url: &str, token: &str, action: ApprovalsAction) -> anyhow::R
     Ok(())
 }
 
+async fn admin(command: AdminCommand, endpoint: Option<String>) -> anyhow::Result<()> {
+    use swarm_local::admin::{TableAt, map_customer, show_customer, unmap_customer};
+    let at = |table: String| TableAt { table, endpoint: endpoint.clone() };
+    match command {
+        AdminCommand::MapCustomer { principal, customer, table } => {
+            let store = at(table).store().await;
+            let customer = map_customer(&store, &principal, &customer).await?;
+            println!("{principal} -> {customer}");
+        }
+        AdminCommand::ShowCustomer { principal, table } => {
+            let store = at(table).store().await;
+            match show_customer(&store, &principal).await? {
+                Some(customer) => println!("{principal} -> {customer}"),
+                None => anyhow::bail!("{principal} is not linked to a customer"),
+            }
+        }
+        AdminCommand::UnmapCustomer { principal, table } => {
+            let store = at(table).store().await;
+            let removed = unmap_customer(&store, &principal).await?;
+            println!("{principal}: {}", if removed { "link removed" } else { "was not linked" });
+        }
+    }
+    Ok(())
+}
+
 fn options(backend: BackendChoice, platform: &Platform) -> StackOptions {
     StackOptions {
         backend,
         worker_concurrency: platform.concurrency,
         time_scale: platform.time_scale,
+        limits: CustomerLimits {
+            conversations_per_minute: platform.conversations_per_minute,
+            subtasks_per_conversation: platform.max_subtasks,
+        },
         ..StackOptions::default()
     }
 }

@@ -11,10 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::api::TokenTable;
+use orchestrator::api::OperatorTable;
 use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
+use swarm_core::access::{AccessStore, CustomerLimits};
 use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::FaultPlan;
@@ -80,6 +81,8 @@ pub struct StackOptions {
     /// Refunds above this amount (in the order's currency) need an operator's approval; `None`:
     /// every refund does (the demo gateway's consent).
     pub refund_approval_above: Option<f64>,
+    /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the store.
+    pub limits: CustomerLimits,
 }
 
 impl Default for StackOptions {
@@ -96,6 +99,7 @@ impl Default for StackOptions {
             wrap_aggregator_store: None,
             faults: None,
             refund_approval_above: None,
+            limits: CustomerLimits::DEFAULT,
         }
     }
 }
@@ -166,11 +170,16 @@ impl LocalStack {
         // The stream trigger's feed opens before the first write, so it misses nothing.
         let feed = backend.change_feed().await.context("opening the table's stream")?;
 
+        // The shop answers the gateway only: it gets the gateway's upstream credential, fresh per stack.
+        let tokens = tool_gateway::DemoTokens::generate();
+        let shop_token = shop_tools::UpstreamToken::new(tokens.shop_upstream().expose())
+            .map_err(|e| anyhow::anyhow!("the demo shop's upstream token: {e}"))?;
         let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
         let (shop_addr, shop_task) =
-            shop_tools::serve(loopback(), shop.clone()).await.context("starting the demo shop tool server")?;
+            shop_tools::serve(loopback(), shop.clone(), shop_tools::ShopAccess::local(shop_token))
+                .await
+                .context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
-        let tokens = tool_gateway::DemoTokens::generate();
         let mut gateway_config = tool_gateway::demo_config(&shop_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
@@ -211,17 +220,20 @@ impl LocalStack {
         let approvals = Arc::new(Approvals::new(store.clone(), queues.clone(), approval_key, &timings));
         let (_, operator_token) = ApprovalKey::generate();
         let operators = OperatorAuth::Tokens(Arc::new(
-            TokenTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
+            OperatorTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
                 .map_err(anyhow::Error::msg)?,
         ));
-        let orchestrator = Arc::new(Orchestrator::new(
-            store.clone(),
-            queues.clone(),
-            models.main.clone(),
-            base_tools,
-            RoleTable::demo(),
-            OrchestratorSettings::from_timings(&timings),
-        ));
+        let orchestrator = Arc::new(
+            Orchestrator::new(
+                store.clone(),
+                queues.clone(),
+                models.main.clone(),
+                base_tools,
+                RoleTable::demo(),
+                OrchestratorSettings::from_timings(&timings),
+            )
+            .with_limits(backend.access(), options.limits),
+        );
         let worker = Arc::new(Worker::new(
             wrapped(&options.wrap_store),
             queues,
@@ -342,6 +354,11 @@ impl LocalStack {
         self.backend.store()
     }
 
+    /// Identity mappings and per-customer counters (the same table).
+    pub fn access(&self) -> Arc<dyn AccessStore> {
+        self.backend.access()
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -367,7 +384,7 @@ impl LocalStack {
         Ok(self.backend.conversation_count().await?)
     }
 
-    /// The orchestrator behind the API (`swarm-local serve` mounts its router with the chosen auth).
+    /// The orchestrator behind the API (its router, with the chosen auth, is what `swarm-local serve` mounts).
     pub fn orchestrator(&self) -> Arc<Orchestrator> {
         self.orchestrator.clone()
     }

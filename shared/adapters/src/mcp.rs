@@ -1,4 +1,4 @@
-//! `McpToolGateway`: the worker's [`ToolGateway`] over MCP Streamable HTTP (rmcp client) to the tool gateway.
+//! `McpToolGateway`: the worker's [`ToolGateway`] over MCP Streamable HTTP (rmcp client) to the tool gateway; [`McpHttpClient`], the HTTP client under it (per-request headers, SigV4 with feature `sigv4`), shared with the gateway's own upstream client.
 //!
 //! One rmcp client session per worker role (the role decides the bearer
 //! token, fixed per session); everything that changes per call — customer,
@@ -18,21 +18,20 @@ use http::{HeaderName, HeaderValue};
 use rmcp::{
     ServiceError, ServiceExt,
     model::{
-        CallToolRequest, CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, ClientRequest, GetExtensions,
-        Implementation, ListToolsRequest, PaginatedRequestParams, ServerResult,
+        CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, GetExtensions, Implementation,
+        ListToolsRequest, PaginatedRequestParams, ServerResult,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
-    transport::{
-        StreamableHttpClientTransport,
-        common::client_side_sse::BoxedSseResponse,
-        streamable_http_client::{
-            StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError, StreamableHttpPostResponse,
-            StreamableHttpResponseLimits,
-        },
-    },
+    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
 
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
+
+#[cfg(feature = "sigv4")]
+pub mod sigv4;
+mod transport;
+
+pub use transport::{McpHttpClient, RequestHeaders};
 
 /// Header carrying the customer the call acts for; the gateway writes it into
 /// the `customer_id` argument of customer-scoped tools.
@@ -44,6 +43,9 @@ pub const HEADER_SUBTASK_ID: &str = "x-swarm-subtask-id";
 /// Header carrying the idempotency key of a side-effecting call; the gateway
 /// writes it into the tool's `idempotency_key` argument.
 pub const HEADER_IDEMPOTENCY_KEY: &str = "x-swarm-idempotency-key";
+/// Header carrying the role's gateway token when `Authorization` holds a SigV4 signature (the
+/// gateway behind an `AWS_IAM` function URL); otherwise the token is `Authorization: Bearer`.
+pub const HEADER_GATEWAY_TOKEN: &str = "x-swarm-gateway-token";
 /// Top-level argument the worker core uses to hand the adapter an idempotency
 /// key; stripped from the arguments and sent as [`HEADER_IDEMPOTENCY_KEY`].
 pub const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
@@ -110,84 +112,6 @@ impl From<&str> for GatewayToken {
     }
 }
 
-/// Per-request HTTP headers, put into an rmcp request's extensions and added to
-/// the POST by [`HeaderInjectingClient`]. Never serialized into the JSON-RPC body.
-#[derive(Clone, Debug)]
-struct RequestHeaders(Arc<Vec<(HeaderName, HeaderValue)>>);
-
-/// A reqwest client that adds the [`RequestHeaders`] found in a request's
-/// extensions to that request's POST (rmcp passes per-session headers only).
-#[derive(Clone)]
-struct HeaderInjectingClient {
-    inner: reqwest::Client,
-}
-
-impl HeaderInjectingClient {
-    fn with_request_headers(
-        message: &ClientJsonRpcMessage,
-        mut headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HashMap<HeaderName, HeaderValue> {
-        if let ClientJsonRpcMessage::Request(request) = message
-            && let Some(extra) = request.request.extensions().get::<RequestHeaders>()
-        {
-            for (name, value) in extra.0.iter() {
-                headers.insert(name.clone(), value.clone());
-            }
-        }
-        headers
-    }
-}
-
-impl StreamableHttpClient for HeaderInjectingClient {
-    type Error = reqwest::Error;
-
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = Self::with_request_headers(&message, custom_headers);
-        self.inner.post_message(uri, message, session_id, auth_header, headers).await
-    }
-
-    async fn post_message_with_response_limits(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        limits: StreamableHttpResponseLimits,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = Self::with_request_headers(&message, custom_headers);
-        self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, headers, limits).await
-    }
-
-    async fn delete_session(
-        &self,
-        uri: Arc<str>,
-        session_id: Arc<str>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
-    }
-
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
-    }
-}
-
 type Session = RunningService<RoleClient, ClientConfig>;
 /// A role's listing and when it was fetched.
 type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
@@ -215,7 +139,7 @@ type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
 ///   burst of first listings makes one request. Errors are never cached.
 pub struct McpToolGateway {
     url: Arc<str>,
-    http: HeaderInjectingClient,
+    http: McpHttpClient,
     tokens: HashMap<String, GatewayToken>,
     /// Deadline for opening a session and for `tools/list`.
     call_timeout: Duration,
@@ -279,7 +203,7 @@ impl McpToolGateway {
             .map_err(|e| ToolError::Permanent(format!("cannot build HTTP client: {e}")))?;
         Ok(Self {
             url: Arc::from(url),
-            http: HeaderInjectingClient { inner },
+            http: McpHttpClient::new(inner),
             tokens,
             call_timeout,
             sessions: Mutex::new(HashMap::new()),
@@ -288,6 +212,13 @@ impl McpToolGateway {
             listings: Mutex::new(HashMap::new()),
             listing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Signs every request with SigV4 (the gateway behind an `AWS_IAM` function URL).
+    #[cfg(feature = "sigv4")]
+    pub fn signed(mut self, signer: sigv4::SigV4Signer) -> Self {
+        self.http = self.http.signed(signer);
+        self
     }
 
     /// How long one role's `tools/list` answer is reused; `Duration::ZERO` asks the gateway every time.
@@ -364,8 +295,15 @@ impl McpToolGateway {
             return Ok(session);
         }
         let config = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-            .auth_header(token.expose())
             .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
+        // A SigV4 signature takes the Authorization header; the role token then has its own.
+        let config = if self.http.signs() {
+            let value = HeaderValue::from_str(token.expose())
+                .map_err(|_| ToolError::Permanent(format!("gateway token for role {role:?} is not a header value")))?;
+            config.custom_headers(HashMap::from([(HeaderName::from_static(HEADER_GATEWAY_TOKEN), value)]))
+        } else {
+            config.auth_header(token.expose())
+        };
         let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
         let client_config = ClientConfig::new(
             Default::default(),
@@ -726,8 +664,8 @@ mod tests {
         .unwrap();
         let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("x")));
         request.extensions_mut().insert(headers);
-        let message = ClientJsonRpcMessage::request(request, rmcp::model::RequestId::Number(1));
-        let out = HeaderInjectingClient::with_request_headers(&message, HashMap::new());
+        let message = rmcp::model::ClientJsonRpcMessage::request(request, rmcp::model::RequestId::Number(1));
+        let out = McpHttpClient::with_request_headers(&message, HashMap::new());
         assert_eq!(out[&HeaderName::from_static(HEADER_CUSTOMER_ID)], "C104");
         assert_eq!(out[&HeaderName::from_static(HEADER_CONVERSATION_ID)], "conv-1");
         assert_eq!(out[&HeaderName::from_static(HEADER_SUBTASK_ID)], "w01");

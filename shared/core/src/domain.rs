@@ -291,6 +291,22 @@ impl FailureKind {
         }
     }
 
+    /// The short text a customer sees for this kind (`GET … subtasks[].error`): written by us,
+    /// never a provider's, a gateway's or a tool's text, which stays in the logs and the item's `reason`.
+    pub fn customer_message(self) -> &'static str {
+        match self {
+            Self::DeadlinePassed => "This part could not be finished before the conversation's time limit.",
+            Self::ModelFailed => "Our assistant could not work on this part right now.",
+            Self::NoAnswer => "Our assistant found no answer for this part.",
+            Self::ToolsUnavailable => "The shop's systems could not be reached for this part; please try again later.",
+            Self::ToolsRefused => "This part needs an action our assistant may not take.",
+            Self::OutOfTime => "This part took too long and was stopped.",
+            Self::TokenBudgetExhausted => "This conversation reached its processing limit before this part.",
+            Self::DeadLetter => "This part failed repeatedly and was given up.",
+            Self::Internal => "Something went wrong on our side with this part.",
+        }
+    }
+
     /// Whether the subtask failed for lack of time (the conversation's deadline or its own hand-backs).
     pub fn is_lack_of_time(self) -> bool {
         matches!(self, Self::DeadlinePassed | Self::OutOfTime)

@@ -1,9 +1,10 @@
-//! The pure core of lambda-swarm: domain values, port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules and the timing table.
+//! The pure core of lambda-swarm: domain values, identity and limits (`access`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules and the timing table.
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
+pub mod access;
 pub mod approval;
 pub mod domain;
 pub mod effects;

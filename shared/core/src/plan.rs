@@ -98,18 +98,27 @@ fn string_list(v: Option<&Value>) -> Vec<String> {
 /// text shown to the customer: an id that is not 1–64 of `[A-Za-z0-9_.:-]` is renumbered
 /// (`w01`, `w02`… by position, dependencies on it following), and an instruction loses display
 /// control characters and is cut to [`MAX_INSTRUCTION_CHARS`].
-pub fn validate_plan(mut subtasks: Vec<Subtask>, known_tools: &HashSet<String>) -> Result<Plan, PlanError> {
+pub fn validate_plan(subtasks: Vec<Subtask>, known_tools: &HashSet<String>) -> Result<Plan, PlanError> {
+    validate_plan_within(subtasks, known_tools, MAX_SUBTASKS)
+}
+
+/// [`validate_plan`] with at most `max_subtasks` subtasks (a customer's fan-out limit, itself
+/// capped at [`MAX_SUBTASKS`]; at least 1): extras and their dependents are dropped with a note.
+pub fn validate_plan_within(
+    mut subtasks: Vec<Subtask>,
+    known_tools: &HashSet<String>,
+    max_subtasks: usize,
+) -> Result<Plan, PlanError> {
+    let max = max_subtasks.clamp(1, MAX_SUBTASKS);
     renumber_unsafe_ids(&mut subtasks);
     for s in &mut subtasks {
         s.instruction = clean_text(&s.instruction, MAX_INSTRUCTION_CHARS).trim().to_owned();
     }
     let mut notes = Vec::new();
-    if subtasks.len() > MAX_SUBTASKS {
-        let dropped = subtasks.len() - MAX_SUBTASKS;
-        subtasks.truncate(MAX_SUBTASKS);
-        notes.push(format!(
-            "The request had more than {MAX_SUBTASKS} separate parts; {dropped} of them were not handled."
-        ));
+    if subtasks.len() > max {
+        let dropped = subtasks.len() - max;
+        subtasks.truncate(max);
+        notes.push(format!("The request had more than {max} separate parts; {dropped} of them were not handled."));
     }
     let mut seen = HashSet::new();
     for s in &mut subtasks {
@@ -339,6 +348,18 @@ mod tests {
         assert_eq!(plan.subtasks.len(), 99);
         assert_eq!(plan.notes.len(), 2);
         assert!(plan.notes[0].contains("5 of them"));
+    }
+
+    #[test]
+    fn a_customers_fan_out_limit_cuts_the_plan_the_same_way() {
+        let mut plan: Vec<Subtask> = (1..=6).map(|i| st(&format!("w{i:02}"), &[])).collect();
+        plan[1].depends_on = vec!["w05".into()];
+        let within = validate_plan_within(plan.clone(), &tools(), 4).unwrap();
+        let ids: Vec<&str> = within.subtasks.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["w01", "w03", "w04"]);
+        assert_eq!(within.notes[0], "The request had more than 4 separate parts; 2 of them were not handled.");
+        assert_eq!(validate_plan_within(plan.clone(), &tools(), 0).unwrap().subtasks.len(), 1, "at least one");
+        assert_eq!(validate_plan_within(plan, &tools(), 500).unwrap().subtasks.len(), 6);
     }
 
     #[test]

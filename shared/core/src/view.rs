@@ -23,7 +23,9 @@ pub struct SubtaskView {
     pub tools_used: Vec<String>,
     /// `PENDING | QUEUED | RUNNING | SUCCEEDED | FAILED | SKIPPED`.
     pub status: SubtaskStatus,
-    /// Why the subtask failed or was skipped.
+    /// Why the subtask failed or was skipped, in words we wrote: a failure shows
+    /// [`FailureKind::customer_message`], never the recorded reason (provider or gateway text
+    /// stays in the logs and the item).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The stable code of a `FAILED` subtask's cause ([`FailureKind::code`]); absent otherwise.
@@ -183,7 +185,7 @@ impl ConversationView {
                 tools_used: r.tools_used.clone(),
                 status: r.status,
                 error: match &r.result {
-                    Some(SubtaskResult::Failed { reason, .. }) => Some(reason.clone()),
+                    Some(SubtaskResult::Failed { kind, .. }) => Some(kind.customer_message().to_owned()),
                     Some(SubtaskResult::Skipped { dependency }) => {
                         Some(format!("skipped: dependency {dependency} did not succeed"))
                     }
@@ -285,12 +287,13 @@ mod tests {
     const BEFORE: &str = r#"{"conversation_id":"0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07","customer_id":"C104","status":"DONE","progress":{"finished":3,"total":4},"subtasks":[{"id":"w01","instruction":"Do w01.","depends_on":[],"tools_used":["shop__get_order"],"status":"SUCCEEDED"},{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},{"id":"w03","instruction":"Do w03.","depends_on":["w02"],"tools_used":[],"status":"SKIPPED","error":"skipped: dependency w02 did not succeed"},{"id":"w04","instruction":"Do w04.","depends_on":[],"tools_used":[],"status":"RUNNING"}],"reply":"Order A1029 is paid.","usage":{"prompt_tokens":1200,"completion_tokens":80,"cached_tokens":null,"cost_usd":0.0021}}"#;
 
     #[test]
-    fn view_json_is_todays_byte_for_byte_plus_the_failed_subtasks_error_code() {
+    fn view_json_is_todays_byte_for_byte_but_a_failure_shows_our_words_and_its_code() {
         let (c, subtasks) = fixture();
         let json = serde_json::to_string(&ConversationView::build(&c, &subtasks)).unwrap();
-        // The one addition: `error_code` right after the failed subtask's `error`.
-        let error = r#""error":"the conversation's deadline passed before it finished""#;
-        let expected = BEFORE.replacen(error, &format!(r#"{error},"error_code":"deadline_passed""#), 1);
+        // The failed subtask's `error` is the kind's message, followed by `error_code`; the recorded reason is gone.
+        let recorded = r#""error":"the conversation's deadline passed before it finished""#;
+        let ours = r#""error":"This part could not be finished before the conversation's time limit.","error_code":"deadline_passed""#;
+        let expected = BEFORE.replacen(recorded, ours, 1);
         assert_ne!(expected, BEFORE);
         assert_eq!(json, expected);
         // Without a failed subtask, nothing changed at all.
@@ -299,6 +302,29 @@ mod tests {
         let w02 = r#"{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},"#;
         assert!(BEFORE.contains(w02));
         assert_eq!(json, BEFORE.replacen(w02, "", 1));
+    }
+
+    #[test]
+    fn provider_and_gateway_text_never_reaches_the_view() {
+        let (c, mut subtasks) = fixture();
+        let provider = "HTTP 402 {\"error\":{\"message\":\"Insufficient Balance\",\"type\":\"billing\"}} sk-live-abc";
+        let gateway = "upstream shop is unavailable (upstream unreachable: connection refused 10.0.3.7:8931)";
+        for (i, (kind, reason)) in
+            [(FailureKind::ModelFailed, provider), (FailureKind::ToolsUnavailable, gateway)].into_iter().enumerate()
+        {
+            subtasks[1].result = Some(SubtaskResult::failed(kind, reason));
+            let view = ConversationView::build(&c, &subtasks);
+            let json = serde_json::to_string(&view).unwrap();
+            for fragment in ["402", "Insufficient", "sk-live", "10.0.3.7", "unreachable", "upstream"] {
+                assert!(!json.contains(fragment), "case {i}: {fragment} shows in {json}");
+            }
+            assert_eq!(view.subtasks[1].error.as_deref(), Some(kind.customer_message()));
+            assert_eq!(view.subtasks[1].error_code, Some(kind));
+        }
+        for kind in FailureKind::ALL {
+            let m = kind.customer_message();
+            assert!(m.len() < 100 && m.ends_with('.'), "{kind}: {m}");
+        }
     }
 
     #[test]

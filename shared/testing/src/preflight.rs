@@ -87,3 +87,30 @@ pub fn refuses_a_bad_token_budget(binary: &str) {
         "LLM_TOKEN_BUDGET must be a whole number of tokens, at least 1000",
     );
 }
+
+/// The preflight tests every function binary gets, one `#[test]` per rule above:
+/// `swarm_testing::preflight_tests!(env!("CARGO_BIN_EXE_worker"));` in its `tests/preflight.rs`.
+#[macro_export]
+macro_rules! preflight_tests {
+    ($binary:expr) => {
+        #[test]
+        fn the_base_environment_gets_it_past_its_config() {
+            $crate::preflight::gets_past_its_config($binary);
+        }
+
+        #[test]
+        fn no_table_name_stops_it_naming_the_variable() {
+            $crate::preflight::refuses_without_a_table($binary);
+        }
+
+        #[test]
+        fn no_llm_base_url_stops_it_naming_the_variable() {
+            $crate::preflight::refuses_without_an_llm_endpoint($binary);
+        }
+
+        #[test]
+        fn a_placeholder_llm_key_stops_it_naming_the_variable() {
+            $crate::preflight::refuses_a_placeholder_llm_key($binary);
+        }
+    };
+}

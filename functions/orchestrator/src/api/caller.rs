@@ -1,4 +1,4 @@
-//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (JWT claims or IAM identity), a token table locally, or nobody when authentication is off.
+//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,33 +7,62 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap, header};
 use lambda_http::request::RequestContext;
-use swarm_adapters::config::AuthMode;
+use swarm_adapters::config::{AuthConfig, AuthMode, ClaimMapping};
+use swarm_core::access::{AccessStore, Principal, PrincipalKind, canonical_customer_id};
 
 use super::error::HttpError;
 
-/// JWT claims that name the customer, first present wins (issue 10 revisits this order).
-pub const CUSTOMER_CLAIMS: [&str; 3] = ["customer_id", "custom:customer_id", "sub"];
-
 /// How callers are identified.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Auth {
     /// Nobody is authenticated: the request body names the customer (`AUTH_MODE=none`, local runs).
     None,
-    /// API Gateway's JWT authorizer ran: the customer from the token's claims
-    /// ([`CUSTOMER_CLAIMS`]) in the request context lambda_http puts in the request's extensions.
-    Jwt,
-    /// IAM authorization ran: the caller's IAM user id from the request context.
-    Iam,
+    /// API Gateway's JWT authorizer ran: the customer from one claim of the token in the
+    /// request context lambda_http puts in the request's extensions ([`JwtIdentity`]).
+    Jwt(JwtIdentity),
+    /// IAM authorization ran: the caller's unique id (`AIDA…`, or `AROA…:<session>` for an
+    /// assumed role), mapped to a customer through the table ([`Principal::iam_candidates`]).
+    Iam(Arc<dyn AccessStore>),
     /// Locally: `Authorization: Bearer <token>` looked up in a token table (`swarm-local serve --auth tokens`).
     Tokens(Arc<TokenTable>),
 }
 
-impl From<AuthMode> for Auth {
-    fn from(mode: AuthMode) -> Self {
-        match mode {
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("Auth::None"),
+            Self::Jwt(j) => write!(f, "Auth::Jwt({:?}, {:?})", j.claim, j.mapping),
+            Self::Iam(_) => f.write_str("Auth::Iam"),
+            Self::Tokens(t) => write!(f, "Auth::{t:?}"),
+        }
+    }
+}
+
+/// Which JWT claim names the caller, and how it becomes a customer.
+#[derive(Clone)]
+pub struct JwtIdentity {
+    /// The claim read (`sub` by default). Only the issuer writes `sub`; a Cognito `custom:`
+    /// attribute is safe only when the app client may not write it.
+    pub claim: String,
+    pub mapping: ClaimMapping,
+    /// Where `sub:<claim value>` → customer mappings live (used with [`ClaimMapping::Table`]).
+    pub directory: Arc<dyn AccessStore>,
+}
+
+impl JwtIdentity {
+    /// `sub`, mapped through `directory`: the safe default.
+    pub fn mapped_sub(directory: Arc<dyn AccessStore>) -> Self {
+        Self { claim: "sub".into(), mapping: ClaimMapping::Table, directory }
+    }
+}
+
+impl Auth {
+    /// The configured authentication; `directory` holds the principal → customer mappings.
+    pub fn from_config(config: &AuthConfig, directory: Arc<dyn AccessStore>) -> Self {
+        match config.mode {
             AuthMode::None => Self::None,
-            AuthMode::Jwt => Self::Jwt,
-            AuthMode::Iam => Self::Iam,
+            AuthMode::Jwt => Self::Jwt(JwtIdentity { claim: config.claim.clone(), mapping: config.mapping, directory }),
+            AuthMode::Iam => Self::Iam(directory),
         }
     }
 }
@@ -43,7 +72,7 @@ impl From<AuthMode> for Auth {
 pub enum Caller {
     /// Authentication is off: the body says who the customer is.
     Anonymous,
-    /// An authenticated customer; requests act for this customer only.
+    /// An authenticated customer (canonical id); requests act for this customer only.
     Customer(String),
 }
 
@@ -56,13 +85,18 @@ impl Caller {
         }
     }
 
-    /// The customer a request acts for: the caller's own, or with
-    /// authentication off the body's `customer_id`.
-    /// Errors: 403 when an authenticated caller names another customer in the
-    /// body; 400 `missing_customer_id` when nobody names one.
+    /// The customer a request acts for, canonical: the caller's own, or with authentication
+    /// off the body's `customer_id`.
+    /// Errors: 400 `bad_customer_id` for a body id that has no canonical form; 403 when an
+    /// authenticated caller names another customer in the body (compared canonically, so
+    /// `c104` is C104); 400 `missing_customer_id` when nobody names one.
     pub fn acting_for(&self, claimed: Option<String>) -> Result<String, HttpError> {
+        let claimed = claimed
+            .map(|c| canonical_customer_id(&c))
+            .transpose()
+            .map_err(|e| HttpError::bad_request("bad_customer_id", e.to_string()))?;
         match (self, claimed) {
-            (Self::Customer(own), Some(other)) if other.trim() != own => Err(HttpError::forbidden(
+            (Self::Customer(own), Some(other)) if &other != own => Err(HttpError::forbidden(
                 "the request's customer_id is not the authenticated caller's; leave it out to act as yourself",
             )),
             (Self::Customer(own), _) => Ok(own.clone()),
@@ -74,27 +108,81 @@ impl Caller {
     }
 }
 
+/// 403: the credentials are valid but name no customer of ours.
+fn unmapped() -> HttpError {
+    HttpError::new(
+        axum::http::StatusCode::FORBIDDEN,
+        "unmapped_identity",
+        "no customer is linked to this identity; ask an administrator to map it",
+    )
+}
+
+/// A stored or claimed customer id in canonical form; one that has none is a broken mapping (403).
+fn canonical_or_unmapped(id: &str) -> Result<String, HttpError> {
+    canonical_customer_id(id).map_err(|_| {
+        tracing::warn!("an identity maps to a value that is not a customer id");
+        unmapped()
+    })
+}
+
+/// The first mapped customer of `candidates`, in order.
+async fn mapped(directory: &dyn AccessStore, candidates: &[Principal]) -> Result<String, HttpError> {
+    for principal in candidates {
+        match directory.customer_for(principal).await {
+            Ok(Some(customer)) => return canonical_or_unmapped(&customer),
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::error!(error = %e, "identity lookup failed");
+                return Err(HttpError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the caller's identity could not be looked up; try again",
+                ));
+            }
+        }
+    }
+    tracing::info!(principal = %candidates.first().map(ToString::to_string).unwrap_or_default(), "unmapped identity refused");
+    Err(unmapped())
+}
+
 impl Auth {
     /// Identifies the caller from the request's headers and extensions.
-    /// Errors: 401 when authentication is on and the request carries no
-    /// identity, or a token the table does not know.
-    pub fn identify(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Caller, HttpError> {
+    /// Errors: 401 when authentication is on and the request carries no identity, or a token
+    /// the table does not know; 403 `unmapped_identity` for an identity no customer is mapped
+    /// to; 503 when the mapping cannot be read.
+    pub async fn identify(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Caller, HttpError> {
+        let missing = || HttpError::unauthenticated("the request carries no customer identity");
+        let authorizer = || {
+            let Some(RequestContext::ApiGatewayV2(context)) = extensions.get::<RequestContext>() else {
+                return None;
+            };
+            context.authorizer.clone()
+        };
         match self {
             Self::None => Ok(Caller::Anonymous),
-            Self::Jwt | Self::Iam => {
-                let missing = || HttpError::unauthenticated("the request carries no customer identity");
-                let Some(RequestContext::ApiGatewayV2(context)) = extensions.get::<RequestContext>() else {
-                    return Err(missing());
+            Self::Jwt(jwt) => {
+                let authorizer = authorizer().ok_or_else(missing)?;
+                let value = authorizer
+                    .jwt
+                    .as_ref()
+                    .and_then(|j| j.claims.get(&jwt.claim))
+                    .map(|v| v.trim().to_owned())
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(missing)?;
+                let customer = match jwt.mapping {
+                    ClaimMapping::Direct => canonical_or_unmapped(&value)?,
+                    ClaimMapping::Table => {
+                        let principal = Principal::new(PrincipalKind::Sub, &value).map_err(|_| missing())?;
+                        mapped(jwt.directory.as_ref(), &[principal]).await?
+                    }
                 };
-                let authorizer = context.authorizer.as_ref().ok_or_else(missing)?;
-                let id = if matches!(self, Self::Jwt) {
-                    let claims = authorizer.jwt.as_ref().map(|j| &j.claims);
-                    CUSTOMER_CLAIMS.iter().find_map(|k| claims.and_then(|c| c.get(*k)).cloned())
-                } else {
-                    authorizer.iam.as_ref().and_then(|i| i.user_id.clone())
-                };
-                let id = id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).ok_or_else(missing)?;
-                Ok(Caller::Customer(id))
+                Ok(Caller::Customer(customer))
+            }
+            Self::Iam(directory) => {
+                let authorizer = authorizer().ok_or_else(missing)?;
+                let user_id = authorizer.iam.as_ref().and_then(|i| i.user_id.clone()).ok_or_else(missing)?;
+                let candidates = Principal::iam_candidates(&user_id).map_err(|_| missing())?;
+                Ok(Caller::Customer(mapped(directory.as_ref(), &candidates).await?))
             }
             Self::Tokens(table) => {
                 let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
@@ -123,7 +211,7 @@ where
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Auth::from_ref(state).identify(&parts.headers, &parts.extensions)
+        Auth::from_ref(state).identify(&parts.headers, &parts.extensions).await
     }
 }
 
@@ -140,8 +228,9 @@ impl std::fmt::Debug for TokenTable {
 }
 
 impl TokenTable {
-    /// A table from `(token, customer_id)` pairs.
-    /// Errors: an empty token or customer, a token with whitespace, or a token listed twice.
+    /// A table from `(token, customer_id)` pairs; customer ids are kept canonical.
+    /// Errors: an empty token or customer, a token with whitespace, a customer id with no
+    /// canonical form, or a token listed twice.
     pub fn from_pairs<T: Into<String>, C: Into<String>>(
         pairs: impl IntoIterator<Item = (T, C)>,
     ) -> Result<Self, String> {
@@ -151,7 +240,8 @@ impl TokenTable {
             if token.is_empty() || token.contains(char::is_whitespace) || customer.trim().is_empty() {
                 return Err(format!("token entry {} must be <token>=<customer_id> with no blanks", n + 1));
             }
-            if customers.insert(token, customer.trim().to_owned()).is_some() {
+            let customer = canonical_customer_id(&customer).map_err(|e| format!("token entry {}: {e}", n + 1))?;
+            if customers.insert(token, customer).is_some() {
                 return Err(format!("token entry {} repeats an earlier token", n + 1));
             }
         }
@@ -210,6 +300,11 @@ mod tests {
         assert_eq!(e, "line 1: not <token>=<customer_id>");
         assert!(TokenTable::parse("a=C1\na=C2").unwrap_err().contains("repeats"));
         assert!(TokenTable::parse("=C1").is_err());
+        assert_eq!(
+            TokenTable::parse("tok-lower-0123456789=c104").unwrap().customer("tok-lower-0123456789"),
+            Some("C104")
+        );
+        assert!(TokenTable::parse("tok-bad-0123456789=C1#META").unwrap_err().contains("customer id"));
     }
 
     #[test]
@@ -217,8 +312,10 @@ mod tests {
         let me = Caller::Customer("C104".into());
         assert_eq!(me.acting_for(None).unwrap(), "C104");
         assert_eq!(me.acting_for(Some("C104".into())).unwrap(), "C104");
+        assert_eq!(me.acting_for(Some(" c104".into())).unwrap(), "C104", "one canonical form");
         assert_eq!(me.acting_for(Some("C105".into())).unwrap_err().status.as_u16(), 403);
-        assert_eq!(Caller::Anonymous.acting_for(Some("C105".into())).unwrap(), "C105");
+        assert_eq!(me.acting_for(Some("C1#META".into())).unwrap_err().code, "bad_customer_id");
+        assert_eq!(Caller::Anonymous.acting_for(Some("c105".into())).unwrap(), "C105");
         assert_eq!(Caller::Anonymous.acting_for(None).unwrap_err().code, "missing_customer_id");
     }
 }

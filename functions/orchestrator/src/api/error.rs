@@ -18,11 +18,13 @@ pub struct HttpError {
     pub message: String,
     /// `WWW-Authenticate` challenge of a 401 (`Bearer` for token credentials).
     pub challenge: Option<&'static str>,
+    /// `Retry-After` of a 429, in whole seconds.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl HttpError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), challenge: None }
+        Self { status, code, message: message.into(), challenge: None, retry_after_secs: None }
     }
 
     /// 401: no credentials, or credentials that identify nobody.
@@ -56,15 +58,19 @@ impl IntoResponse for HttpError {
         if let Some(challenge) = self.challenge {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
         }
+        if let Some(secs) = self.retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }
 
-/// The core's errors keep their status and code (400 validation, 404, 503).
+/// The core's errors keep their status and code (400 validation, 404, 429 with `Retry-After`, 503).
 impl From<ApiError> for HttpError {
     fn from(e: ApiError) -> Self {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Self::new(status, e.code(), e.to_string())
+        let retry_after_secs = e.retry_after_secs();
+        Self { retry_after_secs, ..Self::new(status, e.code(), e.to_string()) }
     }
 }
 

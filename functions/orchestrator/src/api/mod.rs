@@ -5,7 +5,8 @@
 //! credentials, 403 an authenticated caller acting for another customer, 404
 //! an unknown route or conversation, 405 a wrong method (with `Allow`), 413 a
 //! body over [`MAX_BODY_BYTES`], 409 an approval decided the other way or
-//! expired, 503 storage or queue unavailable — every error as
+//! expired, 429 a customer over their conversations per minute (with
+//! `Retry-After`), 503 storage or queue unavailable — every error as
 //! `{"error": {"code", "message"}}` ([`HttpError`]).
 
 pub mod caller;
@@ -24,9 +25,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-pub use caller::{Auth, CUSTOMER_CLAIMS, Caller, TokenTable};
+pub use caller::{Auth, Caller, JwtIdentity, TokenTable};
 pub use error::HttpError;
-pub use operator::{Operator, OperatorAuth};
+pub use operator::{Operator, OperatorAuth, OperatorTable};
 
 use crate::approvals::{Approvals, Decision};
 use crate::core::{Orchestrator, validate_request};

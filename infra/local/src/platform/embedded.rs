@@ -77,6 +77,10 @@ impl Backend for EmbeddedBackend {
         self.store.clone()
     }
 
+    fn access(&self) -> Arc<dyn swarm_core::access::AccessStore> {
+        self.store.clone()
+    }
+
     fn queue(&self, queue: Queue) -> &QueueHandles {
         self.queues.get(queue)
     }

@@ -184,6 +184,10 @@ impl Backend for EmulatorBackend {
         self.store.clone()
     }
 
+    fn access(&self) -> Arc<dyn swarm_core::access::AccessStore> {
+        self.store.clone()
+    }
+
     fn queue(&self, queue: Queue) -> &QueueHandles {
         self.queues.get(queue)
     }

@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use swarm_adapters::embedded::InMemoryQueue;
+use swarm_core::access::AccessStore;
 use swarm_core::ports::{ConversationStore, QueueError, StoreError, TaskQueue};
 
 pub use dynamo_stream::StreamError;
@@ -143,6 +144,8 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// The conversation store the functions use.
     fn store(&self) -> Arc<dyn ConversationStore>;
+    /// Identity mappings and per-customer counters (the same table).
+    fn access(&self) -> Arc<dyn AccessStore>;
     /// Both sides of `queue`.
     fn queue(&self, queue: Queue) -> &QueueHandles;
     /// The table's stream from now on (open it before the first write).

@@ -1,4 +1,4 @@
-//! The tool gateway client piece: `GATEWAY_URL`, the role this function acts as (`WORKER_ROLE`) and its credential (`GATEWAY_TOKEN` or `GATEWAY_TOKEN_SECRET_ARN`).
+//! The tool gateway client piece: `GATEWAY_URL`, the role this function acts as (`WORKER_ROLE`), its credential (`GATEWAY_TOKEN` or `GATEWAY_TOKEN_SECRET_ARN`) and whether calls are SigV4-signed for an `AWS_IAM` function URL (`GATEWAY_URL_AUTH`, `AWS_REGION`).
 
 use std::time::Duration;
 
@@ -16,11 +16,14 @@ pub struct GatewayClientConfig {
     pub role: String,
     /// `GATEWAY_TOKEN` (local runs) or `GATEWAY_TOKEN_SECRET_ARN`: the role's bearer token.
     pub token: SecretSource,
+    /// `GATEWAY_URL_AUTH=AWS_IAM`: the region to SigV4-sign calls in (`AWS_REGION`, set by
+    /// Lambda), with the function's own role; `None` (`NONE`, the default) sends them unsigned.
+    pub sigv4_region: Option<String>,
 }
 
 impl GatewayClientConfig {
     pub const VARS: &'static [&'static str] =
-        &["GATEWAY_URL", "WORKER_ROLE", "GATEWAY_TOKEN", "GATEWAY_TOKEN_SECRET_ARN"];
+        &["GATEWAY_URL", "WORKER_ROLE", "GATEWAY_TOKEN", "GATEWAY_TOKEN_SECRET_ARN", "GATEWAY_URL_AUTH", "AWS_REGION"];
 
     /// `default_role` applies when `WORKER_ROLE` is unset (the orchestrator
     /// lists tools as `planner`, a worker calls them as `support`).
@@ -50,7 +53,12 @@ impl GatewayClientConfig {
                     hint: format!("the secret holding role {role}'s gateway token (locally GATEWAY_TOKEN=<token>)"),
                 }
             })?;
-        Ok(Self { url, role, token })
+        let signed = vars.one_of("GATEWAY_URL_AUTH", &[("none", false), ("aws_iam", true)], false)?;
+        let sigv4_region = match signed {
+            false => None,
+            true => Some(vars.required("AWS_REGION", "the region to sign gateway calls in (Lambda sets it)")?),
+        };
+        Ok(Self { url, role, token, sigv4_region })
     }
 
     /// The MCP client of the gateway with this role's token, fetched through
@@ -67,6 +75,21 @@ impl GatewayClientConfig {
             [(self.role.clone(), GatewayToken::new(token.expose()))].into_iter().collect();
         let gateway = McpToolGateway::new(&self.url, tokens, GATEWAY_CALL_TIMEOUT)
             .map_err(|e| ConfigError::Client { what: "tool gateway client", reason: e.to_string() })?;
+        let gateway = match &self.sigv4_region {
+            None => gateway,
+            #[cfg(feature = "sigv4")]
+            Some(region) => {
+                use crate::mcp::sigv4::{LAMBDA_SERVICE, SigV4Signer};
+                gateway.signed(SigV4Signer::from_env(LAMBDA_SERVICE, region))
+            }
+            #[cfg(not(feature = "sigv4"))]
+            Some(_) => {
+                return Err(ConfigError::Client {
+                    what: "tool gateway client",
+                    reason: "GATEWAY_URL_AUTH=AWS_IAM needs swarm-adapters' sigv4 feature".into(),
+                });
+            }
+        };
         Ok(std::sync::Arc::new(gateway))
     }
 }
@@ -98,6 +121,28 @@ mod tests {
         assert_eq!(c.token.var(), "GATEWAY_TOKEN_SECRET_ARN");
         let e = GatewayClientConfig::from_lookup(lookup(&[URL]), "support").unwrap_err();
         assert!(e.to_string().starts_with("GATEWAY_TOKEN_SECRET_ARN is required"), "{e}");
+    }
+
+    #[test]
+    fn aws_iam_signs_in_the_functions_region() {
+        let c = GatewayClientConfig::from_lookup(lookup(&[URL, ("GATEWAY_TOKEN", "t")]), "support").unwrap();
+        assert_eq!(c.sigv4_region, None);
+        let c = GatewayClientConfig::from_lookup(
+            lookup(&[URL, ("GATEWAY_TOKEN", "t"), ("GATEWAY_URL_AUTH", "AWS_IAM"), ("AWS_REGION", "eu-west-1")]),
+            "support",
+        )
+        .unwrap();
+        assert_eq!(c.sigv4_region.as_deref(), Some("eu-west-1"));
+        let e = GatewayClientConfig::from_lookup(
+            lookup(&[URL, ("GATEWAY_TOKEN", "t"), ("GATEWAY_URL_AUTH", "AWS_IAM")]),
+            "support",
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("AWS_REGION is required"), "{e}");
+        let e =
+            GatewayClientConfig::from_lookup(lookup(&[URL, ("GATEWAY_TOKEN", "t"), ("GATEWAY_URL_AUTH", "iam")]), "x")
+                .unwrap_err();
+        assert_eq!(e.to_string(), r#"GATEWAY_URL_AUTH must be none or aws_iam, not "iam""#);
     }
 
     #[test]

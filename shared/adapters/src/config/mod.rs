@@ -12,7 +12,8 @@
 //! | [`TableConfig`] | `TABLE_NAME` |
 //! | [`QueueUrls`] | `TASKS_QUEUE_URL`, `REFUND_QUEUE_URL` |
 //! | [`GatewayClientConfig`] | `GATEWAY_URL`, `WORKER_ROLE`, `GATEWAY_TOKEN` / `GATEWAY_TOKEN_SECRET_ARN` |
-//! | [`AuthMode`] | `AUTH_MODE` |
+//! | [`AuthConfig`] | `AUTH_MODE`, `JWT_CUSTOMER_CLAIM`, `JWT_CUSTOMER_MAPPING` |
+//! | [`LimitsConfig`] | `CUSTOMER_CONVERSATIONS_PER_MINUTE`, `CUSTOMER_MAX_SUBTASKS` |
 //! | [`SecretsExtension`] | `PARAMETERS_SECRETS_EXTENSION_HTTP_PORT`, `AWS_SESSION_TOKEN` |
 //! | `crate::llm::LlmConfig` (feature `llm`) | `LLM_*` |
 
@@ -21,7 +22,7 @@ mod gateway;
 mod secret;
 mod store;
 
-pub use auth::AuthMode;
+pub use auth::{AuthConfig, AuthMode, ClaimMapping, LimitsConfig};
 pub use gateway::{GATEWAY_CALL_TIMEOUT, GatewayClientConfig};
 pub use secret::{SecretSource, SecretsExtension};
 #[cfg(feature = "aws")]

@@ -75,6 +75,11 @@ mod aws {
             Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()))
         }
 
+        /// Identity mappings and per-customer counters on `table` (the same table as the conversations).
+        pub fn access(&self, table: &TableConfig) -> Arc<dyn swarm_core::access::AccessStore> {
+            Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()))
+        }
+
         /// The tasks queue, and the refund role's queue when configured.
         pub fn queues(&self, urls: &QueueUrls) -> TaskQueues {
             let tasks: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), urls.tasks.clone()));

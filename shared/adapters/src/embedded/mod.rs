@@ -1,5 +1,6 @@
 //! Embedded adapters (feature `embedded`): the conversation store and the queue in memory, with DynamoDB's and SQS's semantics, for the local stack and tests.
 
+mod access;
 mod queue;
 mod store;
 

@@ -79,6 +79,8 @@ impl Tables {
 /// [`subscribe`](Self::subscribe) gives the table's stream.
 pub struct InMemoryConversationStore {
     tables: Mutex<Tables>,
+    /// Identity mappings and rate counters ([`swarm_core::access::AccessStore`], in `access.rs`).
+    pub(super) access: Mutex<super::access::AccessTables>,
 }
 
 impl Default for InMemoryConversationStore {
@@ -89,7 +91,7 @@ impl Default for InMemoryConversationStore {
 
 impl InMemoryConversationStore {
     pub fn new() -> Self {
-        Self { tables: Mutex::new(Tables::default()) }
+        Self { tables: Mutex::new(Tables::default()), access: Mutex::default() }
     }
 
     /// The table's stream from now on, like a DynamoDB stream with `NEW_IMAGE`: a record for

@@ -37,7 +37,7 @@ const REWRITE_ROUNDS: u32 = 5;
 /// Cancellation reasons of a transaction that make retrying worthwhile.
 const TRANSIENT_REASONS: &[&str] =
     &["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
-fn is_conditional_failure<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
+pub(super) fn is_conditional_failure<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
     matches!(e, SdkError::ServiceError(ctx) if ctx.err().code() == Some("ConditionalCheckFailedException"))
 }
 
@@ -81,9 +81,9 @@ fn transaction_is_transient(e: &SdkError<TransactWriteItemsError, HttpResponse>)
 /// [`StoreError::Permanent`]. Reads are strongly consistent.
 #[derive(Clone, Debug)]
 pub struct DynamoConversationStore {
-    client: Client,
-    table: String,
-    retry: AwsRetryPolicy,
+    pub(super) client: Client,
+    pub(super) table: String,
+    pub(super) retry: AwsRetryPolicy,
 }
 
 impl DynamoConversationStore {
@@ -105,7 +105,7 @@ impl DynamoConversationStore {
         &self.table
     }
 
-    async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
+    pub(super) async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
         let req = self.client.get_item().table_name(&self.table).set_key(Some(key(pk, sk))).consistent_read(true);
         let out = self
             .retry
@@ -116,7 +116,7 @@ impl DynamoConversationStore {
     }
 
     /// Runs one conditional `UpdateItem`. `Ok(None)` when the condition failed.
-    async fn update(
+    pub(super) async fn update(
         &self,
         op: &'static str,
         pk: String,
