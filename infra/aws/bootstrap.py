@@ -5,13 +5,16 @@ import argparse
 import json
 import os
 import sys
+import tomllib
 
 import boto3
 
-# Same shape and settings as template.yaml (visibility 6x the worker's 120 s timeout).
-WORKER_VISIBILITY_SECS = 720
-DLQ_VISIBILITY_SECS = 360
-MAX_RECEIVE_COUNT = 3
+# Same shape and settings as template.yaml: the timing table's visibility timeouts and redrive.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "core", "timings.toml"), "rb") as f:
+    _TIMINGS = tomllib.load(f)
+WORKER_VISIBILITY_SECS = _TIMINGS["queues"]["tasks"]["visibility_timeout_secs"]
+DLQ_VISIBILITY_SECS = _TIMINGS["queues"]["dead_letters"]["visibility_timeout_secs"]
+MAX_RECEIVE_COUNT = _TIMINGS["queues"]["max_receive_count"]
 
 
 def main():
@@ -29,8 +32,17 @@ def main():
     if table not in ddb.list_tables()["TableNames"]:
         ddb.create_table(
             TableName=table,
-            AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}, {"AttributeName": "SK", "AttributeType": "S"}],
+            AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}, {"AttributeName": "SK", "AttributeType": "S"},
+                                  {"AttributeName": "sweep_shard", "AttributeType": "N"},
+                                  {"AttributeName": "deadline_ms", "AttributeType": "N"}],
             KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+            # The sweep's sparse, sharded index, as template.yaml declares it.
+            GlobalSecondaryIndexes=[{
+                "IndexName": "sweep",
+                "KeySchema": [{"AttributeName": "sweep_shard", "KeyType": "HASH"},
+                              {"AttributeName": "deadline_ms", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }],
             BillingMode="PAY_PER_REQUEST",
             StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
         )

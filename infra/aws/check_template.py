@@ -20,6 +20,9 @@
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
 #   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
 #     parameter defaults, and every rule between timings and capacities holds for each environment
+#   - no conversation hangs: the aggregator's stream mapping has an on-failure destination (an SQS queue) that
+#     an alarm watches; the table has the sweep's sparse index, a function is scheduled to sweep it, and its
+#     role names the index; the gateway is told its instance cap (its reserved concurrency)
 import ast
 import json
 import os
@@ -37,6 +40,10 @@ EXPECTED_FILTER = {
     }
 }
 REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
+SWEEP_INDEX = {"IndexName": "sweep", "KeySchema": [{"AttributeName": "sweep_shard", "KeyType": "HASH"},
+                                                   {"AttributeName": "deadline_ms", "KeyType": "RANGE"}]}
+RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+RATE_UNIT_SECS = {"minute": 60, "hour": 3600, "day": 86400}
 
 # The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
 XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
@@ -51,10 +58,12 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 # their dependencies) and approved refunds, claims idempotency keys and rate slots, records operators' decisions
 # (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
 # workers and the DLQ consumer never send to the refund queue (refund subtasks wait for their dependencies on it);
-# only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer
-# runs no model and no tool, so it reads no secret; the gateway reads the role tokens (and an external shop's
-# token) and the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table
-# only; the hand-off pipe reads the table's stream (and puts events on the default bus).
+# only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer and
+# the sweeper run no model and no tool, so they read no secret (the sweeper runs the deadline path: conversation
+# writes and the sweep index, sending nothing); the aggregator's stream mapping sends a dropped batch to its
+# on-failure queue with the function's role; the gateway reads the role tokens (and an external shop's token) and
+# the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table only; the
+# hand-off pipe reads the table's stream (and puts events on the default bus).
 ROLE_NEEDS = {
     "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
                              secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
@@ -66,7 +75,11 @@ ROLE_NEEDS = {
                              writes={"CONV#*", "APPROVALS"}),
     "DlqConsumerRole": dict(send={"TasksQueue"}, consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"},
                             writes={"CONV#*"}),
-    "AggregatorRole": dict(secrets={"LlmApiKeySecret"}, writes={"CONV#*"}, stream=True),
+    "SweeperRole": dict(writes={"CONV#*"}),
+    # The role SAM makes for the sweeper's EventBridge Scheduler schedule: it invokes the sweeper, nothing else.
+    "SweeperScheduleRole": dict(invoke={"Sweeper"}),
+    "AggregatorRole": dict(send={"AggregatorFailuresQueue"}, secrets={"LlmApiKeySecret"}, writes={"CONV#*"},
+                           stream=True),
     "ToolGatewayRole": dict(secrets={"SupportTokenSecret", "RefundTokenSecret", "PlannerTokenSecret",
                                      "ShopToolsTokenSecret", "ApprovalKeySecret"}, invoke={"ShopTools"}),
     "ShopToolsRole": dict(writes={"ShopLedgerTable:<any item>"}),
@@ -189,7 +202,10 @@ class Checker:
         return v
 
     def number(self, v):
+        """A number, a Ref to a parameter holding one, or an EventBridge rate expression (in seconds)."""
         v = self.value(v)
+        if isinstance(v, str) and (m := RATE.match(v.strip())):
+            return float(int(m.group(1)) * RATE_UNIT_SECS[m.group(2).rstrip("s")])
         try:
             return float(v)
         except (TypeError, ValueError):
@@ -252,6 +268,7 @@ class Checker:
                 patterns = [json.loads(f["Pattern"]) for f in filters if isinstance(f.get("Pattern"), str)]
                 if patterns != [EXPECTED_FILTER]:
                     self.fail(name, f"FilterCriteria {patterns!r}, want exactly {EXPECTED_FILTER!r}")
+                self.check_on_failure(name, p, fn_name)
         # Reserved concurrency below the event sources' caps throttles them: messages then
         # burn receives and reach the DLQ without running.
         caps = {}
@@ -290,6 +307,8 @@ class Checker:
                 if ttl.get("AttributeName") != "ttl" or ttl.get("Enabled") is not True:
                     self.fail(name, "TTL not enabled on attribute `ttl`")
 
+        self.check_sweep(functions)
+        self.check_instance_cap(functions)
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
@@ -299,6 +318,76 @@ class Checker:
         if self.timings is not None:
             self.check_timings()
         return self.findings
+
+    def check_on_failure(self, name, props, fn_name):
+        """A stream batch given up must leave a trace: an SQS on-failure destination, an alarm on it, and the
+        function's role allowed to send there."""
+        queue = self.target(((props.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination"))
+        if self.resources.get(queue, {}).get("Type") != "AWS::SQS::Queue":
+            self.fail(name, "no SQS on-failure destination (DestinationConfig.OnFailure): a dropped batch would vanish")
+            return
+        watched = any(
+            r["Type"] == "AWS::CloudWatch::Alarm"
+            and any(self.target(d.get("Value")) == queue for d in r["Properties"].get("Dimensions", []))
+            for r in self.resources.values()
+        )
+        if not watched:
+            self.fail(name, f"no alarm watches the on-failure destination {queue}")
+        role = self.target(self.resources.get(fn_name, {}).get("Properties", {}).get("Role"))
+        if not self.allows(role, "sqs:SendMessage", lambda res: self.target(res) == queue):
+            self.fail(name, f"{fn_name}'s role may not send to its on-failure destination {queue}")
+
+    def check_sweep(self, functions):
+        """The sweep's sparse index exists, a scheduled function sweeps it, and that function's role names the index."""
+        # The conversations table is the one with a stream (the aggregator's); another table (the shop's
+        # ledger) holds no conversation and needs no sweep index.
+        tables = [(k, r) for k, r in self.resources.items() if r["Type"] == "AWS::DynamoDB::Table"
+                  and r["Properties"].get("StreamSpecification")]
+        if not tables:
+            self.fail("sweep", "no conversations table (a table with a stream) to sweep")
+        for table, r in tables:
+            indexes = r["Properties"].get("GlobalSecondaryIndexes") or []
+            index = next((i for i in indexes if i.get("IndexName") == SWEEP_INDEX["IndexName"]), None)
+            if index is None or index.get("KeySchema") != SWEEP_INDEX["KeySchema"]:
+                self.fail(table, f"no sweep index {SWEEP_INDEX!r}")
+        schedules = [r for r in self.resources.values() if r["Type"] == "AWS::Scheduler::Schedule"]
+        swept = [self.target(r["Properties"].get("Target", {}).get("Arn")) for r in schedules]
+        sweepers = [f for f in swept if f in functions
+                    and ((functions[f]["Properties"].get("Environment") or {}).get("Variables") or {}).get("WORKER_MODE") == "sweep"]
+        if not sweepers:
+            self.fail("sweep", "no schedule invokes a function in WORKER_MODE=sweep")
+        for f in sweepers:
+            role = self.target(functions[f]["Properties"].get("Role"))
+            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
+                               and str(res["Fn::Sub"]).endswith(f"/index/{SWEEP_INDEX['IndexName']}")):
+                self.fail(f, f"its role does not name the sweep index (dynamodb:Query on <table>/index/{SWEEP_INDEX['IndexName']})")
+
+    def check_instance_cap(self, functions):
+        """A gateway divides its global limits by its instance cap: it must be told its reserved concurrency."""
+        gateways = [f for f, r in functions.items()
+                    if "GATEWAY_CONFIG" in ((r["Properties"].get("Environment") or {}).get("Variables") or {})]
+        for f in gateways:
+            props = functions[f]["Properties"]
+            cap = props["Environment"]["Variables"].get("GATEWAY_INSTANCE_CAP")
+            reserved = props.get("ReservedConcurrentExecutions")
+            param = None
+            if isinstance(reserved, dict) and "Fn::If" in reserved:
+                param = self.target(reserved["Fn::If"][1])
+            if cap is None or self.target(cap) != param:
+                self.fail(f, f"GATEWAY_INSTANCE_CAP must be its reserved concurrency (Ref {param}), so limits do not grow with instances")
+
+    def allows(self, role, action, resource_ok):
+        """Whether `role`'s inline policies allow `action` on a resource `resource_ok` accepts."""
+        r = self.resources.get(role, {})
+        for policy in r.get("Properties", {}).get("Policies", []):
+            statements = policy["PolicyDocument"].get("Statement", [])
+            for st in statements if isinstance(statements, list) else [statements]:
+                if not isinstance(st, dict) or st.get("Effect") != "Allow":
+                    continue
+                actions = list(self.flatten(st.get("Action")))
+                if action in actions and any(resource_ok(res) for res in self.flatten(st.get("Resource"))):
+                    return True
+        return False
 
     def lookup(self, where):
         """The value `where` (a [template] entry of the timing table) has in this environment; None if absent."""

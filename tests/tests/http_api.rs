@@ -1,4 +1,4 @@
-//! `swarm-local serve`'s HTTP API over a real socket: the orchestrator's router mounted directly; POST answers 202 with a status URL, GET follows the conversation to its reply, errors are JSON; with a token table the bearer token names the customer.
+//! `swarm-local serve`'s HTTP API over a real socket: each request one orchestrator invocation (its timeout and fault plan applied, as API Gateway invokes it); POST answers 202 with a status URL, GET follows the conversation to its reply, errors are JSON; with a token table the bearer token names the customer.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use orchestrator::Auth;
 use orchestrator::api::TokenTable;
+use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_local::{LocalStack, StackOptions};
 
-/// Serves the stack's API with `auth` on a free port; answers the base URL and the server task.
+/// Serves the stack's API with `auth` on a free port, as `swarm-local serve` does; answers the base URL and the server task.
 async fn serve(stack: &LocalStack, auth: Auth) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = swarm_local::http::router(stack.orchestrator(), auth);
+    let app = stack.api_router(auth, None);
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -108,6 +109,39 @@ async fn served_with_a_token_table_the_bearer_token_names_the_customer() {
     assert_eq!(wrong_method.headers()["allow"], "POST");
     let err: serde_json::Value = wrong_method.json().await.unwrap();
     assert_eq!(err["error"]["code"], "method_not_allowed");
+    server.abort();
+    stack.shutdown().await;
+}
+
+/// Kills every invocation that reaches `point`.
+struct CrashAt(CrashPoint);
+
+impl FaultPlan for CrashAt {
+    fn crash(&self, point: CrashPoint) -> bool {
+        point == self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_requests_are_orchestrator_invocations_with_its_fault_plan_and_timeout() {
+    let stack = LocalStack::start(StackOptions {
+        faults: Some(Arc::new(CrashAt(CrashPoint::OrchestratorAfterCreate))),
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let (base, server) = serve(&stack, Auth::None).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/conversations"))
+        .json(&serde_json::json!({"message": "Where is my parcel for order A1031?", "customer_id": "C106"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 500, "the invocation died after writing the conversation");
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({"message": "Internal Server Error"}), "API Gateway's answer, not ours");
+    assert_eq!(stack.counters().snapshot().killed_invocations, 1);
+    assert_eq!(stack.conversation_count().await.unwrap(), 1, "the write before the crash point stays");
     server.abort();
     stack.shutdown().await;
 }

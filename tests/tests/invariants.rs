@@ -198,7 +198,9 @@ async fn configured_concurrency_cap_is_honoured() {
 async fn conversation_past_its_deadline_is_aggregated_with_what_it_has() {
     let model = over_offline().stall_work_on("SAVE20", Duration::from_secs(30));
     let mut timings = Timings::standard().clone();
-    timings.conversation.deadline = Duration::from_secs(2);
+    // A stalled subtask stops 5 s (the conversation margin) before this deadline, after one round
+    // started (5 s needed), and records what it has.
+    timings.conversation.deadline = Duration::from_secs(12);
     let stack = LocalStack::start(StackOptions {
         models: Some(Models::single(Arc::new(model))),
         timings,

@@ -248,7 +248,7 @@ impl FaultPlan for Once {
 }
 
 async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice) {
-    // At 1/240 of the table (the refund queue's visibility timeout 720 s → 3 s), the deadline lifted to 3600 s (15 s).
+    // At 1/240 of the table (the refund queue's visibility timeout 360 s → 1.5 s), the deadline lifted to 3600 s (15 s).
     let mut timings = Timings::standard().clone();
     timings.conversation.deadline = Duration::from_secs(3600);
     let stack = start(StackOptions {
@@ -297,10 +297,12 @@ async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_a
     stack.shutdown().await;
 }
 
-/// The shop's refunds answer only after `delay` (the refund itself happens at once).
+/// The shop's first refund answers only after `delay` (the refund itself happens at once); a
+/// replay of it answers at once.
 struct SlowRefunds {
     inner: Arc<dyn ToolGateway>,
     delay: Duration,
+    slowed: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
@@ -317,7 +319,7 @@ impl ToolGateway for SlowRefunds {
         timeout: Duration,
     ) -> Result<ToolOutput, ToolError> {
         let out = self.inner.call_tool(ctx, name, arguments, timeout).await;
-        if name == "shop__refund" {
+        if name == "shop__refund" && !self.slowed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tokio::time::sleep(self.delay).await;
         }
         out
@@ -327,14 +329,22 @@ impl ToolGateway for SlowRefunds {
 async fn the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome(
     backend: BackendChoice,
 ) {
+    // The subtask stops `worker.conversation_margin` before the conversation's deadline, and starts no
+    // round with less than `worker.min_round` left: here it has one round and 3 s more, and the refund
+    // (15 s) is still in flight when it stops. Its outcome is learnt by replaying it with its key after
+    // `money.confirm_delay`, shortened so the test does not wait the table's 30 s.
     let mut timings = Timings::standard().clone();
-    timings.conversation.deadline = Duration::from_secs(3);
+    timings.conversation.deadline =
+        timings.worker.conversation_margin + timings.worker.min_round + Duration::from_secs(3);
+    timings.money.confirm_delay = Duration::from_secs(2);
     let stack = start(StackOptions {
         backend,
         timings,
         refund_approval_above: Some(1e9),
         wrap_tools: Some(Arc::new(|inner| {
-            Arc::new(SlowRefunds { inner, delay: Duration::from_secs(6) }) as Arc<dyn ToolGateway>
+            // Longer than the subtask has: the call is cut while the refund is in flight.
+            Arc::new(SlowRefunds { inner, delay: Duration::from_secs(15), slowed: Default::default() })
+                as Arc<dyn ToolGateway>
         })),
         ..StackOptions::default()
     })

@@ -1,8 +1,9 @@
-//! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a retried message comes back only after the visibility timeout and is redriven to the DLQ; a stuck invocation is cut at the function's timeout; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch is dropped; an invocation killed at a crash point is a failed one.
+//! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a message the worker reports for retry comes back after the visibility timeout it set (`ChangeMessageVisibility`), long before the queue's own, and is redriven to the DLQ; a stuck invocation is cut at the function's timeout and its batch comes back after the queue's visibility timeout; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch goes to the on-failure destination and the deadline path answers the conversation; an invocation killed at a crash point is a failed one.
 //!
 //! Time runs at [`DRILL_SCALE`] (1/240) of the timing table: the tasks queue's visibility
-//! timeout 720 s → 3 s, the worker's timeout 120 s → 0.5 s (Lambda holds whole seconds: 1 s).
-//! Timing is asserted as lower bounds only: never earlier than the (scaled) timeout.
+//! timeout 360 s → 1.5 s (SQS holds whole seconds: 2 s), the worker's retry visibility 10 s → 42 ms
+//! (1 s), the worker's timeout 60 s → 0.25 s (Lambda holds whole seconds: 1 s).
+//! Timing is asserted as lower bounds, and as upper bounds only where the gap is an order of magnitude.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
@@ -14,7 +15,7 @@ use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, ToolGateway};
-use swarm_core::timings::Timings;
+use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, Received, StackOptions, lambda_timeout};
 use swarm_tests::{
     FlakyStore, HangingTools, ScriptedModel, StoreOp, emulator_endpoint, failing_to_begin, over_offline, subtask_of,
@@ -53,9 +54,9 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
-    a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_redriven_to_the_dlq,
+    a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set_and_is_redriven_to_the_dlq,
     a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout,
-    a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch_is_dropped,
+    a_failing_aggregator_is_retried_then_its_batch_goes_to_the_on_failure_destination_and_the_deadline_path_answers,
     a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once,
     a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_returns,
 );
@@ -66,8 +67,8 @@ fn emulator(test: &str) -> Option<BackendChoice> {
 }
 
 /// The standard table, with the conversation deadline lifted from 120 s to 3600 s (15 s
-/// scaled): the standard deadline is shorter than one visibility timeout (720 s), so its
-/// deadline path would end every subtask these drills watch come back (issue 9's timing rules).
+/// scaled): the standard deadline is shorter than one visibility timeout (360 s), so its
+/// deadline path would end every subtask these drills watch come back after one.
 fn drill_timings() -> Timings {
     let mut t = Timings::standard().clone();
     t.conversation.deadline = Duration::from_secs(3600);
@@ -127,14 +128,18 @@ async fn until(stack: &LocalStack, what: &str, done: impl Fn(&swarm_local::Count
     }
 }
 
-async fn a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_redriven_to_the_dlq(
+async fn a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set_and_is_redriven_to_the_dlq(
     backend: BackendChoice,
 ) {
+    // The queue's own visibility timeout lifted to 3600 s (15 s scaled), an order of magnitude
+    // above the worker's retry visibility (1 s): which one brought the message back is unmistakable.
+    let mut timings = drill_timings();
+    timings.queues.tasks.visibility_timeout = Duration::from_secs(3600);
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(two_subtasks()))),
         wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w01"))),
-        timings: drill_timings(),
+        timings,
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
     })
@@ -142,7 +147,8 @@ async fn a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_
     .unwrap();
     let id = post(&stack).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let queue_visibility = stack.timings().queues.tasks.visibility_timeout;
+    let retry_visibility = Duration::from_secs(seconds_rounded_up(stack.timings().worker.retry_visibility));
     let max_receives = stack.timings().queues.max_receive_count;
     let on_tasks = receives(&stack, Queue::Tasks, "w01");
     let on_dlq = receives(&stack, Queue::TasksDeadLetters, "w01");
@@ -150,15 +156,16 @@ async fn a_reported_failure_comes_back_only_after_the_visibility_timeout_and_is_
     stack.shutdown().await;
 
     let view = view.unwrap();
-    assert_eq!(visibility, Duration::from_secs(3));
+    assert_eq!((retry_visibility, queue_visibility), (Duration::from_secs(1), Duration::from_secs(15)));
     let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
     assert_eq!(counts, (1..=max_receives).map(|n| (n, true)).collect::<Vec<_>>(), "receive counts grow: {on_tasks:?}");
-    for pair in on_tasks.windows(2) {
-        assert_not_before(&pair[0], &pair[1], visibility, "a message listed in batchItemFailures");
+    for pair in on_tasks.windows(2).chain([[on_tasks[on_tasks.len() - 1].clone(), on_dlq[0].clone()].as_slice()]) {
+        assert_not_before(&pair[0], &pair[1], retry_visibility, "a message listed in batchItemFailures");
+        let gap = pair[1].received_at.duration_since(pair[0].received_at);
+        assert!(gap < queue_visibility, "came back after {gap:?}: the queue's visibility timeout, not the worker's");
     }
     assert_eq!(on_dlq.len(), 1, "redriven once to the DLQ: {on_dlq:?}");
     assert!(!on_dlq[0].retried, "the DLQ consumer acknowledged it");
-    assert_not_before(&on_tasks[on_tasks.len() - 1], &on_dlq[0], visibility, "the redrive after the last receive");
     assert_eq!(counters.batch_item_failures, u64::from(max_receives));
     assert_eq!(counters.dead_letter_invocations, 1);
     assert_eq!((counters.failed_invocations, counters.timed_out_invocations), (0, 0));
@@ -216,13 +223,15 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     assert_eq!(w01.tools_used, vec!["shop__check_coupon".to_owned()]);
 }
 
-async fn a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch_is_dropped(backend: BackendChoice) {
+async fn a_failing_aggregator_is_retried_then_its_batch_goes_to_the_on_failure_destination_and_the_deadline_path_answers(
+    backend: BackendChoice,
+) {
     let model = Arc::new(one_subtask());
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(model.clone())),
         wrap_aggregator_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore::new(inner).fail(StoreOp::TransitionConversation, "ThrottlingException (injected)"))
+            Arc::new(FlakyStore::new(inner).fail(StoreOp::AcquireLease, "ThrottlingException (injected)"))
                 as Arc<dyn ConversationStore>
         })),
         timings: drill_timings(),
@@ -233,21 +242,31 @@ async fn a_failing_aggregator_is_retried_max_retry_attempts_times_then_its_batch
     .unwrap();
     let id = post(&stack).await;
     until(&stack, "the batch is dropped", |c| c.stream_batches_dropped > 0).await;
-    let view = stack.view(&id).await;
+    let at_drop = stack.view(&id).await;
     let retries = stack.timings().aggregator.stream.max_retry_attempts;
     let counters = stack.counters().snapshot();
+    let on_failure = stack.stream_on_failure();
+    // The aggregator never gets through; the deadline path (15 s scaled) answers with what it has.
+    let view = stack.wait_finished(&id, PATIENCE).await;
     stack.shutdown().await;
 
-    let view = view.unwrap();
+    let at_drop = at_drop.unwrap();
     assert_eq!(retries, 5);
     assert_eq!(counters.stream_records_matched, 1);
     assert_eq!(counters.aggregator_invocations, 1 + u64::from(retries), "the first invocation and 5 retries");
     assert_eq!(counters.aggregator_failures, 1 + u64::from(retries));
     assert_eq!((counters.stream_batches_dropped, counters.stream_records_dropped), (1, 1));
-    // Without an on-failure destination the record is gone: nothing answers the conversation.
-    assert_eq!(view.status, ConversationStatus::Running, "{view:?}");
-    assert_eq!(view.progress.finished, view.progress.total);
-    assert_eq!(model.counts().2, 0, "no reply was written");
+    assert_eq!(on_failure.len(), 1, "one record at the on-failure destination: {on_failure:?}");
+    assert_eq!(on_failure[0]["requestContext"]["condition"], "RetryAttemptsExhausted");
+    assert_eq!(on_failure[0]["requestContext"]["approximateInvokeCount"], 1 + retries);
+    assert_eq!(on_failure[0]["DDBStreamBatchInfo"]["batchSize"], 1);
+    assert!(on_failure[0]["DDBStreamBatchInfo"]["startSequenceNumber"].as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(at_drop.status, ConversationStatus::Running, "{at_drop:?}");
+    assert_eq!(at_drop.progress.finished, at_drop.progress.total);
+    let view = view.unwrap();
+    assert_eq!(view.status, ConversationStatus::Done, "the deadline path answered: {view:?}");
+    assert!(view.reply.as_deref().unwrap_or("").contains("A1029"), "{view:?}");
+    assert_eq!(model.counts().2, 0, "no model reply: the deadline path writes the model-free one");
 }
 
 async fn a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once(backend: BackendChoice) {
@@ -256,11 +275,8 @@ async fn a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_
         backend,
         models: Some(Models::single(model.clone())),
         wrap_aggregator_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore::new(inner).fail_times(
-                StoreOp::TransitionConversation,
-                2,
-                "ThrottlingException (injected)",
-            )) as Arc<dyn ConversationStore>
+            Arc::new(FlakyStore::new(inner).fail_times(StoreOp::AcquireLease, 2, "ThrottlingException (injected)"))
+                as Arc<dyn ConversationStore>
         })),
         timings: drill_timings(),
         time_scale: DRILL_SCALE,

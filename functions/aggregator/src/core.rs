@@ -1,17 +1,19 @@
-//! The aggregator's logic: win the `RUNNING → AGGREGATING` flip once, write one reply from every result, finish the conversation.
+//! The aggregator's logic: take the aggregation lease (`RUNNING → AGGREGATING`, or a takeover once an earlier holder's lease expired), write one reply from every result, bounded to its item, and finish the conversation.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, Handoff, MAX_REPLY_CHARS, Usage, now_ms};
+use swarm_core::domain::{ConversationId, ConversationStatus, Handoff, MAX_REPLY_BYTES, Usage, now_ms};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::handoff::handoff_reason;
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
-use swarm_core::ports::{ChatModel, ChatRequest, ConversationStore, FinishReason, Purpose, StoreError};
+use swarm_core::ports::{
+    ChatModel, ChatRequest, ConversationStore, FinishReason, LeaseOutcome, LeasePhase, Purpose, StoreError,
+};
 use swarm_core::prompts::reply_messages;
 use swarm_core::reply::{HANDOFF_NOTE, compose_reply, reply_input};
 use swarm_core::timings::Timings;
-use swarm_core::untrusted::clean_text;
+use swarm_core::untrusted::clean_text_bytes;
 
 /// Tokens the reply needs; the client adds a thinking model's reasoning budget to it.
 pub const REPLY_ANSWER_TOKENS: u32 = 2_048;
@@ -22,6 +24,8 @@ pub struct AggregatorSettings {
     /// Longest wait for the reply model, retries included; past it the model-free reply is written.
     pub reply_timeout: Duration,
     pub retry: LlmRetryPolicy,
+    /// How long the aggregation lease holds the conversation (longer than any invocation that holds it).
+    pub lease: Duration,
 }
 
 impl Default for AggregatorSettings {
@@ -32,20 +36,25 @@ impl Default for AggregatorSettings {
 }
 
 impl AggregatorSettings {
-    /// The reply budget (`aggregator.reply_budget_secs`) and the LLM retries (`[llm]`) of `timings`.
+    /// The reply budget (`aggregator.reply_budget_secs`), the lease (`aggregator.lease_secs`) and the
+    /// LLM retries (`[llm]`) of `timings`.
     pub fn from_timings(timings: &Timings) -> Self {
-        Self { reply_timeout: timings.aggregator.reply_budget, retry: LlmRetryPolicy::from_timings(timings) }
+        Self {
+            reply_timeout: timings.aggregator.reply_budget,
+            retry: LlmRetryPolicy::from_timings(timings),
+            lease: timings.aggregator.lease,
+        }
     }
 }
 
 /// What one trigger did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AggregateOutcome {
-    /// This call won the flip and wrote the reply.
+    /// This call took the lease and wrote the reply.
     Replied {
         by_model: bool,
     },
-    /// Another trigger won the flip, or the conversation is already over: nothing done.
+    /// Another trigger holds a live lease, or the conversation is already over: nothing done.
     AlreadyHandled,
     /// Subtasks still open: not ready (a filter mismatch or an early trigger).
     NotReady {
@@ -65,23 +74,45 @@ impl Aggregator {
         Self { store, model, settings }
     }
 
-    /// Aggregates a conversation whose `remaining` reached 0. Runs once per
-    /// conversation: it starts from the conditional flip `RUNNING → AGGREGATING`
-    /// and any second trigger loses the flip and stops (DESIGN.md invariant 2).
+    /// Aggregates a conversation whose `remaining` reached 0. It starts from the aggregation
+    /// lease (DESIGN.md invariant 2): `RUNNING → AGGREGATING` with a lease of
+    /// [`AggregatorSettings::lease`], or the takeover of an aggregation whose lease expired (its
+    /// holder died); any trigger meeting a live lease stops. One reply is written: the conditional
+    /// `AGGREGATING → DONE` lets only the first finisher through.
     pub async fn aggregate(&self, id: &ConversationId) -> Result<AggregateOutcome, StoreError> {
         let Some(conversation) = self.store.get_conversation(id).await? else {
             return Ok(AggregateOutcome::Unknown);
         };
-        if conversation.status != ConversationStatus::Running {
-            return Ok(AggregateOutcome::AlreadyHandled);
+        match conversation.status {
+            ConversationStatus::Running if conversation.remaining > 0 => {
+                return Ok(AggregateOutcome::NotReady { remaining: conversation.remaining });
+            }
+            ConversationStatus::Running | ConversationStatus::Aggregating => {}
+            ConversationStatus::Planning
+            | ConversationStatus::Done
+            | ConversationStatus::Failed
+            | ConversationStatus::Handoff => {
+                return Ok(AggregateOutcome::AlreadyHandled);
+            }
         }
-        if conversation.remaining > 0 {
-            return Ok(AggregateOutcome::NotReady { remaining: conversation.remaining });
-        }
-        if !self.store.transition_conversation(id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
-        {
-            tracing::info!(conversation_id = %id, "lost the aggregation flip: another trigger aggregates");
-            return Ok(AggregateOutcome::AlreadyHandled);
+        let holder = format!("aggregator:{}", uuid::Uuid::now_v7());
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX));
+        let phase = LeasePhase::Aggregating { turn: conversation.turn };
+        match self.store.acquire_lease(id, phase, &holder, now, until).await? {
+            LeaseOutcome::Acquired { taken_over: None } => {}
+            LeaseOutcome::Acquired { taken_over: Some(expired) } => {
+                tracing::warn!(conversation_id = %id, expired_holder = %expired.holder, "aggregation lease expired: taking over");
+            }
+            LeaseOutcome::Held(lease) => {
+                tracing::info!(conversation_id = %id, holder = %lease.holder, "aggregation lease held: another trigger aggregates");
+                return Ok(AggregateOutcome::AlreadyHandled);
+            }
+            LeaseOutcome::NotInPhase { status: ConversationStatus::Running, remaining } if remaining > 0 => {
+                return Ok(AggregateOutcome::NotReady { remaining });
+            }
+            LeaseOutcome::NotInPhase { .. } => return Ok(AggregateOutcome::AlreadyHandled),
+            LeaseOutcome::Missing => return Ok(AggregateOutcome::Unknown),
         }
         faults::at(CrashPoint::AggregatorAfterFlip).await;
         let subtasks = self.store.list_subtasks(id).await?;
@@ -130,17 +161,19 @@ impl Aggregator {
         } else {
             format!("{reply}\n\n— Written without a language model (offline mode).")
         };
-        // Model output bound for a terminal and a DynamoDB item: no display controls, bounded size.
-        let reply = clean_text(&reply, MAX_REPLY_CHARS);
-        match &handoff {
-            // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
-            Some(h) => {
-                self.store.hand_off(id, &reply, &usage, h).await?;
-                tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
-            }
-            None => {
-                self.store.finish_conversation(id, &reply, &usage).await?;
-            }
+        // Model output bound for a terminal and a DynamoDB item: no display controls, bounded in bytes.
+        let reply = clean_text_bytes(&reply, MAX_REPLY_BYTES);
+        // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
+        let flipped = match &handoff {
+            Some(h) => self.store.hand_off(id, &reply, &usage, h).await?,
+            None => self.store.finish_conversation(id, &reply, &usage).await?,
+        };
+        if !flipped {
+            tracing::warn!(conversation_id = %id, "another aggregation answered first (this lease was taken over)");
+            return Ok(AggregateOutcome::AlreadyHandled);
+        }
+        if let Some(h) = &handoff {
+            tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
         }
         tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
         Ok(AggregateOutcome::Replied { by_model })

@@ -1,6 +1,7 @@
-//! DynamoDB stream events ⇄ aggregator calls: each conversation item that reached `remaining = 0` is aggregated.
+//! DynamoDB stream events ⇄ aggregator calls: each conversation item that reached `remaining = 0` is aggregated; a record that fails transiently is reported in the partial batch response.
 
 use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use lambda_runtime::LambdaEvent;
 use swarm_core::domain::ConversationId;
 use tracing::Instrument;
@@ -19,11 +20,18 @@ pub fn conversation_of(record: &aws_lambda_events::event::dynamodb::EventRecord)
 }
 
 /// Handles one stream batch (already narrowed by the event filter to
-/// conversation items with `remaining = 0` and `status = RUNNING`), each record
-/// in its own span (event id, conversation id) attached with `.instrument`. A
-/// transient store error fails the invocation so Lambda retries the batch;
-/// aggregation itself is guarded by the conditional flip, so a retry never replies twice.
-pub async fn handle(aggregator: &Aggregator, event: LambdaEvent<Event>) -> Result<(), lambda_runtime::Error> {
+/// conversation items with `remaining = 0` and `status = RUNNING`), in order, each
+/// record in its own span (event id, conversation id) attached with `.instrument`.
+/// A record whose aggregation fails transiently is reported by its sequence number in
+/// `batchItemFailures` (ReportBatchItemFailures) and the batch stops there: Lambda
+/// retries from that record on, never the records before it. Aggregation itself is
+/// guarded by the lease, so a retry never replies twice. A failed record without a
+/// sequence number fails the invocation (the whole batch is retried).
+pub async fn handle(
+    aggregator: &Aggregator,
+    event: LambdaEvent<Event>,
+) -> Result<DynamoDbEventResponse, lambda_runtime::Error> {
+    let mut response = DynamoDbEventResponse::default();
     for record in &event.payload.records {
         let span = tracing::info_span!(
             "stream_record",
@@ -35,19 +43,28 @@ pub async fn handle(aggregator: &Aggregator, event: LambdaEvent<Event>) -> Resul
             continue;
         };
         span.record("conversation_id", id.as_str());
-        aggregate(aggregator, &id).instrument(span).await?;
+        if let Err(e) = aggregate(aggregator, &id).instrument(span).await {
+            let Some(sequence) = record.change.sequence_number.clone() else { return Err(Box::new(e)) };
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(sequence);
+            response.batch_item_failures.push(failure);
+            return Ok(response);
+        }
     }
-    Ok(())
+    Ok(response)
 }
 
-/// One conversation's aggregation; only a transient store error is returned (the batch is retried).
-async fn aggregate(aggregator: &Aggregator, id: &ConversationId) -> Result<(), lambda_runtime::Error> {
+/// One conversation's aggregation; only a transient store error is returned (the record is retried).
+async fn aggregate(aggregator: &Aggregator, id: &ConversationId) -> Result<(), swarm_core::ports::StoreError> {
     match aggregator.aggregate(id).await {
         Ok(AggregateOutcome::NotReady { remaining }) => {
             tracing::warn!(remaining, "triggered before all subtasks finished; ignored");
         }
         Ok(outcome) => tracing::debug!(?outcome, "aggregation trigger handled"),
-        Err(e) if e.is_transient() => return Err(Box::new(e)),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, "aggregation failed transiently: the record is retried");
+            return Err(e);
+        }
         Err(e) => tracing::error!(error = %e, "aggregation failed permanently"),
     }
     Ok(())

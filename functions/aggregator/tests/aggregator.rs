@@ -136,7 +136,8 @@ async fn a_reply_cut_off_by_length_is_never_stored_the_model_free_reply_is() {
 async fn the_model_written_reply_is_stored_without_display_controls_and_bounded() {
     let store = Arc::new(InMemoryConversationStore::new());
     let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d0a").await;
-    let text = format!("Your order\u{1b}]0;pwned\u{7} A1029 is paid.\u{202E}{}", "x".repeat(60_000));
+    // 300 KB of multi-byte text: within any character bound, over the item's byte budget.
+    let text = format!("Your order\u{1b}]0;pwned\u{7} A1029 is paid.\u{202E}{}", "订".repeat(100_000));
     let agg = Aggregator::new(
         store.clone(),
         Arc::new(ScriptedModel::always(Ok(text_response(&text)))),
@@ -144,7 +145,87 @@ async fn the_model_written_reply_is_stored_without_display_controls_and_bounded(
     );
     agg.aggregate(&id).await.unwrap();
     let reply = store.get_conversation(&id).await.unwrap().unwrap().reply.unwrap();
-    assert!(reply.starts_with("Your order]0;pwned A1029 is paid.xxx"), "{}", &reply[..60]);
-    assert!(reply.chars().count() <= swarm_core::domain::MAX_REPLY_CHARS);
+    assert!(reply.starts_with("Your order]0;pwned A1029 is paid.订订"), "{}", &reply[..60]);
+    assert!(reply.len() <= swarm_core::domain::MAX_REPLY_BYTES, "{} bytes", reply.len());
     assert!(reply.ends_with("[truncated]"));
+}
+
+/// A stream event of the conversation items `ids`, each a record with sequence number `seq<i>`.
+fn stream_event(ids: &[&ConversationId]) -> Event {
+    let records: Vec<serde_json::Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            serde_json::json!({
+                "eventID": format!("e{i}"), "eventName": "MODIFY", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "dynamodb": {"Keys": {"PK": {"S": format!("CONV#{id}")}, "SK": {"S": "META"}},
+                             "SequenceNumber": format!("seq{i}"), "SizeBytes": 10, "StreamViewType": "NEW_IMAGE"},
+                "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/s"
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
+}
+
+#[tokio::test]
+async fn a_record_that_fails_is_reported_by_its_sequence_number_and_the_records_before_it_are_done() {
+    let memory = Arc::new(InMemoryConversationStore::new());
+    let ready = finished_conversation(&memory, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d11").await;
+    let failing = finished_conversation(&memory, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d12").await;
+    let after = finished_conversation(&memory, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d13").await;
+    // The second lease write is throttled: the second record's.
+    let flaky = swarm_testing::FlakyStore::new(memory.clone()).fail_times_after(
+        swarm_testing::StoreOp::AcquireLease,
+        1,
+        1,
+        "ThrottlingException",
+    );
+    let store: Arc<dyn ConversationStore> = Arc::new(flaky);
+    let agg = Aggregator::new(store.clone(), replier(false), AggregatorSettings::default());
+    let event = stream_event(&[&ready, &failing, &after]);
+    let response =
+        aggregator::handler::handle(&agg, LambdaEvent::new(event, lambda_runtime::Context::default())).await.unwrap();
+
+    assert_eq!(
+        serde_json::to_value(&response).unwrap(),
+        serde_json::json!({"batchItemFailures": [{"itemIdentifier": "seq1"}]}),
+        "the failed record, not the batch"
+    );
+    let status = |id: &ConversationId| {
+        let memory = memory.clone();
+        let id = id.clone();
+        async move { memory.get_conversation(&id).await.unwrap().unwrap().status }
+    };
+    assert_eq!(status(&ready).await, ConversationStatus::Done, "the record before it is done");
+    assert_eq!(status(&failing).await, ConversationStatus::Running);
+    assert_eq!(status(&after).await, ConversationStatus::Running, "retried from the failed record on, not now");
+    // Lambda's retry from the failed record on answers both.
+    let retry = stream_event(&[&failing, &after]);
+    let response =
+        aggregator::handler::handle(&agg, LambdaEvent::new(retry, lambda_runtime::Context::default())).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!((status(&failing).await, status(&after).await), (ConversationStatus::Done, ConversationStatus::Done));
+}
+
+#[tokio::test]
+async fn a_live_lease_is_never_taken_over_and_an_expired_one_is_once() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d14").await;
+    let now = swarm_core::domain::now_ms();
+    let phase = swarm_core::ports::LeasePhase::Aggregating { turn: 0 };
+    store.acquire_lease(&id, phase, "aggregator:dead", now - 100_000, now + 60_000).await.unwrap();
+    let model = replier(false);
+    let agg = Aggregator::new(store.clone(), model.clone(), AggregatorSettings::default());
+    assert_eq!(agg.aggregate(&id).await.unwrap(), AggregateOutcome::AlreadyHandled, "live: left alone");
+    assert_eq!(model.counts().2, 0);
+    // The holder died and its lease ran out: the next trigger (a stream retry) takes over, once.
+    let expired = finished_conversation(&store, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d15").await;
+    store.acquire_lease(&expired, phase, "aggregator:dead", now - 100_000, now - 10_000).await.unwrap();
+    assert_eq!(agg.aggregate(&expired).await.unwrap(), AggregateOutcome::Replied { by_model: true });
+    assert_eq!(agg.aggregate(&expired).await.unwrap(), AggregateOutcome::AlreadyHandled);
+    let conv = store.get_conversation(&expired).await.unwrap().unwrap();
+    assert_eq!(conv.status, ConversationStatus::Done);
+    assert!(conv.lease.unwrap().holder.starts_with("aggregator:"), "the taker's lease");
+    assert_eq!(model.counts().2, 1, "one reply");
 }

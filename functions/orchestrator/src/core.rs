@@ -1,4 +1,4 @@
-//! The orchestrator's logic: validate the request, write the conversation, plan, persist and enqueue the subtasks.
+//! The orchestrator's logic: validate the request, write the conversation, plan, persist and enqueue the subtasks; a retry with the same `Idempotency-Key` takes over a conversation whose creator died.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, MAX_MESSAGE_CHARS, Plan, SubtaskRecord,
-    TaskMessage, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_MESSAGE_CHARS, Plan,
+    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, now_ms, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, MAX_DELAY_SECONDS, Purpose, StoreError,
-    ToolContext, ToolGateway,
+    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, LeaseOutcome, LeasePhase, MAX_DELAY_SECONDS,
+    Purpose, StoreError, ToolContext, ToolGateway,
 };
 use swarm_core::prompts::{plan_messages, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
@@ -31,6 +31,11 @@ pub struct OrchestratorSettings {
     pub deadline_secs: u64,
     /// Whole planning budget, model retries included; below API Gateway's 30 s limit.
     pub plan_timeout: Duration,
+    /// The planning lease: how long the planner of a `PLANNING` conversation holds it (longer than
+    /// the orchestrator's timeout, so a live planner is never taken over).
+    pub planning_lease: Duration,
+    /// Shards of the sweep index; a new conversation is written into one of them.
+    pub sweep_shards: u32,
 }
 
 impl Default for OrchestratorSettings {
@@ -41,13 +46,16 @@ impl Default for OrchestratorSettings {
 }
 
 impl OrchestratorSettings {
-    /// The deadline (`conversation.deadline_secs`, rounded up to whole seconds) and the
-    /// planning budget (`orchestrator.plan_budget_secs`) of `timings`; the default message limit.
+    /// The deadline (`conversation.deadline_secs`, rounded up to whole seconds), the planning
+    /// budget and lease (`orchestrator.plan_budget_secs`, `orchestrator.lease_secs`) and the sweep's
+    /// shards (`sweep.shards`) of `timings`; the default message limit.
     pub fn from_timings(timings: &Timings) -> Self {
         Self {
             max_message_chars: MAX_MESSAGE_CHARS,
             deadline_secs: seconds_rounded_up(timings.conversation.deadline),
             plan_timeout: timings.orchestrator.plan_budget,
+            planning_lease: timings.orchestrator.lease,
+            sweep_shards: timings.sweep.shards.max(1),
         }
     }
 }
@@ -72,6 +80,9 @@ pub enum ApiError {
     /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
     #[error("{0}")]
     Conflict(String),
+    /// 422: the `Idempotency-Key` was used before with another request (another message); nothing was written.
+    #[error("this Idempotency-Key was already used with another request (conversation {0}); use a new key")]
+    KeyReused(ConversationId),
     /// 429: the customer started their conversations-per-minute already; nothing was written.
     #[error("too many conversations: at most {limit} a minute; try again in {retry_after_secs} s")]
     RateLimited { limit: u32, retry_after_secs: u64 },
@@ -86,6 +97,7 @@ impl ApiError {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
             Self::Conflict(_) => 409,
+            Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
             Self::Unavailable(_) => 503,
         }
@@ -96,6 +108,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
             Self::Conflict(_) => "approval_conflict",
+            Self::KeyReused(_) => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
         }
@@ -130,6 +143,11 @@ pub struct Created {
     pub conversation_id: ConversationId,
     /// `false` when an `Idempotency-Key` returned an earlier conversation.
     pub new: bool,
+}
+
+/// A planner's lease holder name (one per create or takeover).
+fn planner_id() -> String {
+    format!("orchestrator:{}", uuid::Uuid::now_v7())
 }
 
 /// Checks a create request against the limits; the customer id comes out canonical. Pure: nothing is written.
@@ -225,10 +243,15 @@ impl Orchestrator {
         &self.settings
     }
 
-    /// `POST /conversations`: count the customer's conversation against their per-minute
-    /// limit, write the conversation (`PLANNING`), arm the
-    /// deadline, plan within the time limit, persist the subtasks and flip to
-    /// `RUNNING`, enqueue the subtasks with no pending dependencies.
+    /// `POST /conversations`: count the customer's conversation against their per-minute limit,
+    /// write the conversation (`PLANNING`, holding the planning lease, in its sweep shard) first,
+    /// arm the deadline, plan within the time limit, persist the subtasks and flip to `RUNNING`,
+    /// enqueue the subtasks with no pending dependencies.
+    ///
+    /// Whatever the point of death after the first write, the conversation moves on: the sweep
+    /// finds it past its deadline (the shard is written with it), and a retry with the same
+    /// `Idempotency-Key` resumes it ([`Self::resume`]). The same key with another request is
+    /// refused ([`ApiError::KeyReused`]).
     pub async fn create(&self, request: CreateRequest) -> Result<Created, ApiError> {
         // Every accepted request counts, retries with an Idempotency-Key included: the limit
         // bounds what one customer can make the swarm do in a minute.
@@ -237,11 +260,18 @@ impl Orchestrator {
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
         conversation.idempotency_key = request.idempotency_key.clone();
+        conversation.request_hash = Some(request_hash(&request.customer_id, &request.message));
+        conversation.sweep_shard = Some(sweep_shard(&conversation.id, self.settings.sweep_shards));
+        conversation.lease = Some(Lease { holder: planner_id(), until_ms: self.lease_until(now), turn: 0 });
         let id = conversation.id.clone();
         match self.store.create_conversation(&conversation).await? {
             CreateOutcome::Existing(existing) => {
                 tracing::info!(conversation_id = %existing, "idempotency key reused: returning the earlier conversation");
-                return Ok(Created { conversation_id: existing, new: false });
+                return self.resume(existing).await;
+            }
+            CreateOutcome::KeyReused(existing) => {
+                tracing::info!(conversation_id = %existing, "idempotency key reused with another request: refused");
+                return Err(ApiError::KeyReused(existing));
             }
             CreateOutcome::Created => {}
         }
@@ -250,13 +280,68 @@ impl Orchestrator {
         self.plan_and_queue(conversation).instrument(span).await
     }
 
-    /// The rest of `create` once the conversation is written: arm the deadline,
-    /// plan, persist the subtasks and flip to `RUNNING`, enqueue the ready ones.
+    /// A retry with the same `Idempotency-Key`: the earlier conversation, moved on if its creator died.
+    /// - `PLANNING` whose planning lease expired (the creator was killed): this call takes the lease
+    ///   and plans it. A live lease: the creator is still at it, nothing to do.
+    /// - `RUNNING` past the creator's lease: subtasks still `QUEUED` with no attempt (the creator
+    ///   died before enqueueing them) are sent again (a duplicate of a message already sent is
+    ///   absorbed like any duplicate delivery).
+    async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
+        let existing = Created { conversation_id: id.clone(), new: false };
+        let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
+        let now = now_ms();
+        match conversation.status {
+            ConversationStatus::Planning => {
+                let holder = planner_id();
+                let until = self.lease_until(now);
+                match self.store.acquire_lease(&id, LeasePhase::Planning, &holder, now, until).await? {
+                    LeaseOutcome::Acquired { taken_over } => {
+                        tracing::warn!(conversation_id = %id, expired_holder = ?taken_over.map(|l| l.holder), "planning lease expired: this retry plans the conversation");
+                        let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %conversation.customer_id);
+                        let mut conversation = conversation;
+                        conversation.lease = Some(Lease { holder, until_ms: until, turn: conversation.turn });
+                        self.plan_and_queue(conversation).instrument(span).await?;
+                    }
+                    outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
+                }
+            }
+            ConversationStatus::Running if conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) => {
+                let unsent: Vec<SubtaskRecord> = self
+                    .store
+                    .list_subtasks(&id)
+                    .await?
+                    .into_iter()
+                    // A refund-role subtask waits for its dependencies on its own queue, PENDING: only the
+                    // orchestrator sends it, so a crash before that send is made up for here too.
+                    .filter(|r| {
+                        r.attempts == 0
+                            && (r.status == SubtaskStatus::Queued
+                                || (r.status == SubtaskStatus::Pending && self.queues.has_own_queue(&r.role)))
+                    })
+                    .collect();
+                if !unsent.is_empty() {
+                    tracing::warn!(conversation_id = %id, subtasks = unsent.len(), "subtasks never started: sending them again");
+                    self.enqueue_ready(&id, &unsent).await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(existing)
+    }
+
+    /// When a planning lease taken now ends.
+    fn lease_until(&self, now: i64) -> i64 {
+        now.saturating_add(i64::try_from(self.settings.planning_lease.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The rest of `create` once the conversation is written (or its planning taken over): arm the
+    /// deadline, plan, persist the subtasks and flip to `RUNNING`, enqueue the ready ones.
     async fn plan_and_queue(&self, conversation: Conversation) -> Result<Created, ApiError> {
         let id = conversation.id.clone();
         // The deadline message goes out before planning: a crash after the
         // conversation's write still ends in the deadline path, never a hang.
-        let delay = self.settings.deadline_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
+        let left_secs = (conversation.deadline_ms - now_ms()).max(0).div_euclid(1000) as u64 + 1;
+        let delay = left_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
         {

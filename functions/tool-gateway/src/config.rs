@@ -130,11 +130,13 @@ fn default_breaker_window() -> f64 {
 fn default_breaker_open() -> f64 {
     15.0
 }
+/// The timing table's `gateway.call_timeout_secs`.
 fn default_call_timeout() -> f64 {
-    10.0
+    swarm_core::timings::Timings::STANDARD.gateway.call_timeout.as_secs_f64()
 }
+/// The timing table's `gateway.discovery_timeout_secs`.
 fn default_discovery_timeout() -> f64 {
-    5.0
+    swarm_core::timings::Timings::STANDARD.gateway.discovery_timeout.as_secs_f64()
 }
 fn default_customer_arg() -> String {
     "customer_id".into()
@@ -436,6 +438,25 @@ impl GatewayConfig {
         Ok(self)
     }
 
+    /// This configuration as one of `instances` gateway instances runs it: its rate limits (global
+    /// and per tool) and breaker thresholds are figures for the whole gateway, so each instance
+    /// gets its share — the rates divided by `instances`, a breaker opening after
+    /// `ceil(failures / instances)` failures in its window. The effective limits then do not grow
+    /// with the number of instances Lambda runs (at most the reserved concurrency,
+    /// `GATEWAY_INSTANCE_CAP`). `instances` 0 or 1 changes nothing.
+    pub fn per_instance(mut self, instances: u32) -> Self {
+        if instances <= 1 {
+            return self;
+        }
+        let n = f64::from(instances);
+        self.global_rate_limit_per_sec = self.global_rate_limit_per_sec.map(|r| r / n);
+        for u in &mut self.upstreams {
+            u.rate_limit_per_sec = u.rate_limit_per_sec.map(|r| r / n);
+            u.breaker.failures = u.breaker.failures.div_ceil(instances).max(1);
+        }
+        self
+    }
+
     /// Checks every setting; the error names the field and the fix.
     pub fn validate(&self) -> Result<(), GatewayError> {
         if self.upstreams.is_empty() {
@@ -622,10 +643,9 @@ impl DemoTokens {
 /// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`).
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| Secret::new(tokens.token(role).map(|t| t.expose().to_owned()).unwrap_or_default());
+    // Its waits are the timing table's (`UpstreamConfig::new`'s defaults); the local stack scales them.
     let mut shop = UpstreamConfig::new("shop", shop_url);
     shop.headers.insert("authorization".into(), Secret::new(format!("Bearer {}", tokens.shop_upstream().expose())));
-    shop.call_timeout_secs = 10.0;
-    shop.discovery_timeout_secs = 5.0;
     let mut roles = BTreeMap::new();
     roles.insert(
         "support".to_owned(),
@@ -688,6 +708,9 @@ pub struct GatewayFunctionConfig {
     pub addr: std::net::SocketAddr,
     /// `GATEWAY_CONFIG`, its `${env:NAME}` references unresolved.
     pub gateway: GatewayConfig,
+    /// `GATEWAY_INSTANCE_CAP`: the most instances of this gateway at once (its reserved
+    /// concurrency); `None` (unset or `-1`: unreserved) keeps every limit per instance.
+    pub instance_cap: Option<u32>,
     /// For each `${env:NAME}`: `NAME` itself (local runs) or the secret named by `NAME_SECRET_ARN`.
     pub secrets: Vec<(String, SecretSource)>,
     pub extension: SecretsExtension,
@@ -698,7 +721,13 @@ impl GatewayFunctionConfig {
     /// `GATEWAY_CONFIG` reads `NAME` or `NAME_SECRET_ARN`.
     pub fn vars() -> Vec<&'static str> {
         var_list(&[
-            &["GATEWAY_CONFIG", "GATEWAY_ADDR", "AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_NAME"],
+            &[
+                "GATEWAY_CONFIG",
+                "GATEWAY_ADDR",
+                "GATEWAY_INSTANCE_CAP",
+                "AWS_LAMBDA_RUNTIME_API",
+                "AWS_LAMBDA_FUNCTION_NAME",
+            ],
             SecretsExtension::VARS,
         ])
     }
@@ -718,6 +747,17 @@ impl GatewayFunctionConfig {
             })
         })?;
         let gateway = GatewayConfig::parse(&lookup)?;
+        let instance_cap = match vars.get("GATEWAY_INSTANCE_CAP").as_deref().map(str::trim) {
+            None | Some("-1") => None,
+            Some(_) => vars
+                .number(
+                    "GATEWAY_INSTANCE_CAP",
+                    1..=100_000,
+                    "the gateway's reserved concurrency, a whole number from 1 to 100000, or -1 (unreserved)",
+                )
+                .map_err(config_error)?
+                .and_then(|n| u32::try_from(n).ok()),
+        };
         let mut secrets = Vec::new();
         for name in gateway.references() {
             let arn_var = format!("{name}_SECRET_ARN");
@@ -733,6 +773,7 @@ impl GatewayFunctionConfig {
             emf_metrics: vars.get("AWS_LAMBDA_FUNCTION_NAME").is_some(),
             addr,
             gateway,
+            instance_cap,
             secrets,
             extension: SecretsExtension::from_lookup(&lookup).map_err(config_error)?,
         })
@@ -744,14 +785,19 @@ impl GatewayFunctionConfig {
     }
 
     /// The gateway configuration with every reference replaced by its secret
-    /// (fetched through the extension when stored), validated.
+    /// (fetched through the extension when stored), its limits divided among
+    /// the instances ([`GatewayConfig::per_instance`]), validated.
     pub async fn resolve(&self) -> Result<GatewayConfig, GatewayError> {
         let mut values = HashMap::with_capacity(self.secrets.len());
         for (name, source) in &self.secrets {
             let value = source.resolve(&self.extension).await.map_err(|e| GatewayError::Config(e.to_string()))?;
             values.insert(name.clone(), value.expose().to_owned());
         }
-        let config = self.gateway.clone().resolve_secrets(&|name| values.get(name).cloned())?;
+        let config = self
+            .gateway
+            .clone()
+            .resolve_secrets(&|name| values.get(name).cloned())?
+            .per_instance(self.instance_cap.unwrap_or(1));
         config.validate()?;
         Ok(config)
     }
@@ -832,6 +878,57 @@ mod tests {
             e.to_string().contains(r#"GATEWAY_ADDR must be an address like 127.0.0.1:8790, not "localhost""#),
             "{e}"
         );
+    }
+
+    #[test]
+    fn global_limits_are_divided_among_the_instances_and_never_grow_with_them() {
+        let tokens = DemoTokens::generate();
+        let mut config = demo_config("http://127.0.0.1:1/mcp", &tokens);
+        config.global_rate_limit_per_sec = Some(100.0);
+        config.upstreams[0].rate_limit_per_sec = Some(40.0);
+        config.upstreams[0].breaker.failures = 10;
+        for instances in [1u32, 4, 40, 80] {
+            let c = config.clone().per_instance(instances);
+            let n = f64::from(instances);
+            assert!((c.global_rate_limit_per_sec.unwrap() * n - 100.0).abs() < 1e-9, "{instances}");
+            assert!((c.upstreams[0].rate_limit_per_sec.unwrap() * n - 40.0).abs() < 1e-9, "{instances}");
+            let failures = c.upstreams[0].breaker.failures;
+            assert!(failures >= 1 && (failures - 1) * instances < 10, "{instances}: {failures} per instance");
+            c.validate().unwrap();
+        }
+        assert_eq!(config.clone().per_instance(0), config, "no cap: per instance as configured");
+    }
+
+    #[test]
+    fn the_instance_cap_is_read_and_minus_one_means_unreserved() {
+        let env = |cap: Option<&str>| {
+            let mut m = HashMap::from([
+                ("GATEWAY_CONFIG", minimal_json()),
+                ("SHOP_KEY", "abc".to_owned()),
+                ("SUPPORT_TOKEN", "0123456789abcdef0123".to_owned()),
+            ]);
+            if let Some(c) = cap {
+                m.insert("GATEWAY_INSTANCE_CAP", c.to_owned());
+            }
+            m
+        };
+        let cap = |c: Option<&str>| {
+            let e = env(c);
+            GatewayFunctionConfig::from_lookup(|k| e.get(k).cloned()).map(|f| f.instance_cap)
+        };
+        assert_eq!(cap(None).unwrap(), None);
+        assert_eq!(cap(Some("-1")).unwrap(), None);
+        assert_eq!(cap(Some("80")).unwrap(), Some(80));
+        let e = cap(Some("0")).unwrap_err();
+        assert!(e.to_string().contains("GATEWAY_INSTANCE_CAP"), "{e}");
+    }
+
+    #[test]
+    fn upstream_waits_default_to_the_timing_table() {
+        let u = UpstreamConfig::new("shop", "http://127.0.0.1:1/mcp");
+        let table = &swarm_core::timings::Timings::STANDARD.gateway;
+        assert_eq!(u.call_timeout(), table.call_timeout);
+        assert_eq!(u.discovery_timeout(), table.discovery_timeout);
     }
 
     #[test]

@@ -13,16 +13,17 @@ pub const MIN_TOKEN_BUDGET: u64 = 1_000;
 
 /// Everything a worker Lambda reads from its environment. The refund worker
 /// is `WORKER_MODE=tasks` with `WORKER_ROLE=refund` (its own queue and
-/// credential); the DLQ consumer is `WORKER_MODE=dlq`.
+/// credential); the DLQ consumer is `WORKER_MODE=dlq`; the sweeper (invoked by
+/// the scheduler) is `WORKER_MODE=sweep`.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// `WORKER_MODE`: `tasks` (default) or `dlq`.
+    /// `WORKER_MODE`: `tasks` (default), `dlq` or `sweep`.
     pub mode: WorkerMode,
     pub table: TableConfig,
     /// Where dependents are released and work is handed back.
     pub queues: QueueUrls,
     /// The role this worker calls tools as (`WORKER_ROLE`, default `support`) and its credential;
-    /// `None` in DLQ mode, which calls no tool and holds no credential.
+    /// `None` in DLQ and sweep mode, which call no tool and hold no credential.
     pub gateway: Option<GatewayClientConfig>,
     pub llm: LlmConfig,
     pub secrets: SecretsExtension,
@@ -53,7 +54,7 @@ impl WorkerConfig {
         let vars = Vars::new(&lookup);
         let mode = vars.one_of(
             "WORKER_MODE",
-            &[("tasks", WorkerMode::Tasks), ("dlq", WorkerMode::DeadLetters)],
+            &[("tasks", WorkerMode::Tasks), ("dlq", WorkerMode::DeadLetters), ("sweep", WorkerMode::Sweep)],
             WorkerMode::Tasks,
         )?;
         let token_budget = vars.number(
@@ -67,7 +68,7 @@ impl WorkerConfig {
             queues: QueueUrls::from_lookup(&lookup)?,
             gateway: match mode {
                 WorkerMode::Tasks => Some(GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)?),
-                WorkerMode::DeadLetters => None,
+                WorkerMode::DeadLetters | WorkerMode::Sweep => None,
             },
             llm: LlmConfig::from_lookup(&lookup)?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
@@ -120,11 +121,17 @@ mod tests {
     }
 
     #[test]
-    fn the_dlq_consumer_needs_no_gateway_credential() {
-        let map: HashMap<&str, &str> =
-            BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).chain([("WORKER_MODE", "dlq")]).collect();
-        let c = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap();
-        assert_eq!((c.mode, c.gateway), (WorkerMode::DeadLetters, None));
+    fn the_dlq_consumer_and_the_sweeper_need_no_gateway_credential() {
+        for (mode, expected) in [("dlq", WorkerMode::DeadLetters), ("sweep", WorkerMode::Sweep)] {
+            let map: HashMap<&str, &str> = BASE
+                .iter()
+                .copied()
+                .filter(|(k, _)| !k.starts_with("GATEWAY_"))
+                .chain([("WORKER_MODE", mode)])
+                .collect();
+            let c = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap();
+            assert_eq!((c.mode, c.gateway), (expected, None));
+        }
         let map: HashMap<&str, &str> = BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).collect();
         let e = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap_err();
         assert!(e.to_string().starts_with("GATEWAY_URL is required"), "{e}");
@@ -133,7 +140,8 @@ mod tests {
     #[test]
     fn a_bad_mode_or_token_budget_stops_the_start_naming_it() {
         let e = parse(&[("WORKER_MODE", "x")]).unwrap_err();
-        assert_eq!(e.to_string(), r#"WORKER_MODE must be tasks or dlq, not "x""#);
+        assert_eq!(e.to_string(), r#"WORKER_MODE must be tasks, dlq or sweep, not "x""#);
+        assert_eq!(parse(&[("WORKER_MODE", "sweep")]).unwrap().mode, WorkerMode::Sweep);
         for bad in ["lots", "-5", "999", "1.5e4"] {
             let e = parse(&[("LLM_TOKEN_BUDGET", bad)]).unwrap_err();
             assert_eq!(

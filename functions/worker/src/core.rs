@@ -4,15 +4,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use swarm_core::approval::{Approval, ApprovalStatus, PendingApproval, ProposedAction, approval_id};
 use swarm_core::domain::{
-    ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, MAX_RESULT_CHARS, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage, now_ms, truncate_chars,
+    Conversation, ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, MAX_REPLY_BYTES,
+    MAX_RESULT_CHARS, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage, now_ms,
+    truncate_bytes, truncate_chars,
 };
 use swarm_core::effects::{
     AttemptLease, Effect, EffectChange, EffectOutcome, EffectState, MAX_EFFECT_ARGUMENT_BYTES, MAX_EFFECTS_PER_SUBTASK,
@@ -22,12 +23,12 @@ use swarm_core::faults::{self, CrashPoint};
 use swarm_core::jsonfix::parse_tool_arguments;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::llm::transcript::{
-    check_pairing, compress, estimate_tokens, fit_round, latest_round, shrink_latest_round,
+    check_pairing, compress, estimate_tokens, fit_round, latest_round, shrink_latest_round, unique_tool_call_ids,
 };
 use swarm_core::ports::{
     AttemptStart, ChatMessage, ChatModel, ChatRequest, CloseOutcome, ConversationStore, CountOutcome, FinishReason,
-    IntentOutcome, LlmError, MAX_DELAY_SECONDS, Purpose, RecordOutcome, StoreError, ToolCall, ToolChoice, ToolContext,
-    ToolError, ToolGateway, ToolOutput, ToolSpec,
+    IntentOutcome, LeaseOutcome, LeasePhase, LlmError, MAX_DELAY_SECONDS, Purpose, QueueError, RecordOutcome,
+    StoreError, ToolCall, ToolChoice, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
 use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
 use swarm_core::reply::{compose_reply, reply_input};
@@ -81,6 +82,29 @@ pub struct WorkerSettings {
     pub confirm_delay_secs: u32,
     /// Replays of such a side effect before it is left as submitted.
     pub confirm_attempts: u32,
+    /// Kept back from the conversation's deadline: a subtask stops by the earlier of the two deadlines.
+    pub conversation_margin: Duration,
+    /// Tool calls of one round running at once, at most (the rest wait, answers stay in call order).
+    pub max_parallel_tool_calls: usize,
+    /// Seconds until a message reported in `batchItemFailures` comes back (`ChangeMessageVisibility`).
+    pub retry_visibility_secs: u32,
+    /// `DelaySeconds` of the deadline path's next run while the conversation is not terminal.
+    pub rearm_secs: u32,
+    /// The aggregation lease the deadline path takes when it answers the conversation itself.
+    pub aggregation_lease: Duration,
+    /// The sweep's shards, and how much one sweep takes on.
+    pub sweep: SweepSettings,
+}
+
+/// How the sweep walks the sparse index (the table's `[sweep]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepSettings {
+    /// Shards of the index: `sweep_shard` 0..shards.
+    pub shards: u32,
+    /// Conversations whose deadline path runs at once.
+    pub max_parallel: usize,
+    /// Conversations taken from each shard by one sweep.
+    pub per_shard: usize,
 }
 
 impl Default for WorkerSettings {
@@ -92,10 +116,13 @@ impl Default for WorkerSettings {
 
 impl WorkerSettings {
     /// Rounds, tool timeout, minimum round time, hand-back delay (rounded up to whole
-    /// seconds: `DelaySeconds`), hand-backs, safety margin and LLM retries from the table's
-    /// `[worker]` and `[llm]`; no token budget.
+    /// seconds: `DelaySeconds`), hand-backs, margins, parallel calls, the retry visibility timeout
+    /// and LLM retries from the table's `[worker]` and `[llm]`; the deadline path's re-arm
+    /// (`conversation.rearm_secs`), the aggregation lease (`aggregator.lease_secs`) and `[sweep]`;
+    /// no token budget.
     pub fn from_timings(timings: &Timings) -> Self {
         let w = &timings.worker;
+        let whole_secs = |d: Duration| u32::try_from(seconds_rounded_up(d)).unwrap_or(u32::MAX);
         Self {
             max_rounds: w.max_rounds,
             tool_timeout: w.tool_timeout,
@@ -112,6 +139,16 @@ impl WorkerSettings {
             dependency_wait_secs: delay_secs(timings.money.dependency_wait),
             confirm_delay_secs: delay_secs(timings.money.confirm_delay),
             confirm_attempts: timings.money.confirm_attempts,
+            conversation_margin: w.conversation_margin,
+            max_parallel_tool_calls: w.max_parallel_tool_calls.max(1),
+            retry_visibility_secs: whole_secs(w.retry_visibility).max(1),
+            rearm_secs: whole_secs(timings.conversation.rearm).clamp(1, MAX_DELAY_SECONDS),
+            aggregation_lease: timings.aggregator.lease,
+            sweep: SweepSettings {
+                shards: timings.sweep.shards.max(1),
+                max_parallel: timings.sweep.max_parallel.max(1),
+                per_shard: timings.sweep.per_shard.max(1),
+            },
         }
     }
 }
@@ -152,6 +189,28 @@ impl From<StoreError> for Outcome {
     fn from(e: StoreError) -> Self {
         Self::Retry(e.to_string())
     }
+}
+
+/// What one sweep did (the sweep function's answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// Conversations past their deadline and not terminal, as the index had them.
+    pub found: usize,
+    /// Of those, answered (or failed, when planning never finished) by this sweep.
+    pub answered: usize,
+    /// Moved on otherwise: subtasks closed for the aggregator, a live lease left alone, already over.
+    pub moved: usize,
+    /// Cut off by the sweep's own deadline (the next sweep takes them).
+    pub unfinished: usize,
+    /// Store errors (a shard not read, a deadline path that failed).
+    pub errors: usize,
+}
+
+/// When a subtask of `conversation` must stop: `margin` before the conversation's deadline, on tokio's clock.
+fn conversation_deadline(conversation: &Conversation, margin: Duration) -> Instant {
+    let margin_ms = i64::try_from(margin.as_millis()).unwrap_or(i64::MAX);
+    let left_ms = conversation.deadline_ms.saturating_sub(margin_ms).saturating_sub(now_ms());
+    Instant::now() + Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))
 }
 
 /// Saved progress of an interrupted attempt (stored as JSON on the subtask item).
@@ -327,7 +386,7 @@ impl Worker {
     /// The deadline path in its own span (the conversation's status is recorded once read).
     async fn deadline_instrumented(&self, id: &ConversationId) -> Outcome {
         let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
-        self.deadline(id).instrument(span).await.unwrap_or_else(Outcome::from)
+        self.deadline(id, true).instrument(span).await.unwrap_or_else(Outcome::from)
     }
 
     /// The lease of an attempt that must be over by `deadline` (the invocation's deadline minus
@@ -362,7 +421,14 @@ impl Worker {
         if conversation.status.is_terminal() {
             return Ok(Outcome::Ignored(format!("conversation is {}", conversation.status.as_str())));
         }
+        // The attempt's lease covers the whole invocation (its deadline plus the safety margin), whatever
+        // deadline the loop keeps below.
         let lease = self.lease_for(deadline);
+        // The subtask stops by the earlier of its invocation's deadline and the conversation's (less a
+        // margin to record what it has): past the conversation's, a hand-back would only lose to the deadline path.
+        let for_conversation = conversation_deadline(&conversation, self.settings.conversation_margin);
+        let (deadline, conversation_bound) =
+            if for_conversation < deadline { (for_conversation, true) } else { (deadline, false) };
         let record = match self.store.begin_attempt(id, subtask_id, &lease, now_ms()).await? {
             AttemptStart::Missing => return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
             AttemptStart::AlreadyFinished(rec) => {
@@ -484,6 +550,17 @@ impl Worker {
             LoopEnd::Abandoned(why) => {
                 tracing::warn!(reason = %why, "attempt abandoned before a side effect; nothing was dispatched");
                 Ok(Outcome::Ignored(why))
+            }
+            LoopEnd::OutOfTime if conversation_bound => {
+                tracing::warn!("the conversation's deadline is near: recording what the subtask has");
+                let result =
+                    match self.store.get_subtask(id, subtask_id).await?.and_then(|r| journal_result(&r.effects)) {
+                        // Side effects were made: say what they did (done, being confirmed), never failed over them.
+                        Some(from_journal) => from_journal,
+                        None => partial_result(&state, FailureKind::DeadlinePassed, "the conversation's deadline came"),
+                    };
+                let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
+                self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
             LoopEnd::OutOfTime if handbacks < self.settings.max_handbacks => {
                 let cp = Checkpoint {
@@ -906,22 +983,20 @@ impl Worker {
                             // Enqueued at planning; it waits for its dependencies on its own queue.
                             continue;
                         }
-                        if self
+                        // The message goes first, the flip after it: a dependent is never QUEUED without a
+                        // message. A failed send leaves it PENDING, and this message's retry releases it; a
+                        // crash between the two leaves a PENDING dependent with its message, which runs it
+                        // (a worker starts PENDING subtasks too). Two parents finishing at the same instant
+                        // may both send: the second message is a duplicate delivery, absorbed like any other.
+                        if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {
+                            return Err(StoreError::Transient(format!("could not enqueue dependent {sid}: {e}")));
+                        }
+                        faults::at(CrashPoint::WorkerAfterReleaseSend).await;
+                        let flipped = self
                             .store
                             .transition_subtask(id, &sid, &[SubtaskStatus::Pending], SubtaskStatus::Queued)
-                            .await?
-                        {
-                            faults::at(CrashPoint::WorkerAfterReleaseFlip).await;
-                            if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {
-                                // Put it back to PENDING so a retry of this message or the deadline path releases it.
-                                let _ = self
-                                    .store
-                                    .transition_subtask(id, &sid, &[SubtaskStatus::Queued], SubtaskStatus::Pending)
-                                    .await;
-                                return Err(StoreError::Transient(format!("could not enqueue dependent {sid}: {e}")));
-                            }
-                            tracing::info!(dependent = %sid, "dependent released");
-                        }
+                            .await?;
+                        tracing::info!(dependent = %sid, flipped, "dependent released");
                     }
                     Release::Skip(sid, dependency) => {
                         let result = SubtaskResult::Skipped { dependency };
@@ -941,73 +1016,206 @@ impl Worker {
     }
 
     /// The deadline path: a conversation past its deadline is aggregated with what it has.
-    async fn deadline(&self, id: &ConversationId) -> Result<Outcome, StoreError> {
+    ///
+    /// - `PLANNING` (its creator died): failed cleanly.
+    /// - `RUNNING`: open subtasks are closed (failed, or skipped after a failed dependency) and every
+    ///   finished subtask counted. When that brought `remaining` to 0 the stream triggers the
+    ///   aggregator; when `remaining` was already 0 (the stream record was lost, or an earlier run of
+    ///   this path closed the subtasks and nothing answered since) this path aggregates itself.
+    /// - `AGGREGATING`: an aggregation whose lease expired (its holder died) is taken over.
+    ///
+    /// Aggregating here takes the aggregation lease like the aggregator and writes the model-free
+    /// reply. With `rearm`, a conversation this run leaves non-terminal gets its next deadline
+    /// message ([`WorkerSettings::rearm_secs`]): the path ends only when the conversation does. The
+    /// sweep runs it without `rearm` (the sweep itself comes back).
+    async fn deadline(&self, id: &ConversationId, rearm: bool) -> Result<Outcome, StoreError> {
         let Some(conversation) = self.store.get_conversation(id).await? else {
             return Ok(Outcome::Poison(format!("unknown conversation {id}")));
         };
+        if conversation.status.is_terminal() {
+            return Ok(Outcome::Ignored("conversation already over".into()));
+        }
         let now = now_ms();
-        if now < conversation.deadline_ms && !conversation.status.is_terminal() {
+        if now < conversation.deadline_ms {
+            if !rearm {
+                return Ok(Outcome::Ignored("deadline not reached yet".into()));
+            }
             // SQS delays are at most 15 minutes: re-arm for the rest.
             let left = ((conversation.deadline_ms - now) / 1000 + 1).clamp(1, i64::from(MAX_DELAY_SECONDS)) as u32;
-            if let Err(e) =
-                self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], left).await
-            {
-                return Ok(Outcome::Retry(e.to_string()));
-            }
-            return Ok(Outcome::Ignored("deadline not reached yet; re-armed".into()));
+            return Ok(match self.arm(id, left).await {
+                Ok(()) => Outcome::Ignored("deadline not reached yet; re-armed".into()),
+                Err(e) => Outcome::Retry(format!("could not re-arm the deadline: {e}")),
+            });
         }
         tracing::Span::current().record("status", conversation.status.as_str());
-        match conversation.status {
+        let outcome = match conversation.status {
             ConversationStatus::Planning => {
                 tracing::warn!("planning never finished: failing the conversation");
                 self.store.fail_conversation(id, "planning did not finish before the deadline").await?;
-                Ok(Outcome::Finished(SubtaskStatus::Failed))
+                Outcome::Finished(SubtaskStatus::Failed)
             }
             ConversationStatus::Running => {
-                let all = self.store.list_subtasks(id).await?;
-                let mut closed = 0;
-                // Dependents of failed parents are skipped by count_and_release; everything else still open fails —
-                // unless its journal holds side effects: those are reported as they stand (done, being confirmed,
-                // waiting for approval), never as not done.
-                for rec in all.iter().filter(|r| !r.status.is_terminal()) {
-                    let result = match dependency_results(rec, &all) {
-                        DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
-                        _ => SubtaskResult::failed(
-                            FailureKind::DeadlinePassed,
-                            "the conversation's deadline passed before it finished",
-                        ),
-                    };
-                    if self.close_open(id, &rec.subtask.id, result, now).await? {
-                        closed += 1;
-                    }
+                let closed = self.close_open_subtasks(id, now).await?;
+                faults::at(CrashPoint::DeadlineAfterClose).await;
+                let remaining = self.store.get_conversation(id).await?.map_or(0, |c| c.remaining);
+                if closed > 0 {
+                    tracing::warn!(closed, remaining, "deadline passed: open subtasks closed as failed");
+                    Outcome::Ignored(format!("{closed} open subtasks closed; the aggregator answers"))
+                } else if remaining == 0 {
+                    tracing::warn!("nothing open and nothing answered: aggregating with what it has");
+                    self.aggregate_without_model(&conversation).await?
+                } else {
+                    Outcome::Ignored(format!("{remaining} subtasks still uncounted"))
                 }
-                // Count every terminal subtask (a crash may have left some uncounted).
-                for rec in self.store.list_subtasks(id).await? {
-                    self.store.count_finished(id, &rec.subtask.id, &Usage::default()).await?;
-                }
-                tracing::warn!(closed, "deadline passed: open subtasks closed (failed, or as their journal says)");
-                Ok(Outcome::Finished(SubtaskStatus::Failed))
             }
-            ConversationStatus::Aggregating => {
-                // The aggregator died after its flip: write the model-free reply.
-                let all = self.store.list_subtasks(id).await?;
-                let handoff = swarm_core::handoff::handoff_reason(&conversation, &all)
-                    .map(|reason| swarm_core::domain::Handoff { reason, at_ms: now_ms() });
-                let mut notes = conversation.notes.clone();
-                if handoff.is_some() {
-                    notes.push(swarm_core::reply::HANDOFF_NOTE.to_owned());
-                }
-                let reply = compose_reply(&reply_input(&all, &notes));
-                match &handoff {
-                    Some(h) => self.store.hand_off(id, &reply, &Usage::default(), h).await?,
-                    None => self.store.finish_conversation(id, &reply, &Usage::default()).await?,
-                };
-                tracing::warn!("aggregation never finished: wrote the fallback reply");
-                Ok(Outcome::Finished(SubtaskStatus::Succeeded))
-            }
+            ConversationStatus::Aggregating => self.aggregate_without_model(&conversation).await?,
             ConversationStatus::Done | ConversationStatus::Failed | ConversationStatus::Handoff => {
-                Ok(Outcome::Ignored("conversation already over".into()))
+                Outcome::Ignored("conversation already over".into())
             }
+        };
+        let over = matches!(outcome, Outcome::Finished(_) | Outcome::Poison(_));
+        if rearm && !over {
+            if let Err(e) = self.arm(id, self.settings.rearm_secs).await {
+                return Ok(Outcome::Retry(format!("could not re-arm the deadline: {e}")));
+            }
+            tracing::info!(delay_secs = self.settings.rearm_secs, "conversation not over yet: deadline path re-armed");
+        }
+        Ok(outcome)
+    }
+
+    /// Sends the conversation's next deadline message, `delay` seconds from now.
+    async fn arm(&self, id: &ConversationId, delay: u32) -> Result<(), QueueError> {
+        let message = TaskMessage::Deadline { conversation_id: id.clone() };
+        self.queues.default_queue().send(&[message], delay.min(MAX_DELAY_SECONDS)).await
+    }
+
+    /// Closes every open subtask (skipped after a failed dependency, else failed for the deadline)
+    /// and counts every finished one (a crash may have left some uncounted). Answers how many
+    /// subtasks this call closed.
+    async fn close_open_subtasks(&self, id: &ConversationId, now: i64) -> Result<usize, StoreError> {
+        let all = self.store.list_subtasks(id).await?;
+        let mut closed = 0;
+        // Everything still open fails — unless its journal holds side effects: those are reported as they
+        // stand (done, being confirmed, waiting for approval), never as not done.
+        for rec in all.iter().filter(|r| !r.status.is_terminal()) {
+            let result = match dependency_results(rec, &all) {
+                DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
+                _ => SubtaskResult::failed(
+                    FailureKind::DeadlinePassed,
+                    "the conversation's deadline passed before it finished",
+                ),
+            };
+            if self.close_open(id, &rec.subtask.id, result, now).await? {
+                closed += 1;
+            }
+        }
+        for rec in self.store.list_subtasks(id).await? {
+            self.store.count_finished(id, &rec.subtask.id, &Usage::default()).await?;
+        }
+        Ok(closed)
+    }
+
+    /// Answers the conversation with the model-free reply, through the aggregation lease: from
+    /// `RUNNING` with nothing remaining, or taking over an aggregation whose lease expired; never
+    /// while another holder's lease is live.
+    async fn aggregate_without_model(&self, conversation: &Conversation) -> Result<Outcome, StoreError> {
+        let id = &conversation.id;
+        let holder = format!("deadline:{}", uuid::Uuid::now_v7());
+        let now = now_ms();
+        let until = now.saturating_add(i64::try_from(self.settings.aggregation_lease.as_millis()).unwrap_or(i64::MAX));
+        let phase = LeasePhase::Aggregating { turn: conversation.turn };
+        match self.store.acquire_lease(id, phase, &holder, now, until).await? {
+            LeaseOutcome::Acquired { taken_over } => {
+                if let Some(lease) = taken_over {
+                    tracing::warn!(expired_holder = %lease.holder, "aggregation lease expired: taking over");
+                }
+            }
+            LeaseOutcome::Held(lease) => {
+                return Ok(Outcome::Ignored(format!(
+                    "aggregation lease held by {} for {} ms more",
+                    lease.holder,
+                    lease.until_ms.saturating_sub(now)
+                )));
+            }
+            LeaseOutcome::NotInPhase { status, remaining } => {
+                return Ok(Outcome::Ignored(format!("conversation is {status} with {remaining} remaining")));
+            }
+            LeaseOutcome::Missing => return Ok(Outcome::Poison(format!("unknown conversation {id}"))),
+        }
+        faults::at(CrashPoint::AggregatorAfterFlip).await;
+        let all = self.store.list_subtasks(id).await?;
+        let handoff = swarm_core::handoff::handoff_reason(conversation, &all)
+            .map(|reason| swarm_core::domain::Handoff { reason, at_ms: now_ms() });
+        let mut notes = conversation.notes.clone();
+        if handoff.is_some() {
+            notes.push(swarm_core::reply::HANDOFF_NOTE.to_owned());
+        }
+        let reply = truncate_bytes(&compose_reply(&reply_input(&all, &notes)), MAX_REPLY_BYTES);
+        let finished = match &handoff {
+            Some(h) => self.store.hand_off(id, &reply, &Usage::default(), h).await?,
+            None => self.store.finish_conversation(id, &reply, &Usage::default()).await?,
+        };
+        tracing::warn!(
+            finished,
+            handoff = handoff.is_some(),
+            "conversation answered by the deadline path (model-free reply)"
+        );
+        Ok(if finished {
+            Outcome::Finished(SubtaskStatus::Succeeded)
+        } else {
+            Outcome::Ignored("another aggregation answered first".into())
+        })
+    }
+
+    /// One sweep: every conversation past its deadline that is not terminal (the sparse, sharded
+    /// index), its deadline path run (without re-arming), `max_parallel` at a time, until `deadline`.
+    pub async fn sweep(&self, deadline: Instant) -> SweepReport {
+        let now = now_ms();
+        let mut report = SweepReport::default();
+        let mut due = Vec::new();
+        for shard in 0..self.settings.sweep.shards {
+            match self.store.overdue_conversations(shard, now, self.settings.sweep.per_shard).await {
+                Ok(ids) => due.extend(ids),
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "sweep: reading a shard of the index failed");
+                    report.errors += 1;
+                }
+            }
+        }
+        report.found = due.len();
+        let runs = futures::stream::iter(due.into_iter().map(|id| async move {
+            let span = tracing::info_span!("sweep", conversation_id = %id, status = tracing::field::Empty);
+            tokio::time::timeout_at(deadline, self.deadline(&id, false).instrument(span)).await
+        }))
+        .buffer_unordered(self.settings.sweep.max_parallel);
+        let outcomes: Vec<_> = runs.collect().await;
+        for outcome in outcomes {
+            match outcome {
+                Err(_) => report.unfinished += 1,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "sweep: a deadline path failed");
+                    report.errors += 1;
+                }
+                Ok(Ok(Outcome::Finished(_))) => report.answered += 1,
+                Ok(Ok(_)) => report.moved += 1,
+            }
+        }
+        tracing::info!(?report, "sweep done");
+        report
+    }
+
+    /// Makes a message reported in `batchItemFailures` visible again after
+    /// [`WorkerSettings::retry_visibility_secs`] rather than the queue's visibility timeout.
+    /// `queue` is the message's queue name (the end of its `eventSourceARN`); a queue this worker does
+    /// not send to (a DLQ) keeps its own timeout. A failure is logged: the message then comes back
+    /// after the queue's visibility timeout, and the sweep covers its conversation.
+    pub async fn retry_later(&self, queue: &str, receipt_handle: &str) {
+        let Some(q) = self.queues.by_name(queue) else {
+            tracing::debug!(queue, "not a tasks queue: the message keeps the queue's visibility timeout");
+            return;
+        };
+        if let Err(e) = q.change_visibility(receipt_handle, self.settings.retry_visibility_secs).await {
+            tracing::warn!(queue, error = %e, "ChangeMessageVisibility failed: the message returns after the queue's visibility timeout");
         }
     }
 
@@ -1133,20 +1341,27 @@ impl Worker {
                 }
                 return LoopEnd::Done(SubtaskResult::Succeeded { text, tool_calls: state.tool_calls.clone() });
             }
+            // Missing, empty or repeated ids are made unique before anything runs: every call gets one answer.
+            let mut tool_calls = response.tool_calls.clone();
+            let repaired = unique_tool_call_ids(&mut tool_calls, round);
+            if repaired > 0 {
+                tracing::warn!(repaired, "the model's tool calls had missing or repeated ids; made unique");
+            }
             state.messages.push(ChatMessage::Assistant {
                 content: response.content.clone(),
-                tool_calls: response.tool_calls.clone(),
+                tool_calls: tool_calls.clone(),
                 reasoning_content: response.reasoning_content.clone(),
             });
             // Checked in call order first, so the side-effecting calls' positions (their keys) never depend on timing.
-            let prepared = self.prepare_calls(&allowed, &response.tool_calls, cut_off, &mut state.effects);
-            let calls = response
-                .tool_calls
+            let prepared = self.prepare_calls(&allowed, &tool_calls, cut_off, &mut state.effects);
+            let calls: Vec<_> = tool_calls
                 .iter()
                 .zip(prepared)
-                .map(|(call, prepared)| self.run_prepared(ctx, attempt, call, prepared, deadline));
-            // Concurrent, answered in call order.
-            let ends: Vec<CallEnd> = join_all(calls).await;
+                .map(|(call, prepared)| self.run_prepared(ctx, attempt, call, prepared, deadline))
+                .collect();
+            // Concurrent, at most `max_parallel_tool_calls` at once, answered in call order.
+            let ends: Vec<CallEnd> =
+                futures::stream::iter(calls).buffered(self.settings.max_parallel_tool_calls).collect().await;
             let abandoned = ends.iter().find_map(|e| e.abandoned.clone());
             let approvals: Vec<PendingApproval> = ends.iter().filter_map(|e| e.approval.clone()).collect();
             let unknown: Vec<String> = ends.iter().filter(|e| e.unknown).map(|e| e.record.name.clone()).collect();
@@ -1160,7 +1375,7 @@ impl Worker {
                     "tool results cut to fit the round's budget"
                 );
             }
-            for ((call, content), rec) in response.tool_calls.iter().zip(contents).zip(records) {
+            for ((call, content), rec) in tool_calls.iter().zip(contents).zip(records) {
                 state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
                 state.tool_calls.push(rec);
             }

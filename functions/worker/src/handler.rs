@@ -1,4 +1,4 @@
-//! SQS events ⇄ worker calls: each record becomes a `TaskMessage`, retryable outcomes become the partial batch response.
+//! SQS events ⇄ worker calls: each record becomes a `TaskMessage`, retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep.
 
 use std::time::Duration;
 
@@ -9,22 +9,28 @@ use swarm_core::domain::TaskMessage;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::core::{Outcome, Worker};
+use crate::core::{Outcome, SweepReport, Worker};
 
-/// Which queue the function consumes (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
+/// What the function is invoked with (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerMode {
     /// The tasks queue (or the refund role's queue).
     Tasks,
     /// A dead-letter queue: record each subtask as failed and count it.
     DeadLetters,
+    /// The periodic sweep (EventBridge Scheduler): the deadline path of every conversation past its deadline.
+    Sweep,
 }
 
 /// Handles one SQS batch. Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
 /// line logged for one record never carries another's ids; only retryable
 /// failures are listed in `batchItemFailures` (ReportBatchItemFailures), so a
-/// poison message is acknowledged instead of being retried until the DLQ.
+/// poison message is acknowledged instead of being retried until the DLQ. Each
+/// listed message is made visible again after the worker's retry visibility
+/// timeout ([`Worker::retry_later`]), so it comes back well inside the conversation's
+/// deadline instead of after the queue's visibility timeout. (`Sweep` mode takes no SQS
+/// batch: it runs as `DeadLetters`.)
 pub async fn handle(
     worker: &Worker,
     mode: WorkerMode,
@@ -35,17 +41,22 @@ pub async fn handle(
         let message_id = record.message_id.unwrap_or_default();
         let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
         let span = record_span(&message_id, message.as_ref().ok());
+        let queue = record.event_source_arn.as_deref().map(queue_name).unwrap_or_default().to_owned();
+        let receipt_handle = record.receipt_handle.unwrap_or_default();
         async move {
             let outcome = match message {
                 Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
                 Ok(message) => match mode {
                     WorkerMode::Tasks => worker.handle(message, deadline).await,
-                    WorkerMode::DeadLetters => worker.handle_dead_letter(message).await,
+                    WorkerMode::DeadLetters | WorkerMode::Sweep => worker.handle_dead_letter(message).await,
                 },
             };
             match &outcome {
                 Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
-                Outcome::Retry(why) => tracing::warn!(reason = %why, "message will be retried"),
+                Outcome::Retry(why) => {
+                    tracing::warn!(reason = %why, "message will be retried");
+                    worker.retry_later(&queue, &receipt_handle).await;
+                }
                 _ => tracing::debug!(outcome = ?outcome, "message handled"),
             }
             (message_id, outcome)
@@ -59,6 +70,21 @@ pub async fn handle(
         }
     }
     Ok(response)
+}
+
+/// One sweep (the scheduler's event is not read): the deadline path of every conversation past its
+/// deadline, until the invocation's deadline less the worker's safety margin. Answers what it did.
+pub async fn sweep(
+    worker: &Worker,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<SweepReport, lambda_runtime::Error> {
+    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
+    Ok(worker.sweep(deadline).instrument(tracing::info_span!("sweep_invocation")).await)
+}
+
+/// The queue's name at the end of an SQS ARN (`arn:aws:sqs:<region>:<account>:<name>`).
+pub fn queue_name(arn: &str) -> &str {
+    arn.rsplit(':').next().unwrap_or(arn)
 }
 
 /// The span of one SQS record: its message id and, once the body parsed, the

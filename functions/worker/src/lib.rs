@@ -6,5 +6,5 @@ pub mod handler;
 pub mod unused;
 
 pub use config::WorkerConfig;
-pub use core::{Outcome, WORK_ANSWER_TOKENS, Worker, WorkerSettings};
+pub use core::{Outcome, SweepReport, SweepSettings, WORK_ANSWER_TOKENS, Worker, WorkerSettings};
 pub use handler::WorkerMode;

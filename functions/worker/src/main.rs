@@ -1,4 +1,4 @@
-//! Worker Lambda (tasks, refund-tasks or DLQ mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ mode: it holds neither secret), then the SQS handler.
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ and sweep mode: they hold neither secret), then the SQS handler (or the sweep's).
 
 use std::sync::Arc;
 
@@ -6,7 +6,7 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
 use swarm_core::ports::{ChatModel, ToolGateway};
 use worker::unused::{NoModel, NoTools};
-use worker::{Worker, WorkerConfig, handler};
+use worker::{Worker, WorkerConfig, WorkerMode, handler};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -24,6 +24,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let (store, queues) = (aws.store(&config.table), aws.queues(&config.queues));
     let core = Arc::new(Worker::new(store, queues, main_model, sub_model, tools, config.settings()));
     let mode = config.mode;
+    if mode == WorkerMode::Sweep {
+        return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+            let core = core.clone();
+            async move { handler::sweep(&core, event).await }
+        }))
+        .await;
+    }
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let core = core.clone();
         async move { handler::handle(&core, mode, event).await }

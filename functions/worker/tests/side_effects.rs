@@ -273,23 +273,37 @@ async fn a_second_delivery_during_a_live_attempt_is_handed_back_until_the_lease_
 
 #[tokio::test]
 async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_the_outcome_lands_later() {
-    // A conversation whose deadline is now: the deadline path may close it at once.
-    let s = setup_with(0, |c| vec![subtask(c, "w01", "refund", &[REFUND], &[])]).await;
-    let ledger = Arc::new(Ledger { delay: Duration::from_millis(400), ..Ledger::new() });
+    // A worker stops its subtask `conversation_margin` before the conversation's deadline, so the deadline
+    // path meets a refund in flight when the worker died after dispatching it, its answer unseen. Here
+    // the margin is zero and the deadline a second away: the worker dispatches at once and dies.
+    let s = setup_with(1, |c| vec![subtask(c, "w01", "refund", &[REFUND], &[])]).await;
+    let ledger = Arc::new(Ledger::new());
     let model = scripted(vec![refund_call(100.0), text_response("Refunded.")]);
-    let w = Arc::new(worker(&s, model, ledger.clone()));
-    let running = {
-        let w = w.clone();
-        let m = TaskMessage::run(&s.id, "w01");
-        tokio::spawn(async move { w.handle(m, after(Duration::from_secs(10))).await })
-    };
-    while s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap().effects.is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // The deadline path runs while the refund is in flight.
+    let tasks: Arc<dyn TaskQueue> = Arc::new(s.tasks.clone());
+    let refund: Arc<dyn TaskQueue> = Arc::new(s.refund_queue.clone());
+    let w = Worker::new(
+        s.store.clone(),
+        TaskQueues::new(tasks).with_role("refund", refund),
+        model.clone(),
+        model.clone(),
+        ledger.clone(),
+        WorkerSettings {
+            min_round_time: Duration::from_millis(10),
+            safety_margin: Duration::from_millis(10),
+            conversation_margin: Duration::ZERO,
+            ..WorkerSettings::default()
+        },
+    );
+    let run = w.handle(TaskMessage::run(&s.id, "w01"), after(Duration::from_secs(10)));
+    assert!(dies_at(CrashPoint::WorkerAfterDispatch, run).await, "the worker died with the refund in flight");
+    assert_eq!(ledger.refunds(), 1, "the shop made it; nobody recorded its answer");
+
+    // The deadline passes (at most 2 s from now); the deadline path closes what is open.
+    let deadline_ms = s.store.get_conversation(&s.id).await.unwrap().unwrap().deadline_ms;
+    tokio::time::sleep(Duration::from_millis(u64::try_from(deadline_ms - now_ms() + 20).unwrap_or(0))).await;
     let deadline =
         w.handle(TaskMessage::Deadline { conversation_id: s.id.clone() }, after(Duration::from_secs(10))).await;
-    assert_eq!(deadline, Outcome::Finished(SubtaskStatus::Failed), "the deadline path closed what was open");
+    assert_eq!(deadline, Outcome::Ignored("1 open subtasks closed; the aggregator answers".into()));
     let closed = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert_eq!(closed.status, SubtaskStatus::Submitted, "not reported failed");
     let conv = s.store.get_conversation(&s.id).await.unwrap().unwrap();
@@ -300,15 +314,18 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
     let view = ConversationView::build(&conv, &[closed]);
     assert_eq!(view.subtasks[0].effects[0].state, EffectState::Intent);
 
-    // The refund's answer lands after the deadline: recorded on the conversation, GET shows it.
-    assert_eq!(running.await.unwrap(), Outcome::AlreadyFinished);
+    // The confirmation replays the call with its key: the outcome lands on the conversation, GET shows it.
+    let confirm = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 0 };
+    assert_eq!(w.handle(confirm, after(Duration::from_secs(10))).await, Outcome::Finished(SubtaskStatus::Submitted));
     let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
     assert_eq!(rec.status, SubtaskStatus::Submitted);
     assert_eq!(rec.effects[0].state, EffectState::Done);
     let view = ConversationView::build(&conv, &[rec]);
     assert_eq!(view.subtasks[0].effects[0].ok, Some(true));
     assert!(view.subtasks[0].effects[0].result.as_deref().unwrap().contains("RF-A1033-1"));
-    assert_eq!(ledger.refunds(), 1);
+    assert_eq!(ledger.refunds(), 1, "the replay learnt the outcome; the refund ran once");
+    assert_eq!(ledger.dispatches().len(), 2, "dispatched, then replayed with the same key");
+    assert_eq!(model.requests().len(), 1, "the model was asked once, before the crash");
 }
 
 #[tokio::test]

@@ -477,7 +477,8 @@ async fn serve(options: StackOptions, port: u16, auth: Auth, operators: Operator
         }
         _ => "off (give --operator-token <token>=<name>)".to_owned(),
     };
-    let app = swarm_local::http::api(stack.api_state(auth, Some(operators)));
+    // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
+    let app = stack.api_router(auth, Some(operators));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;

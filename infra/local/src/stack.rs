@@ -24,16 +24,17 @@ use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::{DEFAULT_ROLE, PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
-use worker::{Worker, WorkerMode, WorkerSettings};
+use worker::{SweepReport, Worker, WorkerMode, WorkerSettings};
 
 use crate::http;
-use crate::platform::counters::{Counters, Received, ReceivedLog, add};
+use crate::platform::counters::{Counters, Received, ReceivedLog, RecordLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
 use crate::platform::handoff::{HandoffEvent, HandoffLog};
 use crate::platform::invoke::{Ended, invoke};
 use crate::platform::mapping::{EventSourceMapping, MappingSettings};
 use crate::platform::stream::{StreamTrigger, TriggerSettings};
+use crate::platform::sweeper::Sweeper;
 use crate::platform::{Backend, Queue, QueueDepth};
 
 /// Wraps a port adapter (fault injection, latency) before a function gets it.
@@ -110,13 +111,13 @@ pub struct LocalStack {
     /// The embedded store, for waiting on its stream instead of polling.
     memory: Option<Arc<InMemoryConversationStore>>,
     timings: Timings,
-    orchestrator: Arc<Orchestrator>,
+    api: ApiInvoker,
+    sweeper: Arc<Sweeper>,
     approvals: Arc<Approvals>,
     /// The operators of [`LocalStack::api`] (one: the stack's own, see [`LocalStack::approve`]).
     operators: OperatorAuth,
     operator_token: String,
     handoffs: Arc<HandoffLog>,
-    faults: Option<Arc<dyn FaultPlan>>,
     pub shop: Arc<shop_tools::Shop>,
     pub shop_url: String,
     pub gateway_url: String,
@@ -126,6 +127,7 @@ pub struct LocalStack {
     background: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
     received: Arc<ReceivedLog>,
+    on_failure: Arc<RecordLog>,
 }
 
 impl LocalStack {
@@ -190,6 +192,11 @@ impl LocalStack {
                 }
             }
         }
+        // The gateway's own waits are the (scaled) table's, like every other timing here.
+        for upstream in &mut gateway_config.upstreams {
+            upstream.call_timeout_secs = timings.gateway.call_timeout.as_secs_f64();
+            upstream.discovery_timeout_secs = timings.gateway.discovery_timeout.as_secs_f64();
+        }
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
@@ -251,6 +258,7 @@ impl LocalStack {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let counters = Arc::new(Counters::default());
         let received = Arc::new(ReceivedLog::default());
+        let on_failure = Arc::new(RecordLog::default());
         let mut background = vec![shop_task, gateway_task];
         let t = &timings;
         let sqs_fed = |function: &str, timeout, batch_size, max_concurrency| {
@@ -305,28 +313,39 @@ impl LocalStack {
             duplicate_deliveries: options.duplicate_deliveries,
             faults: options.faults.clone(),
             counters: counters.clone(),
+            on_failure: on_failure.clone(),
+        };
+        background.push(tokio::spawn(trigger.run(shutdown_rx.clone())));
+        let sweeper = Arc::new(Sweeper {
+            worker: worker.clone(),
+            period: timings.sweep.period,
+            timeout: lambda_timeout(timings.sweep.timeout),
+            faults: options.faults.clone(),
+            counters: counters.clone(),
+        });
+        background.push(tokio::spawn(sweeper.clone().run(shutdown_rx.clone())));
+        let api = ApiInvoker {
+            orchestrator,
+            timeout: lambda_timeout(timings.orchestrator.timeout),
+            faults: options.faults.clone(),
+            counters: counters.clone(),
         };
         // The hand-off pipe reads the stream too (on AWS an EventBridge pipe, the table's second reader).
         let handoffs = Arc::new(HandoffLog::default());
         let handoff_feed = backend.change_feed().await.context("opening the table's stream for hand-offs")?;
-        background.push(tokio::spawn(crate::platform::handoff::run(
-            handoff_feed,
-            handoffs.clone(),
-            shutdown_rx.clone(),
-        )));
-        background.push(tokio::spawn(trigger.run(shutdown_rx)));
+        background.push(tokio::spawn(crate::platform::handoff::run(handoff_feed, handoffs.clone(), shutdown_rx)));
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
 
         Ok(Self {
             backend,
             memory,
             timings,
-            orchestrator,
+            api,
+            sweeper,
             approvals,
             operators,
             operator_token,
             handoffs,
-            faults: options.faults,
             shop,
             shop_url,
             gateway_url,
@@ -336,6 +355,7 @@ impl LocalStack {
             background,
             counters,
             received,
+            on_failure,
         })
     }
 
@@ -368,6 +388,25 @@ impl LocalStack {
         self.received.all()
     }
 
+    /// What the stream mapping's on-failure destination received so far: one record per stream
+    /// batch given up after `MaximumRetryAttempts` (sequence numbers, never items), in order.
+    pub fn stream_on_failure(&self) -> Vec<Value> {
+        self.on_failure.all()
+    }
+
+    /// One sweep now, as the scheduler would invoke it (the timer runs one every `sweep.period`
+    /// anyway); `None` when the invocation did not return.
+    pub async fn sweep_now(&self) -> Option<SweepReport> {
+        self.sweeper.invoke_once().await
+    }
+
+    /// The HTTP API as API Gateway serves it: each request one orchestrator invocation, cut at
+    /// its timeout, under the fault plan ([`ApiInvoker`]); callers identified by `auth`.
+    /// The approvals API is on it, its operators identified by `operators` (`None`: the stack's own).
+    pub fn api_router(&self, auth: Auth, operators: Option<OperatorAuth>) -> axum::Router {
+        self.api.router(self.api_state(auth, operators))
+    }
+
     /// The name of `queue` (as `Received::queue` holds it).
     pub fn queue_name(&self, queue: Queue) -> &str {
         &self.backend.queue(queue).name
@@ -384,15 +423,15 @@ impl LocalStack {
         Ok(self.backend.conversation_count().await?)
     }
 
-    /// The orchestrator behind the API (its router, with the chosen auth, is what `swarm-local serve` mounts).
+    /// The orchestrator behind the API (`swarm-local serve` mounts [`Self::api_router`], which invokes it).
     pub fn orchestrator(&self) -> Arc<Orchestrator> {
-        self.orchestrator.clone()
+        self.api.orchestrator.clone()
     }
 
     /// The API's state: the orchestrator with `auth` for customers and the approvals API, its
     /// operators identified by `operators` (`None`: the stack's own operator, [`LocalStack::approve`]).
     pub fn api_state(&self, auth: Auth, operators: Option<OperatorAuth>) -> ApiState {
-        ApiState::new(self.orchestrator.clone(), auth)
+        ApiState::new(self.api.orchestrator.clone(), auth)
             .with_approvals(self.approvals.clone(), operators.unwrap_or_else(|| self.operators.clone()))
     }
 
@@ -445,18 +484,10 @@ impl LocalStack {
         B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
-        let timeout = lambda_timeout(self.timings.orchestrator.timeout);
         let router = http::api(self.api_state(Auth::None, None));
-        match invoke(timeout, self.faults.as_ref(), http::call(router, request)).await {
+        match self.api.invoke(http::call(router, request)).await {
             Ended::Returned(answer) => answer,
-            ended => {
-                let counter = match ended {
-                    Ended::Killed => &self.counters.killed_invocations,
-                    _ => &self.counters.timed_out_invocations,
-                };
-                add(counter, 1);
-                anyhow::bail!("the orchestrator invocation {} (timeout {timeout:?})", ended.describe())
-            }
+            ended => anyhow::bail!("the orchestrator invocation {} (timeout {:?})", ended.describe(), self.api.timeout),
         }
     }
 
@@ -555,6 +586,64 @@ impl LocalStack {
             let _ = t.await;
         }
         self.backend.teardown().await;
+    }
+}
+
+/// The orchestrator as API Gateway invokes it: one invocation per request, cut at the function's
+/// timeout, under the fault plan. `swarm-local serve` and [`LocalStack::api`] both go through it.
+#[derive(Clone)]
+pub struct ApiInvoker {
+    orchestrator: Arc<Orchestrator>,
+    /// The orchestrator's timeout (whole seconds, as Lambda holds it).
+    timeout: Duration,
+    faults: Option<Arc<dyn FaultPlan>>,
+    counters: Arc<Counters>,
+}
+
+impl ApiInvoker {
+    /// Runs `handler` as one orchestrator invocation; a timed-out or killed one is counted.
+    async fn invoke<F: Future>(&self, handler: F) -> Ended<F::Output> {
+        let ended = invoke(self.timeout, self.faults.as_ref(), handler).await;
+        match ended {
+            Ended::Killed => add(&self.counters.killed_invocations, 1),
+            Ended::TimedOut => add(&self.counters.timed_out_invocations, 1),
+            Ended::Returned(_) => {}
+        }
+        ended
+    }
+
+    /// The API over the orchestrator's router with `state` (callers, approvals), every request one
+    /// invocation: past the timeout the client gets API Gateway's 503, after a crash its 500.
+    pub fn router(&self, state: ApiState) -> axum::Router {
+        let invoker = self.clone();
+        let inner = http::api(state);
+        axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let invoker = invoker.clone();
+            let inner = inner.clone();
+            async move {
+                use axum::response::IntoResponse as _;
+                use tower::ServiceExt as _;
+                let call = async move {
+                    match inner.oneshot(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    }
+                };
+                match invoker.invoke(call).await {
+                    Ended::Returned(response) => response,
+                    Ended::TimedOut => (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        axum::Json(serde_json::json!({"message": "Service Unavailable"})),
+                    )
+                        .into_response(),
+                    Ended::Killed => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        axum::Json(serde_json::json!({"message": "Internal Server Error"})),
+                    )
+                        .into_response(),
+                }
+            }
+        })
     }
 }
 

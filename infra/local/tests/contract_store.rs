@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, FailureKind, MAX_RESULT_CHARS, Subtask, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, Lease, MAX_RESULT_CHARS,
+    Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
 use swarm_core::effects::AttemptLease;
-use swarm_core::ports::{AttemptStart, ConversationStore, CountOutcome, CreateOutcome, RecordOutcome};
+use swarm_core::ports::{
+    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
+};
 
 type Store = Arc<dyn ConversationStore>;
 
@@ -65,6 +67,12 @@ contract_tests!(
     a_huge_tool_output_still_writes,
     transition_subtask_flips_only_from_the_listed_statuses,
     checkpoint_is_kept_until_a_result_clears_it,
+    an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires,
+    an_aggregation_lease_needs_nothing_remaining_and_its_turn,
+    a_planning_lease_is_taken_over_only_after_it_expires,
+    an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
+    overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
+    every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -551,6 +559,178 @@ async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()>
     assert_eq!(rec.result, Some(SubtaskResult::failed(FailureKind::OutOfTime, "out of time")), "the kind is kept");
     let seen: HashSet<_> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.status).collect();
     assert_eq!(seen, HashSet::from([SubtaskStatus::Failed]));
+    Ok(())
+}
+
+async fn an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    store.count_finished(&conv.id, "w01", &Usage::default()).await?;
+    let agg = LeasePhase::Aggregating { turn: 0 };
+    let t0 = 1_000_000;
+    // Two triggers at once: exactly one takes the lease (RUNNING → AGGREGATING).
+    let (a, b) = tokio::join!(
+        store.acquire_lease(&conv.id, agg, "aggregator:a", t0, t0 + 90_000),
+        store.acquire_lease(&conv.id, agg, "aggregator:b", t0, t0 + 90_000),
+    );
+    let outcomes = [a?, b?];
+    let won: Vec<_> = outcomes.iter().filter(|o| matches!(o, LeaseOutcome::Acquired { taken_over: None })).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    let winner = if outcomes[0] == *won[0] { "aggregator:a" } else { "aggregator:b" };
+    let live = Lease { holder: winner.to_owned(), until_ms: t0 + 90_000, turn: 0 };
+    assert!(outcomes.contains(&LeaseOutcome::Held(live.clone())), "{outcomes:?}");
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.lease.clone()), (ConversationStatus::Aggregating, Some(live.clone())));
+
+    // While it is live (even at its last millisecond) nobody takes over.
+    assert_eq!(
+        store.acquire_lease(&conv.id, agg, "deadline:x", t0 + 90_000, t0 + 180_000).await?,
+        LeaseOutcome::Held(live.clone())
+    );
+    // Once expired, one later trigger takes over, and says whose lease it replaced.
+    assert_eq!(
+        store.acquire_lease(&conv.id, agg, "deadline:x", t0 + 90_001, t0 + 180_001).await?,
+        LeaseOutcome::Acquired { taken_over: Some(live) }
+    );
+    let taken = Lease { holder: "deadline:x".into(), until_ms: t0 + 180_001, turn: 0 };
+    assert_eq!(store.get_conversation(&conv.id).await?.and_then(|c| c.lease), Some(taken.clone()));
+    assert_eq!(
+        store.acquire_lease(&conv.id, agg, "sweep:y", t0 + 100_000, t0 + 190_000).await?,
+        LeaseOutcome::Held(taken)
+    );
+    // One reply: the first finisher flips AGGREGATING → DONE, the other finds it over.
+    assert!(store.finish_conversation(&conv.id, "the reply", &Usage::default()).await?);
+    assert!(!store.finish_conversation(&conv.id, "a second reply", &Usage::default()).await?);
+    assert!(matches!(
+        store.acquire_lease(&conv.id, agg, "late", t0 + 900_000, t0 + 990_000).await?,
+        LeaseOutcome::NotInPhase { status: ConversationStatus::Done, .. }
+    ));
+    assert_eq!(store.acquire_lease(&ConversationId::new(), agg, "x", t0, t0 + 1).await?, LeaseOutcome::Missing);
+    Ok(())
+}
+
+async fn an_aggregation_lease_needs_nothing_remaining_and_its_turn(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01", "w02"]).await?;
+    store.count_finished(&conv.id, "w01", &Usage::default()).await?;
+    let now = now_ms();
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?,
+        LeaseOutcome::NotInPhase { status: ConversationStatus::Running, remaining: 1 }
+    );
+    store.count_finished(&conv.id, "w02", &Usage::default()).await?;
+    assert!(
+        matches!(
+            store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 1 }, "a", now, now + 1_000).await?,
+            LeaseOutcome::NotInPhase { .. }
+        ),
+        "a lease for another turn is not this turn's"
+    );
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?,
+        LeaseOutcome::Acquired { taken_over: None }
+    );
+    assert_eq!(store.get_conversation(&conv.id).await?.map(|c| c.status), Some(ConversationStatus::Aggregating));
+    Ok(())
+}
+
+async fn a_planning_lease_is_taken_over_only_after_it_expires(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    let creator = Lease { holder: "orchestrator:creator".into(), until_ms: 5_000, turn: 0 };
+    conv.lease = Some(creator.clone());
+    store.create_conversation(&conv).await?;
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 4_999, 40_000).await?,
+        LeaseOutcome::Held(creator.clone())
+    );
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 5_001, 40_000).await?,
+        LeaseOutcome::Acquired { taken_over: Some(creator) }
+    );
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.status, ConversationStatus::Planning, "a planning lease changes no status");
+    assert_eq!(after.lease, Some(Lease { holder: "orchestrator:retry".into(), until_ms: 40_000, turn: 0 }));
+    store.start_run(&conv.id, &[record(&conv, "w01", &[])], &[], &Usage::default()).await?;
+    assert!(matches!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "late", 90_000, 99_000).await?,
+        LeaseOutcome::NotInPhase { status: ConversationStatus::Running, .. }
+    ));
+    Ok(())
+}
+
+async fn an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing(store: Store) -> Result<()> {
+    let mut first = conversation("C104");
+    first.idempotency_key = Some("k-9".into());
+    first.request_hash = Some(request_hash("C104", &first.query));
+    assert_eq!(store.create_conversation(&first).await?, CreateOutcome::Created);
+
+    let mut other = Conversation::new("C104", "refund everything", now_ms(), 120);
+    other.idempotency_key = Some("k-9".into());
+    other.request_hash = Some(request_hash("C104", "refund everything"));
+    assert_eq!(store.create_conversation(&other).await?, CreateOutcome::KeyReused(first.id.clone()));
+    assert_eq!(store.get_conversation(&other.id).await?, None, "nothing written");
+
+    let mut same = conversation("C104");
+    same.idempotency_key = Some("k-9".into());
+    same.request_hash = first.request_hash.clone();
+    assert_eq!(store.create_conversation(&same).await?, CreateOutcome::Existing(first.id.clone()));
+    assert_eq!(store.get_conversation(&same.id).await?, None);
+    Ok(())
+}
+
+/// A conversation in `shard` whose deadline is `deadline_ms`.
+async fn in_shard(store: &Store, shard: u32, deadline_ms: i64) -> Result<ConversationId> {
+    let mut c = conversation("C104");
+    c.deadline_ms = deadline_ms;
+    c.sweep_shard = Some(shard);
+    store.create_conversation(&c).await?;
+    Ok(c.id)
+}
+
+async fn overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline(store: Store) -> Result<()> {
+    let now = now_ms();
+    let late = in_shard(&store, 3, now - 5_000).await?;
+    let later = in_shard(&store, 3, now - 1_000).await?;
+    let due_now = in_shard(&store, 3, now).await?;
+    let _not_yet = in_shard(&store, 3, now + 60_000).await?;
+    let _other_shard = in_shard(&store, 4, now - 5_000).await?;
+    let over = in_shard(&store, 3, now - 9_000).await?;
+    assert!(store.fail_conversation(&over, "planning did not finish").await?);
+    let mut unsharded = conversation("C104");
+    unsharded.deadline_ms = now - 5_000;
+    store.create_conversation(&unsharded).await?;
+
+    assert_eq!(store.overdue_conversations(3, now, 10).await?, vec![late.clone(), later.clone()], "earliest first");
+    assert_eq!(store.overdue_conversations(3, now, 1).await?, vec![late]);
+    assert_eq!(store.overdue_conversations(3, now + 1, 10).await?.len(), 3, "{due_now} is due a millisecond later");
+    assert_eq!(store.overdue_conversations(5, now, 10).await?, Vec::<ConversationId>::new());
+    Ok(())
+}
+
+async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(store: Store) -> Result<()> {
+    let now = now_ms();
+    // Failed from PLANNING; failed by transition; answered.
+    let failed = in_shard(&store, 1, now - 1_000).await?;
+    store.fail_conversation(&failed, "x").await?;
+    let flipped = in_shard(&store, 1, now - 1_000).await?;
+    store.transition_conversation(&flipped, ConversationStatus::Planning, ConversationStatus::Failed).await?;
+    let answered = in_shard(&store, 1, now - 1_000).await?;
+    store.start_run(&answered, &[], &[], &Usage::default()).await?;
+    let still_open = store.overdue_conversations(1, now, 10).await?;
+    assert_eq!(still_open, vec![answered.clone()], "only the RUNNING one is still in the index");
+    store.acquire_lease(&answered, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
+    assert_eq!(store.overdue_conversations(1, now, 10).await?, vec![answered.clone()], "AGGREGATING is not over");
+    assert!(store.finish_conversation(&answered, "done", &Usage::default()).await?);
+    assert!(store.overdue_conversations(1, now, 10).await?.is_empty());
+    // Handed to a person: terminal too.
+    let handed = in_shard(&store, 1, now - 1_000).await?;
+    store.start_run(&handed, &[], &[], &Usage::default()).await?;
+    store.acquire_lease(&handed, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
+    let handoff = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now };
+    assert!(store.hand_off(&handed, "a person takes over", &Usage::default(), &handoff).await?);
+    assert!(store.overdue_conversations(1, now, 10).await?.is_empty(), "HANDOFF leaves the index");
+    for id in [failed, flipped, answered, handed] {
+        let c = store.get_conversation(&id).await?.context("item missing")?;
+        assert!(c.status.is_terminal() && c.sweep_shard.is_none(), "{c:?}");
+    }
     Ok(())
 }
 

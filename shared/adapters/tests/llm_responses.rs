@@ -342,7 +342,24 @@ fn every_fixture_case_has_a_test_here() -> Result<()> {
     for n in &names {
         assert!(this_file.contains(&format!("\"{n}\"")), "case {n} has no test");
     }
-    assert_eq!(names.len(), 20);
+    assert_eq!(names.len(), 21);
+    Ok(())
+}
+
+#[tokio::test]
+async fn repeated_and_missing_tool_call_ids_arrive_as_sent_and_are_made_unique_before_anything_runs() -> Result<()> {
+    let (r, _mock) = call_case("repeated-tool-call-ids").await?;
+    let mut r = r?;
+    assert_eq!(
+        calls(&r).iter().map(|(id, name, _)| (*id, *name)).collect::<Vec<_>>(),
+        vec![("call_0", "get_order"), ("call_0", "track_shipment"), ("call_2", "check_coupon")],
+        "the client keeps what the provider sent (a missing id made up by position)"
+    );
+    // What the worker does with them before any call runs.
+    let replaced = swarm_core::llm::transcript::unique_tool_call_ids(&mut r.tool_calls, 1);
+    assert_eq!(replaced, 1);
+    let ids: Vec<&str> = r.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["call_0", "call_r1_1", "call_2"]);
     Ok(())
 }
 

@@ -14,9 +14,15 @@ pub const DEFAULT_DEADLINE_SECS: u64 = crate::timings::Timings::STANDARD.convers
 /// Longest text kept inline in a result; longer text is truncated so items stay
 /// far below DynamoDB's 400 KB item limit.
 pub const MAX_RESULT_CHARS: usize = 16_000;
-/// Longest reply kept, in characters (120 KB of UTF-8 at most for CJK text: the conversation item
-/// stays below DynamoDB's 400 KB however many subtasks answered at length).
-pub const MAX_REPLY_CHARS: usize = 40_000;
+/// Longest reply kept, in bytes of UTF-8 (not characters: CJK text takes 3 bytes a character).
+///
+/// The reply lives on the conversation item, and DynamoDB refuses an item over 400 KB
+/// (`ValidationException: Item size has exceeded the maximum allowed size`), attribute names
+/// included. The rest of the item stays far below the remaining 200 KB: the query (8,000
+/// characters, 32 KB at most), the finished set (100 ids), notes, the failure reason (2,000
+/// characters), usage, lease and keys. [`crate::reply::compose_reply`] and the aggregator
+/// bound every reply to this, however many subtasks answered at length.
+pub const MAX_REPLY_BYTES: usize = 200_000;
 /// Longest subtask instruction kept from a plan, in characters.
 pub const MAX_INSTRUCTION_CHARS: usize = 2_000;
 /// Largest checkpoint (an interrupted attempt's progress, JSON) kept on a subtask
@@ -401,6 +407,30 @@ pub fn truncate_chars(s: &str, max: usize) -> String {
     out
 }
 
+/// The marker a cut text ends with.
+pub const TRUNCATION_MARK: &str = " …[truncated]";
+
+/// Cuts `s` to at most `max_bytes` bytes of UTF-8, at a character boundary, marking the cut
+/// (the mark counts against `max_bytes`; below its length the text is cut without it).
+pub fn truncate_bytes(s: &str, max_bytes: usize) -> String {
+    if s.len() <= max_bytes {
+        return s.to_owned();
+    }
+    let (room, mark) = if max_bytes >= TRUNCATION_MARK.len() {
+        (max_bytes - TRUNCATION_MARK.len(), TRUNCATION_MARK)
+    } else {
+        (max_bytes, "")
+    };
+    let mut end = room;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + mark.len());
+    out.push_str(&s[..end]);
+    out.push_str(mark);
+    out
+}
+
 /// Token usage and cost. A field the provider did not report stays `None`
 /// (shown as `null`), never 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -444,6 +474,41 @@ impl Usage {
     }
 }
 
+/// A lease on a conversation's current phase: planning (held by its creator, or a retry that took it
+/// over) or aggregating one turn (held by whoever won `RUNNING → AGGREGATING`). A later trigger
+/// takes the phase over once `until_ms` has passed, never while the lease is live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Who holds it (`aggregator:<uuid>`, `deadline:<uuid>`, `orchestrator:<uuid>`): for logs and takeovers.
+    pub holder: String,
+    /// Unix epoch milliseconds after which another trigger may take over.
+    pub until_ms: i64,
+    /// The turn it was taken for: a later turn of the conversation gets its own.
+    pub turn: u32,
+}
+
+/// The shard of the sweep index a conversation id falls in (FNV-1a of the id, modulo `shards`):
+/// stable, spread evenly, so no single partition of the index is hot.
+pub fn sweep_shard(id: &ConversationId, shards: u32) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in id.as_str().bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % shards.max(1)
+}
+
+/// A hash of what a create request asked for (customer and message, 16 hex digits, FNV-1a 64): an
+/// `Idempotency-Key` reused with another request is told apart from a retry of the same one.
+pub fn request_hash(customer_id: &str, message: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in customer_id.bytes().chain([0u8]).chain(message.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 /// The conversation item (`PK = CONV#<id>`, `SK = META`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
@@ -480,6 +545,19 @@ pub struct Conversation {
     /// final `HANDOFF` status otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
+    /// [`request_hash`] of the request that created it (stored with the idempotency key's claim).
+    #[serde(default)]
+    pub request_hash: Option<String>,
+    /// The turn being answered (0: the first message).
+    #[serde(default)]
+    pub turn: u32,
+    /// The lease on the current phase (planning or aggregating), if one was taken.
+    #[serde(default)]
+    pub lease: Option<Lease>,
+    /// Shard of the sweep index while the conversation is not terminal; removed in the write that
+    /// makes it terminal, so the sparse index holds only conversations that may still need the sweep.
+    #[serde(default)]
+    pub sweep_shard: Option<u32>,
     /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
     pub ttl: i64,
 }
@@ -541,6 +619,10 @@ impl Conversation {
             error: None,
             idempotency_key: None,
             handoff: None,
+            request_hash: None,
+            turn: 0,
+            lease: None,
+            sweep_shard: None,
             ttl: now_ms / 1000 + 7 * 24 * 3600,
         }
     }
@@ -722,11 +804,43 @@ mod tests {
     }
 
     #[test]
+    fn byte_truncation_keeps_whole_characters_and_the_mark_inside_the_bound() {
+        let s = "订单".repeat(100);
+        for max in [0, 5, 14, 15, 16, 17, 100, 599] {
+            let t = truncate_bytes(&s, max);
+            assert!(t.len() <= max, "{max}: {} bytes", t.len());
+        }
+        assert!(truncate_bytes(&s, 100).ends_with(TRUNCATION_MARK));
+        assert_eq!(truncate_bytes(&s, 600), s, "a text within the bound is kept whole");
+    }
+
+    #[test]
     fn truncation_counts_characters_not_bytes() {
         let s = "订".repeat(50);
         let t = truncate_chars(&s, 20);
         assert!(t.chars().count() <= 20);
         assert!(t.ends_with("[truncated]"));
+    }
+
+    #[test]
+    fn sweep_shards_are_stable_and_spread_over_every_shard() {
+        let ids: Vec<ConversationId> = (0..400).map(|_| ConversationId::new()).collect();
+        let mut seen = [0u32; 8];
+        for id in &ids {
+            let s = sweep_shard(id, 8);
+            assert_eq!(s, sweep_shard(id, 8));
+            seen[s as usize] += 1;
+        }
+        assert!(seen.iter().all(|n| *n > 20), "every shard gets its share: {seen:?}");
+        assert_eq!(sweep_shard(&ids[0], 0), 0, "no shards is one shard");
+    }
+
+    #[test]
+    fn request_hashes_tell_customers_and_messages_apart() {
+        assert_eq!(request_hash("C1", "where is A1"), request_hash("C1", "where is A1"));
+        assert_ne!(request_hash("C1", "where is A1"), request_hash("C1", "where is A2"));
+        assert_ne!(request_hash("C1", "2x"), request_hash("C12", "x"), "the separator keeps fields apart");
+        assert_eq!(request_hash("C1", "m").len(), 16);
     }
 
     #[test]

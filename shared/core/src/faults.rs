@@ -32,9 +32,11 @@ pub enum CrashPoint {
     WorkerAfterRecordResult,
     /// Worker: the subtask is counted, its dependents are not released yet.
     WorkerAfterCount,
-    /// Worker: a dependent is flipped `PENDING → QUEUED`, its message is not sent yet.
-    WorkerAfterReleaseFlip,
-    /// Aggregator: the `RUNNING → AGGREGATING` flip is won, the reply is not written.
+    /// Worker: a dependent's message is sent, its `PENDING → QUEUED` flip is not made yet (the message
+    /// goes first, so a dependent is never `QUEUED` without one).
+    WorkerAfterReleaseSend,
+    /// Aggregator (or the deadline path aggregating itself): the aggregation lease is taken
+    /// (`RUNNING → AGGREGATING`, or a takeover), the reply is not written.
     AggregatorAfterFlip,
     /// Worker: a side effect's intent is in the subtask's journal, the call is not dispatched yet.
     WorkerAfterIntent,
@@ -44,6 +46,9 @@ pub enum CrashPoint {
     WorkerAfterOutcome,
     /// Orchestrator (approvals API): the decision is recorded, the approved call is not enqueued yet.
     ApprovalsAfterDecide,
+    /// Deadline path: the open subtasks are closed and counted, the conversation is neither
+    /// aggregated nor re-armed yet.
+    DeadlineAfterClose,
 }
 
 impl CrashPoint {
@@ -54,12 +59,13 @@ impl CrashPoint {
         Self::WorkerAfterBeginAttempt,
         Self::WorkerAfterRecordResult,
         Self::WorkerAfterCount,
-        Self::WorkerAfterReleaseFlip,
+        Self::WorkerAfterReleaseSend,
         Self::AggregatorAfterFlip,
         Self::WorkerAfterIntent,
         Self::WorkerAfterDispatch,
         Self::WorkerAfterOutcome,
         Self::ApprovalsAfterDecide,
+        Self::DeadlineAfterClose,
     ];
 
     /// The stable snake_case name (as serialised), e.g. `worker_after_record_result`.
@@ -70,12 +76,13 @@ impl CrashPoint {
             Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
             Self::WorkerAfterRecordResult => "worker_after_record_result",
             Self::WorkerAfterCount => "worker_after_count",
-            Self::WorkerAfterReleaseFlip => "worker_after_release_flip",
+            Self::WorkerAfterReleaseSend => "worker_after_release_send",
             Self::AggregatorAfterFlip => "aggregator_after_flip",
             Self::WorkerAfterIntent => "worker_after_intent",
             Self::WorkerAfterDispatch => "worker_after_dispatch",
             Self::WorkerAfterOutcome => "worker_after_outcome",
             Self::ApprovalsAfterDecide => "approvals_after_decide",
+            Self::DeadlineAfterClose => "deadline_after_close",
         }
     }
 }

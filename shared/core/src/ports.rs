@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome, ProposedAction};
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus,
     TaskMessage, Usage,
 };
 use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
@@ -39,8 +39,37 @@ impl StoreError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CreateOutcome {
     Created,
-    /// The customer's `Idempotency-Key` was already used: this is the conversation it created.
+    /// The customer's `Idempotency-Key` was already used by the same request: this is the conversation it created.
     Existing(ConversationId),
+    /// The customer's `Idempotency-Key` was already used by another request (its
+    /// [`request_hash`](crate::domain::request_hash) differs): nothing written; this is the conversation it created.
+    KeyReused(ConversationId),
+}
+
+/// What a lease is taken for (see [`ConversationStore::acquire_lease`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeasePhase {
+    /// Planning a `PLANNING` conversation (its creator died, or is still at it).
+    Planning,
+    /// Aggregating `turn`: `RUNNING` with nothing remaining becomes `AGGREGATING`.
+    Aggregating { turn: u32 },
+}
+
+/// Outcome of [`ConversationStore::acquire_lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// This call holds the lease now. `taken_over`: the expired lease it replaced (its holder died or stalled).
+    Acquired {
+        taken_over: Option<Lease>,
+    },
+    /// Another holder's lease is live: it moves the conversation on; do nothing now.
+    Held(Lease),
+    /// The conversation is not in the phase (e.g. `RUNNING` with subtasks open, already `DONE`): nothing written.
+    NotInPhase {
+        status: ConversationStatus,
+        remaining: u32,
+    },
+    Missing,
 }
 
 /// Outcome of [`ConversationStore::begin_attempt`].
@@ -135,7 +164,8 @@ pub trait ConversationStore: Send + Sync {
         usage: &Usage,
     ) -> Result<bool, StoreError>;
 
-    /// Flips a conversation `from → to` if it is in `from`. Returns whether this call made the flip.
+    /// Flips a conversation `from → to` if it is in `from` (a terminal `to` takes it out of the sweep
+    /// index). Returns whether this call made the flip. The aggregation flip is [`Self::acquire_lease`].
     async fn transition_conversation(
         &self,
         id: &ConversationId,
@@ -143,11 +173,39 @@ pub trait ConversationStore: Send + Sync {
         to: ConversationStatus,
     ) -> Result<bool, StoreError>;
 
-    /// `AGGREGATING → DONE` with the reply, adding `usage`. Returns whether this call made the flip.
+    /// Takes the lease of `phase` for `holder` until `until_ms`, in one conditional write:
+    /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease;
+    /// - [`LeasePhase::Aggregating`]: the conversation is on `turn` and either `RUNNING` with
+    ///   `remaining = 0` (it becomes `AGGREGATING`: the aggregation flip) or `AGGREGATING` under a
+    ///   lease that expired before `now_ms` (a takeover).
+    ///
+    /// A live lease is never taken over ([`LeaseOutcome::Held`]).
+    async fn acquire_lease(
+        &self,
+        id: &ConversationId,
+        phase: LeasePhase,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<LeaseOutcome, StoreError>;
+
+    /// `AGGREGATING → DONE` with the reply, adding `usage`; the conversation leaves the sweep index.
+    /// Returns whether this call made the flip.
     async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError>;
 
-    /// `PLANNING | RUNNING | AGGREGATING → FAILED` with a reason. Returns whether this call made the flip.
+    /// `PLANNING | RUNNING | AGGREGATING → FAILED` with a reason; the conversation leaves the sweep index.
+    /// Returns whether this call made the flip.
     async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError>;
+
+    /// Conversations of sweep shard `shard` whose deadline is before `now_ms` and that are not terminal,
+    /// earliest deadline first, at most `limit`. DynamoDB: a query of the sparse sweep index
+    /// (`sweep_shard`, `deadline_ms`), which only non-terminal conversations carry; eventually consistent.
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError>;
 
     async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError>;
 
@@ -299,13 +357,26 @@ pub const MAX_DELAY_SECONDS: u32 = 900;
 /// Most entries in one `SendMessageBatch` call.
 pub const SQS_BATCH_LIMIT: usize = 10;
 
-/// The sending side of a tasks queue (SQS on AWS).
+/// Longest visibility timeout of an SQS message (12 hours).
+pub const MAX_VISIBILITY_SECONDS: u32 = 43_200;
+
+/// A tasks queue as a function uses it (SQS on AWS): sending, and setting when a message it
+/// received comes back.
 #[async_trait]
 pub trait TaskQueue: Send + Sync {
+    /// The queue's name: the last part of its URL and of its ARN (an SQS event record names its
+    /// queue by ARN, `eventSourceARN`).
+    fn name(&self) -> &str;
+
     /// Sends every message, delayed by `delay_seconds` (0..=900, SQS `DelaySeconds`).
     /// Adapters send in chunks of at most 10 ([`SQS_BATCH_LIMIT`]) and retry
     /// failed entries; an error means some message may not have been sent.
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError>;
+
+    /// `ChangeMessageVisibility`: the received message of `receipt_handle` becomes visible again
+    /// `seconds` (0..=[`MAX_VISIBILITY_SECONDS`]) from now, instead of after the queue's visibility
+    /// timeout. Errors: a stale or unknown receipt handle, or more than the maximum, is permanent.
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError>;
 }
 
 // ---------------------------------------------------------------- chat model

@@ -1,7 +1,9 @@
 //! Pure reply building: what the reply writer sees of each subtask, and the deterministic reply used when no model can write one.
 
 use crate::approval::PendingApproval;
-use crate::domain::{FailureKind, SubtaskRecord, SubtaskResult, SubtaskStatus};
+use crate::domain::{
+    FailureKind, MAX_REPLY_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TRUNCATION_MARK, truncate_bytes,
+};
 use crate::prompts::{ReplyInput, ReplyItem, ReplyStatus};
 
 /// The note a reply of a conversation handed to a person ends with.
@@ -99,35 +101,92 @@ fn answered(item: &ReplyItem) -> bool {
 
 /// A reply written without a model: every answer (and what waits for review or is being
 /// confirmed), then plainly what could not be done, then the notes. Used when the reply model
-/// fails or is out of time.
+/// fails or is out of time. At most [`MAX_REPLY_BYTES`] bytes of UTF-8 ([`compose_reply_within`]).
 pub fn compose_reply(input: &ReplyInput) -> String {
-    let mut out = String::new();
-    for item in input.results.iter().filter(|i| answered(i)) {
-        if let Some(a) = &item.answer {
-            out.push_str(a.trim());
-            out.push_str("\n\n");
-        }
-    }
+    compose_reply_within(input, MAX_REPLY_BYTES)
+}
+
+/// Header of the list of what could not be done.
+const FAILED_HEADER: &str = "What I could not do right now:\n";
+/// What the reply says when there is nothing else to say.
+const NOTHING: &str = "Sorry, I could not work on your message right now. Please try again later.";
+
+/// [`compose_reply`] within `max_bytes` bytes of UTF-8 (at least a few hundred). What did not
+/// succeed is named first in the budget: every failed or skipped subtask keeps its line (at most
+/// half the budget together, each instruction cut to its share); the notes get at most a tenth;
+/// the answers share the rest fairly (an answer shorter than its share leaves the difference to
+/// the others, a longer one is cut and says so).
+pub fn compose_reply_within(input: &ReplyInput, max_bytes: usize) -> String {
     let failed: Vec<&ReplyItem> = input.results.iter().filter(|i| !answered(i)).collect();
-    if !failed.is_empty() {
-        out.push_str("What I could not do right now:\n");
-        for item in failed {
-            out.push_str(&format!(
-                "- {} ({})\n",
-                item.instruction.trim_end_matches('.'),
-                item.problem.as_deref().unwrap_or("could not be completed")
-            ));
-        }
+    let answers: Vec<&str> =
+        input.results.iter().filter(|i| answered(i)).filter_map(|i| i.answer.as_deref().map(str::trim)).collect();
+
+    let failures = failure_lines(&failed, max_bytes / 2);
+    let notes = truncate_bytes(&input.notes.join("\n"), max_bytes / 10);
+    // Each answer is followed by a blank line; the sections by one more.
+    let separators = 2 * answers.len() + 2;
+    let room = max_bytes.saturating_sub(failures.len() + notes.len() + separators);
+    let mut out = String::new();
+    for (answer, share) in answers.iter().zip(fair_shares(&answers, room)) {
+        out.push_str(&truncate_bytes(answer, share));
+        out.push_str("\n\n");
+    }
+    out.push_str(&failures);
+    if !failures.is_empty() {
         out.push('\n');
     }
-    for n in &input.notes {
-        out.push_str(n);
+    if !notes.is_empty() {
+        out.push_str(&notes);
         out.push('\n');
     }
     if out.trim().is_empty() {
-        out.push_str("Sorry, I could not work on your message right now. Please try again later.");
+        out.push_str(NOTHING);
     }
-    out.trim_end().to_owned()
+    // The shares leave room for every separator; the cut only guards against a bound too small for them.
+    truncate_bytes(out.trim_end(), max_bytes)
+}
+
+/// The list of what could not be done, within `budget` bytes: every item gets a line, the
+/// instructions cut evenly when they do not all fit.
+fn failure_lines(failed: &[&ReplyItem], budget: usize) -> String {
+    if failed.is_empty() {
+        return String::new();
+    }
+    let line = |instruction: &str, problem: &str| format!("- {instruction} ({problem})\n");
+    let problem = |item: &ReplyItem| item.problem.clone().unwrap_or_else(|| "could not be completed".to_owned());
+    let whole: Vec<String> =
+        failed.iter().map(|i| line(i.instruction.trim().trim_end_matches('.'), &problem(i))).collect();
+    let total = FAILED_HEADER.len() + whole.iter().map(String::len).sum::<usize>();
+    let mut out = String::from(FAILED_HEADER);
+    if total <= budget {
+        whole.iter().for_each(|l| out.push_str(l));
+        return out;
+    }
+    let per_line = budget.saturating_sub(FAILED_HEADER.len()) / failed.len();
+    for item in failed {
+        let problem = problem(item);
+        // "- " + " (" + ")" + "\n"
+        let room = per_line.saturating_sub(problem.len() + 6);
+        let instruction =
+            truncate_bytes(item.instruction.trim().trim_end_matches('.'), room.max(TRUNCATION_MARK.len() + 12));
+        out.push_str(&line(&instruction, &problem));
+    }
+    out
+}
+
+/// A fair share of `room` bytes for each text, in their order: water-filling, so a text shorter
+/// than an equal share keeps its length and leaves the rest to the longer ones.
+fn fair_shares(texts: &[&str], room: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| texts[i].len());
+    let mut shares = vec![0; texts.len()];
+    let mut left = room;
+    for (k, &i) in order.iter().enumerate() {
+        let equal = left / (texts.len() - k);
+        shares[i] = texts[i].len().min(equal);
+        left -= shares[i];
+    }
+    shares
 }
 
 #[cfg(test)]
@@ -223,6 +282,49 @@ mod tests {
         );
         assert!(!reply.contains("could not"), "{reply}");
         assert!(!serde_json::to_string(&input).unwrap().contains("IGNORE"), "the model's reason is not repeated");
+    }
+
+    #[test]
+    fn a_reply_of_a_hundred_maximal_answers_fits_its_bytes_and_names_every_failure() {
+        // 100 subtasks of 16,000 characters each, 3 bytes a character: 4.8 MB of answers, and every
+        // third subtask failed with a 2,000-character instruction.
+        let subtasks: Vec<SubtaskRecord> = (0..100)
+            .map(|i| {
+                let id = format!("w{i:03}");
+                let mut r = if i % 3 == 0 {
+                    rec(&id, SubtaskResult::failed(FailureKind::ModelFailed, "HTTP 500"))
+                } else {
+                    rec(
+                        &id,
+                        SubtaskResult::Succeeded {
+                            text: format!("{id} 订单").repeat(16_000 / 6), tool_calls: vec![]
+                        },
+                    )
+                };
+                r.subtask.instruction = format!("{id} 查询订单状态 {}", "很长的说明".repeat(400));
+                r
+            })
+            .collect();
+        let reply = compose_reply(&reply_input(&subtasks, &["note: 3 subtasks dropped".into()]));
+        assert!(reply.len() <= MAX_REPLY_BYTES, "{} bytes", reply.len());
+        assert!(reply.len() > MAX_REPLY_BYTES * 9 / 10, "the budget is used, not wasted: {} bytes", reply.len());
+        for i in (0..100).step_by(3) {
+            assert!(reply.contains(&format!("- w{i:03} 查询订单状态")), "w{i:03} is named");
+        }
+        for i in (1..100).filter(|i| i % 3 != 0) {
+            assert!(reply.contains(&format!("w{i:03} 订单")), "w{i:03}'s answer has its share");
+        }
+        assert!(reply.ends_with("note: 3 subtasks dropped"));
+    }
+
+    #[test]
+    fn short_answers_are_kept_whole_and_leave_their_room_to_long_ones() {
+        let short = rec("w01", SubtaskResult::Succeeded { text: "A1029 shipped.".into(), tool_calls: vec![] });
+        let long = rec("w02", SubtaskResult::Succeeded { text: "x".repeat(10_000), tool_calls: vec![] });
+        let reply = compose_reply_within(&reply_input(&[short, long], &[]), 2_000);
+        assert!(reply.starts_with("A1029 shipped.\n\n"), "{reply}");
+        assert!(reply.len() <= 2_000 && reply.len() > 1_900, "{}", reply.len());
+        assert!(reply.ends_with(TRUNCATION_MARK));
     }
 
     #[test]

@@ -112,6 +112,11 @@ impl TaskQueues {
     pub fn has_own_queue(&self, role: &str) -> bool {
         self.by_role.contains_key(role)
     }
+
+    /// The queue named `name` ([`TaskQueue::name`]), if it is one of these.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<dyn TaskQueue>> {
+        std::iter::once(&self.default).chain(self.by_role.values()).find(|q| q.name() == name)
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,12 @@ pub fn clean_text(s: &str, max_chars: usize) -> String {
     crate::domain::truncate_chars(&cleaned, max_chars)
 }
 
+/// As [`clean_text`], cut to `max_bytes` bytes of UTF-8 instead (a reply bound for a DynamoDB item).
+pub fn clean_text_bytes(s: &str, max_bytes: usize) -> String {
+    let cleaned: String = s.chars().filter(|c| !is_display_control(*c)).collect();
+    crate::domain::truncate_bytes(&cleaned, max_bytes)
+}
+
 /// Longest log field taken from model output, characters.
 pub const MAX_LOG_CHARS: usize = 200;
 

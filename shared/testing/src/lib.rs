@@ -5,7 +5,7 @@
 //!   or reports the script exhausted; records every request and counts per purpose.
 //! - [`StaticTools`]: a tool catalogue with canned outputs per tool, delays, and the calls it ran.
 //! - [`HangingTools`]: a gateway whose first calls of one tool never answer (stuck invocations).
-//! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask), always or the first n times.
+//! - [`FlakyStore`]: any [`swarm_core::ports::ConversationStore`] with transient failures injected per operation (and subtask), always or the first n times; optionally recording the leases taken and replies written.
 //! - [`fixtures`]: the cases of `tests/fixtures/queries.jsonl` and the fixture files.
 //! - [`preflight`]: a Lambda binary's cold start with chosen variables, and the refusals every function shares.
 
@@ -17,5 +17,5 @@ mod tools;
 
 pub use fixtures::{Case, case, cases, mcp_case, tools_of_kind};
 pub use model::{Reply, ScriptedModel, text_response};
-pub use store::{FlakyStore, StoreOp};
+pub use store::{FlakyStore, RecordLog, Recorded, StoreOp};
 pub use tools::{HangingTools, HungCall, StaticTools};

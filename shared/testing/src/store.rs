@@ -1,7 +1,7 @@
-//! `FlakyStore`: any conversation store with transient failures injected per operation, optionally for one subtask only.
+//! `FlakyStore`: any conversation store with transient failures injected per operation, optionally for one subtask only, and a record of the leases and replies it passed on.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
@@ -10,8 +10,8 @@ use swarm_core::domain::{
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, RecordOutcome,
-    StoreError,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError,
 };
 
 /// The operations of [`ConversationStore`], to say which one fails.
@@ -21,6 +21,7 @@ pub enum StoreOp {
     GetConversation,
     StartRun,
     TransitionConversation,
+    AcquireLease,
     FinishConversation,
     FailConversation,
     GetSubtask,
@@ -41,6 +42,7 @@ pub enum StoreOp {
     FinishApproval,
     RequestHandoff,
     HandOff,
+    OverdueConversations,
 }
 
 /// One injected failure: which operation (`None`: every one), which subtask (`None`: any call),
@@ -50,33 +52,74 @@ struct Failure {
     subtask: Option<String>,
     message: String,
     times: Option<AtomicU32>,
+    /// Matching calls let through before the failures start.
+    after: AtomicU32,
 }
+
+/// One call a [`FlakyStore`] passed on, as the store answered it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Recorded {
+    /// `acquire_lease(holder, now_ms, until_ms)` and its outcome.
+    Lease { holder: String, now_ms: i64, until_ms: i64, outcome: LeaseOutcome },
+    /// `finish_conversation` and whether it wrote the reply (`AGGREGATING → DONE`).
+    Finish { written: bool },
+}
+
+/// A log several [`FlakyStore`]s can share (the worker's and the aggregator's views of one table).
+pub type RecordLog = Arc<Mutex<Vec<Recorded>>>;
 
 /// Wraps a store; calls matching an injected failure answer
 /// [`StoreError::Transient`] (as throttling would) without reaching it, the others pass through.
+/// With [`FlakyStore::recording`], every lease taken or refused and every reply written goes to a log.
 pub struct FlakyStore {
     inner: Arc<dyn ConversationStore>,
     failures: Vec<Failure>,
+    log: Option<RecordLog>,
 }
 
 impl FlakyStore {
     pub fn new(inner: Arc<dyn ConversationStore>) -> Self {
-        Self { inner, failures: Vec::new() }
+        Self { inner, failures: Vec::new(), log: None }
+    }
+
+    /// Records every `acquire_lease` and `finish_conversation` that reached the store into `log`.
+    pub fn recording(mut self, log: RecordLog) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    fn record(&self, entry: Recorded) {
+        if let Some(log) = &self.log {
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+        }
     }
 
     /// Every call of `op` fails transiently with `message`.
     pub fn fail(mut self, op: StoreOp, message: &str) -> Self {
-        self.failures.push(Failure { op: Some(op), subtask: None, message: message.to_owned(), times: None });
+        self.failures.push(Failure {
+            op: Some(op),
+            subtask: None,
+            message: message.to_owned(),
+            times: None,
+            after: AtomicU32::new(0),
+        });
         self
     }
 
     /// The next `times` calls of `op` fail transiently with `message`; later ones pass through.
-    pub fn fail_times(mut self, op: StoreOp, times: u32, message: &str) -> Self {
+    pub fn fail_times(self, op: StoreOp, times: u32, message: &str) -> Self {
+        self.fail_times_after(op, 0, times, message)
+    }
+
+    /// The first `after` calls of `op` pass through, the `times` after them fail transiently with
+    /// `message`, later ones pass through again.
+    pub fn fail_times_after(mut self, op: StoreOp, after: u32, times: u32, message: &str) -> Self {
         self.failures.push(Failure {
             op: Some(op),
             subtask: None,
             message: message.to_owned(),
             times: Some(AtomicU32::new(times)),
+            after: AtomicU32::new(after),
         });
         self
     }
@@ -88,23 +131,30 @@ impl FlakyStore {
             subtask: Some(subtask_id.to_owned()),
             message: message.to_owned(),
             times: None,
+            after: AtomicU32::new(0),
         });
         self
     }
 
     /// Every call fails transiently with `message` (a store throttled on everything).
     pub fn fail_everything(mut self, message: &str) -> Self {
-        self.failures.push(Failure { op: None, subtask: None, message: message.to_owned(), times: None });
+        self.failures.push(Failure {
+            op: None,
+            subtask: None,
+            message: message.to_owned(),
+            times: None,
+            after: AtomicU32::new(0),
+        });
         self
     }
 
     fn check(&self, op: StoreOp, subtask_id: Option<&str>) -> Result<(), StoreError> {
+        let take = |n: &AtomicU32| n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
         let hit = self.failures.iter().find(|f| {
             f.op.is_none_or(|o| o == op)
                 && f.subtask.as_deref().is_none_or(|s| subtask_id == Some(s))
-                && f.times.as_ref().is_none_or(|left| {
-                    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
-                })
+                && !take(&f.after)
+                && f.times.as_ref().is_none_or(take)
         });
         match hit {
             Some(f) => Err(StoreError::Transient(f.message.clone())),
@@ -142,9 +192,29 @@ impl ConversationStore for FlakyStore {
         self.check(StoreOp::TransitionConversation, None)?;
         self.inner.transition_conversation(id, f, t).await
     }
+    async fn acquire_lease(
+        &self,
+        id: &ConversationId,
+        phase: LeasePhase,
+        holder: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<LeaseOutcome, StoreError> {
+        self.check(StoreOp::AcquireLease, None)?;
+        let outcome = self.inner.acquire_lease(id, phase, holder, now, until).await?;
+        self.record(Recorded::Lease {
+            holder: holder.to_owned(),
+            now_ms: now,
+            until_ms: until,
+            outcome: outcome.clone(),
+        });
+        Ok(outcome)
+    }
     async fn finish_conversation(&self, id: &ConversationId, r: &str, u: &Usage) -> Result<bool, StoreError> {
         self.check(StoreOp::FinishConversation, None)?;
-        self.inner.finish_conversation(id, r, u).await
+        let written = self.inner.finish_conversation(id, r, u).await?;
+        self.record(Recorded::Finish { written });
+        Ok(written)
     }
     async fn fail_conversation(&self, id: &ConversationId, r: &str) -> Result<bool, StoreError> {
         self.check(StoreOp::FailConversation, None)?;
@@ -266,5 +336,14 @@ impl ConversationStore for FlakyStore {
     async fn count_finished(&self, id: &ConversationId, s: &str, u: &Usage) -> Result<CountOutcome, StoreError> {
         self.check(StoreOp::CountFinished, Some(s))?;
         self.inner.count_finished(id, s, u).await
+    }
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        self.check(StoreOp::OverdueConversations, None)?;
+        self.inner.overdue_conversations(shard, now, limit).await
     }
 }

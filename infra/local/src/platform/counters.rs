@@ -32,12 +32,14 @@ pub struct Counters {
     pub aggregator_invocations: AtomicU64,
     /// Aggregator invocations that failed, timed out or were killed (each retried or dropped).
     pub aggregator_failures: AtomicU64,
-    /// Stream batches given up after `MaximumRetryAttempts` (no on-failure destination: gone).
+    /// Stream batches given up after `MaximumRetryAttempts` (a record of each goes to the on-failure destination).
     pub stream_batches_dropped: AtomicU64,
     /// Records in those batches.
     pub stream_records_dropped: AtomicU64,
     /// Most worker invocations (tasks and refund queues) in flight at once.
     pub max_concurrent_workers: AtomicU64,
+    /// Sweep invocations (the scheduler's timer).
+    pub sweep_invocations: AtomicU64,
     in_flight: AtomicU64,
 }
 
@@ -59,6 +61,7 @@ pub struct CounterSnapshot {
     pub stream_batches_dropped: u64,
     pub stream_records_dropped: u64,
     pub max_concurrent_workers: u64,
+    pub sweep_invocations: u64,
 }
 
 /// Adds `n` to a counter.
@@ -85,6 +88,7 @@ impl Counters {
             stream_batches_dropped: get(&self.stream_batches_dropped),
             stream_records_dropped: get(&self.stream_records_dropped),
             max_concurrent_workers: get(&self.max_concurrent_workers),
+            sweep_invocations: get(&self.sweep_invocations),
         }
     }
 
@@ -96,6 +100,20 @@ impl Counters {
 
     pub(crate) fn worker_ended(&self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Records sent to a destination, in order (the stream mapping's on-failure destination).
+#[derive(Default, Debug)]
+pub struct RecordLog(Mutex<Vec<serde_json::Value>>);
+
+impl RecordLog {
+    pub(crate) fn push(&self, record: serde_json::Value) {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(record);
+    }
+
+    pub fn all(&self) -> Vec<serde_json::Value> {
+        self.0.lock().map(|r| r.clone()).unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 }
 

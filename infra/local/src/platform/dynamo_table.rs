@@ -5,28 +5,31 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
-    StreamViewType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification,
 };
+use swarm_adapters::aws::dynamo::codec::SWEEP_INDEX;
 use swarm_adapters::aws::dynamo::store::to_store_error;
 use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 use swarm_core::ports::StoreError;
 
 /// Creates the single table as `template.yaml` declares it (for the emulator,
 /// tests and `swarm-local`): `PK`/`SK` strings, on-demand billing, stream
-/// `NEW_IMAGE`, TTL on `ttl`. Waits (at most 60 s) until the table is `ACTIVE`.
+/// `NEW_IMAGE`, TTL on `ttl`, and the sweep's sparse index ([`SWEEP_INDEX`]:
+/// `sweep_shard` N, `deadline_ms` N, keys only). Waits (at most 60 s) until the table is `ACTIVE`.
 /// An existing table of that name is reused.
 ///
 /// Errors: [`StoreError::Permanent`] for a rejected request or a table that
 /// never becomes active; [`StoreError::Transient`] for throttling.
 pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError> {
-    let attr = |name: &str| {
+    let attr_of = |name: &str, kind: ScalarAttributeType| {
         AttributeDefinition::builder()
             .attribute_name(name)
-            .attribute_type(ScalarAttributeType::S)
+            .attribute_type(kind)
             .build()
             .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))
     };
+    let attr = |name: &str| attr_of(name, ScalarAttributeType::S);
     let key_el = |name: &str, kind: KeyType| {
         KeySchemaElement::builder()
             .attribute_name(name)
@@ -39,13 +42,23 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .stream_view_type(StreamViewType::NewImage)
         .build()
         .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
+    let sweep = GlobalSecondaryIndex::builder()
+        .index_name(SWEEP_INDEX)
+        .key_schema(key_el("sweep_shard", KeyType::Hash)?)
+        .key_schema(key_el("deadline_ms", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
     let req = client
         .create_table()
         .table_name(table)
         .attribute_definitions(attr("PK")?)
         .attribute_definitions(attr("SK")?)
+        .attribute_definitions(attr_of("sweep_shard", ScalarAttributeType::N)?)
+        .attribute_definitions(attr_of("deadline_ms", ScalarAttributeType::N)?)
         .key_schema(key_el("PK", KeyType::Hash)?)
         .key_schema(key_el("SK", KeyType::Range)?)
+        .global_secondary_indexes(sweep)
         .billing_mode(BillingMode::PayPerRequest)
         .stream_specification(stream);
     let retry = AwsRetryPolicy::default();

@@ -125,8 +125,8 @@ pub fn stream_record(change: &ItemChange) -> Result<Value, StreamError> {
     let item: Item = match &change.item {
         ChangedItem::Conversation(c) => conversation_item(c),
         ChangedItem::Subtask(r) => subtask_item(r).map_err(|e| StreamError::Permanent(e.to_string()))?,
-        ChangedItem::IdempotencyKey { customer_id, key, conversation_id, ttl } => {
-            idempotency_item(customer_id, key, conversation_id, *ttl)
+        ChangedItem::IdempotencyKey { customer_id, key, conversation_id, request_hash, ttl } => {
+            idempotency_item(customer_id, key, conversation_id, request_hash.as_deref(), *ttl)
         }
         ChangedItem::Approval(a) => approval_item(a).map_err(|e| StreamError::Permanent(e.to_string()))?,
     };

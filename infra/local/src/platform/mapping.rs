@@ -130,7 +130,7 @@ impl EventSourceMapping {
                 add(&self.counters.worker_invocations, 1);
                 add(&self.counters.worker_records, deliveries.len() as u64);
             }
-            WorkerMode::DeadLetters => add(&self.counters.dead_letter_invocations, 1),
+            WorkerMode::DeadLetters | WorkerMode::Sweep => add(&self.counters.dead_letter_invocations, 1),
         }
         let (event, context) = events::sqs_event(&self.queue, &self.function, deliveries, self.settings.timeout);
         let handler =

@@ -6,7 +6,9 @@
 //!   [`embedded::EmbeddedBackend::provision`] (in memory) or
 //!   [`emulator::EmulatorBackend::provision`] (DynamoDB + stream + SQS on moto).
 //! - [`mapping::EventSourceMapping`]: SQS → worker handler, one for every queue, on both backends.
-//! - [`stream::StreamTrigger`]: the table's stream → filter → aggregator handler, on both backends.
+//! - [`stream::StreamTrigger`]: the table's stream → filter → aggregator handler, on both backends,
+//!   with its on-failure destination.
+//! - [`sweeper::Sweeper`]: the periodic sweep, as EventBridge Scheduler invokes it on AWS.
 //! - [`invoke::invoke`]: one invocation as Lambda runs it — cut at the function's
 //!   timeout, or killed at a crash point of [`swarm_core::faults`].
 
@@ -21,6 +23,7 @@ pub mod invoke;
 pub mod mapping;
 pub mod sqs;
 pub mod stream;
+pub mod sweeper;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,20 +4,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
-use swarm_adapters::aws::sqs::{to_queue_error, without_sdk_retries};
-use swarm_core::ports::{QueueError, SQS_BATCH_LIMIT};
+use swarm_adapters::aws::sqs::{SqsTaskQueue, to_queue_error, without_sdk_retries};
+use swarm_core::ports::{QueueError, SQS_BATCH_LIMIT, TaskQueue};
 
 use super::{Delivery, QueueConsumer, QueueDepth};
 
 /// Longest `WaitTimeSeconds` of one `ReceiveMessage` call (SQS limit).
 const MAX_LONG_POLL_SECS: u64 = 20;
-/// Longest visibility timeout (SQS limit: 12 hours).
-const MAX_VISIBILITY_SECS: u32 = 43_200;
-/// Codes SQS answers for an invalid or stale receipt handle.
-const STALE_RECEIPT_CODES: &[&str] = &["ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"];
 
 /// [`QueueConsumer`] on one SQS queue: what an event source mapping does, for
 /// the local stack and tests. Receives ask for `ApproximateReceiveCount` and
@@ -27,16 +22,20 @@ pub struct SqsConsumer {
     client: Client,
     queue_url: String,
     retry: AwsRetryPolicy,
+    /// The functions' side of the same queue: `ChangeMessageVisibility` is theirs too.
+    sender: SqsTaskQueue,
 }
 
 impl SqsConsumer {
     pub fn new(client: Client, queue_url: String) -> Self {
-        Self { client: without_sdk_retries(client), queue_url, retry: AwsRetryPolicy::default() }
+        let sender = SqsTaskQueue::new(client.clone(), queue_url.clone());
+        Self { client: without_sdk_retries(client), queue_url, retry: AwsRetryPolicy::default(), sender }
     }
 
     /// Replaces the retry policy (tests use short ones).
     pub fn with_retry(mut self, retry: AwsRetryPolicy) -> Self {
         self.retry = retry;
+        self.sender = self.sender.with_retry(retry);
         self
     }
 
@@ -111,26 +110,7 @@ impl QueueConsumer for SqsConsumer {
     }
 
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
-        if seconds > MAX_VISIBILITY_SECS {
-            return Err(QueueError::Permanent(format!(
-                "visibility timeout {seconds} s exceeds {MAX_VISIBILITY_SECS} s"
-            )));
-        }
-        let req = self
-            .client
-            .change_message_visibility()
-            .queue_url(&self.queue_url)
-            .receipt_handle(receipt_handle)
-            .visibility_timeout(seconds as i32);
-        match self.retry.run("sqs", "ChangeMessageVisibility", sdk_error_is_transient, || req.clone().send()).await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error().and_then(|se| se.code()).is_some_and(|c| STALE_RECEIPT_CODES.contains(&c)) =>
-            {
-                Err(QueueError::Permanent(format!("receipt handle is not valid: {}", DisplayErrorContext(&e))))
-            }
-            Err(e) => Err(to_queue_error("ChangeMessageVisibility", e)),
-        }
+        self.sender.change_visibility(receipt_handle, seconds).await
     }
 
     async fn depth(&self) -> Result<QueueDepth, QueueError> {

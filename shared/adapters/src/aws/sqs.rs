@@ -6,7 +6,7 @@ use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use swarm_core::domain::TaskMessage;
-use swarm_core::ports::{MAX_DELAY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
+use swarm_core::ports::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
 
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 
@@ -18,6 +18,9 @@ where
     let message = format!("SQS {op}: {}", DisplayErrorContext(&e));
     if sdk_error_is_transient(&e) { QueueError::Transient(message) } else { QueueError::Permanent(message) }
 }
+
+/// Codes SQS answers for an invalid or stale receipt handle.
+const STALE_RECEIPT_CODES: &[&str] = &["ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"];
 
 /// The SQS client with its own retries switched off: the adapters own the retry policy.
 pub fn without_sdk_retries(client: Client) -> Client {
@@ -36,12 +39,15 @@ pub fn without_sdk_retries(client: Client) -> Client {
 pub struct SqsTaskQueue {
     client: Client,
     queue_url: String,
+    /// The URL's last segment (the queue's name, as its ARN ends).
+    name: String,
     retry: AwsRetryPolicy,
 }
 
 impl SqsTaskQueue {
     pub fn new(client: Client, queue_url: String) -> Self {
-        Self { client: without_sdk_retries(client), queue_url, retry: AwsRetryPolicy::default() }
+        let name = queue_url.trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
+        Self { client: without_sdk_retries(client), queue_url, name, retry: AwsRetryPolicy::default() }
     }
 
     /// Replaces the retry policy (tests use short ones).
@@ -110,6 +116,33 @@ impl SqsTaskQueue {
 
 #[async_trait]
 impl TaskQueue for SqsTaskQueue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
+        if seconds > MAX_VISIBILITY_SECONDS {
+            return Err(QueueError::Permanent(format!(
+                "visibility timeout {seconds} s exceeds {MAX_VISIBILITY_SECONDS} s"
+            )));
+        }
+        let req = self
+            .client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(i32::try_from(seconds).unwrap_or(i32::MAX));
+        match self.retry.run("sqs", "ChangeMessageVisibility", sdk_error_is_transient, || req.clone().send()).await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error().and_then(|se| se.code()).is_some_and(|c| STALE_RECEIPT_CODES.contains(&c)) =>
+            {
+                Err(QueueError::Permanent(format!("receipt handle is not valid: {}", DisplayErrorContext(&e))))
+            }
+            Err(e) => Err(to_queue_error("ChangeMessageVisibility", e)),
+        }
+    }
+
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         if delay_seconds > MAX_DELAY_SECONDS {
             return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));
@@ -137,6 +170,17 @@ impl TaskQueue for SqsTaskQueue {
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_is_named_by_its_url_as_its_arn_ends() {
+        let config =
+            aws_sdk_sqs::Config::builder().behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest()).build();
+        let q = SqsTaskQueue::new(
+            Client::from_conf(config),
+            "https://sqs.us-east-1.amazonaws.com/123456789012/tasks".into(),
+        );
+        assert_eq!(q.name(), "tasks");
+    }
 
     #[test]
     fn sqs_fixtures_carry_task_messages_and_receive_counts() {

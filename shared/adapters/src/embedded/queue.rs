@@ -205,6 +205,14 @@ impl InMemoryQueue {
 
 #[async_trait]
 impl TaskQueue for InMemoryQueue {
+    fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
+        InMemoryQueue::change_visibility(self, receipt_handle, seconds).await
+    }
+
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         if delay_seconds > MAX_DELAY_SECONDS {
             return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));
@@ -257,6 +265,9 @@ impl InMemoryQueue {
     ///
     /// Errors: [`QueueError::Permanent`] when the receipt handle is not the current one.
     pub async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
+        if seconds > swarm_core::ports::MAX_VISIBILITY_SECONDS {
+            return Err(QueueError::Permanent(format!("visibility timeout {seconds} s exceeds 12 hours")));
+        }
         let mut s = self.lock()?;
         let found = s.messages.iter_mut().find(|m| m.receipt.as_deref() == Some(receipt_handle));
         match found {

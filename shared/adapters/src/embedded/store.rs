@@ -8,12 +8,13 @@ use tokio::sync::mpsc;
 
 use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Usage,
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, RecordOutcome,
-    StoreError,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -35,7 +36,14 @@ pub enum ChangedItem {
     /// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`).
     Subtask(SubtaskRecord),
     /// The idempotency-key item (`PK = IDEM#<customer>#<key>`), written with its conversation.
-    IdempotencyKey { customer_id: String, key: String, conversation_id: ConversationId, ttl: i64 },
+    IdempotencyKey {
+        customer_id: String,
+        key: String,
+        conversation_id: ConversationId,
+        /// The claiming request's hash ([`swarm_core::domain::request_hash`]).
+        request_hash: Option<String>,
+        ttl: i64,
+    },
     /// An approval item (`PK = APPROVALS`, `SK = <approval id>`).
     Approval(Approval),
 }
@@ -56,7 +64,8 @@ impl ItemChange {
 struct Tables {
     conversations: HashMap<ConversationId, Conversation>,
     subtasks: HashMap<ConversationId, BTreeMap<String, SubtaskRecord>>,
-    idempotency: HashMap<(String, String), ConversationId>,
+    /// (customer, key) → the conversation it created and the hash of the request that claimed it.
+    idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
     approvals: BTreeMap<String, Approval>,
     /// The stream's readers; each gets every change, in write order.
@@ -124,21 +133,29 @@ impl ConversationStore for InMemoryConversationStore {
         let mut t = self.lock()?;
         if let Some(key) = &conversation.idempotency_key {
             let k = (conversation.customer_id.clone(), key.clone());
-            if let Some(existing) = t.idempotency.get(&k) {
-                return Ok(CreateOutcome::Existing(existing.clone()));
+            if let Some((existing, claimed_by)) = t.idempotency.get(&k) {
+                // As the DynamoDB store: a claim without a hash (older) matches any request.
+                return Ok(match (claimed_by, &conversation.request_hash) {
+                    (Some(a), Some(b)) if a != b => CreateOutcome::KeyReused(existing.clone()),
+                    _ => CreateOutcome::Existing(existing.clone()),
+                });
             }
         }
         if t.conversations.contains_key(&conversation.id) {
             return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
         }
         if let Some(key) = &conversation.idempotency_key {
-            t.idempotency.insert((conversation.customer_id.clone(), key.clone()), conversation.id.clone());
+            t.idempotency.insert(
+                (conversation.customer_id.clone(), key.clone()),
+                (conversation.id.clone(), conversation.request_hash.clone()),
+            );
             t.emit(
                 true,
                 ChangedItem::IdempotencyKey {
                     customer_id: conversation.customer_id.clone(),
                     key: key.clone(),
                     conversation_id: conversation.id.clone(),
+                    request_hash: conversation.request_hash.clone(),
                     ttl: conversation.ttl,
                 },
             );
@@ -194,9 +211,56 @@ impl ConversationStore for InMemoryConversationStore {
             return Ok(false);
         }
         conv.status = to;
+        if to.is_terminal() {
+            conv.sweep_shard = None;
+        }
         let snapshot = conv.clone();
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
+    }
+
+    async fn acquire_lease(
+        &self,
+        id: &ConversationId,
+        phase: LeasePhase,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<LeaseOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(LeaseOutcome::Missing) };
+        let expired = conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
+        let (in_phase, turn) = match phase {
+            LeasePhase::Planning => (conv.status == ConversationStatus::Planning, conv.turn),
+            LeasePhase::Aggregating { turn } => {
+                let ready = match conv.status {
+                    ConversationStatus::Running => conv.remaining == 0,
+                    ConversationStatus::Aggregating => true,
+                    _ => false,
+                };
+                (ready && conv.turn == turn, turn)
+            }
+        };
+        if !in_phase {
+            return Ok(LeaseOutcome::NotInPhase { status: conv.status, remaining: conv.remaining });
+        }
+        // A RUNNING conversation's lease (its planning one) does not hold back its aggregation.
+        let fresh = conv.status == ConversationStatus::Running;
+        if !fresh && !expired {
+            return Ok(LeaseOutcome::Held(conv.lease.clone().unwrap_or_else(|| Lease {
+                holder: String::new(),
+                until_ms: 0,
+                turn,
+            })));
+        }
+        let taken_over = if fresh { None } else { conv.lease.clone() };
+        if matches!(phase, LeasePhase::Aggregating { .. }) {
+            conv.status = ConversationStatus::Aggregating;
+        }
+        conv.lease = Some(Lease { holder: holder.to_owned(), until_ms, turn });
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(LeaseOutcome::Acquired { taken_over })
     }
 
     async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
@@ -208,6 +272,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.status = ConversationStatus::Done;
         conv.reply = Some(reply.to_owned());
         conv.usage = conv.usage.add(usage);
+        conv.sweep_shard = None;
         let snapshot = conv.clone();
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
@@ -221,9 +286,27 @@ impl ConversationStore for InMemoryConversationStore {
         }
         conv.status = ConversationStatus::Failed;
         conv.error = Some(reason.to_owned());
+        conv.sweep_shard = None;
         let snapshot = conv.clone();
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
+    }
+
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        let t = self.lock()?;
+        let mut due: Vec<(i64, &ConversationId)> = t
+            .conversations
+            .values()
+            .filter(|c| c.sweep_shard == Some(shard) && c.deadline_ms < now_ms)
+            .map(|c| (c.deadline_ms, &c.id))
+            .collect();
+        due.sort();
+        Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
     }
 
     async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
@@ -470,6 +553,7 @@ impl ConversationStore for InMemoryConversationStore {
         conv.reply = Some(reply.to_owned());
         conv.usage = conv.usage.add(usage);
         conv.handoff = Some(*handoff);
+        conv.sweep_shard = None;
         let snapshot = conv.clone();
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::domain::truncate_chars;
 use crate::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
-use crate::ports::{ChatMessage, ChatModel, ChatRequest, LlmError, Purpose};
+use crate::ports::{ChatMessage, ChatModel, ChatRequest, LlmError, Purpose, ToolCall};
 use crate::prompts::COMPRESS_PROMPT;
 
 /// Opens the user message that replaces compressed rounds.
@@ -38,6 +38,29 @@ pub enum PairingError {
     /// Two calls of one assistant message share an id, or an id is empty.
     #[error("assistant message {index} has an empty or repeated tool call id {id:?}")]
     BadCallId { index: usize, id: String },
+}
+
+/// Makes the ids of one assistant message's tool calls unique before anything runs: a missing
+/// (empty) id, or one an earlier call of the same message already has, becomes `call_r<round>_<position>`
+/// (with `_` added until no call of the message has it). Ids that are fine stay verbatim, so a
+/// provider gets its own ids back. Returns how many ids were replaced. Every call then gets exactly
+/// one `tool` message, and [`check_pairing`] holds, whatever ids the provider sent.
+pub fn unique_tool_call_ids(calls: &mut [ToolCall], round: u32) -> usize {
+    let mut replaced = 0;
+    for i in 0..calls.len() {
+        let (earlier, rest) = calls.split_at_mut(i);
+        let call = &mut rest[0];
+        if !call.id.is_empty() && !earlier.iter().any(|c| c.id == call.id) {
+            continue;
+        }
+        let mut id = format!("call_r{round}_{i}");
+        while earlier.iter().any(|c| c.id == id) || rest[1..].iter().any(|c| c.id == id) {
+            id.push('_');
+        }
+        rest[0].id = id;
+        replaced += 1;
+    }
+    replaced
 }
 
 /// Checks the OpenAI tool-call pairing: every assistant `tool_calls` entry is

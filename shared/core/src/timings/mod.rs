@@ -13,9 +13,9 @@
 mod table;
 
 pub use table::{
-    AggregatorTimings, ApiTimings, AwsTimings, ConversationTimings, FunctionTimings, GatewayTimings, LlmTimings,
-    LocalTimings, MoneyTimings, OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings,
-    Timings, WorkerTimings,
+    AggregatorTimings, ApiTimings, AwsTimings, ConversationTimings, GatewayTimings, LlmTimings, LocalTimings,
+    MoneyTimings, OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings, SweepTimings,
+    Timings, ToolServerTimings, WorkerTimings,
 };
 
 use std::time::Duration;
@@ -80,7 +80,9 @@ mod tests {
             (Duration::from_secs(29), Duration::from_secs(25))
         );
         let w = &t.worker;
-        assert_eq!((w.timeout, w.batch_size, w.max_concurrency), (Duration::from_secs(120), 5, 10));
+        assert_eq!((w.timeout, w.batch_size, w.max_concurrency), (Duration::from_secs(60), 5, 10));
+        assert_eq!((w.max_parallel_tool_calls, w.retry_visibility), (4, Duration::from_secs(10)));
+        assert_eq!(w.conversation_margin, Duration::from_secs(5));
         assert_eq!(
             (w.safety_margin, w.min_round, w.handback_delay),
             (Duration::from_secs(3), Duration::from_secs(5), Duration::from_secs(5))
@@ -88,7 +90,10 @@ mod tests {
         assert_eq!((w.max_handbacks, w.max_rounds, w.tool_timeout), (1, 8, Duration::from_secs(10)));
         assert_eq!((t.aggregator.stream.batch_size, t.aggregator.stream.max_retry_attempts), (10, 5));
         assert_eq!(t.queues.max_receive_count, 3);
-        assert_eq!(t.queues.tasks.visibility_timeout, Duration::from_secs(720));
+        assert_eq!(t.queues.tasks.visibility_timeout, Duration::from_secs(360));
+        assert_eq!((t.aggregator.lease, t.orchestrator.lease), (Duration::from_secs(90), Duration::from_secs(35)));
+        assert_eq!((t.sweep.period, t.sweep.shards), (Duration::from_secs(60), 8));
+        assert_eq!((t.gateway.reserved_concurrency, t.shop.reserved_concurrency), (-1, -1));
         assert_eq!(t.queues.dead_letters.visibility_timeout, Duration::from_secs(360));
         assert_eq!(
             (t.llm.retry_attempts, t.llm.retry_base, t.llm.retry_max),
@@ -115,7 +120,7 @@ mod tests {
         let t = Timings::standard();
         let s = t.scaled(0.5);
         assert_eq!(s.conversation.deadline, Duration::from_secs(60));
-        assert_eq!(s.queues.tasks.visibility_timeout, Duration::from_secs(360));
+        assert_eq!(s.queues.tasks.visibility_timeout, Duration::from_secs(180));
         assert_eq!(s.worker.safety_margin, Duration::from_millis(1500));
         assert_eq!(s.llm.retry_base, Duration::from_millis(250));
         assert_eq!(s.api.integration_timeout, Duration::from_secs(15));

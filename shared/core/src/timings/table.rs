@@ -49,7 +49,7 @@ macro_rules! count_field {
         }
     )*};
 }
-count_field!(u32, usize);
+count_field!(u32, usize, i64);
 
 /// Declares one section of the table: its struct and its [`Field`] implementation.
 macro_rules! section {
@@ -99,8 +99,9 @@ section! {
         dlq_consumer: SqsFunctionTimings,
         aggregator: AggregatorTimings,
         queues: QueueTimings,
+        sweep: SweepTimings,
         gateway: GatewayTimings,
-        shop: FunctionTimings,
+        shop: ToolServerTimings,
         llm: LlmTimings,
         aws: AwsTimings,
         money: MoneyTimings,
@@ -114,6 +115,9 @@ section! {
         /// After this the conversation is aggregated with what it has (template: `DeadlineSecs`).
         #[serde(rename = "deadline_secs", deserialize_with = "secs")]
         deadline: Duration,
+        /// The deadline path re-arms itself this long after it ran while the conversation is not terminal.
+        #[serde(rename = "rearm_secs", deserialize_with = "secs")]
+        rearm: Duration,
     }
 }
 
@@ -135,6 +139,9 @@ section! {
         /// Whole planning budget, model retries included.
         #[serde(rename = "plan_budget_secs", deserialize_with = "secs")]
         plan_budget: Duration,
+        /// The planning lease of a `PLANNING` conversation's creator.
+        #[serde(rename = "lease_secs", deserialize_with = "secs")]
+        lease: Duration,
     }
 }
 
@@ -150,6 +157,9 @@ section! {
         /// Kept back from the Lambda deadline for writing results and returning.
         #[serde(rename = "safety_margin_secs", deserialize_with = "secs")]
         safety_margin: Duration,
+        /// Kept back from the conversation's deadline: the worker stops by the earlier of the two.
+        #[serde(rename = "conversation_margin_secs", deserialize_with = "secs")]
+        conversation_margin: Duration,
         /// An LLM round starts only with at least this much time left.
         #[serde(rename = "min_round_secs", deserialize_with = "secs")]
         min_round: Duration,
@@ -160,6 +170,11 @@ section! {
         max_rounds: u32,
         #[serde(rename = "tool_timeout_secs", deserialize_with = "secs")]
         tool_timeout: Duration,
+        /// Tool calls of one round running at once, at most.
+        max_parallel_tool_calls: usize,
+        /// Visibility timeout set (`ChangeMessageVisibility`) on a message reported in `batchItemFailures`.
+        #[serde(rename = "retry_visibility_secs", deserialize_with = "secs")]
+        retry_visibility: Duration,
     }
 }
 
@@ -181,6 +196,9 @@ section! {
         /// Longest wait for the reply model, retries included.
         #[serde(rename = "reply_budget_secs", deserialize_with = "secs")]
         reply_budget: Duration,
+        /// The aggregation lease (`RUNNING → AGGREGATING` holds the conversation this long).
+        #[serde(rename = "lease_secs", deserialize_with = "secs")]
+        lease: Duration,
         stream: StreamTimings,
     }
 }
@@ -214,6 +232,24 @@ section! {
 }
 
 section! {
+    /// `[sweep]`: the periodic sweep of conversations past their deadline.
+    SweepTimings {
+        /// Time between two sweeps (EventBridge Scheduler's rate on AWS).
+        #[serde(rename = "period_secs", deserialize_with = "secs")]
+        period: Duration,
+        /// The sweep function's timeout.
+        #[serde(rename = "timeout_secs", deserialize_with = "secs")]
+        timeout: Duration,
+        /// Shards of the sweep index (`sweep_shard` 0..shards).
+        shards: u32,
+        /// Conversations whose deadline path one sweep runs at once.
+        max_parallel: usize,
+        /// Conversations one sweep takes from each shard at most.
+        per_shard: usize,
+    }
+}
+
+section! {
     /// `[gateway]`.
     GatewayTimings {
         #[serde(rename = "timeout_secs", deserialize_with = "secs")]
@@ -224,14 +260,18 @@ section! {
         /// Per upstream `tools/list`.
         #[serde(rename = "discovery_timeout_secs", deserialize_with = "secs")]
         discovery_timeout: Duration,
+        /// Reserved concurrency (the instance cap); negative: unreserved.
+        reserved_concurrency: i64,
     }
 }
 
 section! {
-    /// A function with only a timeout: `[shop]`.
-    FunctionTimings {
+    /// A tool server: `[shop]`.
+    ToolServerTimings {
         #[serde(rename = "timeout_secs", deserialize_with = "secs")]
         timeout: Duration,
+        /// Reserved concurrency; negative: unreserved.
+        reserved_concurrency: i64,
     }
 }
 
@@ -304,8 +344,12 @@ pub(crate) const LINT_SECTIONS: [&str; 2] = ["template", "rule"];
 
 /// Counts that must be at least 1 for the swarm to run at all, with their table names.
 #[allow(dead_code)] // checked by build.rs and the tests
-pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 12] {
+pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 16] {
     [
+        ("worker.max_parallel_tool_calls", t.worker.max_parallel_tool_calls),
+        ("sweep.shards", t.sweep.shards as usize),
+        ("sweep.max_parallel", t.sweep.max_parallel),
+        ("sweep.per_shard", t.sweep.per_shard),
         ("worker.batch_size", t.worker.batch_size),
         ("worker.max_concurrency", t.worker.max_concurrency),
         ("worker.max_rounds", t.worker.max_rounds as usize),

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, MAX_CHECKPOINT_BYTES, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, Usage, truncate_chars,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_CHECKPOINT_BYTES,
+    SubtaskRecord, SubtaskResult, SubtaskStatus, Usage, truncate_chars,
 };
 use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::ports::StoreError;
@@ -15,6 +15,9 @@ use swarm_core::ports::StoreError;
 pub const MAX_RESULT_BYTES: usize = 96 * 1024;
 
 pub(super) const META: &str = "META";
+/// The sparse, sharded global secondary index the sweep queries: partition key `sweep_shard` (N),
+/// sort key `deadline_ms` (N), keys only. Only non-terminal conversations carry `sweep_shard`.
+pub const SWEEP_INDEX: &str = "sweep";
 pub(super) const TASK_PREFIX: &str = "TASK#";
 /// The partition of every approval (`SK = <approval id>`): an operator's queue is small (a few
 /// writes per approval, far below a partition's 1,000 writes/s), and one `Query` lists it.
@@ -151,6 +154,18 @@ pub fn conversation_item(c: &Conversation) -> Item {
         // The hand-off event's detail names the conversation (the pipe cannot strip `CONV#`).
         item.insert("conversation_id".into(), s(c.id.as_str()));
     }
+    if let Some(h) = &c.request_hash {
+        item.insert("request_hash".into(), s(h));
+    }
+    item.insert("turn".into(), n(c.turn));
+    if let Some(lease) = &c.lease {
+        item.insert("lease_holder".into(), s(&lease.holder));
+        item.insert("lease_until_ms".into(), n(lease.until_ms));
+        item.insert("lease_turn".into(), n(lease.turn));
+    }
+    if let Some(shard) = c.sweep_shard {
+        item.insert("sweep_shard".into(), n(shard));
+    }
     for (name, v) in usage_attributes(&c.usage) {
         item.insert(name.into(), v);
     }
@@ -158,13 +173,34 @@ pub fn conversation_item(c: &Conversation) -> Item {
     item
 }
 
-/// The idempotency-key item (`PK = IDEM#<customer>#<key>`, `SK = IDEM`) written with its conversation.
-pub fn idempotency_item(customer_id: &str, idempotency_key: &str, conversation_id: &ConversationId, ttl: i64) -> Item {
+/// The idempotency-key item (`PK = IDEM#<customer>#<key>`, `SK = IDEM`) written with its conversation:
+/// the conversation it created and the hash of the request that claimed it.
+pub fn idempotency_item(
+    customer_id: &str,
+    idempotency_key: &str,
+    conversation_id: &ConversationId,
+    request_hash: Option<&str>,
+    ttl: i64,
+) -> Item {
     let mut item = key(idem_pk(customer_id, idempotency_key), "IDEM".to_owned());
     item.insert("conversation_id".into(), s(conversation_id.as_str()));
     item.insert("customer_id".into(), s(customer_id));
+    if let Some(h) = request_hash {
+        item.insert("request_hash".into(), s(h));
+    }
     item.insert("ttl".into(), n(ttl));
     item
+}
+
+/// The lease of a conversation item, when all three of its attributes are there.
+pub(super) fn lease_from_item(item: &Item) -> Result<Option<Lease>, StoreError> {
+    let holder = opt_s(item, "lease_holder");
+    let until_ms = opt_n(item, "lease_until_ms")?;
+    let turn = opt_n(item, "lease_turn")?;
+    Ok(match (holder, until_ms, turn) {
+        (Some(holder), Some(until_ms), Some(turn)) => Some(Lease { holder, until_ms, turn }),
+        _ => None,
+    })
 }
 
 pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
@@ -196,6 +232,10 @@ pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreE
         error: opt_s(item, "error"),
         idempotency_key: opt_s(item, "idempotency_key"),
         handoff: handoff_from_item(item)?,
+        request_hash: opt_s(item, "request_hash"),
+        turn: opt_n(item, "turn")?.unwrap_or(0),
+        lease: lease_from_item(item)?,
+        sweep_shard: opt_n(item, "sweep_shard")?,
         ttl: get_n(item, "ttl")?,
     })
 }
@@ -223,7 +263,8 @@ fn effects_from_item(item: &Item) -> Result<Vec<Effect>, StoreError> {
         .collect()
 }
 
-fn lease_from_item(item: &Item) -> Result<Option<AttemptLease>, StoreError> {
+/// The attempt lease of a subtask item (same attribute names as a conversation's lease, on another item).
+fn attempt_lease_from_item(item: &Item) -> Result<Option<AttemptLease>, StoreError> {
     match (opt_s(item, "lease_holder"), opt_n::<i64>(item, "lease_until_ms")?) {
         (Some(holder), Some(until_ms)) => Ok(Some(AttemptLease { holder, until_ms })),
         _ => Ok(None),
@@ -314,7 +355,7 @@ pub(super) fn subtask_from_item(item: &Item) -> Result<SubtaskRecord, StoreError
         started_at_ms: opt_n(item, "started_at_ms")?,
         finished_at_ms: opt_n(item, "finished_at_ms")?,
         effects: effects_from_item(item)?,
-        lease: lease_from_item(item)?,
+        lease: attempt_lease_from_item(item)?,
         ttl: get_n(item, "ttl")?,
     })
 }
@@ -390,6 +431,9 @@ mod tests {
         c.usage = Usage { prompt_tokens: Some(5), cost_usd: Some(0.25), ..Default::default() };
         c.notes = vec!["dropped 2".into()];
         c.idempotency_key = Some("k".into());
+        c.request_hash = Some(swarm_core::domain::request_hash("C1", "where is A1029?"));
+        c.lease = Some(Lease { holder: "aggregator:1".into(), until_ms: 1_700_000_090_000, turn: 0 });
+        c.sweep_shard = Some(3);
         let back = conversation_from_item(&conversation_item(&c)).unwrap();
         assert_eq!(back, c);
         c.handoff = Some(Handoff { reason: HandoffReason::CustomerAsked, at_ms: 42 });

@@ -13,14 +13,14 @@ use swarm_core::domain::{
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, RecordOutcome,
-    StoreError,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError,
 };
 
 use super::codec::{
-    APPROVALS_PK, Item, META, TASK_PREFIX, approval_from_item, approval_item, conv_pk, conversation_from_item,
-    conversation_item, effect_value, fit_checkpoint, fit_result, get_n, idem_pk, idempotency_item, key, n, opt_s, s,
-    subtask_from_item, subtask_item, task_sk, to_json,
+    APPROVALS_PK, Item, META, SWEEP_INDEX, TASK_PREFIX, approval_from_item, approval_item, conv_pk,
+    conversation_from_item, conversation_item, effect_value, fit_checkpoint, fit_result, get_n, idem_pk,
+    idempotency_item, key, lease_from_item, n, opt_s, s, subtask_from_item, subtask_item, task_sk, to_json,
 };
 use super::update::Update;
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
@@ -257,7 +257,13 @@ impl ConversationStore for DynamoConversationStore {
             };
         };
         let idem_pk = idem_pk(&conversation.customer_id, idem_key);
-        let idem = idempotency_item(&conversation.customer_id, idem_key, &conversation.id, conversation.ttl);
+        let idem = idempotency_item(
+            &conversation.customer_id,
+            idem_key,
+            &conversation.id,
+            conversation.request_hash.as_deref(),
+            conversation.ttl,
+        );
         let req = self
             .client
             .transact_write_items()
@@ -272,8 +278,14 @@ impl ConversationStore for DynamoConversationStore {
                     let id = existing.as_ref().and_then(|i| opt_s(i, "conversation_id")).ok_or_else(|| {
                         StoreError::Transient("idempotency key claimed but its item is gone (expired?); retry".into())
                     })?;
+                    let id = ConversationId::from_trusted(id);
+                    let claimed_by = existing.as_ref().and_then(|i| opt_s(i, "request_hash"));
                     tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
-                    return Ok(CreateOutcome::Existing(ConversationId::from_trusted(id)));
+                    // A claim without a hash (written before hashes were kept) matches any request.
+                    return Ok(match (claimed_by, &conversation.request_hash) {
+                        (Some(a), Some(b)) if &a != b => CreateOutcome::KeyReused(id),
+                        _ => CreateOutcome::Existing(id),
+                    });
                 }
                 if codes.first().is_some_and(|c| c == "ConditionalCheckFailed") {
                     return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
@@ -332,6 +344,9 @@ impl ConversationStore for DynamoConversationStore {
     ) -> Result<bool, StoreError> {
         let mut u = Update::default();
         u.set("status", s(to.as_str()));
+        if to.is_terminal() {
+            u.remove("sweep_shard");
+        }
         let condition = u.status_in(&[from.as_str()]);
         Ok(self
             .update(
@@ -346,9 +361,128 @@ impl ConversationStore for DynamoConversationStore {
             .is_some())
     }
 
+    async fn acquire_lease(
+        &self,
+        id: &ConversationId,
+        phase: LeasePhase,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<LeaseOutcome, StoreError> {
+        let mut u = Update::default();
+        u.set("lease_holder", s(holder)).set("lease_until_ms", n(until_ms));
+        let status = u.name("status");
+        let lease_until = u.name("lease_until_ms");
+        let now = u.value("now", n(now_ms));
+        let expired = format!("(attribute_not_exists({lease_until}) OR {lease_until} < {now})");
+        let condition = match phase {
+            LeasePhase::Planning => {
+                let turn = u.name("turn");
+                let zero = u.value("zero", n(0));
+                let lease_turn = u.name("lease_turn");
+                u.set_expr(format!("{lease_turn} = if_not_exists({turn}, {zero})"));
+                let planning = u.value("planning", s(ConversationStatus::Planning.as_str()));
+                format!("attribute_exists(#PK) AND {status} = {planning} AND {expired}")
+            }
+            LeasePhase::Aggregating { turn } => {
+                u.set("status", s(ConversationStatus::Aggregating.as_str())).set("lease_turn", n(turn));
+                let turn_name = u.name("turn");
+                let turn_value = u.value("turn_now", n(turn));
+                let on_turn = if turn == 0 {
+                    format!("(attribute_not_exists({turn_name}) OR {turn_name} = {turn_value})")
+                } else {
+                    format!("{turn_name} = {turn_value}")
+                };
+                let remaining = u.name("remaining");
+                let zero = u.value("zero", n(0));
+                let running = u.value("running", s(ConversationStatus::Running.as_str()));
+                let aggregating = u.value("aggregating", s(ConversationStatus::Aggregating.as_str()));
+                format!(
+                    "attribute_exists(#PK) AND {on_turn} AND (({status} = {running} AND {remaining} = {zero}) OR ({status} = {aggregating} AND {expired}))"
+                )
+            }
+        };
+        match self
+            .update("UpdateItem(acquire_lease)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::AllOld)
+            .await?
+        {
+            Some(old) => {
+                // From RUNNING the lease on the item (the planning one) is not an aggregation taken over.
+                let was_running = opt_s(&old, "status").as_deref() == Some(ConversationStatus::Running.as_str());
+                let taken_over = if was_running { None } else { lease_from_item(&old)? };
+                Ok(LeaseOutcome::Acquired { taken_over })
+            }
+            None => {
+                let Some(c) = self.get_conversation(id).await? else { return Ok(LeaseOutcome::Missing) };
+                let in_phase = match phase {
+                    LeasePhase::Planning => c.status == ConversationStatus::Planning,
+                    LeasePhase::Aggregating { turn } => {
+                        c.turn == turn
+                            && (c.status == ConversationStatus::Aggregating
+                                || (c.status == ConversationStatus::Running && c.remaining == 0))
+                    }
+                };
+                match c.lease {
+                    _ if !in_phase => Ok(LeaseOutcome::NotInPhase { status: c.status, remaining: c.remaining }),
+                    Some(lease) if lease.until_ms >= now_ms => Ok(LeaseOutcome::Held(lease)),
+                    _ => Err(StoreError::Transient(format!(
+                        "acquire_lease condition failed but conversation {id} is {} with no live lease; retry",
+                        c.status
+                    ))),
+                }
+            }
+        }
+    }
+
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page_size = i32::try_from(limit - out.len()).unwrap_or(i32::MAX);
+            let req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(SWEEP_INDEX)
+                .key_condition_expression("#shard = :shard AND #deadline < :now")
+                .expression_attribute_names("#shard", "sweep_shard")
+                .expression_attribute_names("#deadline", "deadline_ms")
+                .expression_attribute_values(":shard", n(shard))
+                .expression_attribute_values(":now", n(now_ms))
+                .limit(page_size)
+                .set_exclusive_start_key(start.take());
+            let page = self
+                .retry
+                .run("dynamodb", "Query(sweep)", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Query(sweep)", e))?;
+            for item in page.items() {
+                let pk = opt_s(item, "PK").unwrap_or_default();
+                match pk.strip_prefix("CONV#") {
+                    Some(id) => out.push(ConversationId::from_trusted(id)),
+                    None => tracing::warn!(pk, "sweep index holds an item that is not a conversation"),
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+
     async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
         let mut u = Update::default();
-        u.set("status", s(ConversationStatus::Done.as_str())).set("reply", s(reply)).add_usage(usage);
+        u.set("status", s(ConversationStatus::Done.as_str()))
+            .set("reply", s(reply))
+            .add_usage(usage)
+            .remove("sweep_shard");
         let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
         Ok(self
             .update("UpdateItem(finish_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
@@ -359,7 +493,8 @@ impl ConversationStore for DynamoConversationStore {
     async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
         let mut u = Update::default();
         u.set("status", s(ConversationStatus::Failed.as_str()))
-            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)));
+            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)))
+            .remove("sweep_shard");
         let condition = u.status_in(&[
             ConversationStatus::Planning.as_str(),
             ConversationStatus::Running.as_str(),
@@ -723,7 +858,8 @@ impl ConversationStore for DynamoConversationStore {
             .set("handoff_reason", s(handoff.reason.code()))
             .set("handoff_at_ms", n(handoff.at_ms))
             .set("conversation_id", s(id.as_str()))
-            .add_usage(usage);
+            .add_usage(usage)
+            .remove("sweep_shard");
         let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
         Ok(self
             .update("UpdateItem(hand_off)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)

@@ -1,0 +1,363 @@
+//! The worker's part in "no conversation hangs", on embedded adapters: tool-call ids made unique before anything runs, a dependent never `QUEUED` without a message, a subtask that stops for the conversation's deadline, a retried message brought back with `ChangeMessageVisibility`, the deadline path that re-arms and aggregates through the lease, and the sweep. Timing rules run on tokio's paused clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_runtime::LambdaEvent;
+use serde_json::json;
+use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore, InMemoryQueue, QueueSettings};
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, TaskMessage, Usage, link_dependents, now_ms, sweep_shard,
+};
+use swarm_core::ports::{
+    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, QueueError, TaskQueue, ToolCall,
+};
+use swarm_core::roles::TaskQueues;
+use swarm_core::timings::Timings;
+use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
+use worker::{Outcome, SweepReport, Worker, WorkerMode, WorkerSettings};
+
+fn subtask(id: &str, depends_on: &[&str]) -> Subtask {
+    Subtask {
+        id: id.into(),
+        instruction: format!("Check order A1029 ({id})."),
+        tools: vec!["shop__get_order".into(), "shop__track_shipment".into()],
+        depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+    }
+}
+
+/// A `RUNNING` conversation of `subtasks`, created `age_secs` ago with a deadline of `deadline_secs`.
+async fn running(
+    store: &InMemoryConversationStore,
+    subtasks: Vec<Subtask>,
+    age_secs: i64,
+    deadline_secs: u64,
+) -> ConversationId {
+    let mut c = Conversation::new("C104", "Where is A1029?", now_ms() - age_secs * 1000, deadline_secs);
+    c.sweep_shard = Some(sweep_shard(&c.id, 8));
+    store.create_conversation(&c).await.unwrap();
+    let mut records: Vec<SubtaskRecord> =
+        subtasks.into_iter().map(|s| SubtaskRecord::new(&c, s, "support".into())).collect();
+    link_dependents(&mut records);
+    assert!(store.start_run(&c.id, &records, &[], &Usage::default()).await.unwrap());
+    c.id
+}
+
+fn tools() -> Arc<StaticTools> {
+    Arc::new(StaticTools::named(
+        &["shop__get_order", "shop__track_shipment"],
+        "",
+        json!({"type": "object", "properties": {"order_id": {"type": "string"}}}),
+    ))
+}
+
+fn worker(store: Arc<dyn ConversationStore>, queue: Arc<dyn TaskQueue>, model: Arc<dyn ChatModel>) -> Worker {
+    Worker::new(
+        store,
+        TaskQueues::new(queue),
+        model.clone(),
+        model,
+        tools(),
+        WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() },
+    )
+}
+
+fn queue(name: &str, visibility_secs: u64) -> InMemoryQueue {
+    InMemoryQueue::new(QueueSettings {
+        name: name.into(),
+        visibility_timeout: Duration::from_secs(visibility_secs),
+        max_receive_count: 3,
+    })
+}
+
+fn lambda_deadline() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(60)
+}
+
+fn calls(calls: &[(&str, &str)]) -> ChatResponse {
+    ChatResponse {
+        content: None,
+        tool_calls: calls
+            .iter()
+            .map(|(id, name)| ToolCall {
+                id: (*id).into(),
+                name: (*name).into(),
+                arguments: r#"{"order_id":"A1029"}"#.into(),
+            })
+            .collect(),
+        finish_reason: FinishReason::ToolCalls,
+        reasoning_content: None,
+        usage: Usage::default(),
+        model: "m".into(),
+    }
+}
+
+#[tokio::test]
+async fn repeated_missing_and_empty_tool_call_ids_are_made_unique_and_every_call_is_answered_once() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[])], 0, 120).await;
+    // As some OpenAI-compatible servers answer: one id for every call of the message, or none.
+    let model = Arc::new(ScriptedModel::new([
+        Ok(calls(&[("call_0", "shop__get_order"), ("call_0", "shop__track_shipment"), ("", "shop__get_order")])),
+        Ok(calls(&[("call_0", "shop__track_shipment")])),
+        Ok(text_response("A1029 is paid and on its way.")),
+    ]));
+    let tools = tools();
+    let w = Worker::new(
+        store.clone(),
+        TaskQueues::new(Arc::new(queue("tasks", 30))),
+        model.clone(),
+        model.clone(),
+        tools.clone(),
+        WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() },
+    );
+    let outcome = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded), "no internal transcript error");
+    assert_eq!(tools.ran().len(), 4, "every call ran once");
+    let last = model.requests().pop().unwrap().messages;
+    swarm_core::llm::transcript::check_pairing(&last).unwrap();
+    let ids_of = |m: &ChatMessage| match m {
+        ChatMessage::Assistant { tool_calls, .. } => tool_calls.iter().map(|c| c.id.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let asked: Vec<Vec<String>> = last.iter().map(ids_of).filter(|ids| !ids.is_empty()).collect();
+    assert_eq!(asked, vec![vec!["call_0", "call_r1_1", "call_r1_2"], vec!["call_0"]], "the first id kept verbatim");
+    let answered: Vec<&str> = last
+        .iter()
+        .filter_map(|m| match m {
+            ChatMessage::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, ["call_0", "call_r1_1", "call_r1_2", "call_0"], "one answer per call, in call order");
+}
+
+/// A queue whose first `fail` sends fail transiently (SQS throttling, a timeout).
+struct FailingSends {
+    inner: InMemoryQueue,
+    fail: AtomicU32,
+}
+
+#[async_trait]
+impl TaskQueue for FailingSends {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
+        if self.fail.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(QueueError::Transient("SendMessageBatch timed out (injected)".into()));
+        }
+        self.inner.send(messages, delay_seconds).await
+    }
+
+    async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError> {
+        self.inner.change_visibility(receipt_handle, seconds).await
+    }
+}
+
+#[tokio::test]
+async fn a_dependent_whose_message_could_not_be_sent_is_never_queued_and_the_retry_releases_it() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &["w01"])], 0, 120).await;
+    let mut changes = store.subscribe();
+    let tasks = queue("tasks", 30);
+    let sends = Arc::new(FailingSends { inner: tasks.clone(), fail: AtomicU32::new(1) });
+    let model = Arc::new(ScriptedModel::always(Ok(text_response("A1029 is paid."))));
+    let w = worker(store.clone(), sends, model);
+
+    let first = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    assert!(first.should_retry(), "the failed send is retried with the parent's message: {first:?}");
+    let w02 = store.get_subtask(&id, "w02").await.unwrap().unwrap();
+    assert_eq!((w02.status, tasks.depth()), (SubtaskStatus::Pending, 0), "no message, so not QUEUED");
+    let second = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    assert_eq!(second, Outcome::AlreadyFinished);
+    assert_eq!(store.get_subtask(&id, "w02").await.unwrap().unwrap().status, SubtaskStatus::Queued);
+    let sent = tasks.receive(10, Duration::ZERO).await.unwrap();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(serde_json::from_str::<TaskMessage>(&sent[0].body).unwrap(), TaskMessage::run(&id, "w02"));
+    // Never QUEUED before its message was sent: the only QUEUED write came after the successful send.
+    let mut w02_writes = Vec::new();
+    while let Ok(change) = changes.try_recv() {
+        if let ChangedItem::Subtask(r) = change.item
+            && r.subtask.id == "w02"
+        {
+            w02_writes.push(r.status);
+        }
+    }
+    assert_eq!(w02_writes, [SubtaskStatus::Queued], "w02 went PENDING → QUEUED once, after its message");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subtask_stops_for_the_conversations_deadline_and_records_what_it_has_instead_of_handing_back() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    // 8 s left of the conversation, 60 s of the invocation: the conversation's deadline (less its 5 s margin) binds.
+    let id = running(&store, vec![subtask("w01", &[])], 112, 120).await;
+    let tasks = queue("tasks", 30);
+    let model =
+        Arc::new(ScriptedModel::always(Ok(text_response("late"))).stall_work_on("A1029", Duration::from_secs(50)));
+    let w = worker(store.clone(), Arc::new(tasks.clone()), model);
+    let started = tokio::time::Instant::now();
+    let outcome = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Failed), "recorded, not handed back");
+    assert!(
+        started.elapsed() <= Duration::from_secs(3),
+        "stopped by the conversation's deadline: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(tasks.depth(), 0, "no hand-back message");
+    let rec = store.get_subtask(&id, "w01").await.unwrap().unwrap();
+    assert_eq!(rec.result.and_then(|r| r.failure_kind()), Some(FailureKind::DeadlinePassed));
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0, "counted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_reported_for_retry_comes_back_after_the_retry_visibility_not_the_queues() {
+    let timings = Timings::standard();
+    let tasks = queue("tasks", timings.queues.tasks.visibility_timeout.as_secs());
+    let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
+    let throttled = Arc::new(FlakyStore::new(Arc::new(InMemoryConversationStore::new())).fail_everything("Throttling"));
+    let w = worker(throttled, Arc::new(tasks.clone()), model);
+    tasks.send(&[TaskMessage::run(&ConversationId::new(), "w01")], 0).await.unwrap();
+    let received = tasks.receive(1, Duration::ZERO).await.unwrap();
+    let event: SqsEvent = serde_json::from_value(json!({"Records": [{
+        "messageId": received[0].message_id, "receiptHandle": received[0].receipt_handle, "body": received[0].body,
+        "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {}, "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tasks"
+    }]}))
+    .unwrap();
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = (now_ms() as u64) + 60_000;
+    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(event, context)).await.unwrap();
+    assert_eq!(response.batch_item_failures.len(), 1);
+
+    let sent_back = tokio::time::Instant::now();
+    let again = tasks.receive(1, timings.queues.tasks.visibility_timeout).await.unwrap();
+    assert_eq!(again.len(), 1, "it came back");
+    assert_eq!(again[0].receive_count, 2);
+    let after = sent_back.elapsed();
+    assert!(after >= timings.worker.retry_visibility, "not before the retry visibility: {after:?}");
+    assert!(after < timings.queues.tasks.visibility_timeout, "{after:?}: the queue's visibility timeout");
+    assert_eq!(after, Duration::from_secs(10), "the worker's retry visibility, to the second");
+}
+
+/// Every message `queue` holds, whatever its delay.
+async fn deadline_messages(queue: &InMemoryQueue, id: &ConversationId) -> usize {
+    let mut n = 0;
+    for m in queue.receive(10, Duration::from_secs(900)).await.unwrap() {
+        assert_eq!(
+            serde_json::from_str::<TaskMessage>(&m.body).unwrap(),
+            TaskMessage::Deadline { conversation_id: id.clone() }
+        );
+        queue.delete(&m.receipt_handle).await.unwrap();
+        n += 1;
+    }
+    n
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answers_it_itself() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &[])], 200, 120).await;
+    let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
+    store.record_result(&id, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    let tasks = queue("tasks", 30);
+    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+
+    // Past the deadline: w02 is closed, which brings remaining to 0 (the stream would now trigger the
+    // aggregator), and the path re-arms in case that trigger is lost.
+    let first = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    assert!(matches!(first, Outcome::Ignored(_)), "{first:?}");
+    let conv = store.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!((conv.status, conv.remaining), (ConversationStatus::Running, 0));
+    assert_eq!(deadline_messages(&tasks, &id).await, 1, "re-armed");
+    // Nothing answered since: this run aggregates itself, through the lease, and stops re-arming.
+    let second = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    assert_eq!(second, Outcome::Finished(SubtaskStatus::Succeeded));
+    let conv = store.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!(conv.status, ConversationStatus::Done);
+    assert!(conv.lease.unwrap().holder.starts_with("deadline:"));
+    let reply = conv.reply.unwrap();
+    assert!(reply.contains("A1029 is paid.") && reply.contains("could not be finished in time"), "{reply}");
+    assert_eq!(deadline_messages(&tasks, &id).await, 0, "terminal: no more deadline messages");
+    let third = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    assert_eq!(third, Outcome::Ignored("conversation already over".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is_answered_by_the_deadline_path() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[])], 200, 120).await;
+    let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
+    store.record_result(&id, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    // The stream record of remaining = 0 never reached the aggregator.
+    let tasks = queue("tasks", 30);
+    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
+    let conv = store.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!(conv.status, ConversationStatus::Done);
+    assert_eq!(conv.reply.as_deref(), Some("A1029 is paid."));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aggregation_whose_lease_is_live_is_left_alone_and_the_deadline_path_re_arms() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[])], 200, 120).await;
+    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    let phase = swarm_core::ports::LeasePhase::Aggregating { turn: 0 };
+    store.acquire_lease(&id, phase, "aggregator:alive", now_ms(), now_ms() + 90_000).await.unwrap();
+    let tasks = queue("tasks", 30);
+    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+
+    assert!(matches!(&outcome, Outcome::Ignored(why) if why.contains("aggregator:alive")), "{outcome:?}");
+    let conv = store.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!((conv.status, conv.reply), (ConversationStatus::Aggregating, None), "never taken while live");
+    assert_eq!(deadline_messages(&tasks, &id).await, 1, "re-armed until the conversation is terminal");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only_those() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    // Answered by the sweep: nothing remaining, its trigger lost.
+    let lost = running(&store, vec![subtask("w01", &[])], 200, 120).await;
+    let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
+    store.record_result(&lost, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&lost, "w01", &Usage::default()).await.unwrap();
+    // Its creator died while planning.
+    let mut planning = Conversation::new("C104", "q", now_ms() - 200_000, 120);
+    planning.sweep_shard = Some(sweep_shard(&planning.id, 8));
+    store.create_conversation(&planning).await.unwrap();
+    // Open subtasks: closed for the aggregator.
+    let open = running(&store, vec![subtask("w01", &[])], 200, 120).await;
+    // Not due yet.
+    let young = running(&store, vec![subtask("w01", &[])], 0, 120).await;
+    let tasks = queue("tasks", 30);
+    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+    let report = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
+
+    assert_eq!(report, SweepReport { found: 3, answered: 2, moved: 1, unfinished: 0, errors: 0 });
+    let status = |c: Option<Conversation>| c.map(|c| (c.status, c.remaining));
+    assert_eq!(status(store.get_conversation(&lost).await.unwrap()), Some((ConversationStatus::Done, 0)));
+    assert_eq!(status(store.get_conversation(&planning.id).await.unwrap()), Some((ConversationStatus::Failed, 0)));
+    assert_eq!(status(store.get_conversation(&open).await.unwrap()), Some((ConversationStatus::Running, 0)));
+    assert_eq!(status(store.get_conversation(&young).await.unwrap()), Some((ConversationStatus::Running, 1)));
+    assert_eq!(tasks.depth(), 0, "the sweep re-arms nothing: it comes back itself");
+    // The next sweep answers the one whose subtasks it closed, if nothing else did.
+    let again = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
+    assert_eq!(again, SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0 });
+    assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Done);
+    assert_eq!(w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await, SweepReport::default());
+}
