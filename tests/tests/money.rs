@@ -1,4 +1,4 @@
-//! Money moves at most once and only with consent, through the whole local stack (gateway, demo shop, refund worker, approvals API) on both backends: issue 10's probes leave the shop's ledger unchanged unless an operator approves; an approved refund runs once however often approval is posted; a rejected one never runs; below the threshold a refund runs once without anybody; a refund killed after dispatch runs once in all; the deadline while a refund is in flight says "being confirmed" and GET later shows the outcome; a customer asking for a person ends in HANDOFF with an event.
+//! Money moves at most once and only with consent, through the whole local stack (gateway, demo shop, refund worker, approvals API) on both backends: issue 10's probes leave the shop's ledger unchanged unless an operator approves; an approved refund runs once however often approval is posted; a rejected one never runs; below the threshold a refund runs once without anybody; a refund killed after dispatch runs once in all; the deadline while a refund is in flight says "being confirmed" and GET later shows the outcome; a customer asking for a person ends in HANDOFF with an event; a refund waiting for its dependency is sent by the retry of an orchestrator killed before enqueueing, and runs once.
 //!
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -22,7 +22,7 @@ use swarm_core::timings::Timings;
 use swarm_core::view::ConversationView;
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 use swarm_offline::OfflineModel;
-use swarm_tests::emulator_endpoint;
+use swarm_tests::{emulator_endpoint, over_offline, with_plan};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -59,6 +59,7 @@ on_both_backends!(
     an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again,
     the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
+    an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
 );
 
 fn emulator(test: &str) -> Option<BackendChoice> {
@@ -383,5 +384,45 @@ async fn a_customer_asking_for_a_person_ends_in_handoff_with_an_event(backend: B
         (events[0].conversation_id.as_str(), events[0].customer_id.as_str(), events[0].reason.as_str()),
         (view.conversation_id.as_str(), "C104", "customer_asked")
     );
+    stack.shutdown().await;
+}
+
+async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once(
+    backend: BackendChoice,
+) {
+    // A lookup (w01) and a refund after it (w02): the refund waits for w01 on its own queue, where only the
+    // orchestrator sends it. The orchestrator dies after the subtasks are written, before any is sent; the
+    // client's retry with the same key (once the planning lease has expired) sends both. At 1/240 of the
+    // table, the deadline lifted to 3600 s (15 s).
+    let plan = serde_json::json!({"subtasks": [
+        {"id": "w01", "instruction": "Check the status of order A1033.", "tools": ["shop__get_order"]},
+        {"id": "w02", "instruction": "Refund order A1033 if the shop allows it; the customer's reason: \"Please refund order A1033\".",
+         "tools": ["shop__get_order", "shop__refund"], "depends_on": ["w01"]}
+    ]})
+    .to_string();
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(3600);
+    let stack = start(StackOptions {
+        backend,
+        timings,
+        time_scale: 1.0 / 240.0,
+        models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan)))),
+        refund_approval_above: Some(1e9),
+        faults: Some(Arc::new(Once(CrashPoint::OrchestratorAfterStartRun, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let message = "Please refund order A1033.";
+    assert!(stack.post_conversation(message, "C108", Some("refund-1")).await.is_err(), "the orchestrator died");
+    tokio::time::sleep(stack.timings().orchestrator.lease * 3).await;
+    let (status, body) = stack.post_conversation(message, "C108", Some("refund-1")).await.unwrap();
+    assert_eq!(status, 202, "the retry answers the conversation the first request created: {body}");
+    let id = body["conversation_id"].as_str().unwrap().to_owned();
+    let view = stack.wait_finished(&id, PATIENCE).await.unwrap();
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    let refund = view.subtasks.iter().find(|s| s.id == "w02").unwrap();
+    assert_eq!(refund.status, SubtaskStatus::Succeeded, "the retry sent the waiting refund: {view:?}");
+    assert_eq!(refund.effects.len(), 1);
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
     stack.shutdown().await;
 }
