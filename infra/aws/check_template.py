@@ -57,20 +57,24 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 #            table as "<Table>:<prefix>" ("<Table>:<any item>" unscoped); reads of the tables are open to all
 #   stream   reads the table's stream
 # Why each: the orchestrator enqueues every subtask at planning time (refund ones on the refund queue, whatever
-# their dependencies) and claims idempotency keys and rate slots; workers release dependents and hand work back on
-# their own queue - support workers and the DLQ consumer never send to the refund queue (refund subtasks wait for
-# their dependencies on it); only the refund worker holds the refund token; the DLQ consumer and the sweeper run no
-# model and no tool, so they read no secret (the sweeper runs the deadline path: conversation writes and the sweep
-# index, sending nothing); the aggregator's stream mapping sends a dropped batch to its on-failure queue with the
-# function's role; the gateway reads the role tokens (and an external shop's token) and invokes the
-# demo shop; the shop reaches nothing.
+# their dependencies) and approved refunds, claims idempotency keys and rate slots, records operators' decisions
+# (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
+# workers and the DLQ consumer never send to the refund queue (refund subtasks wait for their dependencies on it);
+# only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer and
+# the sweeper run no model and no tool, so they read no secret (the sweeper runs the deadline path: conversation
+# writes and the sweep index, sending nothing); the aggregator's stream mapping sends a dropped batch to its
+# on-failure queue with the function's role; the gateway reads the role tokens (and an external shop's token) and
+# the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table only; the
+# hand-off pipe reads the table's stream (and puts events on the default bus).
 ROLE_NEEDS = {
-    "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"}, secrets={"LlmApiKeySecret", "PlannerTokenSecret"},
-                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*"}),
+    "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
+                             secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
+                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*", "APPROVALS"}),
     "WorkerRole": dict(send={"TasksQueue"}, consume={"TasksQueue"}, secrets={"LlmApiKeySecret", "SupportTokenSecret"},
                        invoke={"ToolGateway"}, writes={"CONV#*"}),
     "RefundWorkerRole": dict(send={"TasksQueue", "RefundQueue"}, consume={"RefundQueue"},
-                             secrets={"LlmApiKeySecret", "RefundTokenSecret"}, invoke={"ToolGateway"}, writes={"CONV#*"}),
+                             secrets={"LlmApiKeySecret", "RefundTokenSecret"}, invoke={"ToolGateway"},
+                             writes={"CONV#*", "APPROVALS"}),
     "DlqConsumerRole": dict(send={"TasksQueue"}, consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"},
                             writes={"CONV#*"}),
     "SweeperRole": dict(writes={"CONV#*"}),
@@ -79,8 +83,9 @@ ROLE_NEEDS = {
     "AggregatorRole": dict(send={"AggregatorFailuresQueue"}, secrets={"LlmApiKeySecret"}, writes={"CONV#*"},
                            stream=True),
     "ToolGatewayRole": dict(secrets={"SupportTokenSecret", "RefundTokenSecret", "PlannerTokenSecret",
-                                     "ShopToolsTokenSecret"}, invoke={"ShopTools"}),
-    "ShopToolsRole": dict(),
+                                     "ShopToolsTokenSecret", "ApprovalKeySecret"}, invoke={"ShopTools"}),
+    "ShopToolsRole": dict(writes={"ShopLedgerTable:<any item>"}),
+    "HandoffPipeRole": dict(stream=True),
 }
 # Secrets a parameter can name instead of the stack creating them.
 SECRET_PARAMS = {"LlmApiKeySecretArn": "LlmApiKeySecret", "ShopToolsTokenSecretArn": "ShopToolsTokenSecret"}
@@ -304,7 +309,7 @@ class Checker:
                 redrive = r["Properties"].get("RedrivePolicy") or {}
                 if not redrive.get("deadLetterTargetArn") or self.number(redrive.get("maxReceiveCount")) is None:
                     self.fail(name, "no redrive policy to a DLQ")
-            elif r["Type"] == "AWS::DynamoDB::Table":
+            elif r["Type"] == "AWS::DynamoDB::Table" and name == "Table":
                 p = r["Properties"]
                 if (p.get("StreamSpecification") or {}).get("StreamViewType") != "NEW_IMAGE":
                     self.fail(name, "stream view type is not NEW_IMAGE")
@@ -344,7 +349,12 @@ class Checker:
 
     def check_sweep(self, functions):
         """The sweep's sparse index exists, a scheduled function sweeps it, and that function's role names the index."""
-        tables = [(k, r) for k, r in self.resources.items() if r["Type"] == "AWS::DynamoDB::Table"]
+        # The conversations table is the one with a stream (the aggregator's); another table (the shop's
+        # ledger) holds no conversation and needs no sweep index.
+        tables = [(k, r) for k, r in self.resources.items() if r["Type"] == "AWS::DynamoDB::Table"
+                  and r["Properties"].get("StreamSpecification")]
+        if not tables:
+            self.fail("sweep", "no conversations table (a table with a stream) to sweep")
         for table, r in tables:
             indexes = r["Properties"].get("GlobalSecondaryIndexes") or []
             index = next((i for i in indexes if i.get("IndexName") == SWEEP_INDEX["IndexName"]), None)

@@ -117,6 +117,9 @@ fn full_environment() -> HashMap<&'static str, String> {
         ("AWS_LAMBDA_FUNCTION_NAME", "gateway"),
         ("SHOP_TOOLS_ADDR", "127.0.0.1:8931"),
         ("SHOP_TOOLS_ALLOWED_HOSTS", "*"),
+        ("SHOP_LEDGER_TABLE", "shop-ledger"),
+        ("APPROVAL_KEY", "approval-key-0123456789abcdef0123456789"),
+        ("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:a"),
         ("SHOP_TOOLS_TOKEN", "shop-0123456789abcdef"),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
     ]
@@ -129,7 +132,7 @@ fn full_environment() -> HashMap<&'static str, String> {
 /// `*_SECRET_ARN` variables are read), and without the Lambda runtime's
 /// variables (a local run); answers every variable asked for.
 fn asked_for(parse: impl Fn(&dyn Fn(&str) -> Option<String>) -> bool) -> BTreeSet<String> {
-    let plain_secrets = ["GATEWAY_TOKEN", "LLM_API_KEY", "LLM_SUB_API_KEY", "SHOP_KEY"];
+    let plain_secrets = ["GATEWAY_TOKEN", "LLM_API_KEY", "LLM_SUB_API_KEY", "SHOP_KEY", "APPROVAL_KEY"];
     let lambda = ["AWS_LAMBDA_RUNTIME_API", "AWS_LAMBDA_FUNCTION_NAME"];
     let asked = RefCell::new(BTreeSet::new());
     for without in [&[][..], &plain_secrets[..], &lambda[..]] {

@@ -14,7 +14,7 @@ use swarm_local::{LocalStack, StackOptions};
 async fn serve(stack: &LocalStack, auth: Auth) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = stack.api_router(auth);
+    let app = stack.api_router(auth, None);
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });

@@ -417,6 +417,8 @@ async fn case_gateway() -> Result<(CaseUpstream, Arc<dyn ToolGateway>)> {
         allowed_hosts: vec!["127.0.0.1".into(), "localhost".into()],
         anonymous_role: None,
         upstream_keep_alive: false,
+        side_effects: Default::default(),
+        approval_key: None,
     };
     let (gateway_addr, _task) = tool_gateway::serve("127.0.0.1:0".parse()?, config).await?;
     let tokens = HashMap::from([("support".to_owned(), SUPPORT_TOKEN.to_owned())]);

@@ -47,11 +47,21 @@ async fn refund_request_moves_money_once_even_when_sent_again() {
     let id = first["conversation_id"].as_str().unwrap().to_owned();
     let view = stack.wait_finished(&id, Duration::from_secs(60)).await.unwrap();
     assert!(unmet_expectations(&case, &view).is_empty(), "{:?}", unmet_expectations(&case, &view));
+    // Every refund waits for a person (the demo's consent): nothing moved yet.
+    assert!(stack.shop.refunds().await.unwrap().is_empty());
+    assert_eq!(view.approvals.len(), 1, "{view:?}");
+    let (status, _) = stack.decide(&view.approvals[0].approval_id, "approve").await.unwrap();
+    assert_eq!(status, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while stack.shop.refunds().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the approved refund never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (_, third) = stack.post_conversation(&case.query, &case.customer_id, None).await.unwrap();
     let third_id = third["conversation_id"].as_str().unwrap().to_owned();
     assert_ne!(third_id, id);
     stack.wait_finished(&third_id, Duration::from_secs(60)).await.unwrap();
-    let refunds: Vec<_> = stack.shop.refunds().into_iter().filter(|r| r.order_id == "A1016").collect();
+    let refunds: Vec<_> = stack.shop.refunds().await.unwrap().into_iter().filter(|r| r.order_id == "A1016").collect();
     assert_eq!(refunds.len(), 1, "exactly one refund on A1016: {refunds:?}");
     assert!(refunds[0].amount <= 797.0 && refunds[0].amount > 0.0, "{refunds:?}");
     stack.shutdown().await;
@@ -62,7 +72,8 @@ async fn refund_outside_policy_moves_no_money_and_says_why() {
     let case = swarm_tests::case("q06");
     let (stack, view) = run_case(&case).await;
     assert!(unmet_expectations(&case, &view).is_empty(), "{:?}", unmet_expectations(&case, &view));
-    assert!(stack.shop.refunds().is_empty(), "no refund may happen: {:?}", stack.shop.refunds());
+    let refunds = stack.shop.refunds().await.unwrap();
+    assert!(refunds.is_empty(), "no refund may happen: {refunds:?}");
     let reply = view.reply.unwrap_or_default().to_lowercase();
     assert!(reply.contains("not delivered") || reply.contains("not made") || reply.contains("refused"), "{reply}");
     stack.shutdown().await;

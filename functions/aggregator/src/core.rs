@@ -3,15 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, MAX_REPLY_BYTES, Usage, now_ms};
+use swarm_core::domain::{ConversationId, ConversationStatus, Handoff, MAX_REPLY_BYTES, Usage, now_ms};
 use swarm_core::faults::{self, CrashPoint};
+use swarm_core::handoff::handoff_reason;
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
 use swarm_core::obs;
 use swarm_core::ports::{
     ChatModel, ChatRequest, ConversationStore, FinishReason, LeaseOutcome, LeasePhase, Purpose, StoreError,
 };
 use swarm_core::prompts::reply_messages;
-use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::reply::{HANDOFF_NOTE, compose_reply, reply_input};
 use swarm_core::timings::Timings;
 use swarm_core::untrusted::clean_text_bytes;
 
@@ -88,7 +89,10 @@ impl Aggregator {
                 return Ok(AggregateOutcome::NotReady { remaining: conversation.remaining });
             }
             ConversationStatus::Running | ConversationStatus::Aggregating => {}
-            ConversationStatus::Planning | ConversationStatus::Done | ConversationStatus::Failed => {
+            ConversationStatus::Planning
+            | ConversationStatus::Done
+            | ConversationStatus::Failed
+            | ConversationStatus::Handoff => {
                 return Ok(AggregateOutcome::AlreadyHandled);
             }
         }
@@ -114,7 +118,12 @@ impl Aggregator {
         }
         faults::at(CrashPoint::AggregatorAfterFlip).await;
         let subtasks = self.store.list_subtasks(id).await?;
-        let input = reply_input(&subtasks, &conversation.notes);
+        let handoff = handoff_reason(&conversation, &subtasks).map(|reason| Handoff { reason, at_ms: now_ms() });
+        let mut notes = conversation.notes.clone();
+        if handoff.is_some() {
+            notes.push(HANDOFF_NOTE.to_owned());
+        }
+        let input = reply_input(&subtasks, &notes);
         let request = ChatRequest {
             purpose: Purpose::Reply,
             messages: reply_messages(&conversation.query, &input),
@@ -156,13 +165,23 @@ impl Aggregator {
         };
         // Model output bound for a terminal and a DynamoDB item: no display controls, bounded in bytes.
         let reply = clean_text_bytes(&reply, MAX_REPLY_BYTES);
-        if !self.store.finish_conversation(id, &reply, &usage).await? {
+        // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
+        let flipped = match &handoff {
+            Some(h) => self.store.hand_off(id, &reply, &usage, h).await?,
+            None => self.store.finish_conversation(id, &reply, &usage).await?,
+        };
+        if !flipped {
             tracing::warn!(conversation_id = %id, "another aggregation answered first (this lease was taken over)");
             return Ok(AggregateOutcome::AlreadyHandled);
         }
         obs::metrics::reply_written(by_model);
-        obs::metrics::conversation_finished(ConversationStatus::Done, conversation.created_at_ms, now_ms());
+        let status = if handoff.is_some() { ConversationStatus::Handoff } else { ConversationStatus::Done };
+        obs::metrics::conversation_finished(status, conversation.created_at_ms, now_ms());
         obs::metrics::conversation_cost(&conversation.usage.add(&usage));
+        if let Some(h) = &handoff {
+            obs::metrics::handoff(h.reason);
+            tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
+        }
         tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
         Ok(AggregateOutcome::Replied { by_model })
     }

@@ -1,8 +1,8 @@
 //! The orchestrator's one typed config: every variable it reads, parsed once at cold start from the shared pieces.
 
 use swarm_adapters::config::{
-    AuthConfig, ConfigError, GatewayClientConfig, LimitsConfig, QueueUrls, SecretsExtension, TableConfig, Vars,
-    var_list,
+    AuthConfig, ConfigError, GatewayClientConfig, LimitsConfig, QueueUrls, SecretSource, SecretsExtension, TableConfig,
+    Vars, var_list,
 };
 use swarm_adapters::llm::LlmConfig;
 use swarm_core::access::CustomerLimits;
@@ -27,11 +27,15 @@ pub struct OrchestratorConfig {
     pub roles: RoleTable,
     /// `DEADLINE_SECS`: seconds from a conversation's creation to its deadline (default 120).
     pub deadline_secs: u64,
+    /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`): the key approval tokens
+    /// are signed with, shared only with the gateway. Unset: the approvals API is off.
+    pub approval_key: Option<SecretSource>,
 }
 
 impl OrchestratorConfig {
     /// Variables read by the orchestrator itself (the pieces list theirs).
-    const OWN_VARS: &'static [&'static str] = &["ROLE_TABLE", "DEADLINE_SECS"];
+    const OWN_VARS: &'static [&'static str] =
+        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -72,6 +76,7 @@ impl OrchestratorConfig {
             limits: LimitsConfig::from_lookup(&lookup)?,
             roles,
             deadline_secs,
+            approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
         })
     }
 
@@ -117,6 +122,11 @@ mod tests {
         assert_eq!(c.roles, RoleTable::demo());
         assert_eq!(c.settings().deadline_secs, 120);
         assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
+        assert!(c.approval_key.is_none(), "no key: the approvals API is off");
+        let with =
+            parse(&[("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval")])
+                .unwrap();
+        assert_eq!(with.approval_key.map(|k| k.var().to_owned()).as_deref(), Some("APPROVAL_KEY_SECRET_ARN"));
     }
 
     #[test]

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Lease, MAX_MESSAGE_CHARS, Plan, SubtaskRecord, SubtaskStatus,
-    TaskMessage, Usage, now_ms, request_hash, sweep_shard,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_MESSAGE_CHARS, Plan,
+    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, now_ms, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::obs;
-use swarm_core::plan::{fallback_plan, parse_plan, validate_plan_within};
+use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, LeaseOutcome, LeasePhase, MAX_DELAY_SECONDS,
     Purpose, StoreError, ToolContext, ToolGateway,
@@ -75,9 +75,12 @@ pub enum ApiError {
     /// 400: the request is malformed or out of limits; nothing was written.
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
-    /// 404: no such conversation for this customer.
-    #[error("conversation not found")]
+    /// 404: no such conversation for this customer (or no such approval).
+    #[error("not found")]
     NotFound,
+    /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
+    #[error("{0}")]
+    Conflict(String),
     /// 422: the `Idempotency-Key` was used before with another request (another message); nothing was written.
     #[error("this Idempotency-Key was already used with another request (conversation {0}); use a new key")]
     KeyReused(ConversationId),
@@ -94,6 +97,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
+            Self::Conflict(_) => 409,
             Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
             Self::Unavailable(_) => 503,
@@ -104,6 +108,7 @@ impl ApiError {
         match self {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
+            Self::Conflict(_) => "approval_conflict",
             Self::KeyReused(_) => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
@@ -120,6 +125,10 @@ impl ApiError {
 
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
         Self::BadRequest { code, message: message.into() }
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self::Conflict(message.into())
     }
 }
 
@@ -310,7 +319,13 @@ impl Orchestrator {
                     .list_subtasks(&id)
                     .await?
                     .into_iter()
-                    .filter(|r| r.status == SubtaskStatus::Queued && r.attempts == 0)
+                    // A refund-role subtask waits for its dependencies on its own queue, PENDING: only the
+                    // orchestrator sends it, so a crash before that send is made up for here too.
+                    .filter(|r| {
+                        r.attempts == 0
+                            && (r.status == SubtaskStatus::Queued
+                                || (r.status == SubtaskStatus::Pending && self.queues.has_own_queue(&r.role)))
+                    })
                     .collect();
                 if !unsent.is_empty() {
                     tracing::warn!(conversation_id = %id, subtasks = unsent.len(), "subtasks never started: sending them again");
@@ -345,7 +360,13 @@ impl Orchestrator {
             return Err(ApiError::Unavailable(e.to_string()));
         }
 
-        let (plan, usage) = self.plan(&conversation).instrument(tracing::info_span!("plan")).await;
+        let (plan, usage, handoff) = self.plan(&conversation).instrument(tracing::info_span!("plan")).await;
+        if handoff {
+            // The customer asked for a person: the conversation ends in HANDOFF when it is answered.
+            let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
+            self.store.request_handoff(&id, &asked).await?;
+            tracing::info!("the customer asked for a person: hand-off requested");
+        }
         let mut records: Vec<SubtaskRecord> = plan
             .subtasks
             .iter()
@@ -363,9 +384,12 @@ impl Orchestrator {
         Ok(Created { conversation_id: id, new: true })
     }
 
+    /// Enqueues every subtask without dependencies, and every subtask of a role with its own
+    /// queue whatever its dependencies: those wait for them on their own queue, because no
+    /// function but the orchestrator and that role's worker may send there.
     async fn enqueue_ready(&self, id: &ConversationId, records: &[SubtaskRecord]) -> Result<(), ApiError> {
         let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
-        for r in records.iter().filter(|r| r.subtask.depends_on.is_empty()) {
+        for r in records.iter().filter(|r| r.subtask.depends_on.is_empty() || self.queues.has_own_queue(&r.role)) {
             by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
         }
         for (role, messages) in by_role {
@@ -379,8 +403,9 @@ impl Orchestrator {
     }
 
     /// Asks the model for a plan; one retry with the validation error shown,
-    /// then a single-subtask fallback. Never fails: planning problems degrade.
-    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage) {
+    /// then a single-subtask fallback. Never fails: planning problems degrade. The flag is the
+    /// plan's `handoff` (the customer asked for a person); such a plan may have no subtasks.
+    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage, bool) {
         let started = tokio::time::Instant::now();
         let deadline = started + self.settings.plan_timeout;
         let ctx = ToolContext {
@@ -430,11 +455,12 @@ impl Orchestrator {
             };
             usage = usage.add(&response.usage);
             let text = response.content.clone().unwrap_or_default();
+            let handoff = plan_requests_handoff(&text);
             let max = self.limits().subtasks_per_conversation;
             match parse_plan(&text).and_then(|raw| validate_plan_within(raw, &known, max)) {
-                Ok(plan) if !plan.subtasks.is_empty() => {
+                Ok(plan) if !plan.subtasks.is_empty() || handoff => {
                     obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Planned);
-                    return (plan, usage);
+                    return (plan, usage, handoff);
                 }
                 Ok(_) => last_error = "the plan has no subtasks".into(),
                 Err(e) => last_error = e.to_string(),
@@ -444,7 +470,7 @@ impl Orchestrator {
             messages.push(plan_retry_message(&last_error));
         }
         obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Fallback);
-        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage)
+        (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage, false)
     }
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's
@@ -462,7 +488,14 @@ impl Orchestrator {
         } else {
             self.store.list_subtasks(&id).await?
         };
-        Ok(ConversationView::build(&conversation, &subtasks))
+        // The decisions and outcomes of its side effects' approvals (one per side effect that waited).
+        let mut approvals = Vec::new();
+        for approval_id in swarm_core::view::approval_ids(&subtasks) {
+            if let Some(a) = self.store.get_approval(&approval_id).await? {
+                approvals.push(a);
+            }
+        }
+        Ok(ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms()))
     }
 }
 

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Auth, Orchestrator, OrchestratorConfig};
+use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorConfig};
 use swarm_adapters::config::AwsClients;
 use swarm_adapters::telemetry::Telemetry;
+use swarm_core::approval::ApprovalKey;
+use swarm_core::timings::Timings;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
@@ -24,8 +26,14 @@ async fn main() -> Result<(), lambda_http::Error> {
     )
     .with_limits(access.clone(), config.limits);
     let auth = Auth::from_config(&config.auth, access);
-    let router = orchestrator::router(ApiState::new(Arc::new(core), auth))
-        .layer(axum::middleware::from_fn_with_state(telemetry, flush_after));
+    let mut state = ApiState::new(Arc::new(core), auth);
+    if let Some(source) = &config.approval_key {
+        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
+        let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
+        // The approvals routes use AWS_IAM authorization in the template, whatever customers use.
+        state = state.with_approvals(Arc::new(approvals), OperatorAuth::Iam);
+    }
+    let router = orchestrator::router(state).layer(axum::middleware::from_fn_with_state(telemetry, flush_after));
     lambda_http::run(router).await
 }
 

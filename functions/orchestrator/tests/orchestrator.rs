@@ -89,10 +89,11 @@ async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
     assert_eq!(subtasks[0].role, "support");
     assert_eq!(subtasks[1].role, "refund", "role from the tool table, not the model");
     assert_eq!(subtasks[1].status, SubtaskStatus::Pending);
-    // Only w01 is queued now (w02 waits for it); the deadline message is delayed.
+    // w01 is queued now; w02 (the refund role's) too, whatever its dependency: it waits for w01 on its
+    // own queue, because no other function may send there. The deadline message is delayed.
     let queued = drain(&r.tasks).await;
     assert_eq!(queued, vec![TaskMessage::run(&created.conversation_id, "w01")]);
-    assert!(drain(&r.refunds).await.is_empty());
+    assert_eq!(drain(&r.refunds).await, vec![TaskMessage::run(&created.conversation_id, "w02")]);
 }
 
 #[tokio::test]

@@ -26,6 +26,9 @@ pub struct Config {
     pub region: Option<String>,
     /// Logs as JSON lines (on Lambda, or `AWS_LAMBDA_LOG_FORMAT=JSON`).
     pub json_logs: bool,
+    /// The refund ledger's DynamoDB table (`SHOP_LEDGER_TABLE`); `None`: in memory, for as long
+    /// as the process lives (local runs only: on Lambda it is required).
+    pub ledger_table: Option<String>,
 }
 
 impl Config {
@@ -37,6 +40,7 @@ impl Config {
         "SHOP_TOOLS_TOKEN",
         "AWS_REGION",
         "AWS_LAMBDA_LOG_FORMAT",
+        "SHOP_LEDGER_TABLE",
     ];
 
     /// Reads the process environment.
@@ -70,7 +74,13 @@ impl Config {
                     .into(),
             ));
         }
-        Ok(Config { on_lambda, addr, allowed_hosts, json_logs, token, region: set("AWS_REGION") })
+        let ledger_table = set("SHOP_LEDGER_TABLE");
+        if on_lambda && ledger_table.is_none() {
+            return Err(ShopError::Config(
+                "SHOP_LEDGER_TABLE must name the refund ledger's DynamoDB table on Lambda (an in-memory ledger would forget refunds and keys on every cold start)".into(),
+            ));
+        }
+        Ok(Config { on_lambda, addr, allowed_hosts, json_logs, token, region: set("AWS_REGION"), ledger_table })
     }
 
     /// Who the server answers: the configured hosts (or the default of the platform) and the token.
@@ -143,13 +153,14 @@ mod tests {
 
     #[test]
     fn on_lambda_only_the_function_urls_host_is_served() -> anyhow::Result<()> {
-        let c = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"), ("AWS_REGION", "eu-west-1")])?;
+        let lambda = [("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"), ("SHOP_LEDGER_TABLE", "shop-ledger")];
+        let c = config(&[lambda[0], lambda[1], ("AWS_REGION", "eu-west-1")])?;
         let access = c.access()?;
         assert!(!access.requires_token(), "AWS_IAM authenticated the caller");
         assert_eq!(access.hosts(), ["*.lambda-url.eu-west-1.on.aws"]);
         assert!(access.host_allowed("x7k2.lambda-url.eu-west-1.on.aws"));
         assert!(!access.host_allowed("evil.example.com"));
-        let no_region = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")])?;
+        let no_region = config(&lambda)?;
         assert!(no_region.access().is_err());
         Ok(())
     }
@@ -159,11 +170,20 @@ mod tests {
         let c = config(&[
             ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
             ("SHOP_TOOLS_ALLOWED_HOSTS", " a.example.com, b:8080 ,"),
+            ("SHOP_LEDGER_TABLE", "shop-ledger"),
         ])?;
         assert!(c.on_lambda);
         assert!(c.json_logs);
         assert_eq!(c.allowed_hosts, Some(vec!["a.example.com".to_string(), "b:8080".to_string()]));
+        assert_eq!(c.ledger_table.as_deref(), Some("shop-ledger"));
         Ok(())
+    }
+
+    #[test]
+    fn on_lambda_the_ledger_must_be_durable() {
+        let err = config(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")]).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("SHOP_LEDGER_TABLE")));
+        assert_eq!(config(&[TOKEN]).map(|c| c.ledger_table).ok(), Some(None), "locally it lives in memory");
     }
 
     #[test]

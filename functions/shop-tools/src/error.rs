@@ -29,8 +29,8 @@ impl ShopError {
 }
 
 /// Why a tool call was answered with `is_error = true`; the message is what the caller
-/// sees as `{"error": "<message>"}`. All refusals are permanent: the same request gets the
-/// same answer, and a refusal never changes any state.
+/// sees as `{"error": "<message>"}`. A refusal never changes any state; all but
+/// [`Refusal::Unavailable`] are permanent (the same request gets the same answer).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// An order, shipment, product or customer the caller may see does not exist
@@ -43,11 +43,15 @@ pub enum Refusal {
     /// A shop rule forbids the request (e.g. the refund window has closed).
     #[error("{0}")]
     Refused(String),
+    /// The refund ledger could not be reached or kept changing: nothing was recorded, and the
+    /// same request may succeed later.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl Refusal {
-    /// Whether retrying the same call may succeed: never, the data decides.
+    /// Whether retrying the same call may succeed: only when the ledger was unavailable; otherwise the data decides.
     pub fn is_transient(&self) -> bool {
-        false
+        matches!(self, Self::Unavailable(_))
     }
 }

@@ -10,6 +10,7 @@ pub mod args;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod ledger;
 mod matching;
 pub mod server;
 pub mod shop;
@@ -19,6 +20,7 @@ mod shop_tests;
 pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, UpstreamToken};
 pub use config::Config;
 pub use error::{Refusal, ShopError};
+pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
 pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve};
 pub use shop::{RefundRecord, Shop};
 

@@ -3,13 +3,20 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use shop_tools::{Config, Shop, config::init_tracing};
+use shop_tools::{Config, DynamoLedger, InMemoryLedger, RefundLedger, Shop, config::init_tracing};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::from_env()?;
     init_tracing(config.json_logs);
-    let shop = Arc::new(Shop::demo()?);
+    let ledger: Arc<dyn RefundLedger> = match &config.ledger_table {
+        Some(table) => {
+            let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            Arc::new(DynamoLedger::new(aws_sdk_dynamodb::Client::new(&aws), table.clone()))
+        }
+        None => Arc::new(InMemoryLedger::new()),
+    };
+    let shop = Arc::new(Shop::demo_with(ledger)?);
     let access = config.access()?;
     if config.on_lambda {
         lambda_http::run(shop_tools::router(shop, access)).await.map_err(|e| anyhow::anyhow!(e))

@@ -105,14 +105,14 @@ impl ShopTools {
         description = "Look up one of the customer's orders by order id: order status (paid, shipped, delivered, cancelled, refunded), items, total, amount paid and refunded, delivery date, tracking number and a shipment summary (carrier, latest parcel event, ETA).",
         annotations(read_only_hint = true)
     )]
-    fn get_order(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+    async fn get_order(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
         let (args, customer) = match parse::<GetOrderArgs>("get_order", arguments)
             .and_then(|a| Ok((a, customer_of("get_order", &parts)?)))
         {
             Ok(pair) => pair,
             Err(refused) => return refused,
         };
-        answer("get_order", Some(&customer), self.shop.get_order(&customer, &args.order_id))
+        answer("get_order", Some(&customer), self.shop.get_order(&customer, &args.order_id).await)
     }
 
     #[tool(
@@ -120,14 +120,14 @@ impl ShopTools {
         description = "List the customer's orders (my orders, order history, recent purchases), newest first, with order id, date, status and total.",
         annotations(read_only_hint = true)
     )]
-    fn list_customer_orders(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+    async fn list_customer_orders(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
         let customer = match parse::<ListOrdersArgs>("list_customer_orders", arguments)
             .and_then(|_| customer_of("list_customer_orders", &parts))
         {
             Ok(customer) => customer,
             Err(refused) => return refused,
         };
-        answer("list_customer_orders", Some(&customer), self.shop.list_customer_orders(&customer))
+        answer("list_customer_orders", Some(&customer), self.shop.list_customer_orders(&customer).await)
     }
 
     #[tool(
@@ -135,7 +135,7 @@ impl ShopTools {
         description = "Track a parcel / shipment / delivery by order id or tracking number: where is my package, carrier, logistics events, customs hold or delay, estimated delivery date (ETA) and whether it is late.",
         annotations(read_only_hint = true)
     )]
-    fn track_shipment(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+    async fn track_shipment(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
         let (args, customer) = match parse::<TrackShipmentArgs>("track_shipment", arguments)
             .and_then(|a| Ok((a, customer_of("track_shipment", &parts)?)))
         {
@@ -145,7 +145,7 @@ impl ShopTools {
         answer(
             "track_shipment",
             Some(&customer),
-            self.shop.track_shipment(&customer, args.order_id.as_deref(), args.tracking_no.as_deref()),
+            self.shop.track_shipment(&customer, args.order_id.as_deref(), args.tracking_no.as_deref()).await,
         )
     }
 
@@ -196,7 +196,7 @@ impl ShopTools {
         description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
     )]
-    fn refund(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+    async fn refund(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
         let mut args = match parse::<RefundArgs>("refund", arguments) {
             Ok(args) => args,
             Err(refused) => return refused,
@@ -212,7 +212,7 @@ impl ShopTools {
                 return refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}"));
             }
         };
-        answer("refund", Some(&args.customer_id), self.shop.refund(&args))
+        answer("refund", Some(&args.customer_id), self.shop.refund(&args).await)
     }
 }
 

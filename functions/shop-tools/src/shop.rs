@@ -1,8 +1,9 @@
 //! The shop's rules as plain Rust: order, shipment, product, coupon and refund logic over
-//! the data set, with refunds kept in memory (the data set on disk is never edited).
+//! the data set, with refunds in a [`RefundLedger`] (in memory locally, DynamoDB on Lambda; the
+//! data set on disk is never edited).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use chrono::{DateTime, Duration, FixedOffset, NaiveDate};
 use serde::Serialize;
@@ -10,6 +11,8 @@ use serde::Serialize;
 use crate::args::{CheckCouponArgs, RefundArgs};
 use crate::data::{Coupon, Customer, Order, OrderItem, Product, Shipment, ShipmentEvent, ShopData};
 use crate::error::{Refusal, ShopError};
+pub use crate::ledger::RefundRecord;
+use crate::ledger::{InMemoryLedger, LedgerError, LedgerWrite, OrderRefunds, RefundLedger};
 use crate::matching;
 
 /// The demo data set, embedded at build time.
@@ -21,36 +24,25 @@ pub const MAX_NAME_MATCHES: usize = 5;
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 200;
 /// Most SKUs one `get_product` call may ask for.
 pub const MAX_SKUS_PER_CALL: usize = 20;
+/// Rounds of [`Shop::refund`] while other refunds of the same order keep landing first.
+const REFUND_ROUNDS: usize = 8;
 
-/// The shop: read-only data plus the refunds made since start-up.
-#[derive(Debug)]
+/// The shop: read-only data plus its refund ledger. Keys are per customer, so one customer's
+/// key can never replay another customer's refund.
 pub struct Shop {
     data: ShopData,
-    refunds: Mutex<RefundState>,
+    ledger: Arc<dyn RefundLedger>,
 }
 
-#[derive(Debug, Default)]
-struct RefundState {
-    records: Vec<RefundRecord>,
-    /// (customer id, idempotency key) → index in `records`. Keys are per customer, so one
-    /// customer's key can never replay another customer's refund.
-    by_key: HashMap<(String, String), usize>,
+impl std::fmt::Debug for Shop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shop").field("customers", &self.data.customers.len()).finish_non_exhaustive()
+    }
 }
 
-/// One refund made through [`Shop::refund`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RefundRecord {
-    /// "RF-000001", "RF-000002", ... in the order refunds were made.
-    pub refund_id: String,
-    pub customer_id: String,
-    pub order_id: String,
-    /// Amount refunded by this refund, in `currency`.
-    pub amount: f64,
-    pub currency: String,
-    /// Total refunded on the order after this refund (including refunds before start-up).
-    pub refunded_total: f64,
-    pub reason: Option<String>,
-    pub idempotency_key: String,
+fn unavailable(e: LedgerError) -> Refusal {
+    tracing::error!(error = %e, "refund ledger call failed");
+    Refusal::Unavailable("the refund ledger is unavailable right now; nothing was changed, try again".into())
 }
 
 /// `get_order` result.
@@ -214,7 +206,7 @@ pub struct RefundReceipt {
 }
 
 impl RefundRecord {
-    fn receipt(&self) -> RefundReceipt {
+    pub(crate) fn receipt(&self) -> RefundReceipt {
         RefundReceipt {
             refunded: true,
             refund_id: self.refund_id.clone(),
@@ -228,7 +220,7 @@ impl RefundRecord {
 
 /// Amounts are compared in integer cents so that 0.1 + 0.2 style sums never decide a refund.
 fn cents(amount: f64) -> i64 {
-    (amount * 100.0).round() as i64
+    crate::ledger::cents(amount)
 }
 
 fn from_cents(cents: i64) -> f64 {
@@ -321,7 +313,21 @@ impl Shop {
     ///
     /// Errors: [`ShopError::InvalidData`] (see [`ShopData::from_json`]).
     pub fn from_json(json: &str) -> Result<Shop, ShopError> {
-        Ok(Shop { data: ShopData::from_json(json)?, refunds: Mutex::new(RefundState::default()) })
+        Self::from_json_with(json, Arc::new(InMemoryLedger::new()))
+    }
+
+    /// The embedded demo data set over `ledger` (DynamoDB on Lambda).
+    ///
+    /// Errors: [`ShopError::InvalidData`] if the embedded JSON is malformed.
+    pub fn demo_with(ledger: Arc<dyn RefundLedger>) -> Result<Shop, ShopError> {
+        Self::from_json_with(DEMO_SHOP_JSON, ledger)
+    }
+
+    /// A shop over any data set of the same shape, its refunds in `ledger`.
+    ///
+    /// Errors: [`ShopError::InvalidData`] (see [`ShopData::from_json`]).
+    pub fn from_json_with(json: &str, ledger: Arc<dyn RefundLedger>) -> Result<Shop, ShopError> {
+        Ok(Shop { data: ShopData::from_json(json)?, ledger })
     }
 
     /// The shop's "now" (`policy.now`), the clock of every date rule.
@@ -337,15 +343,17 @@ impl Shop {
         &self.data.policy.currency
     }
 
-    /// Refunds made since start-up, oldest first.
-    pub fn refunds(&self) -> Vec<RefundRecord> {
-        self.state().records.clone()
+    /// Every refund in the ledger (the in-memory ledger: oldest first).
+    ///
+    /// Errors: the ledger cannot be read.
+    pub async fn refunds(&self) -> Result<Vec<RefundRecord>, LedgerError> {
+        self.ledger.all().await
     }
 
-    // A panic while holding the lock cannot leave the state half-written (every update is a
-    // single push + insert after all checks), so a poisoned lock is safe to reuse.
-    fn state(&self) -> MutexGuard<'_, RefundState> {
-        self.refunds.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// What the ledger holds for `orders`.
+    async fn ledger_orders(&self, orders: &[&Order]) -> Result<HashMap<String, OrderRefunds>, Refusal> {
+        let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+        self.ledger.orders(&ids).await.map_err(unavailable)
     }
 
     fn customer(&self, customer_id: &str) -> Result<&Customer, Refusal> {
@@ -379,10 +387,9 @@ impl Shop {
         self.data.shipments.iter().find(|s| s.order_id.eq_ignore_ascii_case(&order.order_id))
     }
 
-    /// Refunded on the order in cents: before start-up plus refunds made here.
-    fn refunded_cents(&self, state: &RefundState, order: &Order) -> i64 {
-        cents(order.refunded)
-            + state.records.iter().filter(|r| r.order_id == order.order_id).map(|r| cents(r.amount)).sum::<i64>()
+    /// Refunded on the order in cents: before the ledger plus refunds in it.
+    fn refunded_cents(ledger: &HashMap<String, OrderRefunds>, order: &Order) -> i64 {
+        cents(order.refunded) + ledger.get(&order.order_id).map_or(0, |o| o.cents)
     }
 
     fn effective_status(order: &Order, refunded: i64) -> String {
@@ -405,10 +412,10 @@ impl Shop {
     ///
     /// Errors: [`Refusal::NotFound`] "order A1005 not found" for an unknown order or one of
     /// another customer; [`Refusal::InvalidArguments`] for an empty id.
-    pub fn get_order(&self, customer_id: &str, order_id: &str) -> Result<OrderView, Refusal> {
+    pub async fn get_order(&self, customer_id: &str, order_id: &str) -> Result<OrderView, Refusal> {
         let customer = self.customer(customer_id)?;
         let order = self.order_of(customer, order_id)?;
-        let refunded = self.refunded_cents(&self.state(), order);
+        let refunded = Self::refunded_cents(&self.ledger_orders(&[order]).await?, order);
         let shipment = self.shipment_of(order).map(|s| ShipmentSummary {
             carrier: s.carrier.clone(),
             status: shipment_status(s.events.last()).to_string(),
@@ -437,18 +444,16 @@ impl Shop {
     /// The customer's orders, newest first.
     ///
     /// Errors: [`Refusal::NotFound`] for an unknown customer id.
-    pub fn list_customer_orders(&self, customer_id: &str) -> Result<OrderList, Refusal> {
+    pub async fn list_customer_orders(&self, customer_id: &str) -> Result<OrderList, Refusal> {
         let customer = self.customer(customer_id)?;
-        let state = self.state();
-        let mut orders: Vec<OrderLine> = self
-            .data
-            .orders
+        let own: Vec<&Order> = self.data.orders.iter().filter(|o| o.customer_id == customer.customer_id).collect();
+        let ledger = self.ledger_orders(&own).await?;
+        let mut orders: Vec<OrderLine> = own
             .iter()
-            .filter(|o| o.customer_id == customer.customer_id)
             .map(|o| OrderLine {
                 order_id: o.order_id.clone(),
                 placed_at: o.placed_at,
-                status: Self::effective_status(o, self.refunded_cents(&state, o)),
+                status: Self::effective_status(o, Self::refunded_cents(&ledger, o)),
                 total: o.total,
                 currency: o.currency.clone(),
             })
@@ -462,7 +467,7 @@ impl Shop {
     /// Errors: [`Refusal::NotFound`] for an unknown (or another customer's) order or tracking
     /// number, and "order A1029 has no shipment yet (status PAID)";
     /// [`Refusal::InvalidArguments`] when neither is given or the two disagree.
-    pub fn track_shipment(
+    pub async fn track_shipment(
         &self,
         customer_id: &str,
         order_id: Option<&str>,
@@ -477,13 +482,14 @@ impl Shop {
             }
             (Some(order_id), tracking) => {
                 let order = self.order_of(customer, order_id)?;
-                let shipment = self.shipment_of(order).ok_or_else(|| {
-                    Refusal::NotFound(format!(
+                let Some(shipment) = self.shipment_of(order) else {
+                    let refunded = Self::refunded_cents(&self.ledger_orders(&[order]).await?, order);
+                    return Err(Refusal::NotFound(format!(
                         "order {} has no shipment yet (status {})",
                         order.order_id,
-                        Self::effective_status(order, self.refunded_cents(&self.state(), order))
-                    ))
-                })?;
+                        Self::effective_status(order, refunded)
+                    )));
+                };
                 if let Some(tracking) = tracking
                     && !shipment.tracking_no.eq_ignore_ascii_case(tracking)
                 {
@@ -831,13 +837,16 @@ impl Shop {
     ///
     /// Idempotent by `(customer_id, idempotency_key)`: a repeated key returns the first
     /// receipt and moves no money; the same key for another order or amount is refused.
-    /// Checks and the record happen under one lock, so concurrent calls cannot refund the
-    /// same money twice. A refusal records nothing.
+    /// The checks are made against the ledger's totals of the order and the refund is recorded
+    /// conditional on those totals and on the key being new (one conditional write on
+    /// DynamoDB), so concurrent calls — on any instance — cannot refund the same money twice.
+    /// A refusal records nothing.
     ///
     /// Errors: [`Refusal::NotFound`] (order), [`Refusal::InvalidArguments`] (key, amount),
     /// [`Refusal::Refused`] with the policy reason, e.g. "order A1032 is SHIPPED, not
-    /// delivered: the refund window starts at delivery".
-    pub fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
+    /// delivered: the refund window starts at delivery"; [`Refusal::Unavailable`] when the
+    /// ledger cannot be reached (nothing recorded).
+    pub async fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
         let key = request.idempotency_key.trim();
         if key.is_empty() {
@@ -856,34 +865,63 @@ impl Shop {
             None => None,
         };
         let order = self.order_of(customer, &request.order_id)?;
-        let currency = order.currency.as_str();
-
-        let mut state = self.state();
-        let slot = (customer.customer_id.clone(), key.to_string());
-        if let Some(&index) = state.by_key.get(&slot) {
-            let first = &state.records[index];
-            if first.order_id != order.order_id {
-                return Err(Refusal::Refused(format!(
-                    "idempotency_key '{}' was already used for a refund of order {}; use a new key for a new refund",
-                    shown(key),
-                    first.order_id
-                )));
+        for _ in 0..REFUND_ROUNDS {
+            if let Some(first) = self.ledger.by_key(&customer.customer_id, key).await.map_err(unavailable)? {
+                return Self::replay(&first, order, key, wanted);
             }
-            if wanted.is_some_and(|w| w != cents(first.amount)) {
-                return Err(Refusal::Refused(format!(
-                    "idempotency_key '{}' was already used for a refund of {} on order {}; use a new key for a different amount",
-                    shown(key),
-                    money(cents(first.amount), currency),
-                    first.order_id
-                )));
+            let before = self.ledger_orders(&[order]).await?.get(&order.order_id).copied().unwrap_or_default();
+            let record = self.new_refund(customer, order, request, key, wanted, before)?;
+            match self.ledger.record(&record, before).await.map_err(unavailable)? {
+                LedgerWrite::Recorded => {
+                    tracing::info!(refund_id = %record.refund_id, order_id = %record.order_id, amount = record.amount, "refund recorded");
+                    return Ok(record.receipt());
+                }
+                LedgerWrite::KeyTaken(first) => return Self::replay(&first, order, key, wanted),
+                // Another refund of this order landed first: check again against the new totals.
+                LedgerWrite::OrderChanged => continue,
             }
-            tracing::info!(refund_id = %first.refund_id, order_id = %first.order_id, "refund replayed for a repeated idempotency key");
-            return Ok(first.receipt());
         }
+        Err(Refusal::Unavailable(format!(
+            "order {} is being refunded by other requests right now; nothing was changed, try again",
+            order.order_id
+        )))
+    }
 
+    /// The answer to a repeated key: the first receipt, unless it names another order or amount.
+    fn replay(first: &RefundRecord, order: &Order, key: &str, wanted: Option<i64>) -> Result<RefundReceipt, Refusal> {
+        if first.order_id != order.order_id {
+            return Err(Refusal::Refused(format!(
+                "idempotency_key '{}' was already used for a refund of order {}; use a new key for a new refund",
+                shown(key),
+                first.order_id
+            )));
+        }
+        if wanted.is_some_and(|w| w != cents(first.amount)) {
+            return Err(Refusal::Refused(format!(
+                "idempotency_key '{}' was already used for a refund of {} on order {}; use a new key for a different amount",
+                shown(key),
+                money(cents(first.amount), &first.currency),
+                first.order_id
+            )));
+        }
+        tracing::info!(refund_id = %first.refund_id, order_id = %first.order_id, "refund replayed for a repeated idempotency key");
+        Ok(first.receipt())
+    }
+
+    /// The policy checks against `before` (the ledger's totals of the order), and the refund they allow.
+    fn new_refund(
+        &self,
+        customer: &Customer,
+        order: &Order,
+        request: &RefundArgs,
+        key: &str,
+        wanted: Option<i64>,
+        before: OrderRefunds,
+    ) -> Result<RefundRecord, Refusal> {
         let id = &order.order_id;
+        let currency = order.currency.as_str();
         let paid = cents(order.paid);
-        let refunded = self.refunded_cents(&state, order);
+        let refunded = cents(order.refunded) + before.cents;
         let remaining = paid - refunded;
         if self.data.policy.refund_requires_paid && paid <= 0 {
             return Err(Refusal::Refused(format!(
@@ -928,9 +966,8 @@ impl Shop {
                 money(refunded, currency)
             )));
         }
-
-        let record = RefundRecord {
-            refund_id: format!("RF-{:06}", state.records.len() + 1),
+        Ok(RefundRecord {
+            refund_id: format!("RF-{id}-{}", before.count + 1),
             customer_id: customer.customer_id.clone(),
             order_id: id.clone(),
             amount: from_cents(amount),
@@ -938,12 +975,6 @@ impl Shop {
             refunded_total: from_cents(refunded + amount),
             reason: request.reason.as_ref().map(|r| r.trim().to_string()).filter(|r| !r.is_empty()),
             idempotency_key: key.to_string(),
-        };
-        tracing::info!(refund_id = %record.refund_id, order_id = %record.order_id, amount = record.amount, "refund recorded");
-        let receipt = record.receipt();
-        let index = state.records.len();
-        state.records.push(record);
-        state.by_key.insert(slot, index);
-        Ok(receipt)
+        })
     }
 }

@@ -27,9 +27,9 @@ fn skus(matches: &crate::shop::ProductMatches) -> Vec<&str> {
 
 // ---- orders ----
 
-#[test]
-fn a_paid_order_is_shown_to_its_customer_with_items_and_money() -> anyhow::Result<()> {
-    let order = shop()?.get_order("C104", "A1029")?;
+#[tokio::test]
+async fn a_paid_order_is_shown_to_its_customer_with_items_and_money() -> anyhow::Result<()> {
+    let order = shop()?.get_order("C104", "A1029").await?;
     assert_eq!(order.order_id, "A1029");
     assert_eq!(order.status, "PAID");
     assert_eq!(order.items.len(), 3);
@@ -41,39 +41,39 @@ fn a_paid_order_is_shown_to_its_customer_with_items_and_money() -> anyhow::Resul
     Ok(())
 }
 
-#[test]
-fn order_ids_match_case_insensitively() -> anyhow::Result<()> {
-    assert_eq!(shop()?.get_order("C104", " a1029 ")?.order_id, "A1029");
+#[tokio::test]
+async fn order_ids_match_case_insensitively() -> anyhow::Result<()> {
+    assert_eq!(shop()?.get_order("C104", " a1029 ").await?.order_id, "A1029");
     Ok(())
 }
 
-#[test]
-fn an_order_id_wrapped_in_words_is_still_found() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_order_id_wrapped_in_words_is_still_found() -> anyhow::Result<()> {
     let shop = shop()?;
-    assert_eq!(shop.get_order("C104", "order #a1029")?.order_id, "A1029");
-    assert_eq!(shop.get_order("C104", "订单 A1029")?.order_id, "A1029");
+    assert_eq!(shop.get_order("C104", "order #a1029").await?.order_id, "A1029");
+    assert_eq!(shop.get_order("C104", "订单 A1029").await?.order_id, "A1029");
     Ok(())
 }
 
-#[test]
-fn another_customers_order_is_answered_like_an_unknown_one() -> anyhow::Result<()> {
+#[tokio::test]
+async fn another_customers_order_is_answered_like_an_unknown_one() -> anyhow::Result<()> {
     let shop = shop()?;
-    assert_eq!(shop.get_order("C100", "A1005"), Err(Refusal::NotFound("order A1005 not found".into())));
-    assert_eq!(shop.get_order("C100", "A9999"), Err(Refusal::NotFound("order A9999 not found".into())));
+    assert_eq!(shop.get_order("C100", "A1005").await, Err(Refusal::NotFound("order A1005 not found".into())));
+    assert_eq!(shop.get_order("C100", "A9999").await, Err(Refusal::NotFound("order A9999 not found".into())));
     assert_eq!(
-        shop.track_shipment("C100", Some("A1005"), None),
+        shop.track_shipment("C100", Some("A1005"), None).await,
         Err(Refusal::NotFound("order A1005 not found".into()))
     );
     assert_eq!(
-        shop.track_shipment("C100", None, Some("YT572534678335")),
+        shop.track_shipment("C100", None, Some("YT572534678335")).await,
         Err(Refusal::NotFound("shipment YT572534678335 not found".into()))
     );
     Ok(())
 }
 
-#[test]
-fn a_customs_hold_is_visible_from_get_order_alone() -> anyhow::Result<()> {
-    let order = shop()?.get_order("C100", "A1013")?;
+#[tokio::test]
+async fn a_customs_hold_is_visible_from_get_order_alone() -> anyhow::Result<()> {
+    let order = shop()?.get_order("C100", "A1013").await?;
     let shipment = order.shipment.ok_or_else(|| anyhow::anyhow!("A1013 has a shipment"))?;
     assert_eq!(shipment.carrier, "YTO Express");
     assert_eq!(shipment.status, "HELD_AT_CUSTOMS");
@@ -85,17 +85,17 @@ fn a_customs_hold_is_visible_from_get_order_alone() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_delivered_order_shows_when_its_refund_window_ends() -> anyhow::Result<()> {
-    let order = shop()?.get_order("C103", "A1016")?;
+#[tokio::test]
+async fn a_delivered_order_shows_when_its_refund_window_ends() -> anyhow::Result<()> {
+    let order = shop()?.get_order("C103", "A1016").await?;
     assert_eq!(order.delivered_at.map(|d| d.to_rfc3339()).as_deref(), Some("2026-11-27T13:00:00+08:00"));
     assert_eq!(order.refund_window_ends.map(|d| d.to_rfc3339()).as_deref(), Some("2026-12-04T13:00:00+08:00"));
     Ok(())
 }
 
-#[test]
-fn customer_orders_are_listed_newest_first() -> anyhow::Result<()> {
-    let list = shop()?.list_customer_orders("C104")?;
+#[tokio::test]
+async fn customer_orders_are_listed_newest_first() -> anyhow::Result<()> {
+    let list = shop()?.list_customer_orders("C104").await?;
     let ids: Vec<&str> = list.orders.iter().map(|o| o.order_id.as_str()).collect();
     assert_eq!(ids, vec!["A1017", "A1005", "A1029"]);
     assert_eq!(list.orders[0].status, "CANCELLED");
@@ -103,19 +103,19 @@ fn customer_orders_are_listed_newest_first() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn an_unknown_or_empty_customer_is_refused() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_unknown_or_empty_customer_is_refused() -> anyhow::Result<()> {
     let shop = shop()?;
-    assert_eq!(shop.list_customer_orders("C999"), Err(Refusal::NotFound("customer C999 not found".into())));
-    assert_eq!(shop.get_order(" ", "A1029"), Err(Refusal::InvalidArguments("customer_id is required".into())));
+    assert_eq!(shop.list_customer_orders("C999").await, Err(Refusal::NotFound("customer C999 not found".into())));
+    assert_eq!(shop.get_order(" ", "A1029").await, Err(Refusal::InvalidArguments("customer_id is required".into())));
     Ok(())
 }
 
 // ---- shipments ----
 
-#[test]
-fn a_parcel_past_its_eta_is_reported_late_without_a_new_date() -> anyhow::Result<()> {
-    let track = shop()?.track_shipment("C106", Some("A1031"), None)?;
+#[tokio::test]
+async fn a_parcel_past_its_eta_is_reported_late_without_a_new_date() -> anyhow::Result<()> {
+    let track = shop()?.track_shipment("C106", Some("A1031"), None).await?;
     assert_eq!(track.tracking_no, "SF250638245935");
     assert_eq!(track.carrier, "SF Express");
     assert_eq!(track.status, "IN_TRANSIT");
@@ -128,9 +128,9 @@ fn a_parcel_past_its_eta_is_reported_late_without_a_new_date() -> anyhow::Result
     Ok(())
 }
 
-#[test]
-fn a_parcel_before_its_eta_is_not_late() -> anyhow::Result<()> {
-    let track = shop()?.track_shipment("C102", None, Some("zt321422132079"))?;
+#[tokio::test]
+async fn a_parcel_before_its_eta_is_not_late() -> anyhow::Result<()> {
+    let track = shop()?.track_shipment("C102", None, Some("zt321422132079")).await?;
     assert_eq!(track.order_id, "A1003");
     assert_eq!(track.status, "DELAYED");
     assert!(!track.eta_passed);
@@ -139,28 +139,28 @@ fn a_parcel_before_its_eta_is_not_late() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_delivered_parcel_is_never_late() -> anyhow::Result<()> {
-    let track = shop()?.track_shipment("C103", Some("A1016"), None)?;
+#[tokio::test]
+async fn a_delivered_parcel_is_never_late() -> anyhow::Result<()> {
+    let track = shop()?.track_shipment("C103", Some("A1016"), None).await?;
     assert_eq!(track.status, "DELIVERED");
     assert!(!track.eta_passed);
     assert_eq!(track.note, "Delivered on 2026-11-27 13:00 in Shenzhen.");
     Ok(())
 }
 
-#[test]
-fn an_order_without_shipment_says_so_with_its_status() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_order_without_shipment_says_so_with_its_status() -> anyhow::Result<()> {
     assert_eq!(
-        shop()?.track_shipment("C104", Some("A1029"), None),
+        shop()?.track_shipment("C104", Some("A1029"), None).await,
         Err(Refusal::NotFound("order A1029 has no shipment yet (status PAID)".into()))
     );
     Ok(())
 }
 
-#[test]
-fn tracking_needs_an_order_or_a_tracking_number() -> anyhow::Result<()> {
+#[tokio::test]
+async fn tracking_needs_an_order_or_a_tracking_number() -> anyhow::Result<()> {
     assert_eq!(
-        shop()?.track_shipment("C104", Some(""), None),
+        shop()?.track_shipment("C104", Some(""), None).await,
         Err(Refusal::InvalidArguments("give an order_id or a tracking_no".into()))
     );
     Ok(())
@@ -168,8 +168,8 @@ fn tracking_needs_an_order_or_a_tracking_number() -> anyhow::Result<()> {
 
 // ---- products ----
 
-#[test]
-fn an_out_of_stock_product_shows_its_restock_date() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_out_of_stock_product_shows_its_restock_date() -> anyhow::Result<()> {
     let found = shop()?.get_product(Some("sku-1016"), &[], None)?;
     assert_eq!(found.matches.len(), 1);
     let p = &found.matches[0];
@@ -181,8 +181,8 @@ fn an_out_of_stock_product_shows_its_restock_date() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn an_in_stock_product_has_no_restock_date() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_in_stock_product_has_no_restock_date() -> anyhow::Result<()> {
     let found = shop()?.get_product(Some("1022"), &[], None)?;
     assert_eq!(found.matches[0].sku, "SKU-1022");
     assert!(found.matches[0].in_stock);
@@ -190,8 +190,8 @@ fn an_in_stock_product_has_no_restock_date() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn name_search_puts_the_exact_variant_first() -> anyhow::Result<()> {
+#[tokio::test]
+async fn name_search_puts_the_exact_variant_first() -> anyhow::Result<()> {
     let shop = shop()?;
     let first =
         |q: &str| -> anyhow::Result<String> { Ok(shop.get_product(None, &[], Some(q))?.matches[0].sku.clone()) };
@@ -204,8 +204,8 @@ fn name_search_puts_the_exact_variant_first() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn name_search_returns_at_most_five_and_drops_weak_matches() -> anyhow::Result<()> {
+#[tokio::test]
+async fn name_search_returns_at_most_five_and_drops_weak_matches() -> anyhow::Result<()> {
     let shop = shop()?;
     let jackets = shop.get_product(None, &[], Some("羽绒服"))?;
     assert_eq!(jackets.matches.len(), 5);
@@ -217,8 +217,8 @@ fn name_search_returns_at_most_five_and_drops_weak_matches() -> anyhow::Result<(
     Ok(())
 }
 
-#[test]
-fn a_name_nothing_matches_is_a_clear_error() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_name_nothing_matches_is_a_clear_error() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
         shop.get_product(None, &[], Some("flux capacitor")),
@@ -235,16 +235,16 @@ fn a_name_nothing_matches_is_a_clear_error() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn skus_written_in_a_name_query_are_looked_up_as_skus() -> anyhow::Result<()> {
+#[tokio::test]
+async fn skus_written_in_a_name_query_are_looked_up_as_skus() -> anyhow::Result<()> {
     let found = shop()?.get_product(None, &[], Some("Is there stock for SKU-1013, sku 1016 and SKU-1021?"))?;
     assert_eq!(skus(&found), vec!["SKU-1013", "SKU-1016", "SKU-1021"]);
     assert_eq!(found.matches.iter().filter(|m| !m.in_stock).count(), 2);
     Ok(())
 }
 
-#[test]
-fn several_skus_are_looked_up_at_once_and_unknown_ones_listed() -> anyhow::Result<()> {
+#[tokio::test]
+async fn several_skus_are_looked_up_at_once_and_unknown_ones_listed() -> anyhow::Result<()> {
     let found = shop()?.get_product(None, &["SKU-1011".into(), "sku-1017".into(), "SKU-9999".into()], None)?;
     assert_eq!(skus(&found), vec!["SKU-1011", "SKU-1017"]);
     assert_eq!(found.not_found, vec!["SKU-9999".to_string()]);
@@ -253,8 +253,8 @@ fn several_skus_are_looked_up_at_once_and_unknown_ones_listed() -> anyhow::Resul
 
 // ---- coupons ----
 
-#[test]
-fn tea5_for_two_teas_is_usable_with_a_five_yuan_discount() -> anyhow::Result<()> {
+#[tokio::test]
+async fn tea5_for_two_teas_is_usable_with_a_five_yuan_discount() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&CheckCouponArgs {
         product_name: Some("Green Tea 250g".into()),
         quantity: Some(2),
@@ -269,8 +269,8 @@ fn tea5_for_two_teas_is_usable_with_a_five_yuan_discount() -> anyhow::Result<()>
     Ok(())
 }
 
-#[test]
-fn tea5_is_not_usable_twice_by_the_same_customer() -> anyhow::Result<()> {
+#[tokio::test]
+async fn tea5_is_not_usable_twice_by_the_same_customer() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&CheckCouponArgs { order_total: Some(176.0), ..coupon_args("C103", "TEA5") })?;
     assert!(!check.usable);
     assert_eq!(check.discount, None);
@@ -278,8 +278,8 @@ fn tea5_is_not_usable_twice_by_the_same_customer() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn tech100_on_a_keyboard_names_the_999_minimum() -> anyhow::Result<()> {
+#[tokio::test]
+async fn tech100_on_a_keyboard_names_the_999_minimum() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&CheckCouponArgs {
         product_name: Some("mechanical keyboard".into()),
         ..coupon_args("C104", "TECH100")
@@ -292,8 +292,8 @@ fn tech100_on_a_keyboard_names_the_999_minimum() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn welcome50_is_refused_to_a_customer_with_earlier_orders() -> anyhow::Result<()> {
+#[tokio::test]
+async fn welcome50_is_refused_to_a_customer_with_earlier_orders() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&coupon_args("C111", "WELCOME50"))?;
     assert!(check.exists);
     assert!(!check.usable);
@@ -301,8 +301,8 @@ fn welcome50_is_refused_to_a_customer_with_earlier_orders() -> anyhow::Result<()
     Ok(())
 }
 
-#[test]
-fn an_expired_coupon_is_not_usable() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_expired_coupon_is_not_usable() -> anyhow::Result<()> {
     let check =
         shop()?.check_coupon(&CheckCouponArgs { order_total: Some(1000.0), ..coupon_args("C104", "DOUBLE11") })?;
     assert!(!check.usable);
@@ -310,8 +310,8 @@ fn an_expired_coupon_is_not_usable() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_coupon_for_the_wrong_category_is_not_usable() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_coupon_for_the_wrong_category_is_not_usable() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&CheckCouponArgs {
         sku: Some("SKU-1022".into()),
         quantity: Some(5),
@@ -322,8 +322,8 @@ fn a_coupon_for_the_wrong_category_is_not_usable() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_percent_coupon_computes_its_discount() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_percent_coupon_computes_its_discount() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&CheckCouponArgs {
         product_name: Some("Navy Down Jacket L".into()),
         ..coupon_args("C104", "save20")
@@ -334,8 +334,8 @@ fn a_percent_coupon_computes_its_discount() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn without_a_basket_a_valid_coupon_lists_the_conditions_still_to_meet() -> anyhow::Result<()> {
+#[tokio::test]
+async fn without_a_basket_a_valid_coupon_lists_the_conditions_still_to_meet() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&coupon_args("C104", "SAVE20"))?;
     assert!(check.usable);
     assert_eq!(check.discount, None);
@@ -345,8 +345,8 @@ fn without_a_basket_a_valid_coupon_lists_the_conditions_still_to_meet() -> anyho
     Ok(())
 }
 
-#[test]
-fn an_unknown_coupon_does_not_exist_and_is_not_an_error() -> anyhow::Result<()> {
+#[tokio::test]
+async fn an_unknown_coupon_does_not_exist_and_is_not_an_error() -> anyhow::Result<()> {
     let check = shop()?.check_coupon(&coupon_args("C104", "FREEMONEY"))?;
     assert!(!check.exists);
     assert!(!check.usable);
@@ -354,8 +354,8 @@ fn an_unknown_coupon_does_not_exist_and_is_not_an_error() -> anyhow::Result<()> 
     Ok(())
 }
 
-#[test]
-fn a_coupon_check_with_zero_quantity_is_refused() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_coupon_check_with_zero_quantity_is_refused() -> anyhow::Result<()> {
     assert_eq!(
         shop()?.check_coupon(&CheckCouponArgs {
             sku: Some("SKU-1022".into()),
@@ -369,8 +369,8 @@ fn a_coupon_check_with_zero_quantity_is_refused() -> anyhow::Result<()> {
 
 // ---- refunds ----
 
-#[test]
-fn the_refund_policy_is_seven_days_after_delivery() -> anyhow::Result<()> {
+#[tokio::test]
+async fn the_refund_policy_is_seven_days_after_delivery() -> anyhow::Result<()> {
     let policy = shop()?.refund_policy();
     assert_eq!(policy.refund_window_days_after_delivery, 7);
     assert!(policy.refund_requires_paid);
@@ -379,66 +379,67 @@ fn the_refund_policy_is_seven_days_after_delivery() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_repeated_refund_key_refunds_once_and_returns_the_first_result() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_repeated_refund_key_refunds_once_and_returns_the_first_result() -> anyhow::Result<()> {
     let shop = shop()?;
-    let first =
-        shop.refund(&RefundArgs { reason: Some("earbuds broken".into()), ..refund_args("C103", "A1016", "key-1") })?;
-    let again = shop.refund(&refund_args("C103", "a1016", "key-1"))?;
+    let first = shop
+        .refund(&RefundArgs { reason: Some("earbuds broken".into()), ..refund_args("C103", "A1016", "key-1") })
+        .await?;
+    let again = shop.refund(&refund_args("C103", "a1016", "key-1")).await?;
     assert_eq!(first, again);
     assert!(first.refunded);
-    assert_eq!(first.refund_id, "RF-000001");
+    assert_eq!(first.refund_id, "RF-A1016-1");
     assert_eq!((first.amount, first.refunded_total), (797.0, 797.0));
-    let records = shop.refunds();
+    let records = shop.refunds().await?;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].amount, 797.0);
     assert_eq!(records[0].reason.as_deref(), Some("earbuds broken"));
 
-    let second_key = shop.refund(&refund_args("C103", "A1016", "key-2"));
+    let second_key = shop.refund(&refund_args("C103", "A1016", "key-2")).await;
     assert_eq!(
         second_key,
         Err(Refusal::Refused(
             "order A1016 has nothing left to refund: 797.00 CNY paid, 797.00 CNY already refunded".into()
         ))
     );
-    assert_eq!(shop.refunds().len(), 1);
-    let order = shop.get_order("C103", "A1016")?;
+    assert_eq!(shop.refunds().await?.len(), 1);
+    let order = shop.get_order("C103", "A1016").await?;
     assert_eq!((order.status.as_str(), order.refunded, order.refundable), ("REFUNDED", 797.0, 0.0));
     Ok(())
 }
 
-#[test]
-fn partial_refunds_add_up_to_at_most_what_was_paid() -> anyhow::Result<()> {
+#[tokio::test]
+async fn partial_refunds_add_up_to_at_most_what_was_paid() -> anyhow::Result<()> {
     let shop = shop()?;
-    let part = shop.refund(&RefundArgs { amount: Some(399.0), ..refund_args("C103", "A1016", "a") })?;
+    let part = shop.refund(&RefundArgs { amount: Some(399.0), ..refund_args("C103", "A1016", "a") }).await?;
     assert_eq!((part.amount, part.refunded_total), (399.0, 399.0));
-    let too_much = shop.refund(&RefundArgs { amount: Some(500.0), ..refund_args("C103", "A1016", "b") });
+    let too_much = shop.refund(&RefundArgs { amount: Some(500.0), ..refund_args("C103", "A1016", "b") }).await;
     assert_eq!(
         too_much,
         Err(Refusal::Refused(
             "a refund of 500.00 CNY exceeds what is refundable on order A1016: 398.00 CNY (797.00 CNY paid minus 399.00 CNY already refunded)".into()
         ))
     );
-    let rest = shop.refund(&refund_args("C103", "A1016", "c"))?;
-    assert_eq!((rest.amount, rest.refunded_total, rest.refund_id.as_str()), (398.0, 797.0, "RF-000002"));
+    let rest = shop.refund(&refund_args("C103", "A1016", "c")).await?;
+    assert_eq!((rest.amount, rest.refunded_total, rest.refund_id.as_str()), (398.0, 797.0, "RF-A1016-2"));
     Ok(())
 }
 
-#[test]
-fn a_shipped_order_cannot_be_refunded_yet() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_shipped_order_cannot_be_refunded_yet() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
-        shop.refund(&refund_args("C107", "A1032", "k")),
+        shop.refund(&refund_args("C107", "A1032", "k")).await,
         Err(Refusal::Refused("order A1032 is SHIPPED, not delivered: the refund window starts at delivery".into()))
     );
-    assert!(shop.refunds().is_empty());
+    assert!(shop.refunds().await?.is_empty());
     Ok(())
 }
 
-#[test]
-fn a_refund_after_the_window_is_refused_with_the_closing_date() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_refund_after_the_window_is_refused_with_the_closing_date() -> anyhow::Result<()> {
     assert_eq!(
-        shop()?.refund(&refund_args("C105", "A1006", "k")),
+        shop()?.refund(&refund_args("C105", "A1006", "k")).await,
         Err(Refusal::Refused(
             "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00".into()
         ))
@@ -446,17 +447,17 @@ fn a_refund_after_the_window_is_refused_with_the_closing_date() -> anyhow::Resul
     Ok(())
 }
 
-#[test]
-fn unpaid_and_refunded_orders_have_nothing_to_refund() -> anyhow::Result<()> {
+#[tokio::test]
+async fn unpaid_and_refunded_orders_have_nothing_to_refund() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
-        shop.refund(&refund_args("C100", "A1001", "k")),
+        shop.refund(&refund_args("C100", "A1001", "k")).await,
         Err(Refusal::Refused(
             "order A1001 is PENDING_PAYMENT and nothing has been paid, so there is nothing to refund".into()
         ))
     );
     assert_eq!(
-        shop.refund(&refund_args("C108", "A1009", "k")),
+        shop.refund(&refund_args("C108", "A1009", "k")).await,
         Err(Refusal::Refused(
             "order A1009 has nothing left to refund: 1098.00 CNY paid, 1098.00 CNY already refunded".into()
         ))
@@ -464,86 +465,89 @@ fn unpaid_and_refunded_orders_have_nothing_to_refund() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[test]
-fn another_customers_order_cannot_be_refunded() -> anyhow::Result<()> {
+#[tokio::test]
+async fn another_customers_order_cannot_be_refunded() -> anyhow::Result<()> {
     let shop = shop()?;
-    assert_eq!(shop.refund(&refund_args("C100", "A1016", "k")), Err(Refusal::NotFound("order A1016 not found".into())));
-    assert!(shop.refunds().is_empty());
+    assert_eq!(
+        shop.refund(&refund_args("C100", "A1016", "k")).await,
+        Err(Refusal::NotFound("order A1016 not found".into()))
+    );
+    assert!(shop.refunds().await?.is_empty());
     Ok(())
 }
 
-#[test]
-fn bad_refund_arguments_are_refused_and_record_nothing() -> anyhow::Result<()> {
+#[tokio::test]
+async fn bad_refund_arguments_are_refused_and_record_nothing() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
-        shop.refund(&refund_args("C103", "A1016", "  ")),
+        shop.refund(&refund_args("C103", "A1016", "  ")).await,
         Err(Refusal::InvalidArguments("idempotency_key is required".into()))
     );
     assert_eq!(
-        shop.refund(&RefundArgs { amount: Some(-5.0), ..refund_args("C103", "A1016", "k") }),
+        shop.refund(&RefundArgs { amount: Some(-5.0), ..refund_args("C103", "A1016", "k") }).await,
         Err(Refusal::InvalidArguments("the refund amount must be greater than 0 (got -5)".into()))
     );
-    assert!(shop.refunds().is_empty());
+    assert!(shop.refunds().await?.is_empty());
     Ok(())
 }
 
-#[test]
-fn a_refused_request_does_not_burn_its_key() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_refused_request_does_not_burn_its_key() -> anyhow::Result<()> {
     let shop = shop()?;
-    let refused = shop.refund(&RefundArgs { amount: Some(900.0), ..refund_args("C103", "A1016", "k") });
+    let refused = shop.refund(&RefundArgs { amount: Some(900.0), ..refund_args("C103", "A1016", "k") }).await;
     assert!(matches!(refused, Err(Refusal::Refused(_))));
-    let ok = shop.refund(&RefundArgs { amount: Some(100.0), ..refund_args("C103", "A1016", "k") })?;
+    let ok = shop.refund(&RefundArgs { amount: Some(100.0), ..refund_args("C103", "A1016", "k") }).await?;
     assert_eq!(ok.amount, 100.0);
     Ok(())
 }
 
-#[test]
-fn a_key_reused_for_another_order_or_amount_is_refused() -> anyhow::Result<()> {
+#[tokio::test]
+async fn a_key_reused_for_another_order_or_amount_is_refused() -> anyhow::Result<()> {
     let shop = shop()?;
-    shop.refund(&RefundArgs { amount: Some(100.0), ..refund_args("C103", "A1016", "k") })?;
-    let other_amount = shop.refund(&RefundArgs { amount: Some(200.0), ..refund_args("C103", "A1016", "k") });
+    shop.refund(&RefundArgs { amount: Some(100.0), ..refund_args("C103", "A1016", "k") }).await?;
+    let other_amount = shop.refund(&RefundArgs { amount: Some(200.0), ..refund_args("C103", "A1016", "k") }).await;
     assert!(
         matches!(&other_amount, Err(Refusal::Refused(m)) if m.contains("already used for a refund of 100.00 CNY")),
         "{other_amount:?}"
     );
-    assert_eq!(shop.refunds().len(), 1);
+    assert_eq!(shop.refunds().await?.len(), 1);
     Ok(())
 }
 
-#[test]
-fn the_same_key_from_two_customers_is_two_requests() -> anyhow::Result<()> {
+#[tokio::test]
+async fn the_same_key_from_two_customers_is_two_requests() -> anyhow::Result<()> {
     let shop = shop()?;
-    let a = shop.refund(&refund_args("C103", "A1016", "same"))?;
-    let b = shop.refund(&refund_args("C109", "A1034", "same"))?;
+    let a = shop.refund(&refund_args("C103", "A1016", "same")).await?;
+    let b = shop.refund(&refund_args("C109", "A1034", "same")).await?;
     assert_ne!(a.refund_id, b.refund_id);
     assert_eq!((b.order_id.as_str(), b.amount), ("A1034", 1496.0));
     Ok(())
 }
 
-#[test]
-fn concurrent_refunds_with_different_keys_never_exceed_what_was_paid() -> anyhow::Result<()> {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_refunds_with_different_keys_never_exceed_what_was_paid() -> anyhow::Result<()> {
     let shop = std::sync::Arc::new(shop()?);
     let handles: Vec<_> = (0..8)
         .map(|i| {
             let shop = shop.clone();
-            std::thread::spawn(move || {
-                shop.refund(&RefundArgs { amount: Some(300.0), ..refund_args("C103", "A1016", &format!("k{i}")) })
+            tokio::spawn(async move {
+                shop.refund(&RefundArgs { amount: Some(300.0), ..refund_args("C103", "A1016", &format!("k{i}")) }).await
             })
         })
         .collect();
     let mut ok = 0;
     for handle in handles {
-        if handle.join().map_err(|_| anyhow::anyhow!("thread panicked"))?.is_ok() {
+        if handle.await?.is_ok() {
             ok += 1;
         }
     }
     assert_eq!(ok, 2);
-    assert_eq!(shop.refunds().iter().map(|r| r.amount).sum::<f64>(), 600.0);
+    assert_eq!(shop.refunds().await?.iter().map(|r| r.amount).sum::<f64>(), 600.0);
     Ok(())
 }
 
-#[test]
-fn a_malformed_data_set_is_a_clear_error() {
+#[tokio::test]
+async fn a_malformed_data_set_is_a_clear_error() {
     let err = Shop::from_json("{\"policy\": {}}").err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.starts_with("invalid shop data: demo shop JSON:"), "{err}");
 }

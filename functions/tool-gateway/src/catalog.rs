@@ -6,8 +6,9 @@ use std::{
 };
 
 use rmcp::model::{JsonObject, Tool};
+use swarm_adapters::mcp::SIDE_EFFECTING_META;
 
-use crate::config::{RoleConfig, UpstreamConfig, is_valid_tool_name};
+use crate::config::{ConsentConfig, RoleConfig, SideEffectConfig, UpstreamConfig, is_valid_tool_name};
 
 /// One upstream tool as the gateway exposes it.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,9 +24,12 @@ pub struct ExposedTool {
     pub listed: Tool,
     /// Has the customer argument: filled from `x-swarm-customer-id`, which must be present.
     pub customer_scoped: bool,
-    /// Has the idempotency argument: filled from `x-swarm-idempotency-key`,
-    /// which must be present; never retried.
+    /// Declared in the gateway's `side_effects` (and takes the idempotency argument): filled from
+    /// `x-swarm-idempotency-key`, which must be present; never retried; listed with
+    /// [`SIDE_EFFECTING_META`] so workers journal it.
     pub side_effecting: bool,
+    /// Calls above an amount need an approval token (`side_effects.<tool>.consent`).
+    pub consent: Option<ConsentConfig>,
 }
 
 /// `*` matches any run of characters (also none); everything else literally.
@@ -356,9 +360,13 @@ pub struct Skipped {
 /// and idempotency arguments and normalises the input schema
 /// ([`normalise_schema`]). Tools breaking the name rule, or whose schema cannot
 /// be made acceptable, are skipped (and reported), never renamed or sent as is.
+/// Which tools have side effects is `side_effects` (the gateway's configuration, by exposed
+/// name), never a name match: a tool that takes the idempotency argument but is not declared,
+/// or is declared but takes none, is skipped too (fail closed).
 pub fn expose_tools(
     upstream: usize,
     config: &UpstreamConfig,
+    side_effects: &BTreeMap<String, SideEffectConfig>,
     tools: Vec<Tool>,
 ) -> (Vec<Arc<ExposedTool>>, Vec<Skipped>) {
     let prefix = config.prefix_str();
@@ -382,7 +390,32 @@ pub fn expose_tools(
         }
         let mut schema = (*tool.input_schema).clone();
         let customer_scoped = hide_argument(&mut schema, &config.customer_scoped_arg);
-        let side_effecting = hide_argument(&mut schema, &config.idempotency_arg);
+        let takes_key = hide_argument(&mut schema, &config.idempotency_arg);
+        let declared = side_effects.get(&name);
+        match (takes_key, declared) {
+            (true, None) => {
+                skipped.push(Skipped {
+                    tool: original,
+                    reason: format!(
+                        "it takes an idempotency key ({}) but side_effects does not declare {name}",
+                        config.idempotency_arg
+                    ),
+                });
+                continue;
+            }
+            (false, Some(_)) => {
+                skipped.push(Skipped {
+                    tool: original,
+                    reason: format!(
+                        "side_effects declares {name} but it takes no idempotency argument ({})",
+                        config.idempotency_arg
+                    ),
+                });
+                continue;
+            }
+            _ => {}
+        }
+        let side_effecting = declared.is_some();
         let schema = match normalise_schema(&schema) {
             Ok(s) => s,
             Err(reason) => {
@@ -392,6 +425,11 @@ pub fn expose_tools(
         };
         tool.input_schema = Arc::new(schema);
         tool.name = name.clone().into();
+        if side_effecting {
+            let mut meta = tool.meta.take().unwrap_or_default();
+            meta.0.insert(SIDE_EFFECTING_META.to_owned(), serde_json::Value::Bool(true));
+            tool.meta = Some(meta);
+        }
         exposed.push(Arc::new(ExposedTool {
             name: Arc::from(name),
             upstream,
@@ -400,6 +438,7 @@ pub fn expose_tools(
             listed: tool,
             customer_scoped,
             side_effecting,
+            consent: declared.and_then(|d| d.consent.clone()),
         }));
     }
     (exposed, skipped)
@@ -518,12 +557,24 @@ mod tests {
             "properties": {"customer_id": {"type": "string"}, "order_id": {"type": "string"},
                            "idempotency_key": {"type": "string"}},
             "required": ["customer_id", "order_id", "idempotency_key"]});
-        let (tools, skipped) = expose_tools(0, &upstream("shop"), vec![tool("refund", schema)]);
+        let declared = BTreeMap::from([("shop__refund".to_owned(), SideEffectConfig::default())]);
+        let (tools, skipped) = expose_tools(0, &upstream("shop"), &declared, vec![tool("refund", schema.clone())]);
         assert!(skipped.is_empty());
         let t = &tools[0];
         assert_eq!(&*t.name, "shop__refund");
         assert_eq!(&*t.original, "refund");
         assert!(t.customer_scoped && t.side_effecting);
+        assert_eq!(t.listed.meta.as_ref().and_then(|m| m.0.get(SIDE_EFFECTING_META)), Some(&json!(true)));
+        // Not declared: left out and reported, whatever its arguments are called.
+        let (tools, skipped) = expose_tools(0, &upstream("shop"), &BTreeMap::new(), vec![tool("refund", schema)]);
+        assert!(tools.is_empty());
+        assert!(skipped[0].reason.contains("side_effects does not declare shop__refund"), "{skipped:?}");
+        // Declared but it takes no key: left out too (it could not be made idempotent).
+        let plain = json!({"type": "object", "properties": {"order_id": {"type": "string"}}});
+        let declared = BTreeMap::from([("shop__cancel".to_owned(), SideEffectConfig::default())]);
+        let (tools, skipped) = expose_tools(0, &upstream("shop"), &declared, vec![tool("cancel", plain)]);
+        assert!(tools.is_empty());
+        assert!(skipped[0].reason.contains("takes no idempotency argument"), "{skipped:?}");
         let listed = serde_json::Value::Object((*t.listed.input_schema).clone());
         assert_eq!(
             listed,
@@ -538,7 +589,8 @@ mod tests {
 
     #[test]
     fn untyped_properties_are_typed_at_discovery_and_the_listed_schema_compiles() {
-        let (tools, skipped) = expose_tools(0, &upstream("ev"), vec![case_tool("schema-without-types")]);
+        let (tools, skipped) =
+            expose_tools(0, &upstream("ev"), &BTreeMap::new(), vec![case_tool("schema-without-types")]);
         assert!(skipped.is_empty(), "{skipped:?}");
         let listed = serde_json::Value::Object((*tools[0].listed.input_schema).clone());
         assert_eq!(
@@ -558,7 +610,7 @@ mod tests {
     #[test]
     fn a_non_object_root_is_left_out_and_reported_like_an_invalid_name() {
         let tools = vec![case_tool("schema-non-object-root"), case_tool("schema-root-without-type")];
-        let (exposed, skipped) = expose_tools(0, &upstream("ev"), tools);
+        let (exposed, skipped) = expose_tools(0, &upstream("ev"), &BTreeMap::new(), tools);
         assert_eq!(skipped.len(), 1);
         assert_eq!(skipped[0].tool, "echo_text");
         assert!(skipped[0].reason.contains("not an object"), "{}", skipped[0].reason);
@@ -596,14 +648,15 @@ mod tests {
     #[test]
     fn tool_without_customer_argument_is_not_customer_scoped() {
         let schema = json!({"type": "object", "properties": {"sku": {"type": "string"}}});
-        let (tools, _) = expose_tools(0, &upstream("shop"), vec![tool("get_product", schema)]);
+        let (tools, _) = expose_tools(0, &upstream("shop"), &BTreeMap::new(), vec![tool("get_product", schema)]);
         assert!(!tools[0].customer_scoped);
         assert!(!tools[0].side_effecting);
     }
 
     #[test]
     fn names_breaking_the_llm_rule_are_skipped_not_renamed() {
-        let (tools, skipped) = expose_tools(0, &upstream("ev"), vec![tool("has space", json!({"type": "object"}))]);
+        let (tools, skipped) =
+            expose_tools(0, &upstream("ev"), &BTreeMap::new(), vec![tool("has space", json!({"type": "object"}))]);
         assert!(tools.is_empty());
         assert_eq!(skipped[0].tool, "has space");
     }
@@ -614,7 +667,7 @@ mod tests {
         config.allow = Some(vec!["get*".into(), "echo".into()]);
         config.deny = Some(vec!["get-env".into()]);
         let tools = ["echo", "get-sum", "get-env", "trigger"].map(|n| tool(n, json!({"type": "object"})));
-        let (exposed, _) = expose_tools(1, &config, tools.to_vec());
+        let (exposed, _) = expose_tools(1, &config, &BTreeMap::new(), tools.to_vec());
         let names: Vec<&str> = exposed.iter().map(|t| &*t.name).collect();
         assert_eq!(names, ["ev__echo", "ev__get-sum"]);
     }
@@ -625,8 +678,8 @@ mod tests {
         a.prefix = crate::config::Prefix::Off;
         let mut b = upstream("beta");
         b.prefix = crate::config::Prefix::Off;
-        let (ta, _) = expose_tools(0, &a, vec![tool("echo", json!({"type": "object"}))]);
-        let (tb, _) = expose_tools(1, &b, vec![tool("echo", json!({"type": "object"}))]);
+        let (ta, _) = expose_tools(0, &a, &BTreeMap::new(), vec![tool("echo", json!({"type": "object"}))]);
+        let (tb, _) = expose_tools(1, &b, &BTreeMap::new(), vec![tool("echo", json!({"type": "object"}))]);
         let (catalog, collisions) = merge(&[&ta, &tb], &[]);
         assert_eq!(collisions.len(), 1);
         let text = collisions[0].to_string();
@@ -637,7 +690,7 @@ mod tests {
     #[test]
     fn role_listing_holds_only_allowed_tools_in_name_order() {
         let tools = ["track_shipment", "refund", "get_order"].map(|n| tool(n, json!({"type": "object"})));
-        let (exposed, _) = expose_tools(0, &upstream("shop"), tools.to_vec());
+        let (exposed, _) = expose_tools(0, &upstream("shop"), &BTreeMap::new(), tools.to_vec());
         let support = RolePolicy {
             name: "support".into(),
             allow: vec!["shop__*".into()],

@@ -255,6 +255,62 @@ impl UpstreamConfig {
     }
 }
 
+/// A tool with side effects (by its exposed name, e.g. `shop__refund`): the worker journals its
+/// calls and sends each with a positional idempotency key, the gateway never retries it, and
+/// with `consent` a call above an amount needs a person's approval first.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SideEffectConfig {
+    #[serde(default)]
+    pub consent: Option<ConsentConfig>,
+}
+
+/// Consent before money moves: a call whose amount is above `above` (in the order's currency;
+/// `0` means every call) is refused before dispatch unless it carries a valid approval token for
+/// exactly its approval, conversation, customer, tool, order and amount.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConsentConfig {
+    #[serde(default)]
+    pub above: f64,
+    /// Argument naming the order (must be an identifier).
+    #[serde(default = "default_order_arg")]
+    pub order_arg: String,
+    /// Argument holding the amount (must be given: an approval is for an exact amount).
+    #[serde(default = "default_amount_arg")]
+    pub amount_arg: String,
+    /// Argument holding the reason, shown to the operator (cleaned, bounded).
+    #[serde(default = "default_reason_arg")]
+    pub reason_arg: String,
+}
+
+impl ConsentConfig {
+    /// Every call needs an approval (the default of the demo configuration).
+    pub fn every_call() -> Self {
+        Self {
+            above: 0.0,
+            order_arg: default_order_arg(),
+            amount_arg: default_amount_arg(),
+            reason_arg: default_reason_arg(),
+        }
+    }
+
+    /// The threshold in cents.
+    pub fn above_cents(&self) -> i64 {
+        (self.above * 100.0).round() as i64
+    }
+}
+
+fn default_order_arg() -> String {
+    "order_id".into()
+}
+fn default_amount_arg() -> String {
+    "amount".into()
+}
+fn default_reason_arg() -> String {
+    "reason".into()
+}
+
 /// A worker role: its credential and what it may see and call.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -299,6 +355,14 @@ pub struct GatewayConfig {
     /// upstream restart or a Lambda freeze); on saves CPU per call.
     #[serde(default)]
     pub upstream_keep_alive: bool,
+    /// The tools with side effects, by exposed name. An upstream tool taking the idempotency
+    /// argument that is not declared here, or one declared here that takes none, is not exposed.
+    #[serde(default)]
+    pub side_effects: BTreeMap<String, SideEffectConfig>,
+    /// The key approval tokens are verified with (at least 32 bytes; `${env:APPROVAL_KEY}`),
+    /// shared only with the approvals API. Required when any side effect has `consent`.
+    #[serde(default)]
+    pub approval_key: Option<Secret>,
 }
 
 /// Whether `name` fits the LLM function-name rule `^[a-zA-Z0-9_-]{1,64}$`.
@@ -346,18 +410,25 @@ impl GatewayConfig {
 
     /// Every `NAME` of a `${env:NAME}` in role tokens and upstream headers, sorted, each once.
     pub fn references(&self) -> Vec<String> {
-        let secrets =
-            self.roles.values().map(|r| &r.token).chain(self.upstreams.iter().flat_map(|u| u.headers.values()));
+        let secrets = self
+            .roles
+            .values()
+            .map(|r| &r.token)
+            .chain(self.upstreams.iter().flat_map(|u| u.headers.values()))
+            .chain(self.approval_key.iter());
         let mut names: Vec<String> = secrets.flat_map(Secret::references).collect();
         names.sort();
         names.dedup();
         names
     }
 
-    /// Resolves `${env:NAME}` in role tokens and upstream headers.
+    /// Resolves `${env:NAME}` in role tokens, upstream headers and the approval key.
     pub fn resolve_secrets(mut self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, GatewayError> {
         for role in self.roles.values_mut() {
             role.token = role.token.resolve(lookup)?;
+        }
+        if let Some(key) = &self.approval_key {
+            self.approval_key = Some(key.resolve(lookup)?);
         }
         for upstream in &mut self.upstreams {
             for value in upstream.headers.values_mut() {
@@ -473,6 +544,32 @@ impl GatewayConfig {
         {
             return Err(GatewayError::Config(format!("anonymous_role {anon:?} is not a configured role")));
         }
+        for (tool, effect) in &self.side_effects {
+            if !is_valid_tool_name(tool) {
+                return Err(GatewayError::Config(format!("side_effects entry {tool:?} is not a tool name")));
+            }
+            if let Some(consent) = &effect.consent {
+                if !consent.above.is_finite() || consent.above < 0.0 {
+                    return Err(GatewayError::Config(format!(
+                        "side_effects.{tool}.consent.above must be 0 or a positive amount"
+                    )));
+                }
+                if self.approval_key.is_none() {
+                    return Err(GatewayError::Config(format!(
+                        "side_effects.{tool} needs consent: set approval_key (e.g. \"${{env:APPROVAL_KEY}}\")"
+                    )));
+                }
+            }
+        }
+        if let Some(key) = &self.approval_key
+            && !key.expose().contains("${env:")
+            && key.expose().trim().len() < swarm_core::approval::MIN_KEY_BYTES
+        {
+            return Err(GatewayError::Config(format!(
+                "approval_key must be at least {} bytes (use a random value)",
+                swarm_core::approval::MIN_KEY_BYTES
+            )));
+        }
         positive("list_ttl_secs", self.list_ttl_secs)?;
         positive("discovery_retry_secs", self.discovery_retry_secs)?;
         if let Some(rate) = self.global_rate_limit_per_sec {
@@ -482,12 +579,14 @@ impl GatewayConfig {
     }
 }
 
-/// One random bearer token per demo role (`support`, `refund`, `planner`), and the gateway's
-/// own credential for the demo shop (its upstream `Authorization` header). `Debug` prints `***`.
+/// One random bearer token per demo role (`support`, `refund`, `planner`), the gateway's own
+/// credential for the demo shop (its upstream `Authorization` header), and the approval key the
+/// local stack's gateway and approvals API share. `Debug` prints `***`.
 #[derive(Clone)]
 pub struct DemoTokens {
     tokens: BTreeMap<String, GatewayToken>,
     shop: GatewayToken,
+    approval_key: String,
 }
 
 impl std::fmt::Debug for DemoTokens {
@@ -510,12 +609,19 @@ impl DemoTokens {
             GatewayToken::new(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
         };
         let tokens = DEMO_ROLES.iter().map(|role| (role.to_string(), random())).collect();
-        Self { tokens, shop: random() }
+        let shop = random();
+        let (_, approval_key) = swarm_core::approval::ApprovalKey::generate();
+        Self { tokens, shop, approval_key }
     }
 
     /// The credential the gateway presents to the demo shop (give it to the shop's `ShopAccess`).
     pub fn shop_upstream(&self) -> &GatewayToken {
         &self.shop
+    }
+
+    /// The approval key (hex text), for the approvals API of the same stack.
+    pub fn approval_key(&self) -> &str {
+        &self.approval_key
     }
 
     /// The token of `role`, if it is a demo role.
@@ -533,7 +639,8 @@ impl DemoTokens {
 /// `Authorization: Bearer <tokens.shop_upstream()>`;
 /// roles `support` (every shop tool but `shop__refund`), `refund`
 /// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
-/// `shop__list_customer_orders`) and `planner` (lists every tool, calls none).
+/// `shop__list_customer_orders`) and `planner` (lists every tool, calls none);
+/// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`).
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| Secret::new(tokens.token(role).map(|t| t.expose().to_owned()).unwrap_or_default());
     // Its waits are the timing table's (`UpstreamConfig::new`'s defaults); the local stack scales them.
@@ -576,6 +683,11 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
         allowed_hosts: default_allowed_hosts(),
         anonymous_role: None,
         upstream_keep_alive: false,
+        side_effects: BTreeMap::from([(
+            "shop__refund".to_owned(),
+            SideEffectConfig { consent: Some(ConsentConfig::every_call()) },
+        )]),
+        approval_key: Some(Secret::new(tokens.approval_key())),
     }
 }
 

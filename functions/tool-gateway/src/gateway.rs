@@ -14,17 +14,18 @@ use rmcp::{
     service::RequestContext,
 };
 use swarm_adapters::mcp::{
-    HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID, HEADER_GATEWAY_TOKEN, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID,
-    RequestHeaders,
+    APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID,
+    HEADER_GATEWAY_TOKEN, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
 };
 use swarm_core::access::is_canonical_customer_id;
+use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
-    config::{GatewayConfig, UpstreamConfig},
+    config::{ConsentConfig, GatewayConfig, SideEffectConfig, UpstreamConfig},
     error::GatewayError,
     metrics::{CallLabels, Metrics, MetricsSnapshot, Outcome},
     protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits},
@@ -71,6 +72,16 @@ struct Inner {
     list_ttl: Duration,
     discovery_retry: Duration,
     allowed_hosts: Vec<String>,
+    side_effects: std::collections::BTreeMap<String, SideEffectConfig>,
+    approval_key: Option<ApprovalKey>,
+}
+
+/// Why a consent-gated call was refused before dispatch.
+enum ConsentRefusal {
+    /// The call cannot be put before a person as it is (no amount, no order): the model reads why.
+    Text(String),
+    /// Typed: a person must approve exactly this action, or the token is not valid for it.
+    Rpc(ErrorData),
 }
 
 /// Health of one upstream, as [`Gateway::upstream_status`] reports it.
@@ -162,6 +173,11 @@ impl Gateway {
             list_ttl: Duration::from_secs_f64(config.list_ttl_secs),
             discovery_retry: Duration::from_secs_f64(config.discovery_retry_secs),
             allowed_hosts: config.allowed_hosts.clone(),
+            side_effects: config.side_effects.clone(),
+            approval_key: match &config.approval_key {
+                Some(key) => Some(ApprovalKey::new(key.expose()).map_err(GatewayError::Config)?),
+                None => None,
+            },
         };
         let gateway = Gateway { inner: Arc::new(inner) };
         let all: Vec<usize> = (0..gateway.inner.upstreams.len()).collect();
@@ -265,7 +281,7 @@ impl Gateway {
         let now = Instant::now();
         match result {
             Ok(tools) => {
-                let (exposed, skipped) = expose_tools(index, &slot.config, tools);
+                let (exposed, skipped) = expose_tools(index, &slot.config, &self.inner.side_effects, tools);
                 for s in &skipped {
                     tracing::warn!(
                         upstream = slot.config.name,
@@ -480,6 +496,22 @@ impl Gateway {
             };
             forward(HEADER_IDEMPOTENCY_KEY, key);
             arguments.insert(slot.config.idempotency_arg.clone(), key.into());
+            if let Some(consent) = &tool.consent {
+                match self.check_consent(name, consent, &arguments, &header) {
+                    Ok(()) => {}
+                    Err(ConsentRefusal::Text(message)) => return refuse(message, &labels),
+                    Err(ConsentRefusal::Rpc(error)) => {
+                        tracing::info!(
+                            tool = name,
+                            role = policy.name,
+                            code = error.code.0,
+                            "side effect refused before dispatch: consent"
+                        );
+                        self.inner.metrics.record_call(&labels, Outcome::Refused, started.elapsed());
+                        return Err(error);
+                    }
+                }
+            }
         }
         let upstream_headers = RequestHeaders(Arc::new(upstream_headers));
         let upstream_name = slot.config.name.as_str();
@@ -535,6 +567,17 @@ impl Gateway {
         let (outcome, answer) = match result {
             Ok(r) if r.is_error == Some(true) => (Outcome::ToolError, Ok(r)),
             Ok(r) => (Outcome::Ok, Ok(r)),
+            // Dispatched and never answered: it may have happened. Typed, so the caller replays it
+            // with the same key instead of reading "unavailable" as "not done". (A lost session is
+            // an answer: the upstream refused the call unseen.)
+            Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if tool.side_effecting => (
+                if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
+                Err(ErrorData::new(
+                    rmcp::model::ErrorCode(OUTCOME_UNKNOWN),
+                    format!("tool {name} was dispatched and did not answer ({e}); its outcome is not known"),
+                    None,
+                )),
+            ),
             Err(UpstreamError::Timeout(t)) => (
                 Outcome::Timeout,
                 Ok(error_result(&format!(
@@ -555,6 +598,88 @@ impl Gateway {
         };
         self.inner.metrics.record_call(&labels, outcome, started.elapsed());
         answer
+    }
+}
+
+impl Gateway {
+    /// Consent before money moves: a call above its threshold needs a valid approval token for
+    /// exactly this approval, conversation, customer, tool, order and amount; without one it is
+    /// refused before dispatch with [`APPROVAL_REQUIRED`] and the action a person must approve.
+    fn check_consent<'h>(
+        &self,
+        tool: &str,
+        consent: &ConsentConfig,
+        arguments: &JsonObject,
+        header: &dyn Fn(&str) -> Option<&'h str>,
+    ) -> Result<(), ConsentRefusal> {
+        let (Some(conversation), Some(customer)) = (header(HEADER_CONVERSATION_ID), header(HEADER_CUSTOMER_ID)) else {
+            return Err(ConsentRefusal::Text(format!(
+                "tool {tool} needs consent and the {HEADER_CONVERSATION_ID} and {HEADER_CUSTOMER_ID} headers"
+            )));
+        };
+        let Some(order) = arguments
+            .get(&consent.order_arg)
+            .and_then(serde_json::Value::as_str)
+            .map(str::trim)
+            .filter(|o| swarm_core::untrusted::is_safe_id(o))
+        else {
+            return Err(ConsentRefusal::Text(format!(
+                "give {} as the order id (e.g. A1033); the call was not executed",
+                consent.order_arg
+            )));
+        };
+        let Some(amount) = arguments
+            .get(&consent.amount_arg)
+            .and_then(serde_json::Value::as_f64)
+            .filter(|a| a.is_finite() && *a > 0.0)
+        else {
+            return Err(ConsentRefusal::Text(format!(
+                "give {} as a number in the order's currency (the order shows what is refundable): a refund is approved for an exact amount; the call was not executed",
+                consent.amount_arg
+            )));
+        };
+        let amount_cents = (amount * 100.0).round() as i64;
+        let Some(key) = &self.inner.approval_key else {
+            // validate() requires a key with consent; a gateway without one moves no money.
+            return Err(ConsentRefusal::Text(format!(
+                "tool {tool} needs consent and this gateway has no approval key"
+            )));
+        };
+        let now = swarm_core::domain::now_ms();
+        if let Some(token) = header(HEADER_APPROVAL) {
+            let call =
+                CallFacts { conversation_id: conversation, customer_id: customer, tool, order_id: order, amount_cents };
+            return match key.verify(token, &call, now) {
+                Ok(approval_id) => {
+                    tracing::info!(approval_id, order_id = order, amount_cents, "approved side effect dispatched");
+                    Ok(())
+                }
+                Err(e) => {
+                    tracing::warn!(tool, order_id = order, error = %e, "approval token refused");
+                    Err(ConsentRefusal::Rpc(ErrorData::new(
+                        rmcp::model::ErrorCode(APPROVAL_REFUSED),
+                        e.to_string(),
+                        None,
+                    )))
+                }
+            };
+        }
+        if amount_cents <= consent.above_cents() {
+            return Ok(());
+        }
+        let reason =
+            ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
+        let action = ProposedAction { tool: tool.to_owned(), order_id: order.to_owned(), amount_cents, reason };
+        let message = format!(
+            "approval required: {tool} of {} on order {order} needs a person's approval first; it was not executed",
+            action.amount()
+        );
+        tracing::info!(tool, order_id = order, amount_cents, "side effect needs approval");
+        Err(ConsentRefusal::Rpc(ErrorData::new(
+            rmcp::model::ErrorCode(APPROVAL_REQUIRED),
+            message,
+            serde_json::to_value(&action).ok(),
+        )))
     }
 }
 

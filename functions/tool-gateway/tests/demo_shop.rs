@@ -1,4 +1,4 @@
-//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, the caller's customer always wins, and the shop answers the gateway only — a direct call without its credential, another customer's order or a lower-case customer id leave the ledger unchanged.
+//! The demo configuration in front of the real demo shop (`shop-tools`): only the refund role can move money, only with an approval for exactly that refund, the caller's customer always wins, and the shop answers the gateway only — a direct call without its credential, another customer's order or a lower-case customer id leave the ledger unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 use std::{sync::Arc, time::Duration};
@@ -9,8 +9,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 use shop_tools::{Shop, ShopAccess, UpstreamToken};
 use swarm_adapters::mcp::McpToolGateway;
-use swarm_core::domain::ConversationId;
-use swarm_core::ports::{ToolContext, ToolGateway};
+use swarm_core::approval::{ApprovalKey, ProposedAction, TokenClaim};
+use swarm_core::domain::{ConversationId, now_ms};
+use swarm_core::ports::{ToolContext, ToolError, ToolGateway};
 use tool_gateway::{DemoTokens, demo_config};
 
 const T: Duration = Duration::from_secs(10);
@@ -19,6 +20,7 @@ struct Stack {
     shop: Arc<Shop>,
     shop_url: String,
     tools: McpToolGateway,
+    tokens: DemoTokens,
 }
 
 async fn stack() -> Stack {
@@ -31,7 +33,20 @@ async fn stack() -> Stack {
     let config = demo_config(&shop_url, &tokens);
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
-    Stack { shop, shop_url, tools }
+    Stack { shop, shop_url, tools, tokens }
+}
+
+/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` in conversation `conv-demo`.
+fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String {
+    ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
+        approval_id: "conv-demo.w01.1",
+        conversation_id: "conv-demo",
+        customer_id: customer,
+        tool: "shop__refund",
+        order_id: order,
+        amount_cents,
+        expires_at_ms: now_ms() + 60_000,
+    })
 }
 
 fn ctx(role: &str, customer: &str) -> ToolContext {
@@ -85,18 +100,32 @@ async fn support_worker_asking_for_refund_is_refused_and_no_refund_happens() {
         .unwrap();
     assert!(out.is_error);
     assert_eq!(out.text, r#"{"error":"tool shop__refund is not permitted for role support"}"#);
-    assert!(s.shop.refunds().is_empty());
+    assert!(s.shop.refunds().await.unwrap().is_empty());
 }
 
 #[tokio::test]
-async fn refund_worker_refunds_once_per_idempotency_key() {
+async fn every_refund_waits_for_approval_and_with_it_runs_once_per_idempotency_key() {
     let s = stack().await;
     let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"});
+    let err = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args.clone(), T).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        ToolError::ApprovalRequired(ProposedAction {
+            tool: "shop__refund".into(),
+            order_id: "A1007".into(),
+            amount_cents: 1_000,
+            reason: None
+        })
+        .to_string()
+    );
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged until a person approves");
+    let mut with_token = args.clone();
+    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000));
     for _ in 0..2 {
-        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args.clone(), T).await.unwrap();
+        let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", with_token.clone(), T).await.unwrap();
         assert!(!out.is_error, "{}", out.text);
     }
-    let refunds = s.shop.refunds();
+    let refunds = s.shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1);
     assert_eq!((refunds[0].customer_id.as_str(), refunds[0].order_id.as_str()), ("C106", "A1007"));
     assert_eq!(refunds[0].idempotency_key, "conv-demo/w01/1");
@@ -129,18 +158,21 @@ async fn the_shop_refuses_a_direct_call_without_the_gateways_credential_and_move
     let config = StreamableHttpClientTransportConfig::with_uri(s.shop_url.clone())
         .auth_header("0000000000000000000000000000000000000000000000000000000000000000");
     assert!(().serve(StreamableHttpClientTransport::from_config(config)).await.is_err());
-    // Through the gateway, as the refund role, it works (once).
-    let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1"});
+    // Through the gateway, as the refund role and with an operator's approval, it works (once).
+    let token = approved(&s, "C106", "A1007", 1_000);
+    let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);
-    assert_eq!(s.shop.refunds().len(), 1, "only the gateway's call moved money");
+    assert_eq!(s.shop.refunds().await.unwrap().len(), 1, "only the gateway's call moved money");
 }
 
 #[tokio::test]
 async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unchanged() {
     let s = stack().await;
-    // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say.
-    let probe = json!({"order_id": "A1007", "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1"});
+    // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say —
+    // not even with an operator's approval for C104.
+    let token = approved(&s, "C104", "A1007", 1_000);
+    let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
     assert!(out.is_error);
     assert_eq!(out.text, r#"{"error":"order A1007 not found"}"#);
@@ -155,5 +187,5 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
     let read =
         s.tools.call_tool(&ctx("support", "c106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(read.is_error, "{}", read.text);
-    assert!(s.shop.refunds().is_empty(), "the ledger is unchanged");
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
 }

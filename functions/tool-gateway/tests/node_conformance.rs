@@ -42,6 +42,8 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
         // The suite cannot send a credential.
         anonymous_role: Some("conformance".into()),
         upstream_keep_alive: false,
+        side_effects: BTreeMap::new(),
+        approval_key: None,
     };
     let (addr, _gateway) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let direct_url = format!("http://127.0.0.1:{port}/mcp");

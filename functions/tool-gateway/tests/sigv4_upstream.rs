@@ -114,7 +114,7 @@ async fn signed_calls_reach_the_shop_and_unsigned_or_forged_ones_are_refused_bef
     let answer = session.send_request(request).await.unwrap();
     let ServerResult::CallToolResult(result) = answer else { panic!("a tool result") };
     assert_ne!(result.is_error, Some(true), "{result:?}");
-    let refunds = shop.refunds();
+    let refunds = shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1, "only the signed call moved money");
     assert_eq!((refunds[0].customer_id.as_str(), refunds[0].idempotency_key.as_str()), ("C106", "conv/w01/1"));
     session.cancel().await.unwrap();
@@ -147,5 +147,5 @@ async fn a_worker_signs_its_calls_to_an_aws_iam_gateway_and_keeps_its_role_token
     assert!(!order.is_error && order.text.contains("A1029"), "{}", order.text);
     let refused = signed.call_tool(&ctx, "shop__refund", json!({"order_id": "A1029", "_idempotency_key": "k"}), T);
     assert!(refused.await.unwrap().is_error, "the role still decides");
-    assert!(shop.refunds().is_empty());
+    assert!(shop.refunds().await.unwrap().is_empty());
 }

@@ -9,10 +9,15 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use swarm_core::approval::{Approval, ApprovalStatus, PendingApproval, ProposedAction, approval_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, MAX_REPLY_BYTES,
     MAX_RESULT_CHARS, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage, now_ms,
     truncate_bytes, truncate_chars,
+};
+use swarm_core::effects::{
+    AttemptLease, Effect, EffectChange, EffectOutcome, EffectState, MAX_EFFECT_ARGUMENT_BYTES, MAX_EFFECTS_PER_SUBTASK,
+    journal_result,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::jsonfix::parse_tool_arguments;
@@ -23,15 +28,15 @@ use swarm_core::llm::transcript::{
 use swarm_core::obs;
 use swarm_core::obs::metrics::{DeadlineAction, LeaseKind, SweepOutcome};
 use swarm_core::ports::{
-    AttemptStart, ChatMessage, ChatModel, ChatRequest, ConversationStore, CountOutcome, FinishReason, LeaseOutcome,
-    LeasePhase, LlmError, MAX_DELAY_SECONDS, Purpose, QueueError, RecordOutcome, StoreError, ToolCall, ToolChoice,
-    ToolContext, ToolGateway, ToolSpec,
+    AttemptStart, ChatMessage, ChatModel, ChatRequest, CloseOutcome, ConversationStore, CountOutcome, FinishReason,
+    IntentOutcome, LeaseOutcome, LeasePhase, LlmError, MAX_DELAY_SECONDS, Purpose, QueueError, RecordOutcome,
+    StoreError, ToolCall, ToolChoice, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
 use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
 use swarm_core::reply::{compose_reply, reply_input};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::{Timings, seconds_rounded_up};
-use swarm_core::untrusted::{clean_text, safe_id};
+use swarm_core::untrusted::{clean_text, is_safe_id, safe_id};
 
 /// Tokens a worker's answer (its text or its tool calls) needs; the client adds a thinking
 /// model's reasoning budget to it.
@@ -39,6 +44,14 @@ pub const WORK_ANSWER_TOKENS: u32 = 2_048;
 /// Times one subtask may shorten its transcript (each halves it) after a context-length error
 /// or an answer cut off by `length`; past that the request cannot fit and the subtask fails.
 const MAX_SHRINKS: u32 = 3;
+/// Dispatches of one side-effecting call (the first and replays with the same key) within one
+/// attempt while its outcome is unknown (a timeout, the gateway unreachable).
+const EFFECT_DISPATCHES: u32 = 3;
+/// Top-level arguments the worker hands the gateway adapter (never the model's to write).
+const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
+const APPROVAL_ARGUMENT: &str = "_approval";
+/// Approvals the sweep reads for the waiting gauges (one `Query` page of the approvals partition).
+const SWEEP_APPROVALS_READ: usize = 1_000;
 
 /// Worker settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -65,6 +78,14 @@ pub struct WorkerSettings {
     pub round_budget_tokens: u64,
     /// Kept back from the Lambda deadline for writing results and returning.
     pub safety_margin: Duration,
+    /// How long an approval asked for can be decided (`money.approval_expiry_secs`).
+    pub approval_expiry: Duration,
+    /// `DelaySeconds` of a subtask with its own queue handed back while its dependencies are open.
+    pub dependency_wait_secs: u32,
+    /// `DelaySeconds` before a side effect whose outcome is not known is replayed to confirm it.
+    pub confirm_delay_secs: u32,
+    /// Replays of such a side effect before it is left as submitted.
+    pub confirm_attempts: u32,
     /// Kept back from the conversation's deadline: a subtask stops by the earlier of the two deadlines.
     pub conversation_margin: Duration,
     /// Tool calls of one round running at once, at most (the rest wait, answers stay in call order).
@@ -118,6 +139,10 @@ impl WorkerSettings {
             max_tool_output_chars: 8_000,
             round_budget_tokens: 12_000,
             safety_margin: w.safety_margin,
+            approval_expiry: timings.money.approval_expiry,
+            dependency_wait_secs: delay_secs(timings.money.dependency_wait),
+            confirm_delay_secs: delay_secs(timings.money.confirm_delay),
+            confirm_attempts: timings.money.confirm_attempts,
             conversation_margin: w.conversation_margin,
             max_parallel_tool_calls: w.max_parallel_tool_calls.max(1),
             retry_visibility_secs: whole_secs(w.retry_visibility).max(1),
@@ -132,6 +157,11 @@ impl WorkerSettings {
     }
 }
 
+/// `d` as SQS `DelaySeconds`: whole seconds rounded up, at least 1, at most 900.
+fn delay_secs(d: Duration) -> u32 {
+    u32::try_from(seconds_rounded_up(d)).unwrap_or(MAX_DELAY_SECONDS).clamp(1, MAX_DELAY_SECONDS)
+}
+
 /// What became of one message; the handler turns it into the batch response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -141,6 +171,10 @@ pub enum Outcome {
     AlreadyFinished,
     /// Too little time left: progress saved and a delayed copy of the message sent.
     HandedBack,
+    /// Not this delivery's turn (another attempt holds the lease, dependencies are open, a side
+    /// effect is being confirmed): a delayed copy was sent to the same queue and this one is
+    /// acknowledged, so its receive count does not grow toward the DLQ.
+    Requeued(String),
     /// Nothing to do (deadline not yet due, conversation already over…).
     Ignored(String),
     /// Unusable message (unknown conversation or subtask): acknowledged, not retried.
@@ -189,18 +223,70 @@ struct Checkpoint {
     messages: Vec<ChatMessage>,
     tool_calls: Vec<ToolCallRecord>,
     usage: Usage,
+    /// Journal entries the transcript accounts for: a resumed attempt continues only from a
+    /// checkpoint that knows every side effect (otherwise it finishes from the journal).
+    #[serde(default)]
+    effects: usize,
 }
 
 /// Result of running the loop.
 enum LoopEnd {
     Done(SubtaskResult),
     OutOfTime,
+    /// The subtask was closed by someone else, or another attempt took it over, before a side
+    /// effect could be recorded: nothing was dispatched, nothing more to do here.
+    Abandoned(String),
 }
 
 struct LoopState {
     messages: Vec<ChatMessage>,
     tool_calls: Vec<ToolCallRecord>,
     usage: Usage,
+    /// Entries of the subtask's journal (side-effecting calls recorded so far).
+    effects: usize,
+}
+
+/// The attempt a loop runs as: its lease holder (journal writes are conditional on it) and the
+/// subtask item's TTL (for the approvals it records).
+struct Attempt {
+    holder: String,
+    ttl: i64,
+}
+
+/// One tool call after its checks, before it runs.
+enum Prepared {
+    /// Refused before dispatch: the tool message and its record.
+    Refused(String, ToolCallRecord),
+    /// Runs; `effect` is its position among the subtask's side-effecting calls, when it has side effects.
+    Ready { args: serde_json::Value, effect: Option<u32> },
+}
+
+/// How one call ended.
+struct CallEnd {
+    content: String,
+    record: ToolCallRecord,
+    /// A side effect now waiting for a person.
+    approval: Option<PendingApproval>,
+    /// A side effect whose outcome is not known after its dispatches.
+    unknown: bool,
+    /// The journal refused the intent: the loop must stop.
+    abandoned: Option<String>,
+}
+
+impl CallEnd {
+    fn answered(content: String, record: ToolCallRecord) -> Self {
+        Self { content, record, approval: None, unknown: false, abandoned: None }
+    }
+}
+
+/// How a dispatched side effect ended.
+enum EffectEnd {
+    /// Its outcome is recorded (done, or refused before dispatch).
+    Recorded(EffectOutcome),
+    /// It waits for a person's approval.
+    Awaiting(PendingApproval),
+    /// Its outcome is not known: it stays an intent, to be confirmed by a replay.
+    Unknown,
 }
 
 /// The worker: runs subtasks from the tasks queue (and records dead letters).
@@ -244,28 +330,61 @@ impl Worker {
                     .unwrap_or_else(Outcome::from)
             }
             TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
+            TaskMessage::Execute { conversation_id, approval_id } => {
+                let span =
+                    tracing::info_span!("execute", conversation_id = %conversation_id, approval_id = %approval_id);
+                self.execute(&conversation_id, &approval_id, deadline)
+                    .instrument(span)
+                    .await
+                    .unwrap_or_else(Outcome::from)
+            }
+            TaskMessage::Confirm { conversation_id, subtask_id, attempt } => {
+                let span = subtask_span(&conversation_id, &subtask_id);
+                self.confirm(&conversation_id, &subtask_id, attempt, deadline)
+                    .instrument(span)
+                    .await
+                    .unwrap_or_else(Outcome::from)
+            }
         }
     }
 
     /// Handles a message that reached the DLQ: the subtask is recorded as
-    /// failed and counted, so the conversation still completes.
+    /// failed and counted, so the conversation still completes — or, when its journal
+    /// holds side effects, as what the journal says (never "failed" for something done).
     pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, .. } => {
-                let result = SubtaskResult::failed(
+                let fallback = SubtaskResult::failed(
                     FailureKind::DeadLetter,
                     "gave up after repeated failures (the message reached the dead-letter queue)",
                 );
                 async {
                     tracing::warn!("dead letter: recording the subtask as failed");
                     obs::metrics::dead_letter();
-                    self.finish(&conversation_id, &subtask_id, result, Usage::default(), &[], None).await
+                    self.close_open(&conversation_id, &subtask_id, fallback, now_ms()).await?;
+                    match self.store.get_subtask(&conversation_id, &subtask_id).await? {
+                        Some(rec) if rec.status.is_terminal() => {
+                            self.count_and_release(&conversation_id, &rec).await?;
+                            Ok::<Outcome, StoreError>(Outcome::Finished(rec.status))
+                        }
+                        Some(_) => Ok(Outcome::Retry("the dead letter's subtask is still open".into())),
+                        None => Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
+                    }
                 }
                 .instrument(subtask_span(&conversation_id, &subtask_id))
                 .await
                 .unwrap_or_else(Outcome::from)
             }
             TaskMessage::Deadline { conversation_id } => self.deadline_instrumented(&conversation_id).await,
+            TaskMessage::Execute { approval_id, .. } => {
+                // The approval stays approved: an operator posting it again enqueues it again.
+                tracing::error!(%approval_id, "an approved side effect reached the dead-letter queue; it did not run");
+                Outcome::Ignored("approved side effect dead-lettered".into())
+            }
+            TaskMessage::Confirm { subtask_id, .. } => {
+                tracing::warn!(%subtask_id, "a confirmation reached the dead-letter queue; the side effect stays submitted");
+                Outcome::Ignored("confirmation dead-lettered".into())
+            }
         }
     }
 
@@ -273,6 +392,25 @@ impl Worker {
     async fn deadline_instrumented(&self, id: &ConversationId) -> Outcome {
         let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
         self.deadline(id, true).instrument(span).await.map_or_else(Outcome::from, |(outcome, _)| outcome)
+    }
+
+    /// The lease of an attempt that must be over by `deadline` (the invocation's deadline minus
+    /// the safety margin): Lambda ends the invocation at `deadline + safety margin` at the latest.
+    fn lease_for(&self, deadline: Instant) -> AttemptLease {
+        let left = deadline.saturating_duration_since(Instant::now()) + self.settings.safety_margin;
+        AttemptLease::new(now_ms() + i64::try_from(left.as_millis()).unwrap_or(i64::MAX / 2))
+    }
+
+    /// Sends `message` again to `role`'s queue after `delay_secs` and acknowledges this one.
+    async fn requeue(&self, role: &str, message: TaskMessage, delay_secs: u32, why: String) -> Outcome {
+        let delay = delay_secs.clamp(1, MAX_DELAY_SECONDS);
+        match self.queues.for_role(role).send(&[message], delay).await {
+            Ok(()) => {
+                tracing::info!(delay_secs = delay, reason = %why, "message handed back to its queue");
+                Outcome::Requeued(why)
+            }
+            Err(e) => Outcome::Retry(format!("could not hand the message back ({why}): {e}")),
+        }
     }
 
     async fn run(
@@ -288,18 +426,33 @@ impl Worker {
         if conversation.status.is_terminal() {
             return Ok(Outcome::Ignored(format!("conversation is {}", conversation.status.as_str())));
         }
+        // The attempt's lease covers the whole invocation (its deadline plus the safety margin), whatever
+        // deadline the loop keeps below.
+        let lease = self.lease_for(deadline);
         // The subtask stops by the earlier of its invocation's deadline and the conversation's (less a
         // margin to record what it has): past the conversation's, a hand-back would only lose to the deadline path.
         let for_conversation = conversation_deadline(&conversation, self.settings.conversation_margin);
         let (deadline, conversation_bound) =
             if for_conversation < deadline { (for_conversation, true) } else { (deadline, false) };
-        let record = match self.store.begin_attempt(id, subtask_id, now_ms()).await? {
+        let record = match self.store.begin_attempt(id, subtask_id, &lease, now_ms()).await? {
             AttemptStart::Missing => return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
             AttemptStart::AlreadyFinished(rec) => {
                 // A duplicate, or a retry after a crash between the result
-                // write and the count: finish the bookkeeping, never the LLM work.
+                // write and the count: finish the bookkeeping, never the LLM work —
+                // and learn the outcome of a side effect still being confirmed.
+                if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
+                    self.confirm_effects(&rec, &conversation.customer_id, 0, deadline).await?;
+                }
                 self.count_and_release(id, &rec).await?;
                 return Ok(Outcome::AlreadyFinished);
+            }
+            AttemptStart::Leased(rec) => {
+                // Another delivery runs it now: look again once its lease has ended.
+                let until = rec.lease.as_ref().map_or(0, |l| l.until_ms);
+                let wait = u32::try_from((until - now_ms()).max(0) / 1000 + 1).unwrap_or(MAX_DELAY_SECONDS);
+                let again =
+                    TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks };
+                return Ok(self.requeue(&rec.role, again, wait, "another attempt holds the lease".into()).await);
             }
             AttemptStart::Started(rec) => rec,
         };
@@ -334,6 +487,19 @@ impl Worker {
                         )
                         .await;
                 }
+                DependencyState::Waiting(dep) if self.queues.has_own_queue(&record.role) => {
+                    // Enqueued at planning, it waits on its own queue: no other function may send there.
+                    self.store.release_attempt(id, subtask_id, &lease.holder).await?;
+                    if now_ms() >= conversation.deadline_ms {
+                        return Ok(Outcome::Ignored(format!(
+                            "dependency {dep} still open at the deadline; the deadline path closes the subtask"
+                        )));
+                    }
+                    let again =
+                        TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks };
+                    let why = format!("dependency {dep} not finished yet");
+                    return Ok(self.requeue(&record.role, again, self.settings.dependency_wait_secs, why).await);
+                }
                 DependencyState::Waiting(dep) => {
                     // Should not happen (released only when all are done): give it back for later.
                     return Ok(Outcome::Retry(format!("dependency {dep} not finished yet")));
@@ -347,36 +513,74 @@ impl Worker {
             conversation_id: id.clone(),
             subtask_id: subtask_id.to_owned(),
         };
-        let mut state = match record.checkpoint.as_deref().and_then(|c| serde_json::from_str::<Checkpoint>(c).ok()) {
+        let checkpoint = record.checkpoint.as_deref().and_then(|c| serde_json::from_str::<Checkpoint>(c).ok());
+        if !record.effects.is_empty() {
+            let resumable = checkpoint.as_ref().is_some_and(|cp| {
+                cp.effects == record.effects.len() && record.effects.iter().all(|e| e.state == EffectState::Done)
+            });
+            if !resumable {
+                // A re-run after side effects: the journal says what was done; the model is not asked again.
+                tracing::info!(effects = record.effects.len(), "re-run with a journal: finishing from it");
+                return self.finish_from_journal(&ctx, &record, deadline).await;
+            }
+        }
+        let mut state = match checkpoint {
             Some(cp) => {
                 tracing::info!(messages = cp.messages.len(), "resuming from checkpoint");
-                LoopState { messages: cp.messages, tool_calls: cp.tool_calls, usage: cp.usage }
+                LoopState { messages: cp.messages, tool_calls: cp.tool_calls, usage: cp.usage, effects: cp.effects }
             }
             None => LoopState {
                 messages: work_messages(&conversation.query, subtask_id, &record.subtask.instruction, &dependencies),
                 tool_calls: Vec::new(),
                 usage: Usage::default(),
+                effects: 0,
             },
         };
 
-        match self.tool_loop(&ctx, &record, &mut state, deadline).await {
+        let attempt = Attempt { holder: lease.holder.clone(), ttl: record.ttl };
+        match self.tool_loop(&ctx, &record, &attempt, &mut state, deadline).await {
             LoopEnd::Done(result) => {
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
-                self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
+                let side_effects_open =
+                    matches!(result, SubtaskResult::Submitted { .. } | SubtaskResult::AwaitingApproval { .. });
+                let outcome = self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await?;
+                if side_effects_open
+                    && let Some(now) = self.store.get_subtask(id, subtask_id).await?
+                    && now.effects.iter().any(|e| e.state == EffectState::Intent)
+                {
+                    self.schedule_confirm(&now, 0).await;
+                }
+                Ok(outcome)
+            }
+            LoopEnd::Abandoned(why) => {
+                tracing::warn!(reason = %why, "attempt abandoned before a side effect; nothing was dispatched");
+                Ok(Outcome::Ignored(why))
             }
             LoopEnd::OutOfTime if conversation_bound => {
                 tracing::warn!("the conversation's deadline is near: recording what the subtask has");
-                let result = partial_result(&state, FailureKind::DeadlinePassed, "the conversation's deadline came");
+                let result =
+                    match self.store.get_subtask(id, subtask_id).await?.and_then(|r| journal_result(&r.effects)) {
+                        // Side effects were made: say what they did (done, being confirmed), never failed over them.
+                        Some(from_journal) => from_journal,
+                        None => partial_result(&state, FailureKind::DeadlinePassed, "the conversation's deadline came"),
+                    };
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
                 self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
             LoopEnd::OutOfTime if handbacks < self.settings.max_handbacks => {
-                let cp = Checkpoint { messages: state.messages, tool_calls: state.tool_calls, usage: state.usage };
+                let cp = Checkpoint {
+                    messages: state.messages,
+                    tool_calls: state.tool_calls,
+                    usage: state.usage,
+                    effects: state.effects,
+                };
                 let json = serde_json::to_string(&cp).unwrap_or_default();
-                // A larger transcript restarts the subtask instead of saving a cut, unparseable checkpoint.
+                // A larger transcript restarts the subtask instead of saving a cut, unparseable checkpoint
+                // (with side effects in its journal it then finishes from the journal).
                 if json.len() <= MAX_CHECKPOINT_BYTES {
                     self.store.save_checkpoint(id, subtask_id, &json).await?;
                 }
+                self.store.release_attempt(id, subtask_id, &lease.holder).await?;
                 let again = TaskMessage::Run {
                     conversation_id: id.clone(),
                     subtask_id: subtask_id.to_owned(),
@@ -391,13 +595,334 @@ impl Worker {
                 Ok(Outcome::HandedBack)
             }
             LoopEnd::OutOfTime => {
-                let result = partial_result(&state, FailureKind::OutOfTime, "ran out of time");
+                let result =
+                    match self.store.get_subtask(id, subtask_id).await?.and_then(|r| journal_result(&r.effects)) {
+                        // Side effects were made: say what they did, never "out of time" over them.
+                        Some(from_journal) => from_journal,
+                        None => partial_result(&state, FailureKind::OutOfTime, "ran out of time"),
+                    };
                 let tools_used: Vec<String> = state.tool_calls.iter().map(|c| c.name.clone()).collect();
                 self.finish(id, subtask_id, result, state.usage, &tools_used, Some(&record)).await
             }
         }
     }
 
+    /// A re-run of a subtask whose journal holds side effects: entries without an outcome are
+    /// replayed as recorded (same tool, arguments and key) to learn it, and the result is the
+    /// journal's ([`journal_result`]) — the model is never asked again.
+    async fn finish_from_journal(
+        &self,
+        ctx: &ToolContext,
+        record: &SubtaskRecord,
+        deadline: Instant,
+    ) -> Result<Outcome, StoreError> {
+        let mut effects = record.effects.clone();
+        for effect in effects.iter_mut().filter(|e| e.state == EffectState::Intent) {
+            let ended = self.dispatch_recorded(ctx, effect, None, record.ttl, deadline).await?;
+            if let Some(after) = self.record_end(ctx, effect, &ended).await? {
+                *effect = after;
+            }
+        }
+        let result = journal_result(&effects).unwrap_or_else(|| {
+            SubtaskResult::failed(FailureKind::Internal, "the journal emptied while the subtask was re-run")
+        });
+        let tools_used: Vec<String> = effects.iter().map(|e| e.tool.clone()).collect();
+        let submitted = matches!(result, SubtaskResult::Submitted { .. });
+        let outcome = self
+            .finish(&ctx.conversation_id, &ctx.subtask_id, result, Usage::default(), &tools_used, Some(record))
+            .await?;
+        if submitted {
+            self.schedule_confirm(record, 0).await;
+        }
+        Ok(outcome)
+    }
+
+    /// Replays the journal's entries of a terminal subtask whose outcome is not known, recording
+    /// what they answer; one still unknown is confirmed again later (`attempt` replays so far).
+    async fn confirm_effects(
+        &self,
+        record: &SubtaskRecord,
+        customer_id: &str,
+        attempt: u32,
+        deadline: Instant,
+    ) -> Result<bool, StoreError> {
+        let ctx = ToolContext {
+            role: record.role.clone(),
+            customer_id: customer_id.to_owned(),
+            conversation_id: record.conversation_id.clone(),
+            subtask_id: record.subtask.id.clone(),
+        };
+        let mut still_unknown = false;
+        for effect in record.effects.iter().filter(|e| e.state == EffectState::Intent) {
+            let ended = self.dispatch_recorded(&ctx, effect, None, record.ttl, deadline).await?;
+            if matches!(ended, EffectEnd::Unknown) {
+                still_unknown = true;
+            }
+            self.record_end(&ctx, effect, &ended).await?;
+        }
+        if still_unknown {
+            self.schedule_confirm(record, attempt + 1).await;
+        }
+        Ok(!still_unknown)
+    }
+
+    /// Sends a [`TaskMessage::Confirm`] for `record` after the confirm delay, while replays remain.
+    async fn schedule_confirm(&self, record: &SubtaskRecord, attempt: u32) {
+        if attempt >= self.settings.confirm_attempts {
+            tracing::error!(attempt, "a side effect's outcome is still not known; it stays submitted");
+            return;
+        }
+        let message = TaskMessage::Confirm {
+            conversation_id: record.conversation_id.clone(),
+            subtask_id: record.subtask.id.clone(),
+            attempt,
+        };
+        if let Err(e) = self.queues.for_role(&record.role).send(&[message], self.settings.confirm_delay_secs).await {
+            // The message that brought this subtask comes back after its visibility timeout and confirms instead.
+            tracing::warn!(error = %e, "could not schedule the confirmation of a side effect");
+        }
+    }
+
+    /// A [`TaskMessage::Confirm`]: learn the outcome of side effects still being confirmed.
+    async fn confirm(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        attempt: u32,
+        deadline: Instant,
+    ) -> Result<Outcome, StoreError> {
+        let Some(conversation) = self.store.get_conversation(id).await? else {
+            return Ok(Outcome::Poison(format!("unknown conversation {id}")));
+        };
+        let Some(record) = self.store.get_subtask(id, subtask_id).await? else {
+            return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}")));
+        };
+        if !record.status.is_terminal() || !record.effects.iter().any(|e| e.state == EffectState::Intent) {
+            return Ok(Outcome::Ignored("nothing to confirm".into()));
+        }
+        if self.confirm_effects(&record, &conversation.customer_id, attempt, deadline).await? {
+            tracing::info!("side effects confirmed");
+            Ok(Outcome::Finished(record.status))
+        } else {
+            Ok(Outcome::Requeued("a side effect is still being confirmed".into()))
+        }
+    }
+
+    /// A [`TaskMessage::Execute`]: runs an approved side effect exactly as recorded, with its
+    /// approval attached; no model is involved. Runs at most once: the call carries its journal
+    /// key (the tool server returns the first answer for a repeated key) and an entry with an
+    /// outcome is never dispatched again.
+    async fn execute(&self, id: &ConversationId, approval_id: &str, deadline: Instant) -> Result<Outcome, StoreError> {
+        let Some(approval) = self.store.get_approval(approval_id).await? else {
+            return Ok(Outcome::Poison(format!("unknown approval {approval_id}")));
+        };
+        if &approval.conversation_id != id {
+            return Ok(Outcome::Poison(format!("approval {approval_id} belongs to another conversation")));
+        }
+        if approval.status != ApprovalStatus::Approved {
+            return Ok(Outcome::Ignored(format!("approval is {}", approval.status.code())));
+        }
+        let Some(record) = self.store.get_subtask(id, &approval.subtask_id).await? else {
+            return Ok(Outcome::Poison(format!("unknown subtask {}", approval.subtask_id)));
+        };
+        let Some(effect) = record.effects.get((approval.ordinal as usize).saturating_sub(1)).cloned() else {
+            return Ok(Outcome::Poison(format!("approval {approval_id} names no journal entry")));
+        };
+        let ctx = ToolContext {
+            role: record.role.clone(),
+            customer_id: approval.customer_id.clone(),
+            conversation_id: id.clone(),
+            subtask_id: approval.subtask_id.clone(),
+        };
+        if effect.state.is_final() {
+            // It ran before (a duplicate message, or a crash after its outcome): close the approval the same way.
+            let outcome = effect
+                .outcome
+                .clone()
+                .unwrap_or_else(|| EffectOutcome::new(&format!("not run: {}", effect.state.code()), true));
+            let status =
+                if effect.state == EffectState::Done { ApprovalStatus::Executed } else { ApprovalStatus::Expired };
+            self.store.finish_approval(approval_id, status, &outcome, now_ms()).await?;
+            return Ok(Outcome::AlreadyFinished);
+        }
+        let Some(token) = approval.token.clone() else {
+            return Ok(Outcome::Poison(format!("approval {approval_id} carries no token")));
+        };
+        tracing::info!(approval_id, order_id = %approval.action.order_id, amount_cents = approval.action.amount_cents, "running an approved side effect");
+        let ended = self.dispatch_recorded(&ctx, &effect, Some(&token), record.ttl, deadline).await?;
+        let (status, outcome) = match &ended {
+            EffectEnd::Unknown => {
+                return Ok(Outcome::Retry("the approved side effect's outcome is not known yet".into()));
+            }
+            EffectEnd::Recorded(outcome) => (ApprovalStatus::Executed, outcome.clone()),
+            EffectEnd::Awaiting(_) => {
+                (ApprovalStatus::Expired, EffectOutcome::new("the gateway asked for an approval again", true))
+            }
+        };
+        let change = match &ended {
+            EffectEnd::Recorded(outcome) => EffectChange::done(outcome.clone(), now_ms()),
+            _ => EffectChange {
+                state: EffectState::Expired,
+                outcome: Some(outcome.clone()),
+                approval_id: None,
+                proposed: None,
+                at_ms: now_ms(),
+            },
+        };
+        self.store.record_effect_outcome(id, &approval.subtask_id, effect.ordinal, &change).await?;
+        faults::at(CrashPoint::WorkerAfterOutcome).await;
+        self.store.finish_approval(approval_id, status, &outcome, now_ms()).await?;
+        tracing::info!(approval_id, ok = !outcome.is_error, "approved side effect ran");
+        Ok(Outcome::Finished(record.status))
+    }
+
+    /// Dispatches a journal entry exactly as recorded (its tool, arguments and key, plus an
+    /// approval token when given), replaying it while its outcome is unknown and time is left.
+    /// A gateway asking for approval creates the approval (idempotently, by the entry's position).
+    async fn dispatch_recorded(
+        &self,
+        ctx: &ToolContext,
+        effect: &Effect,
+        token: Option<&str>,
+        ttl: i64,
+        deadline: Instant,
+    ) -> Result<EffectEnd, StoreError> {
+        let mut args = effect.arguments.clone();
+        args.insert(IDEMPOTENCY_ARGUMENT.into(), serde_json::Value::String(effect.key.clone()));
+        if let Some(token) = token {
+            args.insert(APPROVAL_ARGUMENT.into(), serde_json::Value::String(token.to_owned()));
+        }
+        let args = serde_json::Value::Object(args);
+        let mut answer = Err(ToolError::Unavailable("not dispatched: no time left".into()));
+        for dispatch in 0..EFFECT_DISPATCHES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || (dispatch > 0 && left < self.settings.tool_timeout / 2) {
+                break;
+            }
+            answer = self.tools.call_tool(ctx, &effect.tool, args.clone(), self.settings.tool_timeout.min(left)).await;
+            match &answer {
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(tool = %effect.tool, ordinal = effect.ordinal, error = %e, "side effect's outcome unknown; replaying with its key");
+                }
+                _ => break,
+            }
+        }
+        faults::at(CrashPoint::WorkerAfterDispatch).await;
+        Ok(match answer {
+            Ok(ToolOutput { text, is_error }) => EffectEnd::Recorded(EffectOutcome::new(&text, is_error)),
+            Err(ToolError::ApprovalRequired(action)) => match self.ask_approval(ctx, effect, action, ttl).await? {
+                Some(pending) => EffectEnd::Awaiting(pending),
+                None => EffectEnd::Recorded(EffectOutcome::new(
+                    "the gateway asked for an approval of an action it did not describe validly; nothing was done",
+                    true,
+                )),
+            },
+            Err(ToolError::ApprovalRefused(why)) => {
+                EffectEnd::Recorded(EffectOutcome::new(&format!("the approval was refused: {why}"), true))
+            }
+            Err(e) if e.is_transient() => EffectEnd::Unknown,
+            Err(e) => EffectEnd::Recorded(EffectOutcome::new(&format!("refused before dispatch: {e}"), true)),
+        })
+    }
+
+    /// Records the approval a consent-gated side effect needs. `None` when the gateway's action
+    /// is not one we can put before a person (another tool, an unsafe order id, no positive amount).
+    async fn ask_approval(
+        &self,
+        ctx: &ToolContext,
+        effect: &Effect,
+        action: ProposedAction,
+        ttl: i64,
+    ) -> Result<Option<PendingApproval>, StoreError> {
+        if action.tool != effect.tool || !is_safe_id(&action.order_id) || action.amount_cents <= 0 {
+            tracing::error!(tool = %effect.tool, "the gateway's approval request does not describe this call");
+            return Ok(None);
+        }
+        let action = ProposedAction { reason: ProposedAction::clean_reason(action.reason.as_deref()), ..action };
+        let now = now_ms();
+        let approval = Approval {
+            id: approval_id(&ctx.conversation_id, &ctx.subtask_id, effect.ordinal),
+            conversation_id: ctx.conversation_id.clone(),
+            subtask_id: ctx.subtask_id.clone(),
+            ordinal: effect.ordinal,
+            customer_id: ctx.customer_id.clone(),
+            role: ctx.role.clone(),
+            action,
+            status: ApprovalStatus::Pending,
+            created_at_ms: now,
+            expires_at_ms: now + i64::try_from(self.settings.approval_expiry.as_millis()).unwrap_or(i64::MAX / 2),
+            decided_by: None,
+            decided_at_ms: None,
+            token: None,
+            outcome: None,
+            finished_at_ms: None,
+            ttl,
+        };
+        let stored = self.store.create_approval(&approval).await?;
+        if stored.created_at_ms == approval.created_at_ms {
+            obs::metrics::approval_requested();
+        }
+        tracing::info!(
+            approval_id = %stored.id,
+            order_id = %stored.action.order_id,
+            amount_cents = stored.action.amount_cents,
+            "side effect waits for a person's approval"
+        );
+        Ok(Some(PendingApproval { approval_id: stored.id, action: stored.action }))
+    }
+
+    /// Writes what a dispatch ended in on its journal entry (nothing while it is unknown);
+    /// answers the entry after the write.
+    async fn record_end(
+        &self,
+        ctx: &ToolContext,
+        effect: &Effect,
+        ended: &EffectEnd,
+    ) -> Result<Option<Effect>, StoreError> {
+        let change = match ended {
+            EffectEnd::Unknown => return Ok(None),
+            EffectEnd::Recorded(outcome) => EffectChange::done(outcome.clone(), now_ms()),
+            EffectEnd::Awaiting(pending) => EffectChange {
+                state: EffectState::AwaitingApproval,
+                outcome: None,
+                approval_id: Some(pending.approval_id.clone()),
+                proposed: Some(pending.action.clone()),
+                at_ms: now_ms(),
+            },
+        };
+        let after =
+            self.store.record_effect_outcome(&ctx.conversation_id, &ctx.subtask_id, effect.ordinal, &change).await?;
+        faults::at(CrashPoint::WorkerAfterOutcome).await;
+        Ok(after)
+    }
+
+    /// Closes a subtask someone else was running (the deadline path, a dead letter): with what its
+    /// journal says when it has side effects (done, being confirmed, waiting for approval), else
+    /// with `fallback`. An intent recorded meanwhile makes it read again and decide again.
+    async fn close_open(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        fallback: SubtaskResult,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        for _ in 0..3 {
+            let Some(rec) = self.store.get_subtask(id, subtask_id).await? else { return Ok(false) };
+            if rec.status.is_terminal() {
+                return Ok(false);
+            }
+            let result = journal_result(&rec.effects).unwrap_or_else(|| fallback.clone()).bounded();
+            match self.store.close_subtask(id, subtask_id, &result, rec.effects.len(), now).await? {
+                CloseOutcome::Recorded => {
+                    obs::metrics::subtask_finished(&result);
+                    return Ok(true);
+                }
+                CloseOutcome::AlreadyFinished(_) | CloseOutcome::Missing => return Ok(false),
+                CloseOutcome::JournalChanged => continue,
+            }
+        }
+        Err(StoreError::Transient(format!("the journal of {subtask_id} kept changing while it was closed")))
+    }
     /// Records a terminal result (conditionally), counts it exactly once and releases dependents.
     async fn finish(
         &self,
@@ -466,12 +991,16 @@ impl Worker {
             for decision in release_decisions(&all, &done.subtask.id) {
                 match decision {
                     Release::Enqueue(sid) => {
+                        let role = all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
+                        if self.queues.has_own_queue(&role) {
+                            // Enqueued at planning; it waits for its dependencies on its own queue.
+                            continue;
+                        }
                         // The message goes first, the flip after it: a dependent is never QUEUED without a
                         // message. A failed send leaves it PENDING, and this message's retry releases it; a
                         // crash between the two leaves a PENDING dependent with its message, which runs it
                         // (a worker starts PENDING subtasks too). Two parents finishing at the same instant
                         // may both send: the second message is a duplicate delivery, absorbed like any other.
-                        let role = all.iter().find(|r| r.subtask.id == sid).map(|r| r.role.clone()).unwrap_or_default();
                         if let Err(e) = self.queues.for_role(&role).send(&[TaskMessage::run(id, &sid)], 0).await {
                             return Err(StoreError::Transient(format!("could not enqueue dependent {sid}: {e}")));
                         }
@@ -579,7 +1108,7 @@ impl Worker {
                 }
             }
             ConversationStatus::Aggregating => self.aggregate_without_model(&conversation).await?,
-            ConversationStatus::Done | ConversationStatus::Failed => {
+            ConversationStatus::Done | ConversationStatus::Failed | ConversationStatus::Handoff => {
                 (Outcome::Ignored("conversation already over".into()), None)
             }
         };
@@ -608,6 +1137,8 @@ impl Worker {
     async fn close_open_subtasks(&self, id: &ConversationId, now: i64) -> Result<usize, StoreError> {
         let all = self.store.list_subtasks(id).await?;
         let mut closed = 0;
+        // Everything still open fails — unless its journal holds side effects: those are reported as they
+        // stand (done, being confirmed, waiting for approval), never as not done.
         for rec in all.iter().filter(|r| !r.status.is_terminal()) {
             let result = match dependency_results(rec, &all) {
                 DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
@@ -616,12 +1147,8 @@ impl Worker {
                     "the conversation's deadline passed before it finished",
                 ),
             };
-            match self.store.record_result(id, &rec.subtask.id, &result, &rec.usage, &rec.tools_used, now).await? {
-                RecordOutcome::Recorded => {
-                    obs::metrics::subtask_finished(&result);
-                    closed += 1;
-                }
-                RecordOutcome::AlreadyFinished(_) | RecordOutcome::Missing => {}
+            if self.close_open(id, &rec.subtask.id, result, now).await? {
+                closed += 1;
             }
         }
         for rec in self.store.list_subtasks(id).await? {
@@ -666,15 +1193,32 @@ impl Worker {
         };
         faults::at(CrashPoint::AggregatorAfterFlip).await;
         let all = self.store.list_subtasks(id).await?;
-        let reply = truncate_bytes(&compose_reply(&reply_input(&all, &conversation.notes)), MAX_REPLY_BYTES);
-        let finished = self.store.finish_conversation(id, &reply, &Usage::default()).await?;
-        tracing::warn!(finished, "conversation answered by the deadline path (model-free reply)");
+        let handoff = swarm_core::handoff::handoff_reason(conversation, &all)
+            .map(|reason| swarm_core::domain::Handoff { reason, at_ms: now_ms() });
+        let mut notes = conversation.notes.clone();
+        if handoff.is_some() {
+            notes.push(swarm_core::reply::HANDOFF_NOTE.to_owned());
+        }
+        let reply = truncate_bytes(&compose_reply(&reply_input(&all, &notes)), MAX_REPLY_BYTES);
+        let finished = match &handoff {
+            Some(h) => self.store.hand_off(id, &reply, &Usage::default(), h).await?,
+            None => self.store.finish_conversation(id, &reply, &Usage::default()).await?,
+        };
+        tracing::warn!(
+            finished,
+            handoff = handoff.is_some(),
+            "conversation answered by the deadline path (model-free reply)"
+        );
         if !finished {
             return Ok((Outcome::Ignored("another aggregation answered first".into()), None));
         }
         obs::metrics::reply_written(false);
-        obs::metrics::conversation_finished(ConversationStatus::Done, conversation.created_at_ms, now_ms());
+        let status = if handoff.is_some() { ConversationStatus::Handoff } else { ConversationStatus::Done };
+        obs::metrics::conversation_finished(status, conversation.created_at_ms, now_ms());
         obs::metrics::conversation_cost(&conversation.usage);
+        if let Some(h) = &handoff {
+            obs::metrics::handoff(h.reason);
+        }
         Ok((Outcome::Finished(SubtaskStatus::Succeeded), Some(action)))
     }
 
@@ -728,8 +1272,27 @@ impl Worker {
             };
             obs::metrics::sweep_conversation(counted);
         }
+        self.gauge_approvals(now).await;
         tracing::info!(?report, "sweep done");
         report
+    }
+
+    /// Sets the approvals-waiting gauges (how many, the oldest's age) from the newest
+    /// [`SWEEP_APPROVALS_READ`] approvals: the sweep runs every minute, so the alarm on the oldest
+    /// one's age never depends on an operator looking. A failed read leaves the gauges as they were.
+    async fn gauge_approvals(&self, now: i64) {
+        match self.store.list_approvals(SWEEP_APPROVALS_READ).await {
+            Ok(all) => {
+                let pending: Vec<_> =
+                    all.iter().filter(|a| a.status_at(now) == swarm_core::approval::ApprovalStatus::Pending).collect();
+                let oldest = pending.iter().map(|a| a.created_at_ms).min().map_or(0, |t| (now - t).max(0));
+                obs::metrics::approvals_waiting(
+                    pending.len(),
+                    Duration::from_millis(u64::try_from(oldest).unwrap_or(0)),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "sweep: reading the approvals failed; their gauges are not updated"),
+        }
     }
 
     /// Makes a message reported in `batchItemFailures` visible again after
@@ -753,6 +1316,7 @@ impl Worker {
         &self,
         ctx: &ToolContext,
         record: &SubtaskRecord,
+        attempt: &Attempt,
         state: &mut LoopState,
         deadline: Instant,
     ) -> LoopEnd {
@@ -879,24 +1443,31 @@ impl Worker {
                 tool_calls: tool_calls.clone(),
                 reasoning_content: response.reasoning_content.clone(),
             });
+            // Checked in call order first, so the side-effecting calls' positions (their keys) never depend on timing.
+            let prepared = self.prepare_calls(&allowed, &tool_calls, cut_off, &mut state.effects);
             let calls: Vec<_> = tool_calls
                 .iter()
-                .map(|call| async {
-                    // The model wrote the name: a span names only a tool this subtask may call. The span
-                    // starts when the call does, not while it waits for a free slot.
-                    let tool =
-                        if allowed.contains_key(call.name.as_str()) { call.name.as_str() } else { "not_allowed" };
-                    let span = obs::spans::tool_call(tool, &ctx.role);
-                    self.run_call(ctx, &allowed, call, cut_off, deadline).instrument(span).await
+                .zip(prepared)
+                .map(|(call, prepared)| {
+                    let allowed = &allowed;
+                    async move {
+                        // The model wrote the name: a span names only a tool this subtask may call. The
+                        // span starts when the call does, not while it waits for a free slot.
+                        let tool =
+                            if allowed.contains_key(call.name.as_str()) { call.name.as_str() } else { "not_allowed" };
+                        let span = obs::spans::tool_call(tool, &ctx.role);
+                        self.run_prepared(ctx, attempt, call, prepared, deadline).instrument(span).await
+                    }
                 })
                 .collect();
             // Concurrent, at most `max_parallel_tool_calls` at once, answered in call order.
-            let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) = futures::stream::iter(calls)
-                .buffered(self.settings.max_parallel_tool_calls)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .unzip();
+            let ends: Vec<CallEnd> =
+                futures::stream::iter(calls).buffered(self.settings.max_parallel_tool_calls).collect().await;
+            let abandoned = ends.iter().find_map(|e| e.abandoned.clone());
+            let approvals: Vec<PendingApproval> = ends.iter().filter_map(|e| e.approval.clone()).collect();
+            let unknown: Vec<String> = ends.iter().filter(|e| e.unknown).map(|e| e.record.name.clone()).collect();
+            let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) =
+                ends.into_iter().map(|e| (e.content, e.record)).unzip();
             let cut = fit_round(&mut contents, self.settings.round_budget_tokens);
             if cut > 0 {
                 tracing::info!(
@@ -908,6 +1479,17 @@ impl Worker {
             for ((call, content), rec) in tool_calls.iter().zip(contents).zip(records) {
                 state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
                 state.tool_calls.push(rec);
+            }
+            if let Some(why) = abandoned {
+                return LoopEnd::Abandoned(why);
+            }
+            // A side effect waiting for a person or being confirmed ends the step: the model is not
+            // given another round in which to try it differently.
+            if !approvals.is_empty() {
+                return LoopEnd::Done(SubtaskResult::AwaitingApproval { approvals });
+            }
+            if !unknown.is_empty() {
+                return LoopEnd::Done(SubtaskResult::Submitted { tools: unknown });
             }
         }
         LoopEnd::Done(SubtaskResult::failed(
@@ -958,56 +1540,94 @@ impl Worker {
         }
     }
 
-    /// Runs one tool call; always returns the tool message content and its record.
-    async fn run_call(
+    /// Checks each call of one answer, in call order: refused calls get their tool message now;
+    /// the side-effecting ones that will run get their positions in the journal (`effects` counts
+    /// the journal's entries), so the same answer always gives the same keys.
+    fn prepare_calls(
+        &self,
+        allowed: &HashMap<&str, &ToolSpec>,
+        calls: &[ToolCall],
+        truncated: bool,
+        effects: &mut usize,
+    ) -> Vec<Prepared> {
+        calls
+            .iter()
+            .map(|call| {
+                // The name is model output: kept verbatim only when it is a tool this subtask may call.
+                let name =
+                    if allowed.contains_key(call.name.as_str()) { call.name.clone() } else { safe_id(&call.name) };
+                let refuse = |why: String| {
+                    let content = serde_json::json!({ "error": why }).to_string();
+                    Prepared::Refused(content, ToolCallRecord { name: name.clone(), ok: false, error: Some(why) })
+                };
+                if truncated {
+                    return refuse("the model's answer was cut off (finish_reason length) before this call was complete; it was not executed".into());
+                }
+                let Some(spec) = allowed.get(call.name.as_str()) else {
+                    return refuse(format!("tool {name} is not available to this subtask"));
+                };
+                let args = match parse_tool_arguments(&call.arguments) {
+                    Ok(a) => serde_json::Value::Object(a),
+                    Err(e) => return refuse(format!("the arguments are not valid JSON ({e}); the call was not executed")),
+                };
+                match self.schema_error(spec, &args) {
+                    Ok(None) => {}
+                    Ok(Some(err)) => {
+                        return refuse(format!(
+                            "the arguments do not match the tool's schema ({err}); the call was not executed"
+                        ));
+                    }
+                    Err(err) => {
+                        return refuse(format!(
+                            "the tool's argument schema does not compile ({err}), so the arguments cannot be checked; the call was not executed"
+                        ));
+                    }
+                }
+                if !spec.side_effecting {
+                    return Prepared::Ready { args, effect: None };
+                }
+                if args.to_string().len() > MAX_EFFECT_ARGUMENT_BYTES {
+                    return refuse(format!(
+                        "the arguments of {name} are larger than {MAX_EFFECT_ARGUMENT_BYTES} bytes; the call was not executed"
+                    ));
+                }
+                if *effects >= MAX_EFFECTS_PER_SUBTASK {
+                    return refuse(format!(
+                        "this step may make at most {MAX_EFFECTS_PER_SUBTASK} calls with side effects; this one was not executed"
+                    ));
+                }
+                *effects += 1;
+                Prepared::Ready { args, effect: Some(u32::try_from(*effects).unwrap_or(u32::MAX)) }
+            })
+            .collect()
+    }
+
+    /// Runs one prepared call; always ends with the tool message content and its record.
+    async fn run_prepared(
         &self,
         ctx: &ToolContext,
-        allowed: &HashMap<&str, &ToolSpec>,
+        attempt: &Attempt,
         call: &ToolCall,
-        truncated: bool,
+        prepared: Prepared,
         deadline: Instant,
-    ) -> (String, ToolCallRecord) {
-        // The name is model output: kept verbatim only when it is a tool this subtask may call.
-        let name = if allowed.contains_key(call.name.as_str()) { call.name.clone() } else { safe_id(&call.name) };
+    ) -> CallEnd {
+        let (args, effect) = match prepared {
+            Prepared::Refused(content, record) => return CallEnd::answered(content, record),
+            Prepared::Ready { args, effect } => (args, effect),
+        };
         let refuse = |why: String| {
             obs::spans::record_tool_outcome(&tracing::Span::current(), "refused");
             let content = serde_json::json!({ "error": why }).to_string();
-            (content, ToolCallRecord { name: name.clone(), ok: false, error: Some(why) })
+            CallEnd::answered(content, ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why) })
         };
-        if truncated {
-            return refuse("the model's answer was cut off (finish_reason length) before this call was complete; it was not executed".into());
-        }
-        let Some(spec) = allowed.get(call.name.as_str()) else {
-            return refuse(format!("tool {name} is not available to this subtask"));
-        };
-        let args = match parse_tool_arguments(&call.arguments) {
-            Ok(a) => serde_json::Value::Object(a),
-            Err(e) => return refuse(format!("the arguments are not valid JSON ({e}); the call was not executed")),
-        };
-        match self.schema_error(spec, &args) {
-            Ok(None) => {}
-            Ok(Some(err)) => {
-                return refuse(format!(
-                    "the arguments do not match the tool's schema ({err}); the call was not executed"
-                ));
-            }
-            Err(err) => {
-                return refuse(format!(
-                    "the tool's argument schema does not compile ({err}), so the arguments cannot be checked; the call was not executed"
-                ));
-            }
-        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return refuse("no time left to call the tool".into());
         }
-        let timeout = self.settings.tool_timeout.min(left);
-        let mut with_key = args.clone();
-        if let serde_json::Value::Object(m) = &mut with_key {
-            // Side-effecting tools are idempotent by key: the same call of the same subtask gets the same key on every delivery.
-            m.insert("_idempotency_key".into(), serde_json::Value::String(idempotency_key(ctx, &call.name, &args)));
+        if let Some(ordinal) = effect {
+            return self.run_effect(ctx, attempt, call, args, ordinal, deadline).await;
         }
-        match self.tools.call_tool(ctx, &call.name, with_key, timeout).await {
+        match self.tools.call_tool(ctx, &call.name, args, self.settings.tool_timeout.min(left)).await {
             Ok(out) => {
                 let outcome = if out.is_error { "tool_error" } else { "ok" };
                 obs::spans::record_tool_outcome(&tracing::Span::current(), outcome);
@@ -1017,15 +1637,97 @@ impl Worker {
                     ok: !out.is_error,
                     error: out.is_error.then(|| truncate_chars(&out.text, 200)),
                 };
-                (text, rec)
+                CallEnd::answered(text, rec)
             }
             Err(e) => {
                 tracing::warn!(tool = %call.name, error = %e, "tool call failed");
                 obs::spans::record_tool_outcome(&tracing::Span::current(), "unavailable");
                 let why = format!("the tool call failed: {e}");
                 let content = serde_json::json!({ "error": why }).to_string();
-                (content, ToolCallRecord { name, ok: false, error: Some(why) })
+                CallEnd::answered(content, ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why) })
             }
+        }
+    }
+
+    /// One side-effecting call: its intent into the journal (conditional on the subtask being open
+    /// and this attempt holding its lease), the dispatch with its positional key, its outcome into
+    /// the journal. A refused intent means someone else closed or took over the subtask: nothing
+    /// is dispatched and the loop stops.
+    async fn run_effect(
+        &self,
+        ctx: &ToolContext,
+        attempt: &Attempt,
+        call: &ToolCall,
+        args: serde_json::Value,
+        ordinal: u32,
+        deadline: Instant,
+    ) -> CallEnd {
+        let serde_json::Value::Object(arguments) = args else {
+            return CallEnd::answered(
+                serde_json::json!({ "error": "the arguments are not a JSON object" }).to_string(),
+                ToolCallRecord { name: call.name.clone(), ok: false, error: Some("arguments not an object".into()) },
+            );
+        };
+        let fresh = Effect::intent(&ctx.conversation_id, &ctx.subtask_id, ordinal, &call.name, arguments, now_ms());
+        let stop = |why: String| CallEnd {
+            content: serde_json::json!({ "error": "not executed: this step was closed" }).to_string(),
+            record: ToolCallRecord { name: call.name.clone(), ok: false, error: Some("not executed".into()) },
+            approval: None,
+            unknown: false,
+            abandoned: Some(why),
+        };
+        let effect =
+            match self.store.record_intent(&ctx.conversation_id, &ctx.subtask_id, &attempt.holder, &fresh).await {
+                Ok(IntentOutcome::Recorded) => fresh,
+                Ok(IntentOutcome::Existing(existing)) => existing,
+                Ok(IntentOutcome::Closed(_)) => return stop("the subtask was closed before its side effect".into()),
+                Ok(IntentOutcome::LeaseLost) => return stop("another attempt took the subtask over".into()),
+                Ok(IntentOutcome::Missing) => return stop("the subtask vanished".into()),
+                Err(e) => return stop(format!("the side effect's intent could not be recorded: {e}")),
+            };
+        faults::at(CrashPoint::WorkerAfterIntent).await;
+        tracing::info!(tool = %effect.tool, ordinal, "side effect dispatched");
+        let ended = match self.dispatch_recorded(ctx, &effect, None, attempt.ttl, deadline).await {
+            Ok(ended) => ended,
+            Err(e) => return stop(format!("the side effect's approval could not be recorded: {e}")),
+        };
+        if let Err(e) = self.record_end(ctx, &effect, &ended).await {
+            // Left as an intent: a redelivery replays it with the same key and learns its outcome.
+            return stop(format!("the side effect's outcome could not be recorded: {e}"));
+        }
+        let name = call.name.clone();
+        match ended {
+            EffectEnd::Recorded(outcome) => {
+                let text = truncate_chars(&outcome.text, self.settings.max_tool_output_chars);
+                let record = ToolCallRecord {
+                    name,
+                    ok: !outcome.is_error,
+                    error: outcome.is_error.then(|| truncate_chars(&outcome.text, 200)),
+                };
+                CallEnd::answered(text, record)
+            }
+            EffectEnd::Awaiting(pending) => CallEnd {
+                content: serde_json::json!({
+                    "status": "awaiting_approval",
+                    "message": "This needs a person's approval first and was not done. Tell the customer it is waiting for review; do not call it again."
+                })
+                .to_string(),
+                record: ToolCallRecord { name, ok: false, error: Some("awaiting approval".into()) },
+                approval: Some(pending),
+                unknown: false,
+                abandoned: None,
+            },
+            EffectEnd::Unknown => CallEnd {
+                content: serde_json::json!({
+                    "status": "submitted",
+                    "message": "Submitted; its result is being confirmed. Do not call it again."
+                })
+                .to_string(),
+                record: ToolCallRecord { name, ok: false, error: Some("outcome not known yet".into()) },
+                approval: None,
+                unknown: true,
+                abandoned: None,
+            },
         }
     }
 
@@ -1053,17 +1755,6 @@ impl Worker {
 /// The span of one subtask's work: every event logged while running it carries its ids.
 fn subtask_span(conversation_id: &ConversationId, subtask_id: &str) -> tracing::Span {
     tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id)
-}
-
-/// A stable key for one tool call of one subtask (FNV-1a over the canonical arguments).
-fn idempotency_key(ctx: &ToolContext, tool: &str, args: &serde_json::Value) -> String {
-    let canonical = format!("{}|{}|{}|{}", ctx.conversation_id, ctx.subtask_id, tool, args);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canonical.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{}-{}-{h:016x}", ctx.conversation_id, ctx.subtask_id)
 }
 
 /// What the loop had when it had to stop (`why`: time ran out for good, the answer was cut off):
@@ -1269,21 +1960,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn idempotency_key_is_stable_per_call_and_differs_per_arguments() {
-        let ctx = ToolContext {
-            role: "refund".into(),
-            customer_id: "C1".into(),
-            conversation_id: ConversationId::from_trusted("c"),
-            subtask_id: "w01".into(),
-        };
-        let a = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
-        let b = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A1"}));
-        let c = idempotency_key(&ctx, "shop__refund", &serde_json::json!({"order_id": "A2"}));
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-    }
-
     fn assistant(calls: &[(&str, &str)]) -> ChatMessage {
         ChatMessage::Assistant {
             content: None,
@@ -1306,7 +1982,7 @@ mod tests {
     fn state(messages: Vec<ChatMessage>, tool_calls: Vec<ToolCallRecord>) -> LoopState {
         let mut all = work_messages("q", "w01", "Check A1029.", &[]);
         all.extend(messages);
-        LoopState { messages: all, tool_calls, usage: Usage::default() }
+        LoopState { messages: all, tool_calls, usage: Usage::default(), effects: 0 }
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn record_span(message_id: &str, message: Option<&TaskMessage>) -> tracing::Span
     );
     if let Some(message) = message {
         span.record("conversation_id", message.conversation_id().as_str());
-        if let TaskMessage::Run { subtask_id, .. } = message {
+        if let TaskMessage::Run { subtask_id, .. } | TaskMessage::Confirm { subtask_id, .. } = message {
             span.record("subtask_id", subtask_id.as_str());
         }
     }

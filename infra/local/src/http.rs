@@ -11,9 +11,14 @@ use orchestrator::{ApiState, Orchestrator};
 use serde_json::Value;
 use tower::ServiceExt as _;
 
-/// The API over `orchestrator`, identifying callers by `auth`.
+/// The API over `orchestrator`, identifying callers by `auth` (the approvals API off).
 pub fn router(orchestrator: Arc<Orchestrator>, auth: Auth) -> Router {
     orchestrator::router(ApiState::new(orchestrator, auth))
+}
+
+/// The API over `state` (with the approvals API when it holds one).
+pub fn api(state: ApiState) -> Router {
+    orchestrator::router(state)
 }
 
 /// Sends one request through `router` without a server (no socket, no event

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use orchestrator::Auth;
+use orchestrator::{Auth, OperatorAuth};
 use swarm_adapters::telemetry;
 use swarm_core::access::CustomerLimits;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
@@ -86,8 +86,27 @@ enum Command {
         /// With `--auth tokens`: one `<token>=<customer_id>` (repeatable).
         #[arg(long = "token", value_name = "TOKEN=CUSTOMER")]
         tokens: Vec<String>,
+        /// An operator of the approvals API (`GET /approvals`, `POST /approvals/{id}`): `<token>=<name>`
+        /// (repeatable); the name is recorded with each decision. Operator tokens are not customer
+        /// tokens. Without one the approvals API answers 401.
+        #[arg(long = "operator-token", value_name = "TOKEN=NAME")]
+        operator_tokens: Vec<String>,
+        /// Refunds above this amount need an operator's approval (default: every refund does).
+        #[arg(long, value_name = "AMOUNT")]
+        approval_above: Option<f64>,
         #[command(flatten)]
         platform: Platform,
+    },
+    /// Decide refunds waiting for a person, through `serve`'s approvals API.
+    Approvals {
+        #[command(subcommand)]
+        action: ApprovalsAction,
+        /// The API `swarm-local serve` prints.
+        #[arg(long, default_value = "http://127.0.0.1:8080", global = true)]
+        url: String,
+        /// An operator token given to `serve --operator-token` (or SWARM_OPERATOR_TOKEN).
+        #[arg(long, env = "SWARM_OPERATOR_TOKEN", hide_env_values = true, global = true)]
+        operator_token: Option<String>,
     },
     /// Operator commands on a deployed table (AWS credentials from the usual chain) or, with
     /// --aws-endpoint, on an emulator's table.
@@ -95,6 +114,20 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum ApprovalsAction {
+    /// List approvals, newest first.
+    List {
+        /// pending, approved, rejected, expired, executed or all.
+        #[arg(long, default_value = "pending")]
+        status: String,
+    },
+    /// Approve one: its refund runs once, as recorded.
+    Approve { id: String },
+    /// Reject one: it never runs.
+    Reject { id: String },
 }
 
 #[derive(Subcommand)]
@@ -165,7 +198,13 @@ async fn main() -> anyhow::Result<()> {
             telemetry.flush().await;
             answer
         }
-        Command::Serve { port, auth, tokens_file, tokens, platform } => {
+        Command::Approvals { action, url, operator_token } => {
+            let token = operator_token.context(
+                "give --operator-token (or SWARM_OPERATOR_TOKEN): an operator token of `serve --operator-token`",
+            )?;
+            approvals(&url, &token, action).await
+        }
+        Command::Serve { port, auth, tokens_file, tokens, operator_tokens, approval_above, platform } => {
             let auth = match auth {
                 LocalAuth::None => {
                     anyhow::ensure!(
@@ -178,12 +217,83 @@ async fn main() -> anyhow::Result<()> {
                     Auth::Tokens(Arc::new(swarm_local::http::token_table(tokens_file.as_deref(), &tokens)?))
                 }
             };
-            let served = serve(options(backend, &platform), port, auth, &telemetry).await;
+            let operators = if operator_tokens.is_empty() {
+                OperatorAuth::Nobody
+            } else {
+                let mut pairs = Vec::new();
+                for (n, entry) in operator_tokens.iter().enumerate() {
+                    pairs.push(
+                        orchestrator::api::TokenTable::entry(entry)
+                            .map_err(|e| anyhow::anyhow!("--operator-token number {}: {e}", n + 1))?,
+                    );
+                }
+                let table = orchestrator::api::OperatorTable::from_pairs(pairs)
+                    .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
+                OperatorAuth::Tokens(Arc::new(table))
+            };
+            let mut options = options(backend, &platform);
+            options.refund_approval_above = approval_above;
+            let served = serve(options, port, auth, operators, &telemetry).await;
             telemetry.flush().await;
             served
         }
         Command::Admin { .. } => unreachable!("handled above"),
     }
+}
+
+/// `swarm-local approvals …` against serve's API.
+async fn approvals(url: &str, token: &str, action: ApprovalsAction) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+    let base = url.trim_end_matches('/');
+    let request = match &action {
+        ApprovalsAction::List { status } => {
+            anyhow::ensure!(status.chars().all(|c| c.is_ascii_lowercase()), "--status is one word, e.g. pending");
+            client.get(format!("{base}/approvals?status={status}"))
+        }
+        ApprovalsAction::Approve { id } => {
+            client.post(format!("{base}/approvals/{id}")).json(&serde_json::json!({"decision": "approve"}))
+        }
+        ApprovalsAction::Reject { id } => {
+            client.post(format!("{base}/approvals/{id}")).json(&serde_json::json!({"decision": "reject"}))
+        }
+    };
+    let response = request.bearer_auth(token).send().await.with_context(|| format!("calling {base}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.context("the API's answer is not JSON")?;
+    if !status.is_success() {
+        anyhow::bail!("the approvals API answered {status}: {}", body["error"]["message"].as_str().unwrap_or(""));
+    }
+    match action {
+        ApprovalsAction::List { .. } => {
+            let listed = body["approvals"].as_array().cloned().unwrap_or_default();
+            if listed.is_empty() {
+                println!("no approvals");
+            }
+            for a in listed {
+                let text = |k: &str| a[k].as_str().unwrap_or("").to_owned();
+                println!(
+                    "{}  {:<9} {} {} on order {} for customer {}{}",
+                    text("approval_id"),
+                    text("status"),
+                    text("tool"),
+                    text("amount"),
+                    text("order_id"),
+                    text("customer_id"),
+                    a["reason"].as_str().map(|r| format!(" — {r}")).unwrap_or_default()
+                );
+            }
+        }
+        _ => {
+            let a = &body["approval"];
+            println!(
+                "{} is {} (decided by {})",
+                a["approval_id"].as_str().unwrap_or(""),
+                a["status"].as_str().unwrap_or(""),
+                a["decided_by"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
 }
 
 async fn admin(command: AdminCommand, endpoint: Option<String>) -> anyhow::Result<()> {
@@ -275,7 +385,7 @@ async fn ask(
     if let Some(waterfall) = waterfall {
         eprintln!("\n{waterfall}");
     }
-    if view.status != ConversationStatus::Done {
+    if !matches!(view.status, ConversationStatus::Done | ConversationStatus::Handoff) {
         std::process::exit(1);
     }
     Ok(())
@@ -344,8 +454,16 @@ async fn ask_on(
                 seen.insert(s.id.clone(), s.status);
                 match s.status {
                     SubtaskStatus::Running => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
-                    SubtaskStatus::Succeeded | SubtaskStatus::Failed | SubtaskStatus::Skipped => {
-                        let mark = if s.status == SubtaskStatus::Succeeded { "✔" } else { "✘" };
+                    SubtaskStatus::Succeeded
+                    | SubtaskStatus::Failed
+                    | SubtaskStatus::Skipped
+                    | SubtaskStatus::AwaitingApproval
+                    | SubtaskStatus::Submitted => {
+                        let mark = match s.status {
+                            SubtaskStatus::Succeeded => "✔",
+                            SubtaskStatus::AwaitingApproval | SubtaskStatus::Submitted => "⏸",
+                            _ => "✘",
+                        };
                         let tools = if s.tools_used.is_empty() {
                             String::new()
                         } else {
@@ -407,15 +525,27 @@ fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started:
     Ok(())
 }
 
-async fn serve(options: StackOptions, port: u16, auth: Auth, telemetry: &telemetry::Telemetry) -> anyhow::Result<()> {
+async fn serve(
+    options: StackOptions,
+    port: u16,
+    auth: Auth,
+    operators: OperatorAuth,
+    telemetry: &telemetry::Telemetry,
+) -> anyhow::Result<()> {
     let stack = LocalStack::start(options).await?;
     let callers = match &auth {
         Auth::Tokens(table) => format!("Authorization: Bearer <token> ({} tokens)", table.len()),
         _ => "no authentication: the body's customer_id".to_owned(),
     };
+    let approvals = match &operators {
+        OperatorAuth::Tokens(table) => {
+            format!("GET /approvals, POST /approvals/{{id}} ({} operator tokens)", table.len())
+        }
+        _ => "off (give --operator-token <token>=<name>)".to_owned(),
+    };
     // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
     let metrics = telemetry.clone();
-    let app = stack.api_router(auth).route(
+    let app = stack.api_router(auth, Some(operators)).route(
         "/metrics",
         axum::routing::get(move || async move {
             let text = metrics.prometheus().unwrap_or_default();
@@ -432,6 +562,10 @@ async fn serve(options: StackOptions, port: u16, auth: Auth, telemetry: &telemet
     );
     println!("  callers      {callers}");
     println!("  metrics      http://{addr}/metrics   (Prometheus text)");
+    println!("  approvals    {approvals}");
+    println!(
+        "  memory       everything (conversations, queues, approvals, the shop's refunds) lives in this process unless --aws-endpoint is given: stop it and it is gone"
+    );
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));

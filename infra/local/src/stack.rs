@@ -11,10 +11,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::{Auth, Orchestrator, OrchestratorSettings};
+use orchestrator::api::OperatorTable;
+use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::access::{AccessStore, CustomerLimits};
+use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::ConversationId;
 use swarm_core::faults::FaultPlan;
 use swarm_core::llm::Models;
@@ -30,6 +32,7 @@ use crate::platform::chaos::Chaos;
 use crate::platform::counters::{Counters, Received, ReceivedLog, RecordLog, add};
 use crate::platform::embedded::EmbeddedBackend;
 use crate::platform::emulator::{EmulatorBackend, EmulatorOptions};
+use crate::platform::handoff::{HandoffEvent, HandoffLog};
 use crate::platform::invoke::{Ended, invoke};
 use crate::platform::mapping::{EventSourceMapping, MappingSettings};
 use crate::platform::stream::{StreamTrigger, TriggerSettings};
@@ -89,6 +92,9 @@ pub struct StackOptions {
     /// invocation unless `faults` is set), delivery and stream faults in the mappings and the
     /// trigger, and, when it asks for tool faults, a fault proxy between the gateway and the shop.
     pub chaos: Option<Arc<Chaos>>,
+    /// Refunds above this amount (in the order's currency) need an operator's approval; `None`:
+    /// every refund does (the demo gateway's consent).
+    pub refund_approval_above: Option<f64>,
     /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the store.
     pub limits: CustomerLimits,
 }
@@ -107,6 +113,7 @@ impl Default for StackOptions {
             wrap_aggregator_store: None,
             faults: None,
             chaos: None,
+            refund_approval_above: None,
             limits: CustomerLimits::DEFAULT,
         }
     }
@@ -120,6 +127,11 @@ pub struct LocalStack {
     timings: Timings,
     api: ApiInvoker,
     sweeper: Arc<Sweeper>,
+    approvals: Arc<Approvals>,
+    /// The operators of [`LocalStack::api`] (one: the stack's own, see [`LocalStack::approve`]).
+    operators: OperatorAuth,
+    operator_token: String,
+    handoffs: Arc<HandoffLog>,
     pub shop: Arc<shop_tools::Shop>,
     pub shop_url: String,
     pub gateway_url: String,
@@ -203,6 +215,13 @@ impl LocalStack {
         let mut gateway_config = tool_gateway::demo_config(&upstream_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
+        if let Some(above) = options.refund_approval_above {
+            for effect in gateway_config.side_effects.values_mut() {
+                if let Some(consent) = &mut effect.consent {
+                    consent.above = above;
+                }
+            }
+        }
         // The gateway's own waits are the (scaled) table's, like every other timing here.
         for upstream in &mut gateway_config.upstreams {
             upstream.call_timeout_secs = timings.gateway.call_timeout.as_secs_f64();
@@ -239,6 +258,13 @@ impl LocalStack {
         };
         let queues =
             TaskQueues::new(traced(Queue::Tasks, "tasks")).with_role(REFUND_ROLE, traced(Queue::Refund, "refund"));
+        let approval_key = ApprovalKey::new(tokens.approval_key()).map_err(anyhow::Error::msg)?;
+        let approvals = Arc::new(Approvals::new(store.clone(), queues.clone(), approval_key, &timings));
+        let (_, operator_token) = ApprovalKey::generate();
+        let operators = OperatorAuth::Tokens(Arc::new(
+            OperatorTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
+                .map_err(anyhow::Error::msg)?,
+        ));
         let orchestrator = Arc::new(
             Orchestrator::new(
                 store.clone(),
@@ -335,13 +361,17 @@ impl LocalStack {
             faults: faults.clone(),
             counters: counters.clone(),
         });
-        background.push(tokio::spawn(sweeper.clone().run(shutdown_rx)));
+        background.push(tokio::spawn(sweeper.clone().run(shutdown_rx.clone())));
         let api = ApiInvoker {
             orchestrator,
             timeout: lambda_timeout(timings.orchestrator.timeout),
             faults: faults.clone(),
             counters: counters.clone(),
         };
+        // The hand-off pipe reads the stream too (on AWS an EventBridge pipe, the table's second reader).
+        let handoffs = Arc::new(HandoffLog::default());
+        let handoff_feed = backend.change_feed().await.context("opening the table's stream for hand-offs")?;
+        background.push(tokio::spawn(crate::platform::handoff::run(handoff_feed, handoffs.clone(), shutdown_rx)));
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
 
         Ok(Self {
@@ -350,6 +380,10 @@ impl LocalStack {
             timings,
             api,
             sweeper,
+            approvals,
+            operators,
+            operator_token,
+            handoffs,
             shop,
             shop_url,
             gateway_url,
@@ -406,8 +440,9 @@ impl LocalStack {
 
     /// The HTTP API as API Gateway serves it: each request one orchestrator invocation, cut at
     /// its timeout, under the fault plan ([`ApiInvoker`]); callers identified by `auth`.
-    pub fn api_router(&self, auth: Auth) -> axum::Router {
-        self.api.router(auth)
+    /// The approvals API is on it, its operators identified by `operators` (`None`: the stack's own).
+    pub fn api_router(&self, auth: Auth, operators: Option<OperatorAuth>) -> axum::Router {
+        self.api.router(self.api_state(auth, operators))
     }
 
     /// The name of `queue` (as `Received::queue` holds it).
@@ -435,6 +470,34 @@ impl LocalStack {
     /// The orchestrator behind the API (`swarm-local serve` mounts [`Self::api_router`], which invokes it).
     pub fn orchestrator(&self) -> Arc<Orchestrator> {
         self.api.orchestrator.clone()
+    }
+
+    /// The API's state: the orchestrator with `auth` for customers and the approvals API, its
+    /// operators identified by `operators` (`None`: the stack's own operator, [`LocalStack::approve`]).
+    pub fn api_state(&self, auth: Auth, operators: Option<OperatorAuth>) -> ApiState {
+        ApiState::new(self.api.orchestrator.clone(), auth)
+            .with_approvals(self.approvals.clone(), operators.unwrap_or_else(|| self.operators.clone()))
+    }
+
+    /// The hand-off events seen so far (the pipe's output), in stream order.
+    pub fn handoffs(&self) -> Vec<HandoffEvent> {
+        self.handoffs.all()
+    }
+
+    /// `GET /approvals?status=<status>` as the stack's operator; answers the listed approvals.
+    pub async fn approvals(&self, status: &str) -> anyhow::Result<Vec<Value>> {
+        let auth = format!("Bearer {}", self.operator_token);
+        let (code, body) =
+            self.api("GET", &format!("/approvals?status={status}"), None, &[("authorization", auth.as_str())]).await?;
+        anyhow::ensure!(code == 200, "GET /approvals answered {code}: {body}");
+        Ok(body["approvals"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// `POST /approvals/{id}` with `decision` (`approve` or `reject`) as the stack's operator; answers `(status, body)`.
+    pub async fn decide(&self, approval_id: &str, decision: &str) -> anyhow::Result<(u16, Value)> {
+        let auth = format!("Bearer {}", self.operator_token);
+        let body = serde_json::json!({ "decision": decision }).to_string();
+        self.api("POST", &format!("/approvals/{approval_id}"), Some(&body), &[("authorization", auth.as_str())]).await
     }
 
     /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
@@ -465,7 +528,7 @@ impl LocalStack {
         B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
-        let router = http::router(self.api.orchestrator.clone(), Auth::None);
+        let router = http::api(self.api_state(Auth::None, None));
         match self.api.invoke(http::call(router, request)).await {
             Ended::Returned(answer) => answer,
             ended => anyhow::bail!("the orchestrator invocation {} (timeout {:?})", ended.describe(), self.api.timeout),
@@ -593,11 +656,11 @@ impl ApiInvoker {
         ended
     }
 
-    /// The API over the orchestrator's router (callers identified by `auth`), every request one
+    /// The API over the orchestrator's router with `state` (callers, approvals), every request one
     /// invocation: past the timeout the client gets API Gateway's 503, after a crash its 500.
-    pub fn router(&self, auth: Auth) -> axum::Router {
+    pub fn router(&self, state: ApiState) -> axum::Router {
         let invoker = self.clone();
-        let inner = http::router(self.orchestrator.clone(), auth);
+        let inner = http::api(state);
         axum::Router::new().fallback(move |request: axum::extract::Request| {
             let invoker = invoker.clone();
             let inner = inner.clone();

@@ -43,7 +43,7 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
         )
     };
     store.start_run(&c.id, &[subtask("w01"), subtask("w02")], &[], &Usage::default()).await?;
-    store.begin_attempt(&c.id, "w01", 1).await?;
+    store.begin_attempt(&c.id, "w01", &swarm_core::effects::AttemptLease::new(2), 1).await?;
     store.save_checkpoint(&c.id, "w01", "{\"round\":1}").await?;
     let done = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
     store.record_result(&c.id, "w01", &done, &Usage::default(), &[], 2).await?;

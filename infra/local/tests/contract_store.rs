@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, FailureKind, Lease, MAX_RESULT_CHARS, Subtask, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
+    Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, Lease, MAX_RESULT_CHARS,
+    Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
+use swarm_core::effects::AttemptLease;
 use swarm_core::ports::{
     AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
 };
@@ -259,11 +260,13 @@ async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -
 
 async fn begin_attempt_counts_attempts_and_reports_a_finished_subtask(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    let AttemptStart::Started(first) = store.begin_attempt(&conv.id, "w01", 1_000).await? else {
+    let AttemptStart::Started(first) = store.begin_attempt(&conv.id, "w01", &AttemptLease::new(1_500), 1_000).await?
+    else {
         anyhow::bail!("first attempt did not start");
     };
     assert_eq!((first.status, first.attempts, first.started_at_ms), (SubtaskStatus::Running, 1, Some(1_000)));
-    let AttemptStart::Started(second) = store.begin_attempt(&conv.id, "w01", 2_000).await? else {
+    let AttemptStart::Started(second) = store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2_500), 2_000).await?
+    else {
         anyhow::bail!("second attempt did not start");
     };
     assert_eq!((second.attempts, second.started_at_ms), (2, Some(1_000)), "started_at_ms keeps the first attempt");
@@ -273,7 +276,7 @@ async fn begin_attempt_counts_attempts_and_reports_a_finished_subtask(store: Sto
         store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 3_000).await?,
         RecordOutcome::Recorded
     );
-    match store.begin_attempt(&conv.id, "w01", 4_000).await? {
+    match store.begin_attempt(&conv.id, "w01", &AttemptLease::new(4_500), 4_000).await? {
         AttemptStart::AlreadyFinished(rec) => {
             assert_eq!(rec.status, SubtaskStatus::Succeeded);
             assert_eq!(rec.attempts, 2, "a duplicate delivery does not count as an attempt");
@@ -450,8 +453,8 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
     assert_eq!(store.get_conversation(&nobody).await?, None);
     assert_eq!(store.get_subtask(&nobody, "w01").await?, None);
     assert_eq!(store.get_subtask(&conv.id, "w77").await?, None);
-    assert_eq!(store.begin_attempt(&nobody, "w01", 1).await?, AttemptStart::Missing);
-    assert_eq!(store.begin_attempt(&conv.id, "w77", 1).await?, AttemptStart::Missing);
+    assert_eq!(store.begin_attempt(&nobody, "w01", &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
+    assert_eq!(store.begin_attempt(&conv.id, "w77", &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
     assert_eq!(store.record_result(&nobody, "w01", &result, &none, &[], 1).await?, RecordOutcome::Missing);
     assert_eq!(store.record_result(&conv.id, "w77", &result, &none, &[], 1).await?, RecordOutcome::Missing);
     assert_eq!(store.count_finished(&nobody, "w01", &none).await?, CountOutcome::Missing);
@@ -471,7 +474,7 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
 
 async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    store.begin_attempt(&conv.id, "w01", 1).await?;
+    store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2), 1).await?;
     // 1 MiB of tool output, well past DynamoDB's 400 KB item limit, in the
     // transcript checkpoint and (bounded, as workers store it) in the result.
     let huge = "订单 A1029 状态: shipped; ".repeat(40_000);
@@ -533,7 +536,7 @@ async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) ->
 
 async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    store.begin_attempt(&conv.id, "w01", 1).await?;
+    store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2), 1).await?;
     store.save_checkpoint(&conv.id, "w01", r#"{"round":1}"#).await?;
     store.save_checkpoint(&conv.id, "w01", r#"{"round":2}"#).await?;
     let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
@@ -717,7 +720,14 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     assert_eq!(store.overdue_conversations(1, now, 10).await?, vec![answered.clone()], "AGGREGATING is not over");
     assert!(store.finish_conversation(&answered, "done", &Usage::default()).await?);
     assert!(store.overdue_conversations(1, now, 10).await?.is_empty());
-    for id in [failed, flipped, answered] {
+    // Handed to a person: terminal too.
+    let handed = in_shard(&store, 1, now - 1_000).await?;
+    store.start_run(&handed, &[], &[], &Usage::default()).await?;
+    store.acquire_lease(&handed, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
+    let handoff = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now };
+    assert!(store.hand_off(&handed, "a person takes over", &Usage::default(), &handoff).await?);
+    assert!(store.overdue_conversations(1, now, 10).await?.is_empty(), "HANDOFF leaves the index");
+    for id in [failed, flipped, answered, handed] {
         let c = store.get_conversation(&id).await?.context("item missing")?;
         assert!(c.status.is_terminal() && c.sweep_shard.is_none(), "{c:?}");
     }

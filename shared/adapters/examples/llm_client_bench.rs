@@ -43,6 +43,7 @@ async fn main() -> Result<()> {
             name: format!("shop__{n}"),
             description: format!("{n}: looks up the shop's records; answers JSON."),
             input_schema: json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}),
+            side_effecting: false,
         })
         .collect();
     let policy = LlmRetryPolicy::default();

@@ -49,6 +49,23 @@ pub const HEADER_GATEWAY_TOKEN: &str = "x-swarm-gateway-token";
 /// Top-level argument the worker core uses to hand the adapter an idempotency
 /// key; stripped from the arguments and sent as [`HEADER_IDEMPOTENCY_KEY`].
 pub const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
+/// Header carrying the approval token of an approved side effect; the gateway verifies it
+/// before dispatch and never passes it upstream.
+pub const HEADER_APPROVAL: &str = "x-swarm-approval";
+/// Top-level argument the worker core uses to hand the adapter an approval token; stripped
+/// from the arguments and sent as [`HEADER_APPROVAL`].
+pub const APPROVAL_ARGUMENT: &str = "_approval";
+/// `_meta` key of a listed tool the gateway's configuration declares side-effecting (value `true`).
+pub const SIDE_EFFECTING_META: &str = "lambda-swarm/side_effecting";
+/// JSON-RPC error code of a consent-gated call refused before dispatch until a person approves
+/// it; `data` is the [`swarm_core::approval::ProposedAction`] the gateway validated.
+pub const APPROVAL_REQUIRED: i32 = -32012;
+/// JSON-RPC error code of a call whose approval token the gateway refused (expired, or not for this call).
+pub const APPROVAL_REFUSED: i32 = -32013;
+/// JSON-RPC error code of a side-effecting call dispatched upstream whose answer never came
+/// (timeout, upstream unreachable): it may or may not have happened. The caller replays it with
+/// the same idempotency key to learn which.
+pub const OUTCOME_UNKNOWN: i32 = -32014;
 
 /// Default time one role's `tools/list` answer is reused by the adapter
 /// ([`McpToolGateway::with_list_ttl`]): 100 subtasks starting together list once.
@@ -229,14 +246,22 @@ impl McpToolGateway {
                 params,
                 extensions: Default::default(),
             });
-            let result = self.request(ctx, request, None, self.call_timeout).await?;
+            let result = self.request(ctx, request, Vec::new(), self.call_timeout).await?;
             let ServerResult::ListToolsResult(page) = result else {
                 return Err(ToolError::Permanent("tools/list answered with another result type".into()));
             };
-            specs.extend(page.tools.into_iter().map(|tool| ToolSpec {
-                name: tool.name.into_owned(),
-                description: tool.description.map(Cow::into_owned).unwrap_or_default(),
-                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            specs.extend(page.tools.into_iter().map(|tool| {
+                ToolSpec {
+                    side_effecting: tool
+                        .meta
+                        .as_ref()
+                        .and_then(|m| m.0.get(SIDE_EFFECTING_META))
+                        .and_then(serde_json::Value::as_bool)
+                        .unwrap_or(false),
+                    name: tool.name.into_owned(),
+                    description: tool.description.map(Cow::into_owned).unwrap_or_default(),
+                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+                }
             }));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
@@ -313,7 +338,7 @@ impl McpToolGateway {
         &self,
         ctx: &ToolContext,
         mut request: ClientRequest,
-        extra: Option<(HeaderName, HeaderValue)>,
+        extra: Vec<(HeaderName, HeaderValue)>,
         timeout: Duration,
     ) -> Result<ServerResult, ToolError> {
         let session = self.session(&ctx.role).await?;
@@ -344,8 +369,8 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, ToolError> {
         .map_err(|_| ToolError::Permanent(format!("{name} {value:?} cannot be sent as an HTTP header")))
 }
 
-fn context_headers(ctx: &ToolContext, extra: Option<(HeaderName, HeaderValue)>) -> Result<RequestHeaders, ToolError> {
-    let mut headers = Vec::with_capacity(4);
+fn context_headers(ctx: &ToolContext, extra: Vec<(HeaderName, HeaderValue)>) -> Result<RequestHeaders, ToolError> {
+    let mut headers = Vec::with_capacity(5);
     headers.push((HeaderName::from_static(HEADER_CUSTOMER_ID), header_value("customer id", &ctx.customer_id)?));
     headers.push((
         HeaderName::from_static(HEADER_CONVERSATION_ID),
@@ -368,6 +393,19 @@ pub fn trace_header() -> Option<(HeaderName, HeaderValue)> {
 fn classify(error: ServiceError, timeout: Duration) -> ToolError {
     match error {
         ServiceError::Timeout { .. } | ServiceError::Cancelled { .. } => ToolError::Timeout(timeout),
+        ServiceError::McpError(e) if e.code.0 == APPROVAL_REQUIRED => {
+            match e.data.clone().map(serde_json::from_value::<swarm_core::approval::ProposedAction>) {
+                Some(Ok(action)) => ToolError::ApprovalRequired(action),
+                _ => ToolError::Permanent(format!(
+                    "gateway asked for an approval without saying for what: {}",
+                    e.message
+                )),
+            }
+        }
+        ServiceError::McpError(e) if e.code.0 == APPROVAL_REFUSED => ToolError::ApprovalRefused(e.message.into_owned()),
+        ServiceError::McpError(e) if e.code.0 == OUTCOME_UNKNOWN => {
+            ToolError::Unavailable(format!("the side effect's outcome is not known: {}", e.message))
+        }
         ServiceError::McpError(e) => ToolError::Permanent(format!("gateway refused the request: {}", e.message)),
         ServiceError::UnexpectedResponse => {
             ToolError::Permanent("gateway answered with an unexpected response type".into())
@@ -526,21 +564,27 @@ impl ToolGateway for McpToolGateway {
         let serde_json::Value::Object(mut arguments) = arguments else {
             return Err(ToolError::Permanent(format!("arguments of {name} must be a JSON object")));
         };
-        let idempotency = match arguments.remove(IDEMPOTENCY_ARGUMENT) {
-            None => None,
-            Some(serde_json::Value::String(key)) if !key.is_empty() => {
-                Some((HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), header_value("idempotency key", &key)?))
+        let mut extra = Vec::with_capacity(2);
+        for (argument, header, what) in [
+            (IDEMPOTENCY_ARGUMENT, HEADER_IDEMPOTENCY_KEY, "idempotency key"),
+            (APPROVAL_ARGUMENT, HEADER_APPROVAL, "approval token"),
+        ] {
+            match arguments.remove(argument) {
+                None => {}
+                Some(serde_json::Value::String(value)) if !value.is_empty() => {
+                    extra.push((HeaderName::from_static(header), header_value(what, &value)?));
+                }
+                Some(other) => {
+                    let shown =
+                        if argument == APPROVAL_ARGUMENT { "a non-string value".to_owned() } else { other.to_string() };
+                    return Err(ToolError::Permanent(format!("{argument} must be a non-empty string, got {shown}")));
+                }
             }
-            Some(other) => {
-                return Err(ToolError::Permanent(format!(
-                    "{IDEMPOTENCY_ARGUMENT} must be a non-empty string, got {other}"
-                )));
-            }
-        };
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
         ));
-        match self.request(ctx, request, idempotency, timeout).await? {
+        match self.request(ctx, request, extra, timeout).await? {
             ServerResult::CallToolResult(result) => {
                 Ok(ToolOutput { text: result_text(&result), is_error: result.is_error.unwrap_or(false) })
             }
@@ -623,7 +667,7 @@ mod tests {
         };
         let headers = context_headers(
             &ctx,
-            Some((HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), HeaderValue::from_static("k1"))),
+            vec![(HeaderName::from_static(HEADER_IDEMPOTENCY_KEY), HeaderValue::from_static("k1"))],
         )
         .unwrap();
         let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("x")));

@@ -81,6 +81,7 @@ fn tools() -> Vec<ToolSpec> {
             name: n.into(),
             description: format!("{n} tool"),
             input_schema: json!({"type": "object", "properties": {"order_id": {"type": "string"}}}),
+            side_effecting: false,
         })
         .collect()
 }

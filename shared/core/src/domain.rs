@@ -70,7 +70,8 @@ impl fmt::Display for ConversationId {
     }
 }
 
-/// Lifecycle of a conversation: `PLANNING → RUNNING → AGGREGATING → DONE`, or `FAILED`.
+/// Lifecycle of a conversation: `PLANNING → RUNNING → AGGREGATING → DONE`, or `FAILED`, or
+/// `HANDOFF` (answered, and handed to a person: [`Handoff`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ConversationStatus {
@@ -79,6 +80,8 @@ pub enum ConversationStatus {
     Aggregating,
     Done,
     Failed,
+    /// Answered, and a person takes over (the customer asked, tools kept failing, or policy).
+    Handoff,
 }
 
 impl ConversationStatus {
@@ -93,11 +96,12 @@ impl ConversationStatus {
                 | (Running, Failed)
                 | (Aggregating, Done)
                 | (Aggregating, Failed)
+                | (Aggregating, Handoff)
         )
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Done | Self::Failed)
+        matches!(self, Self::Done | Self::Failed | Self::Handoff)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -107,6 +111,7 @@ impl ConversationStatus {
             Self::Aggregating => "AGGREGATING",
             Self::Done => "DONE",
             Self::Failed => "FAILED",
+            Self::Handoff => "HANDOFF",
         }
     }
 
@@ -117,6 +122,7 @@ impl ConversationStatus {
             "AGGREGATING" => Self::Aggregating,
             "DONE" => Self::Done,
             "FAILED" => Self::Failed,
+            "HANDOFF" => Self::Handoff,
             _ => return None,
         })
     }
@@ -129,7 +135,11 @@ impl fmt::Display for ConversationStatus {
 }
 
 /// Lifecycle of a subtask: `PENDING` (waits for dependencies) or `QUEUED` →
-/// `RUNNING` → `SUCCEEDED | FAILED | SKIPPED`.
+/// `RUNNING` → `SUCCEEDED | FAILED | SKIPPED | AWAITING_APPROVAL | SUBMITTED`.
+///
+/// `AWAITING_APPROVAL` and `SUBMITTED` are terminal for the conversation's accounting (it
+/// answers without waiting for a person or a slow tool); what happens to their side effects
+/// afterwards is recorded in the subtask's journal ([`crate::effects`]) and its approvals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SubtaskStatus {
@@ -139,11 +149,15 @@ pub enum SubtaskStatus {
     Succeeded,
     Failed,
     Skipped,
+    /// A side effect waits for a person's approval (consent above the gateway's threshold).
+    AwaitingApproval,
+    /// A side effect was dispatched and its outcome is not known yet: "submitted, being confirmed".
+    Submitted,
 }
 
 impl SubtaskStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::Skipped)
+        matches!(self, Self::Succeeded | Self::Failed | Self::Skipped | Self::AwaitingApproval | Self::Submitted)
     }
 
     /// Whether `self → next` is an allowed transition.
@@ -164,6 +178,8 @@ impl SubtaskStatus {
             Self::Succeeded => "SUCCEEDED",
             Self::Failed => "FAILED",
             Self::Skipped => "SKIPPED",
+            Self::AwaitingApproval => "AWAITING_APPROVAL",
+            Self::Submitted => "SUBMITTED",
         }
     }
 
@@ -175,6 +191,8 @@ impl SubtaskStatus {
             "SUCCEEDED" => Self::Succeeded,
             "FAILED" => Self::Failed,
             "SKIPPED" => Self::Skipped,
+            "AWAITING_APPROVAL" => Self::AwaitingApproval,
+            "SUBMITTED" => Self::Submitted,
             _ => return None,
         })
     }
@@ -327,6 +345,16 @@ pub enum SubtaskResult {
     Skipped {
         dependency: String,
     },
+    /// Side effects wait for a person's approval: exactly what would be done, one per approval.
+    AwaitingApproval {
+        approvals: Vec<crate::approval::PendingApproval>,
+    },
+    /// Side effects were dispatched and their outcome is not known yet ("submitted, being
+    /// confirmed"); the outcome lands in the journal when it is learned.
+    Submitted {
+        /// The tools whose calls are being confirmed, in call order.
+        tools: Vec<String>,
+    },
 }
 
 impl SubtaskResult {
@@ -348,6 +376,8 @@ impl SubtaskResult {
             Self::Succeeded { .. } => SubtaskStatus::Succeeded,
             Self::Failed { .. } => SubtaskStatus::Failed,
             Self::Skipped { .. } => SubtaskStatus::Skipped,
+            Self::AwaitingApproval { .. } => SubtaskStatus::AwaitingApproval,
+            Self::Submitted { .. } => SubtaskStatus::Submitted,
         }
     }
 
@@ -515,6 +545,10 @@ pub struct Conversation {
     /// continues the conversation's trace from it (it has no message to carry one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<String>,
+    /// Why a person takes over: requested while it runs (the customer asked), set with the
+    /// final `HANDOFF` status otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
     /// [`request_hash`] of the request that created it (stored with the idempotency key's claim).
     #[serde(default)]
     pub request_hash: Option<String>,
@@ -530,6 +564,44 @@ pub struct Conversation {
     pub sweep_shard: Option<u32>,
     /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
     pub ttl: i64,
+}
+
+/// Why a conversation is handed to a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandoffReason {
+    /// The customer asked for a person.
+    CustomerAsked,
+    /// The tools kept failing ([`crate::handoff::TOOL_FAILURES_FOR_HANDOFF`]).
+    ToolFailures,
+    /// The gateway's policy refused what was asked.
+    Policy,
+}
+
+impl HandoffReason {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::CustomerAsked => "customer_asked",
+            Self::ToolFailures => "tool_failures",
+            Self::Policy => "policy",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "customer_asked" => Self::CustomerAsked,
+            "tool_failures" => Self::ToolFailures,
+            "policy" => Self::Policy,
+            _ => return None,
+        })
+    }
+}
+
+/// A hand-off to a person: why, and when it was decided (Unix epoch milliseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub reason: HandoffReason,
+    pub at_ms: i64,
 }
 
 impl Conversation {
@@ -551,6 +623,7 @@ impl Conversation {
             error: None,
             idempotency_key: None,
             trace_parent: None,
+            handoff: None,
             request_hash: None,
             turn: 0,
             lease: None,
@@ -589,6 +662,13 @@ pub struct SubtaskRecord {
     pub started_at_ms: Option<i64>,
     #[serde(default)]
     pub finished_at_ms: Option<i64>,
+    /// The journal of side-effecting calls, in call order (entry `n - 1` is the `n`-th call):
+    /// each intent is recorded before dispatch, its outcome after ([`crate::effects`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<crate::effects::Effect>,
+    /// Who runs the subtask now and until when: a second delivery waits for it to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<crate::effects::AttemptLease>,
     /// Same as the conversation's TTL.
     pub ttl: i64,
 }
@@ -610,6 +690,8 @@ impl SubtaskRecord {
             checkpoint: None,
             started_at_ms: None,
             finished_at_ms: None,
+            effects: Vec::new(),
+            lease: None,
             ttl: conversation.ttl,
         }
     }
@@ -641,6 +723,17 @@ pub enum TaskMessage {
     },
     /// The conversation's deadline passed: aggregate with what it has.
     Deadline { conversation_id: ConversationId },
+    /// Run an approved side effect exactly as recorded, with its approval attached (the
+    /// approvals API sends it to the role's queue; no model is involved).
+    Execute { conversation_id: ConversationId, approval_id: String },
+    /// Replay a subtask's side effects whose outcome is not known yet (same call, same key) and
+    /// record what they answer; `attempt` counts these replays.
+    Confirm {
+        conversation_id: ConversationId,
+        subtask_id: String,
+        #[serde(default)]
+        attempt: u32,
+    },
 }
 
 impl TaskMessage {
@@ -650,7 +743,10 @@ impl TaskMessage {
 
     pub fn conversation_id(&self) -> &ConversationId {
         match self {
-            Self::Run { conversation_id, .. } | Self::Deadline { conversation_id } => conversation_id,
+            Self::Run { conversation_id, .. }
+            | Self::Deadline { conversation_id }
+            | Self::Execute { conversation_id, .. }
+            | Self::Confirm { conversation_id, .. } => conversation_id,
         }
     }
 }

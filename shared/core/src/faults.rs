@@ -38,6 +38,14 @@ pub enum CrashPoint {
     /// Aggregator (or the deadline path aggregating itself): the aggregation lease is taken
     /// (`RUNNING → AGGREGATING`, or a takeover), the reply is not written.
     AggregatorAfterFlip,
+    /// Worker: a side effect's intent is in the subtask's journal, the call is not dispatched yet.
+    WorkerAfterIntent,
+    /// Worker: the side-effecting call was dispatched and answered, its outcome is not recorded yet.
+    WorkerAfterDispatch,
+    /// Worker: the side effect's outcome is recorded, the subtask's result is not.
+    WorkerAfterOutcome,
+    /// Orchestrator (approvals API): the decision is recorded, the approved call is not enqueued yet.
+    ApprovalsAfterDecide,
     /// Deadline path: the open subtasks are closed and counted, the conversation is neither
     /// aggregated nor re-armed yet.
     DeadlineAfterClose,
@@ -53,6 +61,10 @@ impl CrashPoint {
         Self::WorkerAfterCount,
         Self::WorkerAfterReleaseSend,
         Self::AggregatorAfterFlip,
+        Self::WorkerAfterIntent,
+        Self::WorkerAfterDispatch,
+        Self::WorkerAfterOutcome,
+        Self::ApprovalsAfterDecide,
         Self::DeadlineAfterClose,
     ];
 
@@ -66,6 +78,10 @@ impl CrashPoint {
             Self::WorkerAfterCount => "worker_after_count",
             Self::WorkerAfterReleaseSend => "worker_after_release_send",
             Self::AggregatorAfterFlip => "aggregator_after_flip",
+            Self::WorkerAfterIntent => "worker_after_intent",
+            Self::WorkerAfterDispatch => "worker_after_dispatch",
+            Self::WorkerAfterOutcome => "worker_after_outcome",
+            Self::ApprovalsAfterDecide => "approvals_after_decide",
             Self::DeadlineAfterClose => "deadline_after_close",
         }
     }

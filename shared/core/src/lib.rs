@@ -5,8 +5,11 @@
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod access;
+pub mod approval;
 pub mod domain;
+pub mod effects;
 pub mod faults;
+pub mod handoff;
 pub mod jsonfix;
 pub mod llm;
 pub mod obs;

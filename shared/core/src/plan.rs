@@ -31,6 +31,12 @@ pub enum PlanError {
 /// Reads the subtasks out of a model answer: JSON found in prose or fences,
 /// trailing commas tolerated, a bare array accepted, missing ids numbered
 /// `w01…`, a `depends_on` string taken as a one-element list.
+/// Whether the planner's answer asks to hand the conversation to a person (`"handoff": true` on
+/// the plan object): the customer asked for one.
+pub fn plan_requests_handoff(text: &str) -> bool {
+    matches!(extract_json(text), Ok(Value::Object(map)) if map.get("handoff").and_then(Value::as_bool) == Some(true))
+}
+
 pub fn parse_plan(text: &str) -> Result<Vec<Subtask>, PlanError> {
     let value = extract_json(text).map_err(PlanError::NoJson)?;
     let items = match &value {

@@ -11,10 +11,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome, ProposedAction};
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage,
-    Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    TaskMessage, Usage,
 };
+use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 
 /// Errors of a [`ConversationStore`].
 #[derive(Debug, thiserror::Error)]
@@ -71,13 +73,44 @@ pub enum LeaseOutcome {
 }
 
 /// Outcome of [`ConversationStore::begin_attempt`].
+// Returned once per store call, never stored in bulk: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttemptStart {
-    /// The subtask is now `RUNNING` with `attempts` incremented; the record after the update.
+    /// The subtask is now `RUNNING` under the caller's lease with `attempts` incremented; the record after the update.
     Started(SubtaskRecord),
     /// The subtask already has a terminal result (a duplicate delivery); the stored record.
     AlreadyFinished(SubtaskRecord),
+    /// Another attempt holds a live lease: the stored record (its `lease` says until when).
+    Leased(SubtaskRecord),
     /// No such conversation or subtask (a poison message).
+    Missing,
+}
+
+/// Outcome of [`ConversationStore::record_intent`].
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum IntentOutcome {
+    /// The intent is the journal's entry `ordinal - 1` now: dispatch may follow.
+    Recorded,
+    /// The journal already has this entry (a re-run): the stored one, to replay as recorded.
+    Existing(Effect),
+    /// The subtask is terminal (the deadline path or a duplicate closed it): do not dispatch.
+    Closed(SubtaskRecord),
+    /// Another attempt holds the lease now (this one's expired): do not dispatch.
+    LeaseLost,
+    Missing,
+}
+
+/// Outcome of [`ConversationStore::close_subtask`].
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum CloseOutcome {
+    Recorded,
+    /// Already terminal; the stored record.
+    AlreadyFinished(SubtaskRecord),
+    /// The journal no longer has the number of entries the caller read: read again and decide again.
+    JournalChanged,
     Missing,
 }
 
@@ -188,14 +221,95 @@ pub trait ConversationStore: Send + Sync {
         to: SubtaskStatus,
     ) -> Result<bool, StoreError>;
 
-    /// Marks a non-terminal subtask `RUNNING`, increments `attempts` and sets
-    /// `started_at_ms` on the first attempt.
+    /// Marks a non-terminal subtask `RUNNING` under `lease`, increments `attempts` and sets
+    /// `started_at_ms` on the first attempt — conditional on no other holder's lease being live
+    /// at `now_ms` ([`AttemptStart::Leased`] then, and nothing written).
     async fn begin_attempt(
         &self,
         id: &ConversationId,
         subtask_id: &str,
+        lease: &AttemptLease,
         now_ms: i64,
     ) -> Result<AttemptStart, StoreError>;
+
+    /// Ends `holder`'s lease early (a hand-back or a wait): the next delivery need not wait for
+    /// it to expire. Nothing happens when another holder has it.
+    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError>;
+
+    /// Appends `effect` (its intent, before dispatch) to the subtask's journal as entry
+    /// `effect.ordinal - 1` — one conditional write, on the subtask being non-terminal, `holder`
+    /// holding its lease and the journal holding exactly `ordinal - 1` entries.
+    async fn record_intent(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        holder: &str,
+        effect: &Effect,
+    ) -> Result<IntentOutcome, StoreError>;
+
+    /// Applies `change` to journal entry `ordinal` unless it is already final (also on a terminal
+    /// subtask: an outcome may land after the deadline closed it). Answers the stored entry after
+    /// the call (`None`: no such subtask or entry).
+    async fn record_effect_outcome(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        ordinal: u32,
+        change: &EffectChange,
+    ) -> Result<Option<Effect>, StoreError>;
+
+    /// [`ConversationStore::record_result`] for a subtask someone else was running (the deadline
+    /// path, the dead-letter consumer), conditional also on its journal still holding
+    /// `journal_len` entries: an intent recorded since the caller read it wins
+    /// ([`CloseOutcome::JournalChanged`]), so a side effect is never reported as not done.
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: &SubtaskResult,
+        journal_len: usize,
+        now_ms: i64,
+    ) -> Result<CloseOutcome, StoreError>;
+
+    /// Writes `approval` unless one with its id exists; answers the stored approval (the
+    /// existing one when it did).
+    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError>;
+
+    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError>;
+
+    /// At most `limit` approvals, newest conversation first.
+    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError>;
+
+    /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
+    /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
+    /// past its expiry is marked `EXPIRED` instead.
+    async fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: &ApprovalDecision,
+    ) -> Result<DecideOutcome, StoreError>;
+
+    /// `APPROVED → EXECUTED | EXPIRED` with what happened. Returns whether this call made the change.
+    async fn finish_approval(
+        &self,
+        approval_id: &str,
+        status: ApprovalStatus,
+        outcome: &EffectOutcome,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Records on a non-terminal conversation that it goes to a person when it ends. Returns
+    /// whether the conversation was non-terminal.
+    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError>;
+
+    /// `AGGREGATING → HANDOFF` with the reply and why, adding `usage`. Returns whether this call made the flip.
+    async fn hand_off(
+        &self,
+        id: &ConversationId,
+        reply: &str,
+        usage: &Usage,
+        handoff: &Handoff,
+    ) -> Result<bool, StoreError>;
 
     /// Saves an interrupted attempt's progress (JSON) on a non-terminal subtask.
     async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError>;
@@ -325,6 +439,10 @@ pub struct ToolSpec {
     #[serde(default)]
     pub description: String,
     pub input_schema: serde_json::Value,
+    /// The gateway's configuration says this tool has side effects: the worker journals each
+    /// call ([`crate::effects`]) and sends it with a positional idempotency key. Never sent to the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub side_effecting: bool,
 }
 
 /// Whether the model may call the offered tools in this request.
@@ -485,6 +603,13 @@ pub enum ToolError {
     /// Bad credential, protocol error, unknown tool: retry will not help.
     #[error("tool gateway error: {0}")]
     Permanent(String),
+    /// The gateway refused a consent-gated call before dispatch: a person must approve exactly
+    /// this action first (typed, from the gateway's error code; never read from text).
+    #[error("approval required: {} {} on order {}", .0.tool, .0.amount(), .0.order_id)]
+    ApprovalRequired(ProposedAction),
+    /// The gateway refused the approval the call carried (expired, or not for this call).
+    #[error("approval refused: {0}")]
+    ApprovalRefused(String),
 }
 
 impl ToolError {

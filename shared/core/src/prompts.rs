@@ -25,7 +25,8 @@ Answer with one JSON object and nothing else: {\"subtasks\": [{\"id\": \"w01\", 
 Rules: one subtask per independent question (at most 100); ids unique; `tools` only names from the tool list below; \
 `depends_on` only when a subtask needs another's result; write each instruction so a worker can act on it alone, \
 keeping order ids, SKUs, product names and coupon codes exactly as the customer wrote them. \
-A greeting or a message that needs no tool gets one subtask with no tools.\n\nTools:\n";
+A greeting or a message that needs no tool gets one subtask with no tools. \
+When the customer asks to talk to a person (a human agent), add \"handoff\": true to the object (subtasks may then be empty).\n\nTools:\n";
 
 pub const WORKER_PROMPT: &str = "You are a worker of an online shop's support team. You handle exactly one subtask of a customer's message, \
 using the tools offered. Call tools for facts; never invent order states, dates, prices or stock. \
@@ -35,7 +36,9 @@ naming the ids, codes, dates and amounts you found.";
 pub const REPLY_PROMPT: &str = "You write the shop's reply to the customer from the results of the subtasks. \
 Answer every part of the customer's message in the customer's language, using only facts from the results. \
 For a subtask that failed or was skipped, say plainly that this part could not be done right now; \
-never repeat internal error text. Be concise.";
+never repeat internal error text. A subtask `awaiting_approval` is waiting for review by a person: say exactly that, \
+with what it would do, and never that it was done or failed. A subtask `submitted` was sent and is being confirmed: \
+say it was submitted and is being confirmed, never that it failed. Be concise.";
 
 pub const COMPRESS_PROMPT: &str = "Summarise the earlier tool-calling steps below into a short list of facts \
 (ids, statuses, dates, amounts, refusals). Keep every fact the remaining work may need; drop everything else.";
@@ -100,17 +103,21 @@ pub fn work_messages(
 pub const WORK_LEADING_MESSAGES: usize = 3;
 
 /// A subtask's outcome as the reply writer sees it: `succeeded`, `failed` (also
-/// a subtask the deadline path found unfinished) or `skipped`.
+/// a subtask the deadline path found unfinished), `skipped`, `awaiting_approval` (a side
+/// effect waits for a person) or `submitted` (a side effect is being confirmed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplyStatus {
     Succeeded,
     Failed,
     Skipped,
+    AwaitingApproval,
+    Submitted,
 }
 
 /// One subtask as the reply writer sees it. Failed and skipped subtasks carry
-/// a plain `problem`, never the internal error text.
+/// a plain `problem`, never the internal error text; `awaiting_approval` and `submitted`
+/// ones carry our own sentence saying so as their `answer`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyItem {
     pub id: String,

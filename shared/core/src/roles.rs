@@ -106,6 +106,13 @@ impl TaskQueues {
         &self.default
     }
 
+    /// Whether `role` has a queue of its own (the refund role). Such subtasks are enqueued by the
+    /// orchestrator at planning whatever their dependencies, and wait for them on their own
+    /// queue: no other function ever sends to that queue (least privilege).
+    pub fn has_own_queue(&self, role: &str) -> bool {
+        self.by_role.contains_key(role)
+    }
+
     /// The queue named `name` ([`TaskQueue::name`]), if it is one of these.
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn TaskQueue>> {
         std::iter::once(&self.default).chain(self.by_role.values()).find(|q| q.name() == name)

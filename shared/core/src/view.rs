@@ -2,9 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{Approval, ApprovalStatus};
 use crate::domain::{
-    Conversation, ConversationStatus, FailureKind, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    Conversation, ConversationStatus, FailureKind, HandoffReason, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
 };
+use crate::effects::{Effect, EffectState};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
@@ -29,6 +31,127 @@ pub struct SubtaskView {
     /// The stable code of a `FAILED` subtask's cause ([`FailureKind::code`]); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<FailureKind>,
+    /// Its side-effecting calls, in call order, as the journal has them now (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<EffectView>,
+}
+
+/// One side-effecting call of a subtask, as customers see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EffectView {
+    pub tool: String,
+    /// `intent` (submitted, being confirmed), `done`, `awaiting_approval`, `rejected`, `expired`.
+    pub state: EffectState,
+    /// Whether the tool did it (`done` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// What the tool answered when it did it (a receipt); a refusal's text is not shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+impl EffectView {
+    pub fn build(e: &Effect) -> Self {
+        let ok = (e.state == EffectState::Done).then(|| e.outcome.as_ref().is_some_and(|o| !o.is_error));
+        let result = e.outcome.as_ref().filter(|o| ok == Some(true) && !o.is_error).map(|o| o.text.clone());
+        Self { tool: e.tool.clone(), state: e.state, ok, result }
+    }
+}
+
+/// An approval of one of the conversation's side effects, as the customer sees it (who decided is not shown).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub approval_id: String,
+    pub subtask_id: String,
+    pub tool: String,
+    pub order_id: String,
+    /// Decimal text with two places, e.g. `1874.00`.
+    pub amount: String,
+    /// `pending`, `approved`, `rejected`, `expired`, `executed` (a pending one past its expiry reads `expired`).
+    pub status: ApprovalStatus,
+    pub expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at_ms: Option<i64>,
+    /// Whether it was done, once it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// What the tool answered when it did it (a receipt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+impl ApprovalView {
+    pub fn build(a: &Approval, now_ms: i64) -> Self {
+        let ok = a.outcome.as_ref().map(|o| a.status == ApprovalStatus::Executed && !o.is_error);
+        Self {
+            approval_id: a.id.clone(),
+            subtask_id: a.subtask_id.clone(),
+            tool: a.action.tool.clone(),
+            order_id: a.action.order_id.clone(),
+            amount: a.action.amount(),
+            status: a.status_at(now_ms),
+            expires_at_ms: a.expires_at_ms,
+            decided_at_ms: a.decided_at_ms,
+            ok,
+            result: a.outcome.as_ref().filter(|_| ok == Some(true)).map(|o| o.text.clone()),
+        }
+    }
+}
+
+/// An approval as operators see it (`GET /approvals`): everything but the token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorApprovalView {
+    pub approval_id: String,
+    pub conversation_id: String,
+    pub subtask_id: String,
+    pub customer_id: String,
+    pub tool: String,
+    pub order_id: String,
+    pub amount: String,
+    /// Why, as the model put it (cleaned and bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub status: ApprovalStatus,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// What the tool answered when it ran (or why it did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+impl OperatorApprovalView {
+    pub fn build(a: &Approval, now_ms: i64) -> Self {
+        Self {
+            approval_id: a.id.clone(),
+            conversation_id: a.conversation_id.to_string(),
+            subtask_id: a.subtask_id.clone(),
+            customer_id: a.customer_id.clone(),
+            tool: a.action.tool.clone(),
+            order_id: a.action.order_id.clone(),
+            amount: a.action.amount(),
+            reason: a.action.reason.clone(),
+            status: a.status_at(now_ms),
+            created_at_ms: a.created_at_ms,
+            expires_at_ms: a.expires_at_ms,
+            decided_by: a.decided_by.clone(),
+            decided_at_ms: a.decided_at_ms,
+            ok: a.outcome.as_ref().map(|o| a.status == ApprovalStatus::Executed && !o.is_error),
+            outcome: a.outcome.as_ref().map(|o| o.text.clone()),
+        }
+    }
+}
+
+/// Why a conversation went to a person, as `GET` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffView {
+    pub reason: HandoffReason,
+    pub at_ms: i64,
 }
 
 /// `GET /conversations/{id}` (DESIGN.md API section).
@@ -43,6 +166,12 @@ pub struct ConversationView {
     pub reply: Option<String>,
     /// `null` when no provider reported usage; fields not reported are `null`, not 0.
     pub usage: Option<Usage>,
+    /// The approvals of its side effects: what waits for a person, the decisions and outcomes (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalView>,
+    /// Set when a person takes (or is to take) the conversation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
 }
 
 impl ConversationView {
@@ -63,6 +192,7 @@ impl ConversationView {
                     _ => None,
                 },
                 error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
+                effects: r.effects.iter().map(EffectView::build).collect(),
             })
             .collect();
         Self {
@@ -73,8 +203,27 @@ impl ConversationView {
             subtasks,
             reply: conversation.reply.clone(),
             usage: if conversation.usage.is_empty() { None } else { Some(conversation.usage) },
+            approvals: Vec::new(),
+            handoff: conversation.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms }),
         }
     }
+
+    /// The view with the approvals of its side effects, as of `now_ms`.
+    pub fn with_approvals(mut self, approvals: &[Approval], now_ms: i64) -> Self {
+        self.approvals = approvals.iter().map(|a| ApprovalView::build(a, now_ms)).collect();
+        self
+    }
+}
+
+/// The approval ids the subtasks' journals name, in subtask and call order, each once.
+pub fn approval_ids(subtasks: &[SubtaskRecord]) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for id in subtasks.iter().flat_map(|r| r.effects.iter()).filter_map(|e| e.approval_id.clone()) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids
 }
 
 #[cfg(test)]

@@ -259,6 +259,7 @@ mod tests {
             name: name.into(),
             description: description.into(),
             input_schema: json!({"type": "object", "properties": props}),
+            side_effecting: false,
         }
     }
 

@@ -131,6 +131,7 @@ fn plan_tools(request: &ChatRequest) -> Vec<ToolSpec> {
                 name: name.to_owned(),
                 description: description.trim().to_owned(),
                 input_schema: serde_json::json!({"type": "object"}),
+                side_effecting: false,
             })
         })
         .collect()
@@ -147,6 +148,7 @@ mod tests {
             name: "shop__get_order".into(),
             description: "Look up an order.".into(),
             input_schema: serde_json::json!({}),
+            side_effecting: false,
         }];
         let request = ChatRequest {
             purpose: Purpose::Plan,

@@ -37,16 +37,44 @@ struct Clause {
     analysis: Analysis,
 }
 
-/// The plan JSON the orchestrator expects: `{"subtasks": [{id, instruction, tools, depends_on}]}`.
+/// The plan JSON the orchestrator expects: `{"subtasks": [{id, instruction, tools, depends_on}]}`,
+/// with `"handoff": true` when the customer asks for a person.
 #[derive(Serialize)]
 struct PlanJson<'a> {
     subtasks: &'a [Subtask],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    handoff: bool,
 }
 
-/// Plans `query` against the catalogue `tools` and answers the plan as JSON text.
+/// Words of a customer asking for a person rather than the assistant.
+const ASK_FOR_A_PERSON: &[&str] = &[
+    "human",
+    "real person",
+    "a person",
+    "live agent",
+    "support agent",
+    "talk to someone",
+    "speak to someone",
+    "人工",
+    "真人",
+    "转人工",
+];
+
+/// Whether the customer asks to talk to a person.
+pub(crate) fn asks_for_a_person(query: &str) -> bool {
+    let lower = query.to_lowercase();
+    ASK_FOR_A_PERSON.iter().any(|w| lower.contains(w))
+}
+
+/// Plans `query` against the catalogue `tools` and answers the plan as JSON text. A customer
+/// asking for a person gets `"handoff": true`, and no subtask unless they also asked for something.
 pub(crate) fn plan_json(query: &str, tools: &[ToolSpec]) -> String {
-    let subtasks = plan(query, tools);
-    serde_json::to_string(&PlanJson { subtasks: &subtasks }).unwrap_or_else(|_| r#"{"subtasks":[]}"#.into())
+    let handoff = asks_for_a_person(query);
+    let mut subtasks = plan(query, tools);
+    if handoff && subtasks.iter().all(|s| s.instruction == GREET_INSTRUCTION || s.instruction == HELP_INSTRUCTION) {
+        subtasks.clear();
+    }
+    serde_json::to_string(&PlanJson { subtasks: &subtasks, handoff }).unwrap_or_else(|_| r#"{"subtasks":[]}"#.into())
 }
 
 /// The subtasks for `query`: one per independent question and entity, never empty.
@@ -229,6 +257,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn a_customer_asking_for_a_person_gets_a_handoff_and_still_the_answers_asked_for() {
+        let only: serde_json::Value =
+            serde_json::from_str(&plan_json("I want to talk to a human, please.", &catalogue())).unwrap();
+        assert_eq!(only, json!({"subtasks": [], "handoff": true}));
+        let both: serde_json::Value =
+            serde_json::from_str(&plan_json("Where is order A1029? Then let me speak to a real person.", &catalogue()))
+                .unwrap();
+        assert_eq!(both["handoff"], true);
+        assert_eq!(both["subtasks"].as_array().map(Vec::len), Some(1));
+        let zh: serde_json::Value = serde_json::from_str(&plan_json("转人工", &catalogue())).unwrap();
+        assert_eq!(zh["handoff"], true);
+        let none: serde_json::Value = serde_json::from_str(&plan_json("Where is order A1029?", &catalogue())).unwrap();
+        assert!(none.get("handoff").is_none());
+    }
+
     fn catalogue() -> Vec<ToolSpec> {
         [
             "shop__get_order",
@@ -240,7 +284,12 @@ mod tests {
             "shop__refund",
         ]
         .into_iter()
-        .map(|n| ToolSpec { name: n.into(), description: String::new(), input_schema: json!({"type": "object"}) })
+        .map(|n| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            side_effecting: false,
+        })
         .collect()
     }
 

@@ -55,8 +55,12 @@ pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
     parts.join("\n\n")
 }
 
+/// The answer the reply states: a succeeded subtask's, or our own sentence for a side effect
+/// waiting for review or being confirmed.
 fn succeeded_answer(item: &ReplyItem) -> Option<&str> {
-    (item.status == ReplyStatus::Succeeded).then_some(item.answer.as_deref()?.trim()).filter(|a| !a.is_empty())
+    matches!(item.status, ReplyStatus::Succeeded | ReplyStatus::AwaitingApproval | ReplyStatus::Submitted)
+        .then_some(item.answer.as_deref()?.trim())
+        .filter(|a| !a.is_empty())
 }
 
 fn is_greeting(instruction: &str) -> bool {

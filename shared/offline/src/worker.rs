@@ -287,12 +287,12 @@ impl<'a> State<'a> {
         }
     }
 
-    /// The order first (when it can be looked up), then the refund unless the order rules it out.
+    /// The order first (when it can be looked up), then the refund of exactly what is refundable
+    /// (an approval is for an exact amount) unless the order rules it out.
     fn plan_refund(&mut self, id: &str, s: &Subtask) {
         let reason = s.reason.clone().unwrap_or_else(|| "requested by the customer".into());
-        let refund_args = [("order_id", json!(id)), ("reason", json!(reason))];
         if !self.has_tool(ToolKind::GetOrder) {
-            self.want(ToolKind::Refund, &refund_args);
+            self.want(ToolKind::Refund, &[("order_id", json!(id)), ("reason", json!(reason))]);
             return;
         }
         let Some(order) = self.want(ToolKind::GetOrder, &[("order_id", json!(id))]) else { return };
@@ -300,15 +300,26 @@ impl<'a> State<'a> {
         if summarized || render::is_error(result) {
             return;
         }
-        match render::field(result, "refundable") {
-            Some(Value::Bool(false)) => {
+        let status = render::field(result, "status").and_then(|v| v.as_str().map(str::to_owned));
+        match (render::field(result, "refundable"), status.as_deref()) {
+            (Some(Value::Bool(false)), _) => {
                 self.lines.push(format!("No refund was made for order {id}: the shop marks it as not refundable."))
             }
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v <= 0.0) => {
+            (Some(Value::Number(n)), _) if n.as_f64().is_some_and(|v| v <= 0.0) => {
                 self.lines.push(format!("No refund was made for order {id}: nothing is left to refund on it."));
             }
+            (_, Some(status)) if status != "DELIVERED" => self.lines.push(format!(
+                "No refund was made for order {id}: it is {status}, not delivered, and the refund window starts at delivery."
+            )),
+            (Some(Value::Number(n)), _) => {
+                let amount = n.clone();
+                self.want(
+                    ToolKind::Refund,
+                    &[("order_id", json!(id)), ("amount", Value::Number(amount)), ("reason", json!(reason))],
+                );
+            }
             _ => {
-                self.want(ToolKind::Refund, &refund_args);
+                self.want(ToolKind::Refund, &[("order_id", json!(id)), ("reason", json!(reason))]);
             }
         }
     }
@@ -410,6 +421,7 @@ mod tests {
             name: name.into(),
             description: String::new(),
             input_schema: json!({"type": "object", "properties": props}),
+            side_effecting: false,
         }
     }
 
@@ -486,7 +498,7 @@ mod tests {
         });
         assert_eq!(
             calls(&work(&msgs, &tools())),
-            vec![("shop__refund".to_owned(), json!({"order_id": "A1016", "reason": "耳机有杂音"}))]
+            vec![("shop__refund".to_owned(), json!({"order_id": "A1016", "amount": 797.0, "reason": "耳机有杂音"}))]
         );
     }
 

@@ -20,6 +20,7 @@ fn spec(name: &str, description: &str, properties: Value, required: &[&str]) -> 
         name: format!("shop__{name}"),
         description: description.into(),
         input_schema: json!({"type": "object", "properties": properties, "required": required}),
+        side_effecting: false,
     }
 }
 
@@ -78,7 +79,7 @@ impl DemoShop {
         Self { shop: Shop::demo().unwrap(), customer: customer.into(), refunds: 0 }
     }
 
-    fn call(&mut self, tool: &str, args: &Value) -> Value {
+    async fn call(&mut self, tool: &str, args: &Value) -> Value {
         let mut args = args.as_object().cloned().unwrap_or_default();
         args.insert("customer_id".into(), json!(self.customer));
         let name = bare(tool);
@@ -94,27 +95,36 @@ impl DemoShop {
         fn answer<T: serde::Serialize>(r: Result<T, Refusal>) -> Result<Value, Refusal> {
             r.map(|v| serde_json::to_value(v).unwrap())
         }
-        let result =
-            match name {
-                "get_order" => parse::<GetOrderArgs>(name, args)
-                    .and_then(|a| answer(self.shop.get_order(&a.customer_id, &a.order_id))),
-                "list_customer_orders" => parse::<ListOrdersArgs>(name, args)
-                    .and_then(|a| answer(self.shop.list_customer_orders(&a.customer_id))),
-                "track_shipment" => parse::<TrackShipmentArgs>(name, args).and_then(|a| {
-                    answer(self.shop.track_shipment(&a.customer_id, a.order_id.as_deref(), a.tracking_no.as_deref()))
-                }),
-                "get_product" => parse::<GetProductArgs>(name, args).and_then(|a| {
-                    answer(self.shop.get_product(
-                        a.sku.as_deref(),
-                        a.skus.as_deref().unwrap_or_default(),
-                        a.name.as_deref(),
-                    ))
-                }),
-                "check_coupon" => parse::<CheckCouponArgs>(name, args).and_then(|a| answer(self.shop.check_coupon(&a))),
-                "get_refund_policy" => answer(Ok(self.shop.refund_policy())),
-                "refund" => parse::<RefundArgs>(name, args).and_then(|a| answer(self.shop.refund(&a))),
-                other => Err(Refusal::NotFound(format!("unknown tool {other}"))),
-            };
+        let result = match name {
+            "get_order" => match parse::<GetOrderArgs>(name, args) {
+                Ok(a) => answer(self.shop.get_order(&a.customer_id, &a.order_id).await),
+                Err(e) => Err(e),
+            },
+            "list_customer_orders" => match parse::<ListOrdersArgs>(name, args) {
+                Ok(a) => answer(self.shop.list_customer_orders(&a.customer_id).await),
+                Err(e) => Err(e),
+            },
+            "track_shipment" => match parse::<TrackShipmentArgs>(name, args) {
+                Ok(a) => answer(
+                    self.shop.track_shipment(&a.customer_id, a.order_id.as_deref(), a.tracking_no.as_deref()).await,
+                ),
+                Err(e) => Err(e),
+            },
+            "get_product" => parse::<GetProductArgs>(name, args).and_then(|a| {
+                answer(self.shop.get_product(
+                    a.sku.as_deref(),
+                    a.skus.as_deref().unwrap_or_default(),
+                    a.name.as_deref(),
+                ))
+            }),
+            "check_coupon" => parse::<CheckCouponArgs>(name, args).and_then(|a| answer(self.shop.check_coupon(&a))),
+            "get_refund_policy" => answer(Ok(self.shop.refund_policy())),
+            "refund" => match parse::<RefundArgs>(name, args) {
+                Ok(a) => answer(self.shop.refund(&a).await),
+                Err(e) => Err(e),
+            },
+            other => Err(Refusal::NotFound(format!("unknown tool {other}"))),
+        };
         result.unwrap_or_else(|refusal| json!({ "error": refusal.to_string() }))
     }
 }
@@ -189,7 +199,7 @@ async fn work(model: &OfflineModel, shop: &mut DemoShop, query: &str, subtask: &
             assert!(!calls.iter().any(|x| x.id == c.id), "call id {} reused", c.id);
             let args: Value = serde_json::from_str(&c.arguments).unwrap();
             assert!(args.get("customer_id").is_none() && args.get("idempotency_key").is_none(), "{args}");
-            let result = shop.call(&c.name, &args);
+            let result = shop.call(&c.name, &args).await;
             messages.push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: result.to_string() });
             calls.push(Call { round, id: c.id.clone(), name: c.name.clone(), args });
         }
@@ -371,17 +381,15 @@ async fn a_refund_is_made_once_after_looking_at_the_order() {
     assert_eq!(seen, vec![(1, "get_order"), (2, "refund")]);
     assert_eq!(calls[1].args["order_id"], "A1016");
     assert!(calls[1].args["reason"].as_str().is_some_and(|r| r.contains("杂音")));
-    assert!(run.reply.contains("Order A1016 was refunded: 797 CNY (refund id RF-000001)"), "{}", run.reply);
+    assert_eq!(calls[1].args["amount"], 797.0, "exactly what the order shows as refundable");
+    assert!(run.reply.contains("Order A1016 was refunded: 797 CNY (refund id RF-A1016-1)"), "{}", run.reply);
 }
 
 #[tokio::test]
 async fn a_refund_the_shop_refuses_is_reported_with_the_shops_reason() {
     let run = run_case("q06").await;
-    assert!(
-        run.reply.contains("The refund of order A1032 was not made: order A1032 is SHIPPED, not delivered"),
-        "{}",
-        run.reply
-    );
+    assert!(run.reply.contains("No refund was made for order A1032: it is SHIPPED, not delivered"), "{}", run.reply);
+    assert!(run.calls().iter().all(|c| bare(&c.name) != "refund"), "the order rules it out before any refund call");
     assert!(!run.reply.contains("was refunded"));
 }
 
@@ -444,7 +452,7 @@ async fn a_compressed_transcript_is_finished_without_repeating_calls() {
             reasoning_content: None,
         });
         for c in &response.tool_calls {
-            let result = shop.call(&c.name, &serde_json::from_str(&c.arguments).unwrap());
+            let result = shop.call(&c.name, &serde_json::from_str(&c.arguments).unwrap()).await;
             messages.push(ChatMessage::Tool { tool_call_id: c.id.clone(), content: result.to_string() });
         }
     }

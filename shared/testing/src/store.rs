@@ -4,11 +4,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
 };
+use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome, StoreError,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError,
 };
 
 /// The operations of [`ConversationStore`], to say which one fails.
@@ -28,6 +31,17 @@ pub enum StoreOp {
     SaveCheckpoint,
     RecordResult,
     CountFinished,
+    ReleaseAttempt,
+    RecordIntent,
+    RecordEffectOutcome,
+    CloseSubtask,
+    CreateApproval,
+    GetApproval,
+    ListApprovals,
+    DecideApproval,
+    FinishApproval,
+    RequestHandoff,
+    HandOff,
     OverdueConversations,
 }
 
@@ -224,9 +238,84 @@ impl ConversationStore for FlakyStore {
         self.check(StoreOp::TransitionSubtask, Some(s))?;
         self.inner.transition_subtask(id, s, f, t).await
     }
-    async fn begin_attempt(&self, id: &ConversationId, s: &str, now: i64) -> Result<AttemptStart, StoreError> {
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        lease: &AttemptLease,
+        now: i64,
+    ) -> Result<AttemptStart, StoreError> {
         self.check(StoreOp::BeginAttempt, Some(s))?;
-        self.inner.begin_attempt(id, s, now).await
+        self.inner.begin_attempt(id, s, lease, now).await
+    }
+    async fn release_attempt(&self, id: &ConversationId, s: &str, holder: &str) -> Result<(), StoreError> {
+        self.check(StoreOp::ReleaseAttempt, Some(s))?;
+        self.inner.release_attempt(id, s, holder).await
+    }
+    async fn record_intent(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        holder: &str,
+        effect: &Effect,
+    ) -> Result<IntentOutcome, StoreError> {
+        self.check(StoreOp::RecordIntent, Some(s))?;
+        self.inner.record_intent(id, s, holder, effect).await
+    }
+    async fn record_effect_outcome(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        ordinal: u32,
+        change: &EffectChange,
+    ) -> Result<Option<Effect>, StoreError> {
+        self.check(StoreOp::RecordEffectOutcome, Some(s))?;
+        self.inner.record_effect_outcome(id, s, ordinal, change).await
+    }
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        s: &str,
+        r: &SubtaskResult,
+        journal_len: usize,
+        now: i64,
+    ) -> Result<CloseOutcome, StoreError> {
+        self.check(StoreOp::CloseSubtask, Some(s))?;
+        self.inner.close_subtask(id, s, r, journal_len, now).await
+    }
+    async fn create_approval(&self, a: &Approval) -> Result<Approval, StoreError> {
+        self.check(StoreOp::CreateApproval, Some(&a.subtask_id))?;
+        self.inner.create_approval(a).await
+    }
+    async fn get_approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        self.check(StoreOp::GetApproval, None)?;
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        self.check(StoreOp::ListApprovals, None)?;
+        self.inner.list_approvals(limit).await
+    }
+    async fn decide_approval(&self, id: &str, d: &ApprovalDecision) -> Result<DecideOutcome, StoreError> {
+        self.check(StoreOp::DecideApproval, None)?;
+        self.inner.decide_approval(id, d).await
+    }
+    async fn finish_approval(
+        &self,
+        id: &str,
+        status: ApprovalStatus,
+        outcome: &EffectOutcome,
+        at: i64,
+    ) -> Result<bool, StoreError> {
+        self.check(StoreOp::FinishApproval, None)?;
+        self.inner.finish_approval(id, status, outcome, at).await
+    }
+    async fn request_handoff(&self, id: &ConversationId, h: &Handoff) -> Result<bool, StoreError> {
+        self.check(StoreOp::RequestHandoff, None)?;
+        self.inner.request_handoff(id, h).await
+    }
+    async fn hand_off(&self, id: &ConversationId, r: &str, u: &Usage, h: &Handoff) -> Result<bool, StoreError> {
+        self.check(StoreOp::HandOff, None)?;
+        self.inner.hand_off(id, r, u, h).await
     }
     async fn save_checkpoint(&self, id: &ConversationId, s: &str, c: &str) -> Result<(), StoreError> {
         self.check(StoreOp::SaveCheckpoint, Some(s))?;

@@ -51,9 +51,20 @@ impl StaticTools {
                     name: (*n).to_owned(),
                     description: description.replace("{name}", n),
                     input_schema: input_schema.clone(),
+                    side_effecting: false,
                 })
                 .collect(),
         )
+    }
+
+    /// Marks `names` as side-effecting, as the gateway's configuration lists them.
+    pub fn side_effecting(mut self, names: &[&str]) -> Self {
+        for spec in &mut self.specs {
+            if names.contains(&spec.name.as_str()) {
+                spec.side_effecting = true;
+            }
+        }
+        self
     }
 
     /// Calls of `name` answer `answer(arguments)`.

@@ -1,23 +1,25 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations/{id}`; given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations/{id}`, and for operators `GET /approvals`, `POST /approvals/{id}`; given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
 //! Status codes: 202 created, 200 a conversation; 400 malformed JSON or a
 //! field out of limits, 422 JSON of the wrong shape, 401 no or unknown
 //! credentials, 403 an authenticated caller acting for another customer, 404
 //! an unknown route or conversation, 405 a wrong method (with `Allow`), 413 a
-//! body over [`MAX_BODY_BYTES`], 429 a customer over their conversations per
-//! minute (with `Retry-After`), 503 storage or queue unavailable — every
-//! error as `{"error": {"code", "message"}}` ([`HttpError`]).
+//! body over [`MAX_BODY_BYTES`], 409 an approval decided the other way or
+//! expired, 429 a customer over their conversations per minute (with
+//! `Retry-After`), 503 storage or queue unavailable — every error as
+//! `{"error": {"code", "message"}}` ([`HttpError`]).
 
 pub mod caller;
 pub mod error;
+pub mod operator;
 pub mod trace;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,22 +28,34 @@ use serde_json::json;
 
 pub use caller::{Auth, Caller, JwtIdentity, TokenTable};
 pub use error::HttpError;
+pub use operator::{Operator, OperatorAuth, OperatorTable};
 
+use crate::approvals::{Approvals, Decision};
 use crate::core::{Orchestrator, validate_request};
 
 /// Largest request body read, in bytes (a message is at most 8,000 characters); larger → 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// What the handlers share: the core and how callers are identified.
+/// What the handlers share: the core, how callers are identified, and the approvals (off
+/// unless configured: an approval key and a way to identify operators).
 #[derive(Clone)]
 pub struct ApiState {
     pub core: Arc<Orchestrator>,
     pub auth: Auth,
+    pub approvals: Option<Arc<Approvals>>,
+    pub operators: OperatorAuth,
 }
 
 impl ApiState {
     pub fn new(core: Arc<Orchestrator>, auth: Auth) -> Self {
-        Self { core, auth }
+        Self { core, auth, approvals: None, operators: OperatorAuth::Nobody }
+    }
+
+    /// With the approvals API on, operators identified by `operators`.
+    pub fn with_approvals(mut self, approvals: Arc<Approvals>, operators: OperatorAuth) -> Self {
+        self.approvals = Some(approvals);
+        self.operators = operators;
+        self
     }
 }
 
@@ -51,12 +65,20 @@ impl FromRef<ApiState> for Auth {
     }
 }
 
+impl FromRef<ApiState> for OperatorAuth {
+    fn from_ref(state: &ApiState) -> Self {
+        state.operators.clone()
+    }
+}
+
 /// The API. Unknown paths answer 404 and known paths with another method 405,
 /// both in the error shape; bodies over [`MAX_BODY_BYTES`] answer 413.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/conversations", post(create))
         .route("/conversations/{id}", get(status))
+        .route("/approvals", get(list_approvals))
+        .route("/approvals/{id}", post(decide_approval))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -102,4 +124,61 @@ async fn status(
     let body = serde_json::to_value(&view)
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+/// `GET /approvals` query: `status` (`pending`, `approved`, `rejected`, `expired`, `executed`), `limit` (1..=100).
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+fn approvals_of(state: &ApiState) -> Result<&Arc<Approvals>, HttpError> {
+    state.approvals.as_ref().ok_or_else(|| {
+        HttpError::new(StatusCode::NOT_FOUND, "approvals_disabled", "approvals are not configured on this deployment")
+    })
+}
+
+/// `GET /approvals` → 200 `{"approvals": [...]}`, newest first; operators only.
+async fn list_approvals(
+    State(state): State<ApiState>,
+    operator: Operator,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, HttpError> {
+    let approvals = approvals_of(&state)?;
+    let Query(query) = query.map_err(|e| HttpError::bad_request("bad_query", e.body_text()))?;
+    let status = match query.status.as_deref() {
+        None | Some("") | Some("all") => None,
+        Some(s) => Some(swarm_core::approval::ApprovalStatus::parse(s).ok_or_else(|| {
+            HttpError::bad_request("bad_status", "status must be pending, approved, rejected, expired, executed or all")
+        })?),
+    };
+    let listed = approvals.list(status, query.limit.unwrap_or(50)).await?;
+    tracing::info!(operator = %operator.0, listed = listed.len(), "approvals listed");
+    Ok((StatusCode::OK, axum::Json(json!({ "approvals": listed }))).into_response())
+}
+
+#[derive(Deserialize)]
+struct DecideBody {
+    decision: Option<String>,
+}
+
+/// `POST /approvals/{id}` with `{"decision": "approve" | "reject"}` → 200 `{"approval": ...}`;
+/// operators only. Approving twice answers 200 again and runs the refund once.
+async fn decide_approval(
+    State(state): State<ApiState>,
+    operator: Operator,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let approvals = approvals_of(&state)?;
+    let Path(id) = id?;
+    let body: DecideBody = error::parse_json(&body?, r#"{"decision": "approve" | "reject"}"#)?;
+    let decision = match body.decision.as_deref() {
+        Some("approve") => Decision::Approve,
+        Some("reject") => Decision::Reject,
+        _ => return Err(HttpError::bad_request("bad_decision", r#"field "decision" must be "approve" or "reject""#)),
+    };
+    let view = approvals.decide(&id, decision, &operator.0).await?;
+    Ok((StatusCode::OK, axum::Json(json!({ "approval": view }))).into_response())
 }

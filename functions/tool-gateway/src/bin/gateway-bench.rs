@@ -201,6 +201,8 @@ async fn main() -> anyhow::Result<()> {
         allowed_hosts: vec!["127.0.0.1".into()],
         anonymous_role: None,
         upstream_keep_alive: args.keep_alive,
+        side_effects: BTreeMap::new(),
+        approval_key: None,
     };
     let (gateway_addr, _server) = tool_gateway::serve("127.0.0.1:0".parse()?, config).await?;
     let direct = client(&upstream_url)?;

@@ -28,6 +28,7 @@ use serde_json::json;
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
 use swarm_core::ports::ToolContext;
+use tool_gateway::config::{ConsentConfig, SideEffectConfig};
 use tool_gateway::{Gateway, GatewayConfig, RoleConfig, Secret, UpstreamConfig};
 
 /// One call the fake upstream received.
@@ -240,7 +241,8 @@ pub fn roles() -> BTreeMap<String, RoleConfig> {
     roles
 }
 
-/// A gateway config with the given upstreams and the test roles.
+/// A gateway config with the given upstreams and the test roles; `shop__refund` is declared
+/// side-effecting (without consent: see [`with_consent`]).
 pub fn config(upstreams: Vec<UpstreamConfig>) -> GatewayConfig {
     GatewayConfig {
         upstreams,
@@ -251,7 +253,20 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> GatewayConfig {
         allowed_hosts: vec!["127.0.0.1".into(), "localhost".into()],
         anonymous_role: None,
         upstream_keep_alive: false,
+        side_effects: BTreeMap::from([("shop__refund".to_owned(), SideEffectConfig::default())]),
+        approval_key: None,
     }
+}
+
+/// The approval key of [`with_consent`].
+pub const APPROVAL_KEY: &str = "test-approval-key-0123456789abcdef0123456789";
+
+/// `config` with consent on `shop__refund` for refunds above `above` (in currency units).
+pub fn with_consent(mut config: GatewayConfig, above: f64) -> GatewayConfig {
+    let consent = ConsentConfig { above, ..ConsentConfig::every_call() };
+    config.side_effects.insert("shop__refund".to_owned(), SideEffectConfig { consent: Some(consent) });
+    config.approval_key = Some(Secret::new(APPROVAL_KEY));
+    config
 }
 
 /// An upstream entry with short timeouts for tests.

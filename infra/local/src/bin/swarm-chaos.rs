@@ -485,6 +485,8 @@ async fn run(
     let ledger = stack
         .shop
         .refunds()
+        .await
+        .context("reading the shop's refund ledger")?
         .into_iter()
         .map(|r| LedgerRefund { order_id: r.order_id, amount: r.amount, reason: r.reason })
         .collect();

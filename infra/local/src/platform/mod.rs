@@ -19,6 +19,7 @@ pub mod dynamo_table;
 pub mod embedded;
 pub mod emulator;
 pub mod filter;
+pub mod handoff;
 pub mod invoke;
 pub mod mapping;
 pub mod sqs;

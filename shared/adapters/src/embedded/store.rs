@@ -6,11 +6,15 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Usage,
 };
+use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome, StoreError,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -40,6 +44,8 @@ pub enum ChangedItem {
         request_hash: Option<String>,
         ttl: i64,
     },
+    /// An approval item (`PK = APPROVALS`, `SK = <approval id>`).
+    Approval(Approval),
 }
 
 impl ItemChange {
@@ -49,6 +55,7 @@ impl ItemChange {
             ChangedItem::Conversation(c) => &c.id,
             ChangedItem::Subtask(r) => &r.conversation_id,
             ChangedItem::IdempotencyKey { conversation_id, .. } => conversation_id,
+            ChangedItem::Approval(a) => &a.conversation_id,
         }
     }
 }
@@ -59,6 +66,8 @@ struct Tables {
     subtasks: HashMap<ConversationId, BTreeMap<String, SubtaskRecord>>,
     /// (customer, key) → the conversation it created and the hash of the request that claimed it.
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
+    /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
+    approvals: BTreeMap<String, Approval>,
     /// The stream's readers; each gets every change, in write order.
     subscribers: Vec<mpsc::UnboundedSender<ItemChange>>,
     last_sequence: u64,
@@ -332,6 +341,7 @@ impl ConversationStore for InMemoryConversationStore {
         &self,
         id: &ConversationId,
         subtask_id: &str,
+        lease: &AttemptLease,
         now_ms: i64,
     ) -> Result<AttemptStart, StoreError> {
         let mut t = self.lock()?;
@@ -341,6 +351,10 @@ impl ConversationStore for InMemoryConversationStore {
         if rec.status.is_terminal() {
             return Ok(AttemptStart::AlreadyFinished(rec.clone()));
         }
+        if rec.lease.as_ref().is_some_and(|held| !held.admits(&lease.holder, now_ms)) {
+            return Ok(AttemptStart::Leased(rec.clone()));
+        }
+        rec.lease = Some(lease.clone());
         rec.status = SubtaskStatus::Running;
         rec.attempts += 1;
         if rec.started_at_ms.is_none() {
@@ -349,6 +363,200 @@ impl ConversationStore for InMemoryConversationStore {
         let snapshot = rec.clone();
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(AttemptStart::Started(snapshot))
+    }
+
+    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError> {
+        let mut t = self.lock()?;
+        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
+            && rec.lease.as_ref().is_some_and(|l| l.holder == holder)
+        {
+            rec.lease = None;
+            let snapshot = rec.clone();
+            t.emit(false, ChangedItem::Subtask(snapshot));
+        }
+        Ok(())
+    }
+
+    async fn record_intent(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        holder: &str,
+        effect: &Effect,
+    ) -> Result<IntentOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(IntentOutcome::Missing);
+        };
+        let index = (effect.ordinal as usize).saturating_sub(1);
+        if rec.status.is_terminal() {
+            return Ok(IntentOutcome::Closed(rec.clone()));
+        }
+        if rec.lease.as_ref().is_none_or(|l| l.holder != holder) {
+            return Ok(IntentOutcome::LeaseLost);
+        }
+        if let Some(existing) = rec.effects.get(index) {
+            return Ok(IntentOutcome::Existing(existing.clone()));
+        }
+        if rec.effects.len() != index {
+            return Err(StoreError::Permanent(format!(
+                "journal of {subtask_id} has {} entries; intent {} does not follow them",
+                rec.effects.len(),
+                effect.ordinal
+            )));
+        }
+        rec.effects.push(effect.clone());
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(IntentOutcome::Recorded)
+    }
+
+    async fn record_effect_outcome(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        ordinal: u32,
+        change: &EffectChange,
+    ) -> Result<Option<Effect>, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(None);
+        };
+        let Some(entry) = rec.effects.get_mut((ordinal as usize).saturating_sub(1)) else {
+            return Ok(None);
+        };
+        if entry.state.is_final() {
+            return Ok(Some(entry.clone()));
+        }
+        *entry = change.apply(entry);
+        let after = entry.clone();
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(Some(after))
+    }
+
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: &SubtaskResult,
+        journal_len: usize,
+        now_ms: i64,
+    ) -> Result<CloseOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(CloseOutcome::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(CloseOutcome::AlreadyFinished(rec.clone()));
+        }
+        if rec.effects.len() != journal_len {
+            return Ok(CloseOutcome::JournalChanged);
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        rec.finished_at_ms = Some(now_ms);
+        rec.checkpoint = None;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(CloseOutcome::Recorded)
+    }
+
+    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
+        let mut t = self.lock()?;
+        if let Some(existing) = t.approvals.get(&approval.id) {
+            return Ok(existing.clone());
+        }
+        t.approvals.insert(approval.id.clone(), approval.clone());
+        t.emit(true, ChangedItem::Approval(approval.clone()));
+        Ok(approval.clone())
+    }
+
+    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
+        Ok(self.lock()?.approvals.get(approval_id).cloned())
+    }
+
+    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        Ok(self.lock()?.approvals.values().rev().take(limit).cloned().collect())
+    }
+
+    async fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: &ApprovalDecision,
+    ) -> Result<DecideOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(a) = t.approvals.get_mut(approval_id) else { return Ok(DecideOutcome::Missing) };
+        if a.status != ApprovalStatus::Pending {
+            return Ok(DecideOutcome::Unchanged(a.clone()));
+        }
+        if decision.at_ms >= a.expires_at_ms {
+            a.status = ApprovalStatus::Expired;
+            let snapshot = a.clone();
+            t.emit(false, ChangedItem::Approval(snapshot.clone()));
+            return Ok(DecideOutcome::Unchanged(snapshot));
+        }
+        a.status = if decision.approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
+        a.decided_by = Some(decision.by.clone());
+        a.decided_at_ms = Some(decision.at_ms);
+        a.token = decision.token.clone();
+        let snapshot = a.clone();
+        t.emit(false, ChangedItem::Approval(snapshot.clone()));
+        Ok(DecideOutcome::Decided(snapshot))
+    }
+
+    async fn finish_approval(
+        &self,
+        approval_id: &str,
+        status: ApprovalStatus,
+        outcome: &EffectOutcome,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(a) = t.approvals.get_mut(approval_id) else { return Ok(false) };
+        if a.status != ApprovalStatus::Approved {
+            return Ok(false);
+        }
+        a.status = status;
+        a.outcome = Some(outcome.clone());
+        a.finished_at_ms = Some(at_ms);
+        let snapshot = a.clone();
+        t.emit(false, ChangedItem::Approval(snapshot));
+        Ok(true)
+    }
+
+    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.status.is_terminal() {
+            return Ok(false);
+        }
+        conv.handoff = Some(*handoff);
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(true)
+    }
+
+    async fn hand_off(
+        &self,
+        id: &ConversationId,
+        reply: &str,
+        usage: &Usage,
+        handoff: &Handoff,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.status != ConversationStatus::Aggregating {
+            return Ok(false);
+        }
+        conv.status = ConversationStatus::Handoff;
+        conv.reply = Some(reply.to_owned());
+        conv.usage = conv.usage.add(usage);
+        conv.handoff = Some(*handoff);
+        conv.sweep_shard = None;
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(true)
     }
 
     async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
@@ -434,6 +642,7 @@ mod tests {
             ChangedItem::Conversation(c) => format!("META {} {}", c.status.as_str(), c.remaining),
             ChangedItem::Subtask(r) => format!("TASK#{} {}", r.subtask.id, r.status.as_str()),
             ChangedItem::IdempotencyKey { key, .. } => format!("IDEM {key}"),
+            ChangedItem::Approval(a) => format!("APPROVAL {}", a.id),
         };
         format!("{} {what}", if change.created { "INSERT" } else { "MODIFY" })
     }
@@ -447,7 +656,7 @@ mod tests {
         store.create_conversation(&c).await.unwrap();
         let subtasks = [subtask(&c, "w01"), subtask(&c, "w02")];
         store.start_run(&c.id, &subtasks, &[], &Usage::default()).await.unwrap();
-        store.begin_attempt(&c.id, "w01", 1).await.unwrap();
+        store.begin_attempt(&c.id, "w01", &AttemptLease::new(1_000), 1).await.unwrap();
         store.save_checkpoint(&c.id, "w01", "{}").await.unwrap();
         let result = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
         store.record_result(&c.id, "w01", &result, &Usage::default(), &[], 2).await.unwrap();

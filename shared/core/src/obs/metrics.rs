@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ::metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-use crate::domain::{ConversationStatus, SubtaskResult, Usage};
+use crate::domain::{ConversationStatus, HandoffReason, SubtaskResult, Usage};
 use crate::ports::{LlmError, Purpose};
 
 /// CloudWatch namespace of every metric.
@@ -337,7 +337,7 @@ pub const CATALOG: &[MetricDef] = &[
         Count,
         &[],
         "Refunds held for a person's approval.",
-        Source::Awaiting { call: "approval_requested", issue: 10 },
+        emitted("approval_requested", "worker"),
     ),
     def(
         APPROVALS_PENDING,
@@ -345,7 +345,7 @@ pub const CATALOG: &[MetricDef] = &[
         Count,
         &[],
         "Refunds awaiting approval now.",
-        Source::Awaiting { call: "approvals_waiting", issue: 10 },
+        emitted("approvals_waiting", "worker (the sweep)"),
     ),
     def(
         APPROVAL_OLDEST_PENDING_SECONDS,
@@ -353,7 +353,7 @@ pub const CATALOG: &[MetricDef] = &[
         Seconds,
         &[],
         "Age of the oldest refund awaiting approval.",
-        Source::Awaiting { call: "approvals_waiting", issue: 10 },
+        emitted("approvals_waiting", "worker (the sweep)"),
     ),
     def(
         APPROVALS_DECIDED,
@@ -361,7 +361,7 @@ pub const CATALOG: &[MetricDef] = &[
         Count,
         &["decision"],
         "Approvals decided: approved, rejected, expired.",
-        Source::Awaiting { call: "approval_decided", issue: 10 },
+        emitted("approval_decided", "orchestrator (the approvals API)"),
     ),
     def(
         APPROVAL_WAIT_SECONDS,
@@ -369,7 +369,7 @@ pub const CATALOG: &[MetricDef] = &[
         Seconds,
         &["decision"],
         "Time from a refund's hold to its decision.",
-        Source::Awaiting { call: "approval_decided", issue: 10 },
+        emitted("approval_decided", "orchestrator (the approvals API)"),
     ),
     def(
         HANDOFFS,
@@ -377,7 +377,7 @@ pub const CATALOG: &[MetricDef] = &[
         Count,
         &["reason"],
         "Conversations handed to a person: customer_asked, tool_failures, policy.",
-        Source::Awaiting { call: "handoff", issue: 10 },
+        emitted("handoff", "aggregator, worker (the deadline path)"),
     ),
 ];
 
@@ -438,6 +438,7 @@ pub fn conversation_planned(subtasks: usize) {
 pub fn conversation_finished(status: ConversationStatus, created_at_ms: i64, now_ms: i64) {
     let status = match status {
         ConversationStatus::Failed => "failed",
+        ConversationStatus::Handoff => "handoff",
         _ => "done",
     };
     let seconds = (now_ms - created_at_ms).max(0) as f64 / 1000.0;
@@ -658,22 +659,9 @@ pub fn approval_decided(decision: Decision, waited: Duration) {
     histogram!(APPROVAL_WAIT_SECONDS, "decision" => decision).record(waited.as_secs_f64());
 }
 
-/// Why a conversation was handed to a person.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HandoffReason {
-    CustomerAsked,
-    ToolFailures,
-    Policy,
-}
-
 /// A conversation ended in a hand-off to a person.
 pub fn handoff(reason: HandoffReason) {
-    let reason = match reason {
-        HandoffReason::CustomerAsked => "customer_asked",
-        HandoffReason::ToolFailures => "tool_failures",
-        HandoffReason::Policy => "policy",
-    };
-    counter!(HANDOFFS, "reason" => reason).increment(1);
+    counter!(HANDOFFS, "reason" => reason.code()).increment(1);
 }
 
 #[cfg(test)]

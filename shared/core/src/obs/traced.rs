@@ -12,12 +12,15 @@ use async_trait::async_trait;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    TaskMessage, Usage,
 };
+use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use crate::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, QueueError, RecordOutcome,
-    StoreError, TaskQueue,
+    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, QueueError, RecordOutcome, StoreError, TaskQueue,
 };
 
 /// A [`ConversationStore`] whose every call runs in a span `{system} {operation}`
@@ -144,9 +147,89 @@ impl ConversationStore for TracedStore {
         &self,
         id: &ConversationId,
         subtask_id: &str,
+        lease: &AttemptLease,
         now_ms: i64,
     ) -> Result<AttemptStart, StoreError> {
-        self.traced("begin_attempt", self.inner.begin_attempt(id, subtask_id, now_ms)).await
+        self.traced("begin_attempt", self.inner.begin_attempt(id, subtask_id, lease, now_ms)).await
+    }
+
+    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError> {
+        self.traced("release_attempt", self.inner.release_attempt(id, subtask_id, holder)).await
+    }
+
+    async fn record_intent(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        holder: &str,
+        effect: &Effect,
+    ) -> Result<IntentOutcome, StoreError> {
+        self.traced("record_intent", self.inner.record_intent(id, subtask_id, holder, effect)).await
+    }
+
+    async fn record_effect_outcome(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        ordinal: u32,
+        change: &EffectChange,
+    ) -> Result<Option<Effect>, StoreError> {
+        self.traced("record_effect_outcome", self.inner.record_effect_outcome(id, subtask_id, ordinal, change)).await
+    }
+
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &str,
+        result: &SubtaskResult,
+        journal_len: usize,
+        now_ms: i64,
+    ) -> Result<CloseOutcome, StoreError> {
+        self.traced("close_subtask", self.inner.close_subtask(id, subtask_id, result, journal_len, now_ms)).await
+    }
+
+    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
+        self.traced("create_approval", self.inner.create_approval(approval)).await
+    }
+
+    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
+        self.traced("get_approval", self.inner.get_approval(approval_id)).await
+    }
+
+    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        self.traced("list_approvals", self.inner.list_approvals(limit)).await
+    }
+
+    async fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: &ApprovalDecision,
+    ) -> Result<DecideOutcome, StoreError> {
+        self.traced("decide_approval", self.inner.decide_approval(approval_id, decision)).await
+    }
+
+    async fn finish_approval(
+        &self,
+        approval_id: &str,
+        status: ApprovalStatus,
+        outcome: &EffectOutcome,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.traced("finish_approval", self.inner.finish_approval(approval_id, status, outcome, at_ms)).await
+    }
+
+    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
+        self.traced("request_handoff", self.inner.request_handoff(id, handoff)).await
+    }
+
+    async fn hand_off(
+        &self,
+        id: &ConversationId,
+        reply: &str,
+        usage: &Usage,
+        handoff: &Handoff,
+    ) -> Result<bool, StoreError> {
+        self.traced("hand_off", self.inner.hand_off(id, reply, usage, handoff)).await
     }
 
     async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {

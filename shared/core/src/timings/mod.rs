@@ -14,8 +14,8 @@ mod table;
 
 pub use table::{
     AggregatorTimings, ApiTimings, AwsTimings, ConversationTimings, GatewayTimings, LlmTimings, LocalTimings,
-    OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings, SweepTimings, Timings,
-    ToolServerTimings, WorkerTimings,
+    MoneyTimings, OrchestratorTimings, QueueTiming, QueueTimings, SqsFunctionTimings, StreamTimings, SweepTimings,
+    Timings, ToolServerTimings, WorkerTimings,
 };
 
 use std::time::Duration;

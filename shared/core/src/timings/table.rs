@@ -104,6 +104,7 @@ section! {
         shop: ToolServerTimings,
         llm: LlmTimings,
         aws: AwsTimings,
+        money: MoneyTimings,
         local: LocalTimings,
     }
 }
@@ -306,6 +307,26 @@ section! {
 }
 
 section! {
+    /// `[money]`: approvals, refund subtasks waiting for their dependencies, side effects being confirmed.
+    MoneyTimings {
+        /// A pending approval can be decided for this long after it was asked for.
+        #[serde(rename = "approval_expiry_secs", deserialize_with = "secs")]
+        approval_expiry: Duration,
+        /// An approval's token is valid this long after the decision: the approved call must run within it.
+        #[serde(rename = "approval_execute_within_secs", deserialize_with = "secs")]
+        approval_execute_within: Duration,
+        /// `DelaySeconds` of a refund subtask handed back to its own queue while its dependencies are open.
+        #[serde(rename = "dependency_wait_secs", deserialize_with = "secs")]
+        dependency_wait: Duration,
+        /// `DelaySeconds` before a side effect whose outcome is not known is replayed (same key) to confirm it.
+        #[serde(rename = "confirm_delay_secs", deserialize_with = "secs")]
+        confirm_delay: Duration,
+        /// Replays of a side effect being confirmed before it is left as submitted.
+        confirm_attempts: u32,
+    }
+}
+
+section! {
     /// `[local]`: the local platform's own waits.
     LocalTimings {
         /// The SQS long poll (`WaitTimeSeconds`).
@@ -323,7 +344,7 @@ pub(crate) const LINT_SECTIONS: [&str; 2] = ["template", "rule"];
 
 /// Counts that must be at least 1 for the swarm to run at all, with their table names.
 #[allow(dead_code)] // checked by build.rs and the tests
-pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 15] {
+pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 16] {
     [
         ("worker.max_parallel_tool_calls", t.worker.max_parallel_tool_calls),
         ("sweep.shards", t.sweep.shards as usize),
@@ -340,5 +361,6 @@ pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 15] {
         ("queues.max_receive_count", t.queues.max_receive_count as usize),
         ("llm.retry_attempts", t.llm.retry_attempts as usize),
         ("aws.retry_attempts", t.aws.retry_attempts as usize),
+        ("money.confirm_attempts", t.money.confirm_attempts as usize),
     ]
 }

@@ -3,10 +3,12 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Lease, MAX_CHECKPOINT_BYTES, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, Usage, truncate_chars,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_CHECKPOINT_BYTES,
+    SubtaskRecord, SubtaskResult, SubtaskStatus, Usage, truncate_chars,
 };
+use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::ports::StoreError;
 
 /// Largest serialized result kept inline, in bytes (after [`SubtaskResult::bounded`]).
@@ -17,6 +19,9 @@ pub(super) const META: &str = "META";
 /// sort key `deadline_ms` (N), keys only. Only non-terminal conversations carry `sweep_shard`.
 pub const SWEEP_INDEX: &str = "sweep";
 pub(super) const TASK_PREFIX: &str = "TASK#";
+/// The partition of every approval (`SK = <approval id>`): an operator's queue is small (a few
+/// writes per approval, far below a partition's 1,000 writes/s), and one `Query` lists it.
+pub(super) const APPROVALS_PK: &str = "APPROVALS";
 
 pub(super) fn conv_pk(id: &ConversationId) -> String {
     format!("CONV#{id}")
@@ -146,6 +151,12 @@ pub fn conversation_item(c: &Conversation) -> Item {
     if let Some(t) = &c.trace_parent {
         item.insert("trace_parent".into(), s(t));
     }
+    if let Some(h) = &c.handoff {
+        item.insert("handoff_reason".into(), s(h.reason.code()));
+        item.insert("handoff_at_ms".into(), n(h.at_ms));
+        // The hand-off event's detail names the conversation (the pipe cannot strip `CONV#`).
+        item.insert("conversation_id".into(), s(c.id.as_str()));
+    }
     if let Some(h) = &c.request_hash {
         item.insert("request_hash".into(), s(h));
     }
@@ -224,12 +235,67 @@ pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreE
         error: opt_s(item, "error"),
         idempotency_key: opt_s(item, "idempotency_key"),
         trace_parent: opt_s(item, "trace_parent"),
+        handoff: handoff_from_item(item)?,
         request_hash: opt_s(item, "request_hash"),
         turn: opt_n(item, "turn")?.unwrap_or(0),
         lease: lease_from_item(item)?,
         sweep_shard: opt_n(item, "sweep_shard")?,
         ttl: get_n(item, "ttl")?,
     })
+}
+
+fn handoff_from_item(item: &Item) -> Result<Option<Handoff>, StoreError> {
+    let Some(code) = opt_s(item, "handoff_reason") else { return Ok(None) };
+    let reason = HandoffReason::parse(&code).ok_or_else(|| corrupt(&format!("unknown handoff reason {code}"), item))?;
+    Ok(Some(Handoff { reason, at_ms: opt_n(item, "handoff_at_ms")?.unwrap_or(0) }))
+}
+
+/// The journal as stored: one JSON text per entry, in call order (entry `n - 1` is call `n`),
+/// so an outcome replaces exactly its entry (`SET effects[i] = :new` on `effects[i] = :old`).
+pub(super) fn effect_value(e: &Effect) -> Result<AttributeValue, StoreError> {
+    Ok(s(to_json(e)?))
+}
+
+fn effects_from_item(item: &Item) -> Result<Vec<Effect>, StoreError> {
+    let Some(list) = item.get("effects") else { return Ok(Vec::new()) };
+    let list = list.as_l().map_err(|_| corrupt("attribute `effects` is not a list", item))?;
+    list.iter()
+        .map(|v| {
+            let text = v.as_s().map_err(|_| corrupt("a journal entry is not a string", item))?;
+            serde_json::from_str(text).map_err(|e| corrupt(&format!("a journal entry is not valid JSON: {e}"), item))
+        })
+        .collect()
+}
+
+/// The attempt lease of a subtask item (same attribute names as a conversation's lease, on another item).
+fn attempt_lease_from_item(item: &Item) -> Result<Option<AttemptLease>, StoreError> {
+    match (opt_s(item, "lease_holder"), opt_n::<i64>(item, "lease_until_ms")?) {
+        (Some(holder), Some(until_ms)) => Ok(Some(AttemptLease { holder, until_ms })),
+        _ => Ok(None),
+    }
+}
+
+/// An approval item (`PK = APPROVALS`, `SK = <approval id>`): the approval as JSON, with
+/// `status` and `expires_at_ms` beside it for the conditions of its writes.
+///
+/// Errors: [`StoreError::Permanent`] when the approval does not serialise.
+pub fn approval_item(a: &Approval) -> Result<Item, StoreError> {
+    let mut item = key(APPROVALS_PK.to_owned(), a.id.clone());
+    item.insert("approval".into(), s(to_json(a)?));
+    item.insert("status".into(), s(a.status.code()));
+    item.insert("expires_at_ms".into(), n(a.expires_at_ms));
+    item.insert("conversation_id".into(), s(a.conversation_id.as_str()));
+    item.insert("ttl".into(), n(a.ttl));
+    Ok(item)
+}
+
+pub(super) fn approval_from_item(item: &Item) -> Result<Approval, StoreError> {
+    let approval: Approval = json_attr(item, "approval")?.ok_or_else(|| corrupt("missing `approval`", item))?;
+    // The top-level status is the one conditions guard; it wins over the JSON copy.
+    let status_text = get_s(item, "status")?;
+    let status = ApprovalStatus::parse(&status_text)
+        .ok_or_else(|| corrupt(&format!("unknown approval status {status_text}"), item))?;
+    Ok(Approval { status, ..approval })
 }
 
 /// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`) as the store writes it.
@@ -262,6 +328,13 @@ pub fn subtask_item(r: &SubtaskRecord) -> Result<Item, StoreError> {
     if let Some(v) = r.finished_at_ms {
         item.insert("finished_at_ms".into(), n(v));
     }
+    if !r.effects.is_empty() {
+        item.insert("effects".into(), AttributeValue::L(r.effects.iter().map(effect_value).collect::<Result<_, _>>()?));
+    }
+    if let Some(lease) = &r.lease {
+        item.insert("lease_holder".into(), s(&lease.holder));
+        item.insert("lease_until_ms".into(), n(lease.until_ms));
+    }
     item.insert("ttl".into(), n(r.ttl));
     Ok(item)
 }
@@ -285,6 +358,8 @@ pub(super) fn subtask_from_item(item: &Item) -> Result<SubtaskRecord, StoreError
         checkpoint: opt_s(item, "checkpoint"),
         started_at_ms: opt_n(item, "started_at_ms")?,
         finished_at_ms: opt_n(item, "finished_at_ms")?,
+        effects: effects_from_item(item)?,
+        lease: attempt_lease_from_item(item)?,
         ttl: get_n(item, "ttl")?,
     })
 }
@@ -366,6 +441,53 @@ mod tests {
         c.sweep_shard = Some(3);
         let back = conversation_from_item(&conversation_item(&c)).unwrap();
         assert_eq!(back, c);
+        c.handoff = Some(Handoff { reason: HandoffReason::CustomerAsked, at_ms: 42 });
+        assert_eq!(conversation_from_item(&conversation_item(&c)).unwrap(), c);
+    }
+
+    #[test]
+    fn a_subtask_keeps_its_journal_and_lease_and_an_approval_its_status() {
+        use swarm_core::approval::ProposedAction;
+        use swarm_core::domain::Subtask;
+        use swarm_core::effects::{EffectChange, EffectOutcome};
+        let c = Conversation::new("C1", "q", 1_700_000_000_000, 120);
+        let subtask = Subtask { id: "w01".into(), instruction: "i".into(), tools: vec![], depends_on: vec![] };
+        let mut r = SubtaskRecord::new(&c, subtask, "refund".into());
+        let mut args = serde_json::Map::new();
+        args.insert("order_id".into(), "A1033".into());
+        let intent = Effect::intent(&c.id, "w01", 1, "shop__refund", args, 5);
+        r.effects = vec![EffectChange::done(EffectOutcome::new("ok", false), 6).apply(&intent), intent];
+        r.lease = Some(AttemptLease { holder: "h".into(), until_ms: 99 });
+        assert_eq!(subtask_from_item(&subtask_item(&r).unwrap()).unwrap(), r);
+        let a = Approval {
+            id: format!("{}.w01.1", c.id),
+            conversation_id: c.id.clone(),
+            subtask_id: "w01".into(),
+            ordinal: 1,
+            customer_id: "C1".into(),
+            role: "refund".into(),
+            action: ProposedAction {
+                tool: "shop__refund".into(),
+                order_id: "A1033".into(),
+                amount_cents: 100,
+                reason: None,
+            },
+            status: ApprovalStatus::Approved,
+            created_at_ms: 1,
+            expires_at_ms: 2,
+            decided_by: Some("ops".into()),
+            decided_at_ms: Some(1),
+            token: Some("t".into()),
+            outcome: None,
+            finished_at_ms: None,
+            ttl: 3,
+        };
+        let item = approval_item(&a).unwrap();
+        assert_eq!(
+            (item["PK"].as_s().unwrap().as_str(), item["status"].as_s().unwrap().as_str()),
+            ("APPROVALS", "approved")
+        );
+        assert_eq!(approval_from_item(&item).unwrap(), a);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //!
 //! | PK | SK | attributes |
 //! | --- | --- | --- |
-//! | `CONV#<id>` | `META` | `status` S, `remaining` N, `total` N, `customer_id`, `query`, `created_at_ms`, `deadline_ms`, `finished` SS (absent while empty), `reply`, `notes` L, `error`, `idempotency_key`, `usage_prompt_tokens` / `usage_completion_tokens` / `usage_cached_tokens` / `usage_cost_usd` N (only when known), `ttl` |
-//! | `CONV#<id>` | `TASK#<subtask id>` | `status` S, `subtask` S (JSON), `role`, `attempts` N, `result` S (JSON), `usage` S (JSON), `tools_used` L, `checkpoint` S, `started_at_ms`, `finished_at_ms`, `ttl` |
+//! | `CONV#<id>` | `META` | `status` S, `remaining` N, `total` N, `customer_id`, `query`, `created_at_ms`, `deadline_ms`, `finished` SS (absent while empty), `reply`, `notes` L, `error`, `idempotency_key`, `usage_prompt_tokens` / `usage_completion_tokens` / `usage_cached_tokens` / `usage_cost_usd` N (only when known), `handoff_reason` S, `handoff_at_ms` N and `conversation_id` S (with a hand-off), `ttl` |
+//! | `CONV#<id>` | `TASK#<subtask id>` | `status` S, `subtask` S (JSON), `role`, `attempts` N, `result` S (JSON), `usage` S (JSON), `tools_used` L, `checkpoint` S, `started_at_ms`, `finished_at_ms`, `effects` L of S (the side-effect journal, one JSON entry per call, in call order), `lease_holder` S, `lease_until_ms` N, `ttl` |
 //! | `IDEM#<customer>#<key>` | `IDEM` | `conversation_id`, `customer_id`, `ttl` |
 //! | `PRINCIPAL#<kind>:<value>` | `CUSTOMER` | `customer_id`, `principal`, `updated_at_ms` (identity mapping, [`access`]) |
 //! | `LIMIT#<customer>` | `WINDOW#<start ms>` | `count` N, `ttl` (conversations started in one minute, [`access`]) |
+//! | `APPROVALS` | `<approval id>` | `approval` S (JSON), `status` S, `expires_at_ms` N, `conversation_id`, `ttl` (one partition: an operator's queue, a few writes per approval) |
 //!
 //! The aggregator's stream filter matches `Keys.SK.S = META`, `NewImage.remaining.N = 0`
 //! and `NewImage.status.S = RUNNING`; keep those names.

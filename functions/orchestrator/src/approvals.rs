@@ -1,0 +1,161 @@
+//! The approvals API's logic: list what waits for a person, record an operator's decision (who and when), and on approval sign the token and enqueue the approved call for its role's worker — which runs it exactly once, by its journal key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swarm_core::approval::{
+    Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, TokenClaim, is_approval_id,
+};
+use swarm_core::domain::{TaskMessage, now_ms};
+use swarm_core::effects::{EffectChange, EffectOutcome, EffectState};
+use swarm_core::faults::{self, CrashPoint};
+use swarm_core::obs;
+use swarm_core::ports::ConversationStore;
+use swarm_core::roles::TaskQueues;
+use swarm_core::timings::Timings;
+use swarm_core::view::OperatorApprovalView;
+
+use crate::core::ApiError;
+
+/// Most approvals one `GET /approvals` lists.
+pub const MAX_LISTED: usize = 100;
+
+/// What an operator decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
+}
+
+/// Approvals: the store, the queues approved calls go to, and the key tokens are signed with.
+pub struct Approvals {
+    store: Arc<dyn ConversationStore>,
+    queues: TaskQueues,
+    key: ApprovalKey,
+    /// How long a token is valid after the decision (`money.approval_execute_within_secs`).
+    execute_within: Duration,
+}
+
+impl Approvals {
+    pub fn new(store: Arc<dyn ConversationStore>, queues: TaskQueues, key: ApprovalKey, timings: &Timings) -> Self {
+        Self { store, queues, key, execute_within: timings.money.approval_execute_within }
+    }
+
+    /// The newest approvals (at most `limit`, at most [`MAX_LISTED`]), optionally only those in `status` now.
+    pub async fn list(
+        &self,
+        status: Option<ApprovalStatus>,
+        limit: usize,
+    ) -> Result<Vec<OperatorApprovalView>, ApiError> {
+        let now = now_ms();
+        let all = self.store.list_approvals(MAX_LISTED).await?;
+        Ok(all
+            .iter()
+            .filter(|a| status.is_none_or(|s| a.status_at(now) == s))
+            .take(limit.clamp(1, MAX_LISTED))
+            .map(|a| OperatorApprovalView::build(a, now))
+            .collect())
+    }
+
+    /// Records `decision` by `operator` on approval `id`. Approving signs a token for exactly the
+    /// recorded call and enqueues it for its role's worker; posting the same approval again enqueues
+    /// it again (it still runs once: the worker dispatches it with its journal key and never
+    /// re-runs an entry with an outcome). Rejecting marks the side effect rejected.
+    ///
+    /// Errors: 404 for an unknown id; 409 (`approval_conflict`) for the opposite of an earlier
+    /// decision or an expired approval; 503 when the store or queue is unavailable.
+    pub async fn decide(&self, id: &str, decision: Decision, operator: &str) -> Result<OperatorApprovalView, ApiError> {
+        if !is_approval_id(id) {
+            return Err(ApiError::NotFound);
+        }
+        let Some(current) = self.store.get_approval(id).await? else { return Err(ApiError::NotFound) };
+        let now = now_ms();
+        let token = (decision == Decision::Approve).then(|| self.sign(&current, now));
+        let record =
+            ApprovalDecision { approve: decision == Decision::Approve, by: operator.to_owned(), at_ms: now, token };
+        let approval = match self.store.decide_approval(id, &record).await? {
+            DecideOutcome::Missing => return Err(ApiError::NotFound),
+            DecideOutcome::Decided(a) => {
+                tracing::info!(approval_id = %a.id, order_id = %a.action.order_id, decision = a.status.code(), "approval decided");
+                let decided = match a.status {
+                    ApprovalStatus::Approved => Some(obs::metrics::Decision::Approved),
+                    ApprovalStatus::Rejected => Some(obs::metrics::Decision::Rejected),
+                    ApprovalStatus::Expired => Some(obs::metrics::Decision::Expired),
+                    ApprovalStatus::Pending | ApprovalStatus::Executed => None,
+                };
+                if let Some(decided) = decided {
+                    let waited = u64::try_from(a.decided_at_ms.unwrap_or(now) - a.created_at_ms).unwrap_or(0);
+                    obs::metrics::approval_decided(decided, Duration::from_millis(waited));
+                }
+                faults::at(CrashPoint::ApprovalsAfterDecide).await;
+                a
+            }
+            DecideOutcome::Unchanged(a) => a,
+        };
+        match (approval.status, decision) {
+            (ApprovalStatus::Approved, Decision::Approve) => self.enqueue(&approval).await?,
+            (ApprovalStatus::Executed, Decision::Approve) | (ApprovalStatus::Rejected, Decision::Reject) => {}
+            (ApprovalStatus::Rejected, Decision::Approve) => {
+                self.close_effect(&approval, EffectState::Rejected, "a person rejected it").await?;
+                return Err(ApiError::conflict("this approval was rejected earlier"));
+            }
+            (ApprovalStatus::Approved | ApprovalStatus::Executed, Decision::Reject) => {
+                return Err(ApiError::conflict("this approval was approved earlier"));
+            }
+            (ApprovalStatus::Expired, _) => {
+                self.close_effect(&approval, EffectState::Expired, "the approval expired before a decision").await?;
+                return Err(ApiError::conflict("this approval has expired"));
+            }
+            (ApprovalStatus::Pending, _) => {
+                return Err(ApiError::Unavailable("the decision was not recorded; post it again".into()));
+            }
+        }
+        if approval.status == ApprovalStatus::Rejected {
+            self.close_effect(&approval, EffectState::Rejected, "a person rejected it").await?;
+        }
+        Ok(OperatorApprovalView::build(&approval, now_ms()))
+    }
+
+    /// The token of `approval`'s exact call, valid for the execution window from `now`.
+    fn sign(&self, approval: &Approval, now: i64) -> String {
+        let within = i64::try_from(self.execute_within.as_millis()).unwrap_or(i64::MAX / 2);
+        self.key.sign(&TokenClaim {
+            approval_id: &approval.id,
+            conversation_id: approval.conversation_id.as_str(),
+            customer_id: &approval.customer_id,
+            tool: &approval.action.tool,
+            order_id: &approval.action.order_id,
+            amount_cents: approval.action.amount_cents,
+            expires_at_ms: now + within,
+        })
+    }
+
+    /// Sends the approved call to its role's queue.
+    async fn enqueue(&self, approval: &Approval) -> Result<(), ApiError> {
+        let message = TaskMessage::Execute {
+            conversation_id: approval.conversation_id.clone(),
+            approval_id: approval.id.clone(),
+        };
+        self.queues.for_role(&approval.role).send(&[message], 0).await.map_err(|e| {
+            tracing::error!(approval_id = %approval.id, error = %e, "could not enqueue the approved call; post the approval again");
+            ApiError::Unavailable("the approval is recorded but its refund could not be queued; post it again".into())
+        })?;
+        tracing::info!(approval_id = %approval.id, role = %approval.role, "approved call enqueued");
+        Ok(())
+    }
+
+    /// Marks the side effect of a rejected or expired approval in its subtask's journal (it never runs).
+    async fn close_effect(&self, approval: &Approval, state: EffectState, why: &str) -> Result<(), ApiError> {
+        let change = EffectChange {
+            state,
+            outcome: Some(EffectOutcome::new(why, true)),
+            approval_id: None,
+            proposed: None,
+            at_ms: now_ms(),
+        };
+        self.store
+            .record_effect_outcome(&approval.conversation_id, &approval.subtask_id, approval.ordinal, &change)
+            .await?;
+        Ok(())
+    }
+}

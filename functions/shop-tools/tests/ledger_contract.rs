@@ -1,0 +1,187 @@
+//! Contract tests of the shop's refund ledger: each test is written once and runs against the in-memory ledger and the DynamoDB ledger on a local emulator — a key refunds once, racing refunds never spend the same money twice, and a new shop instance (a cold start) knows every refund and key.
+//!
+//! The DynamoDB instantiations need `SWARM_AWS_ENDPOINT` (e.g. `http://127.0.0.1:5000` after
+//! `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use shop_tools::args::RefundArgs;
+use shop_tools::ledger::{LedgerWrite, OrderRefunds, RefundRecord};
+use shop_tools::{RefundLedger, Shop};
+
+type Ledger = Arc<dyn RefundLedger>;
+
+macro_rules! contract_tests {
+    ($($name:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name(std::sync::Arc::new(shop_tools::InMemoryLedger::new())).await
+                }
+            )*
+        }
+
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    match super::aws::ledger(stringify!($name)).await? {
+                        Some(ledger) => super::$name(ledger).await,
+                        None => Ok(()),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+contract_tests!(
+    a_key_refunds_once_and_its_receipt_is_replayed,
+    refunds_racing_with_different_keys_never_exceed_what_was_paid,
+    a_new_shop_instance_on_the_same_ledger_knows_every_refund_and_key,
+    the_same_key_from_two_customers_is_two_refunds,
+    a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_checked_against,
+);
+
+fn refund(customer: &str, order: &str, key: &str, amount: Option<f64>) -> RefundArgs {
+    RefundArgs {
+        customer_id: customer.into(),
+        order_id: order.into(),
+        amount,
+        reason: Some("contract".into()),
+        idempotency_key: key.into(),
+    }
+}
+
+async fn a_key_refunds_once_and_its_receipt_is_replayed(ledger: Ledger) -> Result<()> {
+    let shop = Shop::demo_with(ledger.clone())?;
+    let first = shop.refund(&refund("C103", "A1016", "swarm:c:w01:1", Some(100.0))).await?;
+    let again = shop.refund(&refund("C103", "A1016", "swarm:c:w01:1", Some(100.0))).await?;
+    assert_eq!(first, again);
+    assert_eq!(first.refund_id, "RF-A1016-1");
+    assert_eq!(ledger.all().await?.len(), 1);
+    assert_eq!(ledger.orders(&["A1016", "A9999"]).await?.get("A1016"), Some(&OrderRefunds { cents: 10_000, count: 1 }));
+    let order = shop.get_order("C103", "A1016").await?;
+    assert_eq!((order.refunded, order.refundable), (100.0, 697.0));
+    Ok(())
+}
+
+async fn refunds_racing_with_different_keys_never_exceed_what_was_paid(ledger: Ledger) -> Result<()> {
+    let shop = Arc::new(Shop::demo_with(ledger.clone())?);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let shop = shop.clone();
+            tokio::spawn(async move { shop.refund(&refund("C103", "A1016", &format!("race-{i}"), Some(300.0))).await })
+        })
+        .collect();
+    let mut done = 0;
+    for t in tasks {
+        if t.await?.is_ok() {
+            done += 1;
+        }
+    }
+    let all = ledger.all().await?;
+    assert_eq!(done, 2, "797 paid: two refunds of 300 fit, a third does not");
+    assert_eq!(all.iter().map(|r| r.amount).sum::<f64>(), 600.0);
+    let mut ids: Vec<String> = all.iter().map(|r| r.refund_id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, ["RF-A1016-1", "RF-A1016-2"]);
+    Ok(())
+}
+
+async fn a_new_shop_instance_on_the_same_ledger_knows_every_refund_and_key(ledger: Ledger) -> Result<()> {
+    let before = Shop::demo_with(ledger.clone())?;
+    let receipt = before.refund(&refund("C103", "A1016", "swarm:c:w02:1", None)).await?;
+    assert_eq!(receipt.amount, 797.0);
+    drop(before);
+    // A cold start: a new instance, the same ledger.
+    let after = Shop::demo_with(ledger.clone())?;
+    assert_eq!(after.refund(&refund("C103", "A1016", "swarm:c:w02:1", None)).await?, receipt, "the key is known");
+    let order = after.get_order("C103", "A1016").await?;
+    assert_eq!((order.status.as_str(), order.refundable), ("REFUNDED", 0.0));
+    let more = after.refund(&refund("C103", "A1016", "swarm:c:w03:1", Some(1.0))).await;
+    assert!(more.is_err_and(|e| e.to_string().contains("nothing left to refund")));
+    assert_eq!(ledger.all().await?.len(), 1);
+    Ok(())
+}
+
+async fn the_same_key_from_two_customers_is_two_refunds(ledger: Ledger) -> Result<()> {
+    let shop = Shop::demo_with(ledger.clone())?;
+    let a = shop.refund(&refund("C103", "A1016", "same", Some(10.0))).await?;
+    let b = shop.refund(&refund("C109", "A1034", "same", Some(10.0))).await?;
+    assert_ne!(a.refund_id, b.refund_id);
+    assert_eq!(ledger.all().await?.len(), 2);
+    Ok(())
+}
+
+async fn a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_checked_against(
+    ledger: Ledger,
+) -> Result<()> {
+    let record = |key: &str, amount: f64| RefundRecord {
+        refund_id: "RF-A1016-1".into(),
+        customer_id: "C103".into(),
+        order_id: "A1016".into(),
+        amount,
+        currency: "CNY".into(),
+        refunded_total: amount,
+        reason: None,
+        idempotency_key: key.into(),
+    };
+    let none = OrderRefunds::default();
+    assert_eq!(ledger.record(&record("k1", 5.0), none).await?, LedgerWrite::Recorded);
+    // The same key again: the stored refund, nothing new.
+    assert_eq!(ledger.record(&record("k1", 7.0), none).await?, LedgerWrite::KeyTaken(record("k1", 5.0)));
+    // Another key checked against totals that have changed since: refused, nothing written.
+    assert_eq!(ledger.record(&record("k2", 5.0), none).await?, LedgerWrite::OrderChanged);
+    let now = OrderRefunds { cents: 500, count: 1 };
+    assert_eq!(ledger.orders(&["A1016"]).await?.get("A1016"), Some(&now));
+    assert_eq!(ledger.record(&record("k2", 5.0), now).await?, LedgerWrite::Recorded);
+    assert_eq!(ledger.orders(&["A1016"]).await?.get("A1016"), Some(&OrderRefunds { cents: 1_000, count: 2 }));
+    assert_eq!(ledger.by_key("C103", "k2").await?, Some(record("k2", 5.0)));
+    assert_eq!(ledger.by_key("C104", "k2").await?, None);
+    Ok(())
+}
+
+mod aws {
+    use std::sync::Arc;
+
+    use anyhow::Result;
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use shop_tools::DynamoLedger;
+
+    use super::Ledger;
+
+    /// A DynamoDB ledger on a fresh table of the emulator, or `None` (with a loud line) when `SWARM_SKIP_AWS=1`.
+    pub async fn ledger(test: &str) -> Result<Option<Ledger>> {
+        let endpoint = match std::env::var("SWARM_AWS_ENDPOINT") {
+            Ok(e) if !e.trim().is_empty() => e.trim().to_owned(),
+            _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
+                eprintln!("!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1; the DynamoDB ledger was NOT tested");
+                return Ok(None);
+            }
+            _ => anyhow::bail!(
+                "dynamodb::{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
+                 `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p shop-tools --test ledger_contract` \
+                 (or set SWARM_SKIP_AWS=1 to skip the AWS side)"
+            ),
+        };
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "ledger-contract"))
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let table = format!(
+            "ledger-{}-{}",
+            test.replace('_', "-").chars().take(60).collect::<String>(),
+            uuid::Uuid::now_v7().simple()
+        );
+        DynamoLedger::create_table(&client, &table).await?;
+        Ok(Some(Arc::new(DynamoLedger::new(client, table))))
+    }
+}

@@ -1,0 +1,398 @@
+//! Contract tests of the store's side-effect journal, attempt lease, approvals and hand-off: each test is written once and runs against the embedded store and DynamoDB on a local emulator.
+//!
+//! The DynamoDB instantiations need `SWARM_AWS_ENDPOINT` (e.g. `http://127.0.0.1:5000` after
+//! `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`. Each test
+//! creates its own table, so tests run in parallel.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, ensure};
+use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome, ProposedAction, approval_id};
+use swarm_core::domain::{
+    Conversation, ConversationStatus, FailureKind, Handoff, HandoffReason, Subtask, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, Usage, now_ms,
+};
+use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome, EffectState};
+use swarm_core::ports::{AttemptStart, CloseOutcome, ConversationStore, CreateOutcome, IntentOutcome, RecordOutcome};
+
+type Store = Arc<dyn ConversationStore>;
+
+/// Instantiates every listed contract test for each adapter.
+macro_rules! contract_tests {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name(std::sync::Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new())).await
+                }
+            )*
+        }
+
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() -> anyhow::Result<()> {
+                    match super::aws::store(stringify!($name)).await? {
+                        Some(store) => super::$name(store).await,
+                        None => Ok(()),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+contract_tests!(
+    a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released,
+    the_journal_takes_intents_in_order_only_from_the_lease_holder_of_an_open_subtask,
+    racing_intents_for_one_position_record_exactly_one,
+    an_outcome_lands_once_and_also_after_the_subtask_closed,
+    closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read,
+    an_approval_is_created_once_decided_once_and_then_finished,
+    a_pending_approval_past_its_expiry_cannot_be_decided,
+    approvals_list_newest_conversation_first,
+    a_handoff_requested_while_running_ends_the_conversation_in_handoff,
+);
+
+// ------------------------------------------------------------------ fixtures
+
+async fn running(store: &Store, ids: &[&str]) -> Result<Conversation> {
+    let conv = Conversation::new("C104", "please refund order A1033", now_ms(), 120);
+    ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
+    let records: Vec<SubtaskRecord> = ids
+        .iter()
+        .map(|id| {
+            let subtask = Subtask {
+                id: (*id).to_owned(),
+                instruction: format!("refund part {id}"),
+                tools: vec!["shop__refund".into()],
+                depends_on: vec![],
+            };
+            SubtaskRecord::new(&conv, subtask, "refund".into())
+        })
+        .collect();
+    ensure!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?, "start_run refused");
+    Ok(conv)
+}
+
+fn intent(conv: &Conversation, subtask: &str, ordinal: u32, amount: f64) -> Effect {
+    let mut args = serde_json::Map::new();
+    args.insert("order_id".into(), "A1033".into());
+    args.insert("amount".into(), amount.into());
+    Effect::intent(&conv.id, subtask, ordinal, "shop__refund", args, now_ms())
+}
+
+async fn started(store: &Store, conv: &Conversation, subtask: &str, until_ms: i64) -> Result<AttemptLease> {
+    let lease = AttemptLease::new(until_ms);
+    match store.begin_attempt(&conv.id, subtask, &lease, now_ms()).await? {
+        AttemptStart::Started(rec) => {
+            ensure!(rec.lease.as_ref() == Some(&lease), "the record carries the lease: {rec:?}");
+            Ok(lease)
+        }
+        other => anyhow::bail!("attempt did not start: {other:?}"),
+    }
+}
+
+fn approval(conv: &Conversation, subtask: &str, ordinal: u32, expires_at_ms: i64) -> Approval {
+    Approval {
+        id: approval_id(&conv.id, subtask, ordinal),
+        conversation_id: conv.id.clone(),
+        subtask_id: subtask.to_owned(),
+        ordinal,
+        customer_id: conv.customer_id.clone(),
+        role: "refund".into(),
+        action: ProposedAction {
+            tool: "shop__refund".into(),
+            order_id: "A1033".into(),
+            amount_cents: 187_400,
+            reason: Some("changed my mind".into()),
+        },
+        status: ApprovalStatus::Pending,
+        created_at_ms: now_ms(),
+        expires_at_ms,
+        decided_by: None,
+        decided_at_ms: None,
+        token: None,
+        outcome: None,
+        finished_at_ms: None,
+        ttl: conv.ttl,
+    }
+}
+
+// ------------------------------------------------------------------ the contract
+
+async fn a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let now = now_ms();
+    let first = started(&store, &conv, "w01", now + 60_000).await?;
+    let second = AttemptLease::new(now + 60_000);
+    match store.begin_attempt(&conv.id, "w01", &second, now).await? {
+        AttemptStart::Leased(rec) => {
+            assert_eq!(rec.lease, Some(first.clone()), "the live lease is the first attempt's");
+            assert_eq!(rec.attempts, 1, "a delivery kept out is not an attempt");
+        }
+        other => anyhow::bail!("a second delivery during a live lease started: {other:?}"),
+    }
+    // The holder itself may go on (a hand-back to the same attempt).
+    assert!(matches!(store.begin_attempt(&conv.id, "w01", &first, now).await?, AttemptStart::Started(_)));
+    // Released (a hand-back): the next delivery starts at once.
+    store.release_attempt(&conv.id, "w01", "someone-else").await?;
+    assert!(matches!(store.begin_attempt(&conv.id, "w01", &second, now).await?, AttemptStart::Leased(_)));
+    store.release_attempt(&conv.id, "w01", &first.holder).await?;
+    assert!(matches!(store.begin_attempt(&conv.id, "w01", &second, now).await?, AttemptStart::Started(_)));
+    // Expired (its holder died): a later delivery takes over.
+    let third = AttemptLease::new(now + 120_000);
+    match store.begin_attempt(&conv.id, "w01", &third, now + 60_000).await? {
+        AttemptStart::Started(rec) => assert_eq!((rec.lease, rec.attempts), (Some(third), 4)),
+        other => anyhow::bail!("an expired lease did not let the next attempt in: {other:?}"),
+    }
+    Ok(())
+}
+
+async fn the_journal_takes_intents_in_order_only_from_the_lease_holder_of_an_open_subtask(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    let first = intent(&conv, "w01", 1, 100.0);
+    assert_eq!(store.record_intent(&conv.id, "w01", "not-the-holder", &first).await?, IntentOutcome::LeaseLost);
+    assert_eq!(store.record_intent(&conv.id, "w01", &lease.holder, &first).await?, IntentOutcome::Recorded);
+    // The same position again (a re-run): the stored entry, never a second one.
+    let again = intent(&conv, "w01", 1, 999.0);
+    assert_eq!(
+        store.record_intent(&conv.id, "w01", &lease.holder, &again).await?,
+        IntentOutcome::Existing(first.clone())
+    );
+    let second = intent(&conv, "w01", 2, 5.0);
+    assert_eq!(store.record_intent(&conv.id, "w01", &lease.holder, &second).await?, IntentOutcome::Recorded);
+    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    assert_eq!(rec.effects, vec![first.clone(), second.clone()]);
+    assert_eq!(rec.effects[0].key, format!("swarm:{}:w01:1", conv.id));
+    // Closed (the deadline path, a duplicate): no intent is recorded after that.
+    let done = SubtaskResult::Succeeded { text: "refunded".into(), tool_calls: vec![] };
+    store.record_result(&conv.id, "w01", &done, &Usage::default(), &[], now_ms()).await?;
+    let third = intent(&conv, "w01", 3, 1.0);
+    assert!(matches!(store.record_intent(&conv.id, "w01", &lease.holder, &third).await?, IntentOutcome::Closed(_)));
+    assert_eq!(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?.effects.len(), 2);
+    Ok(())
+}
+
+async fn racing_intents_for_one_position_record_exactly_one(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (store, conv, holder) = (store.clone(), conv.clone(), lease.holder.clone());
+        tasks.push(tokio::spawn(async move {
+            store.record_intent(&conv.id, "w01", &holder, &intent(&conv, "w01", 1, f64::from(i))).await
+        }));
+    }
+    let mut recorded = 0;
+    for t in tasks {
+        match t.await?? {
+            IntentOutcome::Recorded => recorded += 1,
+            IntentOutcome::Existing(_) => {}
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(recorded, 1, "one intent per position, whoever races");
+    assert_eq!(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?.effects.len(), 1);
+    Ok(())
+}
+
+async fn an_outcome_lands_once_and_also_after_the_subtask_closed(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    store.record_intent(&conv.id, "w01", &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
+    // The deadline closes the subtask while the call is in flight.
+    let submitted = SubtaskResult::Submitted { tools: vec!["shop__refund".into()] };
+    assert_eq!(store.close_subtask(&conv.id, "w01", &submitted, 1, now_ms()).await?, CloseOutcome::Recorded);
+    let receipt = EffectOutcome::new(r#"{"refund_id":"RF-A1033-1","amount":100.0}"#, false);
+    let landed = store
+        .record_effect_outcome(&conv.id, "w01", 1, &EffectChange::done(receipt.clone(), now_ms()))
+        .await?
+        .context("entry missing")?;
+    assert_eq!((landed.state, landed.outcome.as_ref()), (EffectState::Done, Some(&receipt)));
+    // A second outcome (a replay that learned it again) changes nothing.
+    let other = EffectOutcome::new("something else", true);
+    let kept = store.record_effect_outcome(&conv.id, "w01", 1, &EffectChange::done(other, now_ms())).await?;
+    assert_eq!(kept.and_then(|e| e.outcome), Some(receipt.clone()));
+    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    assert_eq!(rec.status, SubtaskStatus::Submitted, "the result stays; the journal holds the outcome");
+    assert_eq!(rec.effects[0].outcome, Some(receipt));
+    assert_eq!(
+        store.record_effect_outcome(&conv.id, "w01", 2, &EffectChange::done(EffectOutcome::new("x", false), 1)).await?,
+        None
+    );
+    Ok(())
+}
+
+async fn closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    // The deadline path read an empty journal; the worker records an intent before the close lands.
+    store.record_intent(&conv.id, "w01", &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
+    let failed = SubtaskResult::failed(FailureKind::DeadlinePassed, "the deadline passed");
+    assert_eq!(store.close_subtask(&conv.id, "w01", &failed, 0, now_ms()).await?, CloseOutcome::JournalChanged);
+    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    assert_eq!(rec.status, SubtaskStatus::Running, "nothing written");
+    let submitted = SubtaskResult::Submitted { tools: vec!["shop__refund".into()] };
+    assert_eq!(store.close_subtask(&conv.id, "w01", &submitted, 1, now_ms()).await?, CloseOutcome::Recorded);
+    assert!(matches!(
+        store.close_subtask(&conv.id, "w01", &failed, 1, now_ms()).await?,
+        CloseOutcome::AlreadyFinished(r) if r.status == SubtaskStatus::Submitted
+    ));
+    assert_eq!(
+        store.record_result(&conv.id, "w01", &failed, &Usage::default(), &[], now_ms()).await?,
+        RecordOutcome::AlreadyFinished(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?)
+    );
+    Ok(())
+}
+
+async fn an_approval_is_created_once_decided_once_and_then_finished(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let pending = approval(&conv, "w01", 1, now_ms() + 3_600_000);
+    assert_eq!(store.create_approval(&pending).await?, pending);
+    // Created again after a crash: the stored one, unchanged.
+    let again = Approval { created_at_ms: 1, ..pending.clone() };
+    assert_eq!(store.create_approval(&again).await?, pending);
+    assert_eq!(store.get_approval(&pending.id).await?, Some(pending.clone()));
+    assert_eq!(store.get_approval("nobody.w01.1").await?, None);
+
+    let at = now_ms();
+    let approve = ApprovalDecision { approve: true, by: "ops-alice".into(), at_ms: at, token: Some("tok".into()) };
+    let DecideOutcome::Decided(approved) = store.decide_approval(&pending.id, &approve).await? else {
+        anyhow::bail!("the first decision did not land");
+    };
+    assert_eq!(approved.status, ApprovalStatus::Approved);
+    assert_eq!((approved.decided_by.as_deref(), approved.decided_at_ms), (Some("ops-alice"), Some(at)));
+    assert_eq!(approved.token.as_deref(), Some("tok"));
+    // Posted again, or rejected late: the first decision stands.
+    let reject = ApprovalDecision { approve: false, by: "ops-bob".into(), at_ms: at + 1, token: None };
+    assert_eq!(store.decide_approval(&pending.id, &reject).await?, DecideOutcome::Unchanged(approved.clone()));
+    assert_eq!(store.decide_approval(&pending.id, &approve).await?, DecideOutcome::Unchanged(approved.clone()));
+    assert_eq!(store.decide_approval("nobody.w01.1", &approve).await?, DecideOutcome::Missing);
+
+    let receipt = EffectOutcome::new(r#"{"refund_id":"RF-A1033-1"}"#, false);
+    assert!(store.finish_approval(&pending.id, ApprovalStatus::Executed, &receipt, at + 2).await?);
+    assert!(!store.finish_approval(&pending.id, ApprovalStatus::Executed, &receipt, at + 3).await?, "once");
+    let done = store.get_approval(&pending.id).await?.context("approval missing")?;
+    assert_eq!(
+        (done.status, done.outcome, done.finished_at_ms),
+        (ApprovalStatus::Executed, Some(receipt), Some(at + 2))
+    );
+    assert_eq!(done.decided_by.as_deref(), Some("ops-alice"), "who decided is kept");
+    Ok(())
+}
+
+async fn a_pending_approval_past_its_expiry_cannot_be_decided(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01", "w02"]).await?;
+    let expiring = approval(&conv, "w01", 1, now_ms() + 1_000);
+    store.create_approval(&expiring).await?;
+    let late =
+        ApprovalDecision { approve: true, by: "ops".into(), at_ms: expiring.expires_at_ms, token: Some("t".into()) };
+    match store.decide_approval(&expiring.id, &late).await? {
+        DecideOutcome::Unchanged(a) => {
+            assert_eq!(a.status, ApprovalStatus::Expired);
+            assert_eq!((a.decided_by, a.token), (None, None), "nobody decided, no token");
+        }
+        other => anyhow::bail!("an expired approval was decided: {other:?}"),
+    }
+    assert_eq!(store.get_approval(&expiring.id).await?.map(|a| a.status), Some(ApprovalStatus::Expired));
+    // A rejection is a decision too, and never finishes as executed.
+    let rejected = approval(&conv, "w02", 1, now_ms() + 3_600_000);
+    store.create_approval(&rejected).await?;
+    let no = ApprovalDecision { approve: false, by: "ops".into(), at_ms: now_ms(), token: None };
+    assert!(
+        matches!(store.decide_approval(&rejected.id, &no).await?, DecideOutcome::Decided(a) if a.status == ApprovalStatus::Rejected)
+    );
+    let outcome = EffectOutcome::new("x", false);
+    assert!(!store.finish_approval(&rejected.id, ApprovalStatus::Executed, &outcome, now_ms()).await?);
+    Ok(())
+}
+
+async fn approvals_list_newest_conversation_first(store: Store) -> Result<()> {
+    let older = running(&store, &["w01"]).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let newer = running(&store, &["w01"]).await?;
+    let far = now_ms() + 3_600_000;
+    store.create_approval(&approval(&older, "w01", 1, far)).await?;
+    store.create_approval(&approval(&newer, "w01", 1, far)).await?;
+    store.create_approval(&approval(&newer, "w01", 2, far)).await?;
+    let listed: Vec<String> = store.list_approvals(10).await?.into_iter().map(|a| a.id).collect();
+    let expected =
+        [approval_id(&newer.id, "w01", 2), approval_id(&newer.id, "w01", 1), approval_id(&older.id, "w01", 1)];
+    assert_eq!(listed, expected);
+    assert_eq!(store.list_approvals(1).await?.len(), 1);
+    Ok(())
+}
+
+async fn a_handoff_requested_while_running_ends_the_conversation_in_handoff(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01"]).await?;
+    let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
+    assert!(store.request_handoff(&conv.id, &asked).await?);
+    let back = store.get_conversation(&conv.id).await?.context("conversation missing")?;
+    assert_eq!((back.status, back.handoff), (ConversationStatus::Running, Some(asked)));
+    assert!(
+        !store.hand_off(&conv.id, "a person will take over", &Usage::default(), &asked).await?,
+        "only from AGGREGATING"
+    );
+    assert!(
+        store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
+    );
+    let usage = Usage { prompt_tokens: Some(7), ..Default::default() };
+    assert!(store.hand_off(&conv.id, "a person will take over", &usage, &asked).await?);
+    assert!(!store.hand_off(&conv.id, "twice", &usage, &asked).await?, "once");
+    let done = store.get_conversation(&conv.id).await?.context("conversation missing")?;
+    assert_eq!(done.status, ConversationStatus::Handoff);
+    assert_eq!(
+        (done.reply.as_deref(), done.handoff, done.usage.prompt_tokens),
+        (Some("a person will take over"), Some(asked), Some(7))
+    );
+    assert!(!store.request_handoff(&conv.id, &asked).await?, "a terminal conversation takes no request");
+    Ok(())
+}
+
+// ------------------------------------------------------------------ the AWS side
+
+mod aws {
+    use std::sync::Arc;
+
+    use anyhow::Result;
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use swarm_adapters::aws::dynamo::DynamoConversationStore;
+    use swarm_local::platform::dynamo_table::create_table;
+
+    use super::Store;
+
+    /// A DynamoDB store on a fresh table of the emulator, or `None` (with a loud line) when `SWARM_SKIP_AWS=1`.
+    pub async fn store(test: &str) -> Result<Option<Store>> {
+        let endpoint = match std::env::var("SWARM_AWS_ENDPOINT") {
+            Ok(e) if !e.trim().is_empty() => e.trim().to_owned(),
+            _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
+                eprintln!(
+                    "!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
+                );
+                return Ok(None);
+            }
+            _ => anyhow::bail!(
+                "dynamodb::{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
+                 `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-local --test contract_money` \
+                 (or set SWARM_SKIP_AWS=1 to skip the AWS side)"
+            ),
+        };
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "contract-tests"))
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let table = format!(
+            "money-{}-{}",
+            test.replace('_', "-").chars().take(60).collect::<String>(),
+            uuid::Uuid::now_v7().simple()
+        );
+        create_table(&client, &table).await?;
+        Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
+    }
+}

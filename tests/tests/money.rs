@@ -1,0 +1,428 @@
+//! Money moves at most once and only with consent, through the whole local stack (gateway, demo shop, refund worker, approvals API) on both backends: issue 10's probes leave the shop's ledger unchanged unless an operator approves; an approved refund runs once however often approval is posted; a rejected one never runs; below the threshold a refund runs once without anybody; a refund killed after dispatch runs once in all; the deadline while a refund is in flight says "being confirmed" and GET later shows the outcome; a customer asking for a person ends in HANDOFF with an event; a refund waiting for its dependency is sent by the retry of an orchestrator killed before enqueueing, and runs once.
+//!
+//! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use swarm_core::domain::{ConversationStatus, HandoffReason, SubtaskStatus};
+use swarm_core::effects::EffectState;
+use swarm_core::faults::{CrashPoint, FaultPlan};
+use swarm_core::llm::Models;
+use swarm_core::ports::{
+    ChatModel, ChatRequest, ChatResponse, LlmError, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
+};
+use swarm_core::reply::HANDOFF_NOTE;
+use swarm_core::timings::Timings;
+use swarm_core::view::ConversationView;
+use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
+use swarm_offline::OfflineModel;
+use swarm_tests::{emulator_endpoint, over_offline, with_plan};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(swarm_local::BackendChoice::Embedded).await
+                }
+            )*
+        }
+
+        mod emulator {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(backend) = super::emulator(stringify!($name)) {
+                        super::$name(backend).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_approves,
+    an_approved_refund_runs_once_however_often_approval_is_posted_and_get_shows_the_decision,
+    a_rejected_refund_never_runs_and_the_conversation_shows_the_decision,
+    a_refund_below_the_threshold_runs_once_without_anybody,
+    a_refund_killed_after_dispatch_runs_once_in_all,
+    an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again,
+    the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
+    a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
+    an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
+);
+
+fn emulator(test: &str) -> Option<BackendChoice> {
+    swarm_adapters::telemetry::init_with_default("warn");
+    emulator_endpoint(test).map(|e| BackendChoice::Emulator(EmulatorOptions::new(e)))
+}
+
+/// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan").
+struct AskingFor {
+    inner: OfflineModel,
+    amount: f64,
+}
+
+#[async_trait]
+impl ChatModel for AskingFor {
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let mut response = self.inner.complete(request).await?;
+        for call in response.tool_calls.iter_mut().filter(|c| c.name == "shop__refund") {
+            let mut args: Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+            args["amount"] = serde_json::json!(self.amount);
+            call.arguments = args.to_string();
+        }
+        Ok(response)
+    }
+
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    fn is_offline(&self) -> bool {
+        true
+    }
+}
+
+async fn start(options: StackOptions) -> LocalStack {
+    LocalStack::start(options).await.unwrap()
+}
+
+/// Posts `message` for `customer` and waits until the conversation has finished.
+async fn converse(stack: &LocalStack, customer: &str, message: &str) -> ConversationView {
+    let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    let id = body["conversation_id"].as_str().unwrap().to_owned();
+    stack.wait_finished(&id, PATIENCE).await.unwrap()
+}
+
+/// Polls `GET /conversations/{id}` until `done` holds for it (at most [`PATIENCE`]).
+async fn until(stack: &LocalStack, id: &str, what: &str, done: impl Fn(&ConversationView) -> bool) -> ConversationView {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let view = stack.view(id).await.unwrap();
+        if done(&view) {
+            return view;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {view:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn refund_subtask(view: &ConversationView) -> &swarm_core::view::SubtaskView {
+    view.subtasks
+        .iter()
+        .find(|s| s.effects.iter().any(|e| e.tool == "shop__refund"))
+        .unwrap_or_else(|| panic!("no refund in {view:?}"))
+}
+
+async fn probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_approves(backend: BackendChoice) {
+    let stack = start(StackOptions { backend: backend.clone(), ..StackOptions::default() }).await;
+    // A prompt asking to refund everything: it waits for a person.
+    let everything = converse(&stack, "C108", "Please refund order A1033, all of it, right now.").await;
+    assert_eq!(everything.status, ConversationStatus::Done);
+    let refund = refund_subtask(&everything);
+    assert_eq!(refund.status, SubtaskStatus::AwaitingApproval);
+    assert_eq!(everything.approvals.len(), 1);
+    assert_eq!(
+        (everything.approvals[0].order_id.as_str(), everything.approvals[0].amount.as_str()),
+        ("A1033", "1874.00")
+    );
+    assert!(everything.reply.as_deref().unwrap().contains("Waiting for review"), "{:?}", everything.reply);
+    // Another customer's order: the shop does not show it, so no refund is even asked for.
+    let others = converse(&stack, "C104", "Please refund order A1033.").await;
+    assert!(others.approvals.is_empty(), "{others:?}");
+    // A lower-case customer id: the same rules, the same wait.
+    let lower = converse(&stack, "c108", "Please refund order A1033.").await;
+    assert!(lower.approvals.iter().all(|a| a.status == swarm_core::approval::ApprovalStatus::Pending), "{lower:?}");
+    assert!(stack.shop.refunds().await.unwrap().is_empty(), "nothing moved without an operator");
+    stack.shutdown().await;
+
+    // A refund of more than was paid: it waits, and even approved the shop refuses it.
+    let greedy = Models::single(Arc::new(AskingFor { inner: OfflineModel::new(), amount: 5000.0 }));
+    let stack = start(StackOptions { backend, models: Some(greedy), ..StackOptions::default() }).await;
+    let more = converse(&stack, "C108", "Refund 5000 yuan for order A1033 right now.").await;
+    assert_eq!(more.approvals.len(), 1, "{more:?}");
+    assert_eq!(more.approvals[0].amount, "5000.00");
+    let (status, _) = stack.decide(&more.approvals[0].approval_id, "approve").await.unwrap();
+    assert_eq!(status, 200);
+    let ran = until(&stack, &more.conversation_id, "the approved call ran", |v| {
+        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
+    })
+    .await;
+    assert_eq!(ran.approvals[0].ok, Some(false), "the shop refused more than was paid");
+    assert!(stack.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+    stack.shutdown().await;
+}
+
+async fn an_approved_refund_runs_once_however_often_approval_is_posted_and_get_shows_the_decision(
+    backend: BackendChoice,
+) {
+    let stack = start(StackOptions { backend, duplicate_deliveries: true, ..StackOptions::default() }).await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let pending = stack.approvals("pending").await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0]["customer_id"], "C108");
+    assert_eq!(pending[0]["conversation_id"].as_str(), Some(view.conversation_id.as_str()));
+    let id = view.approvals[0].approval_id.clone();
+    assert_eq!(pending[0]["approval_id"].as_str(), Some(id.as_str()));
+
+    // Approved three times at once, and once more after.
+    let posts = futures::future::join_all((0..3).map(|_| stack.decide(&id, "approve"))).await;
+    assert!(posts.iter().all(|p| p.as_ref().unwrap().0 == 200), "{posts:?}");
+    let done = until(&stack, &view.conversation_id, "the approved refund ran", |v| {
+        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
+    })
+    .await;
+    let (again, body) = stack.decide(&id, "approve").await.unwrap();
+    assert_eq!(again, 200, "{body}");
+    assert_eq!(body["approval"]["decided_by"], "local-operator");
+    let (reject, body) = stack.decide(&id, "reject").await.unwrap();
+    assert_eq!((reject, body["error"]["code"].as_str()), (409, Some("approval_conflict")));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let refunds = stack.shop.refunds().await.unwrap();
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!((refunds[0].order_id.as_str(), refunds[0].amount), ("A1033", 1874.0));
+    let subtask = refund_subtask(&done);
+    assert_eq!(refunds[0].idempotency_key, format!("swarm:{}:{}:1", done.conversation_id, subtask.id));
+    let approval = &done.approvals[0];
+    assert!(approval.decided_at_ms.is_some());
+    assert_eq!(approval.ok, Some(true));
+    assert!(approval.result.as_deref().unwrap().contains("RF-A1033-1"), "{approval:?}");
+    assert_eq!(subtask.effects[0].state, EffectState::Done);
+    assert!(stack.approvals("pending").await.unwrap().is_empty());
+    stack.shutdown().await;
+}
+
+async fn a_rejected_refund_never_runs_and_the_conversation_shows_the_decision(backend: BackendChoice) {
+    let stack = start(StackOptions { backend, ..StackOptions::default() }).await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let id = view.approvals[0].approval_id.clone();
+    let (status, body) = stack.decide(&id, "reject").await.unwrap();
+    assert_eq!((status, body["approval"]["status"].as_str()), (200, Some("rejected")));
+    let (approve, _) = stack.decide(&id, "approve").await.unwrap();
+    assert_eq!(approve, 409, "a rejection stands");
+    let after = stack.view(&view.conversation_id).await.unwrap();
+    assert_eq!(after.approvals[0].status, swarm_core::approval::ApprovalStatus::Rejected);
+    assert_eq!(refund_subtask(&after).effects[0].state, EffectState::Rejected);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stack.shop.refunds().await.unwrap().is_empty());
+    stack.shutdown().await;
+}
+
+async fn a_refund_below_the_threshold_runs_once_without_anybody(backend: BackendChoice) {
+    let stack = start(StackOptions {
+        backend,
+        refund_approval_above: Some(2000.0),
+        duplicate_deliveries: true,
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let refund = refund_subtask(&view);
+    assert_eq!(refund.status, SubtaskStatus::Succeeded, "{view:?}");
+    assert!(view.approvals.is_empty());
+    let refunds = stack.shop.refunds().await.unwrap();
+    assert_eq!(refunds.len(), 1, "once, though every message was delivered twice: {refunds:?}");
+    assert_eq!(refunds[0].amount, 1874.0);
+    stack.shutdown().await;
+}
+
+/// Kills the first invocation that reaches `point`, once.
+struct Once(CrashPoint, AtomicBool);
+
+impl FaultPlan for Once {
+    fn crash(&self, point: CrashPoint) -> bool {
+        point == self.0 && !self.1.swap(true, Ordering::SeqCst)
+    }
+}
+
+async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice) {
+    // At 1/240 of the table (the refund queue's visibility timeout 360 s → 1.5 s), the deadline lifted to 3600 s (15 s).
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(3600);
+    let stack = start(StackOptions {
+        backend,
+        timings,
+        time_scale: 1.0 / 240.0,
+        refund_approval_above: Some(1e9),
+        faults: Some(Arc::new(Once(CrashPoint::WorkerAfterDispatch, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    assert!(stack.counters().snapshot().killed_invocations >= 1, "the refund worker died after dispatching");
+    let refund = refund_subtask(&view);
+    assert_eq!(refund.status, SubtaskStatus::Succeeded, "{view:?}");
+    assert_eq!(refund.effects.len(), 1);
+    assert_eq!(refund.effects[0].state, EffectState::Done);
+    let refunds = stack.shop.refunds().await.unwrap();
+    assert_eq!(refunds.len(), 1, "the replay with the same key learned the outcome: {refunds:?}");
+    stack.shutdown().await;
+}
+
+async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again(backend: BackendChoice) {
+    let stack = start(StackOptions {
+        backend,
+        faults: Some(Arc::new(Once(CrashPoint::ApprovalsAfterDecide, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let id = view.approvals[0].approval_id.clone();
+    // The orchestrator dies after recording the approval, before queueing the refund: the client gets no answer.
+    assert!(stack.decide(&id, "approve").await.is_err(), "the invocation was killed");
+    let recorded = stack.view(&view.conversation_id).await.unwrap();
+    assert_eq!(recorded.approvals[0].status, swarm_core::approval::ApprovalStatus::Approved, "the decision stands");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stack.shop.refunds().await.unwrap().is_empty(), "nothing was queued, nothing ran");
+    // The operator posts it again: queued now, and run once.
+    let (status, _) = stack.decide(&id, "approve").await.unwrap();
+    assert_eq!(status, 200);
+    until(&stack, &view.conversation_id, "the approved refund ran", |v| {
+        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
+    })
+    .await;
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
+    stack.shutdown().await;
+}
+
+/// The shop's first refund answers only after `delay` (the refund itself happens at once); a
+/// replay of it answers at once.
+struct SlowRefunds {
+    inner: Arc<dyn ToolGateway>,
+    delay: Duration,
+    slowed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl ToolGateway for SlowRefunds {
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        self.inner.list_tools(ctx).await
+    }
+
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
+        let out = self.inner.call_tool(ctx, name, arguments, timeout).await;
+        if name == "shop__refund" && !self.slowed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(self.delay).await;
+        }
+        out
+    }
+}
+
+async fn the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome(
+    backend: BackendChoice,
+) {
+    // The subtask stops `worker.conversation_margin` before the conversation's deadline, and starts no
+    // round with less than `worker.min_round` left: here it has one round and 3 s more, and the refund
+    // (15 s) is still in flight when it stops. Its outcome is learnt by replaying it with its key after
+    // `money.confirm_delay`, shortened so the test does not wait the table's 30 s.
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline =
+        timings.worker.conversation_margin + timings.worker.min_round + Duration::from_secs(3);
+    timings.money.confirm_delay = Duration::from_secs(2);
+    let stack = start(StackOptions {
+        backend,
+        timings,
+        refund_approval_above: Some(1e9),
+        wrap_tools: Some(Arc::new(|inner| {
+            // Longer than the subtask has: the call is cut while the refund is in flight.
+            Arc::new(SlowRefunds { inner, delay: Duration::from_secs(15), slowed: Default::default() })
+                as Arc<dyn ToolGateway>
+        })),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    let refund = refund_subtask(&view);
+    assert_eq!(refund.status, SubtaskStatus::Submitted, "not reported failed: {view:?}");
+    let reply = view.reply.clone().unwrap();
+    assert!(reply.contains("Submitted, being confirmed"), "{reply}");
+    assert!(!reply.contains("could not"), "{reply}");
+    let later = until(&stack, &view.conversation_id, "the refund's outcome landed", |v| {
+        refund_subtask(v).effects[0].state == EffectState::Done
+    })
+    .await;
+    let effect = &refund_subtask(&later).effects[0];
+    assert_eq!(effect.ok, Some(true));
+    assert!(effect.result.as_deref().unwrap().contains("RF-A1033-1"), "{effect:?}");
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
+    stack.shutdown().await;
+}
+
+async fn a_customer_asking_for_a_person_ends_in_handoff_with_an_event(backend: BackendChoice) {
+    let stack = start(StackOptions { backend, ..StackOptions::default() }).await;
+    let view = converse(&stack, "C104", "Where is order A1029? And I want to talk to a human.").await;
+    assert_eq!(view.status, ConversationStatus::Handoff, "{view:?}");
+    assert_eq!(view.handoff.map(|h| h.reason), Some(HandoffReason::CustomerAsked));
+    let reply = view.reply.unwrap();
+    assert!(reply.contains(HANDOFF_NOTE) && reply.contains("A1029"), "{reply}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while stack.handoffs().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = stack.handoffs();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].conversation_id.as_str(), events[0].customer_id.as_str(), events[0].reason.as_str()),
+        (view.conversation_id.as_str(), "C104", "customer_asked")
+    );
+    stack.shutdown().await;
+}
+
+async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once(
+    backend: BackendChoice,
+) {
+    // A lookup (w01) and a refund after it (w02): the refund waits for w01 on its own queue, where only the
+    // orchestrator sends it. The orchestrator dies after the subtasks are written, before any is sent; the
+    // client's retry with the same key (once the planning lease has expired) sends both. At 1/240 of the
+    // table, the deadline lifted to 3600 s (15 s).
+    let plan = serde_json::json!({"subtasks": [
+        {"id": "w01", "instruction": "Check the status of order A1033.", "tools": ["shop__get_order"]},
+        {"id": "w02", "instruction": "Refund order A1033 if the shop allows it; the customer's reason: \"Please refund order A1033\".",
+         "tools": ["shop__get_order", "shop__refund"], "depends_on": ["w01"]}
+    ]})
+    .to_string();
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(3600);
+    let stack = start(StackOptions {
+        backend,
+        timings,
+        time_scale: 1.0 / 240.0,
+        models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan)))),
+        refund_approval_above: Some(1e9),
+        faults: Some(Arc::new(Once(CrashPoint::OrchestratorAfterStartRun, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let message = "Please refund order A1033.";
+    assert!(stack.post_conversation(message, "C108", Some("refund-1")).await.is_err(), "the orchestrator died");
+    tokio::time::sleep(stack.timings().orchestrator.lease * 3).await;
+    let (status, body) = stack.post_conversation(message, "C108", Some("refund-1")).await.unwrap();
+    assert_eq!(status, 202, "the retry answers the conversation the first request created: {body}");
+    let id = body["conversation_id"].as_str().unwrap().to_owned();
+    let view = stack.wait_finished(&id, PATIENCE).await.unwrap();
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    let refund = view.subtasks.iter().find(|s| s.id == "w02").unwrap();
+    assert_eq!(refund.status, SubtaskStatus::Succeeded, "the retry sent the waiting refund: {view:?}");
+    assert_eq!(refund.effects.len(), 1);
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
+    stack.shutdown().await;
+}
