@@ -461,3 +461,85 @@ async fn a_conversation_the_sweep_closes_is_counted_and_its_sweep_span_links_to_
     assert_eq!(failed.count(), 1);
     Ok(())
 }
+
+/// EMF documents written until `seen` holds for everything written so far (at most 30 s): the
+/// writes drain the recorder, so the documents are kept and parsed together.
+async fn emf_until(
+    telemetry: &Telemetry,
+    written: &mut String,
+    seen: impl Fn(&EmfMetrics) -> bool,
+) -> Result<EmfMetrics> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut out = Vec::new();
+        telemetry.write_metrics(&mut out)?;
+        written.push_str(&String::from_utf8(out)?);
+        let emf = parse_emf(written)?;
+        if seen(&emf) {
+            return Ok(emf);
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "not seen in the EMF output:\n{written}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The values `name` took under `dims`, in the order they were written.
+fn values_of(emf: &EmfMetrics, name: &str, dims: &[(&str, &str)]) -> Vec<f64> {
+    emf.get(name)
+        .into_iter()
+        .flatten()
+        .filter(|(_, _, values, _)| dims.iter().all(|(k, v)| values.get(*k).map(String::as_str) == Some(*v)))
+        .flat_map(|(_, _, _, v)| match v {
+            Value::Array(a) => a.iter().filter_map(Value::as_f64).collect::<Vec<_>>(),
+            other => other.as_f64().into_iter().collect(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_refund_its_approval_and_a_hand_off_are_counted_and_the_sweep_sets_the_waiting_gauges() -> Result<()> {
+    let telemetry = telemetry();
+    let _one = ONE_AT_A_TIME.lock().await;
+    // The sweep every 250 ms (1/240 of a minute); a deadline long enough for the offline model's conversation.
+    let mut timings = Timings::standard().clone();
+    timings.conversation.deadline = Duration::from_secs(2400);
+    let stack = LocalStack::start(StackOptions { timings, time_scale: 1.0 / 240.0, ..StackOptions::default() }).await?;
+    telemetry.write_metrics(&mut std::io::sink())?;
+    let mut written = String::new();
+
+    // Every refund waits for a person (the local stack's consent): one approval requested.
+    let (status, body) = stack.post_conversation("Please refund order A1033.", "C108", None).await?;
+    anyhow::ensure!(status == 202, "{body}");
+    let id = body["conversation_id"].as_str().context("id")?.to_owned();
+    let view = stack.wait_finished(&id, Duration::from_secs(60)).await?;
+    let approval_id = view.approvals.first().context("an approval")?.approval_id.clone();
+    // A sweep after it counts it as waiting, with its age.
+    let emf = emf_until(&telemetry, &mut written, |emf| values_of(emf, "swarm_approvals_pending", &[]).contains(&1.0))
+        .await?;
+    assert_eq!(values_of(&emf, "swarm_approvals_requested", &[]).iter().sum::<f64>(), 1.0);
+    assert!(values_of(&emf, "swarm_approval_oldest_pending_seconds", &[]).iter().any(|s| *s > 0.0), "{written}");
+
+    // Approved twice: decided once, and the gauge falls back to nothing waiting.
+    for _ in 0..2 {
+        let (code, body) = stack.decide(&approval_id, "approve").await?;
+        anyhow::ensure!(code == 200, "{body}");
+    }
+    let emf =
+        emf_until(&telemetry, &mut written, |emf| values_of(emf, "swarm_approvals_pending", &[]).last() == Some(&0.0))
+            .await?;
+    assert_eq!(values_of(&emf, "swarm_approvals_decided", &[("decision", "approved")]).iter().sum::<f64>(), 1.0);
+    assert_eq!(values_of(&emf, "swarm_approval_wait_seconds", &[("decision", "approved")]).len(), 1);
+    assert!(values_of(&emf, "swarm_approvals_decided", &[("decision", "rejected")]).is_empty());
+
+    // A customer asking for a person: one hand-off, and the conversation's latency under status handoff.
+    let (status, body) =
+        stack.post_conversation("Where is order A1029? And I want to talk to a human.", "C104", None).await?;
+    anyhow::ensure!(status == 202, "{body}");
+    let handed = stack.wait_finished(body["conversation_id"].as_str().context("id")?, Duration::from_secs(60)).await?;
+    assert_eq!(handed.status, ConversationStatus::Handoff, "{handed:?}");
+    let emf = emf_until(&telemetry, &mut written, |emf| !values_of(emf, "swarm_handoffs", &[]).is_empty()).await?;
+    stack.shutdown().await;
+    assert_eq!(values_of(&emf, "swarm_handoffs", &[("reason", "customer_asked")]).iter().sum::<f64>(), 1.0);
+    assert_eq!(values_of(&emf, "swarm_conversation_seconds", &[("status", "handoff")]).len(), 1);
+    Ok(())
+}

@@ -108,8 +108,9 @@ async fn a_conversations_metrics_appear_on_serves_metrics_endpoint() -> Result<(
             Kind::Gauge => "gauge",
             Kind::Histogram => "summary",
         };
-        // Failures, hand-backs, dead letters, expiries, sweeps, lease takeovers, costs and retries do not
-        // happen in this conversation (the first sweep is a period after the start).
+        // Failures, hand-backs, dead letters, expiries, sweeps, lease takeovers, costs, retries, approvals
+        // and hand-offs do not happen in this conversation (the first sweep is a period after the start;
+        // it asks no refund).
         let happens = !matches!(
             d.name,
             "swarm_subtask_failures"
@@ -123,6 +124,12 @@ async fn a_conversations_metrics_appear_on_serves_metrics_endpoint() -> Result<(
                 | "swarm_llm_errors"
                 | "swarm_llm_retries"
                 | "swarm_llm_tokens"
+                | "swarm_approvals_requested"
+                | "swarm_approvals_pending"
+                | "swarm_approval_oldest_pending_seconds"
+                | "swarm_approvals_decided"
+                | "swarm_approval_wait_seconds"
+                | "swarm_handoffs"
         );
         if happens {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "no TYPE line of {name}:\n{text}");
