@@ -249,13 +249,14 @@ impl FaultPlan for Once {
 }
 
 async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice) {
-    // At 1/240 of the table (the refund queue's visibility timeout 360 s → 1.5 s), the deadline lifted to 3600 s (15 s).
+    // At 1/30 of the table (the refund queue's visibility timeout 360 s → 12 s; a tool call's 10 s → 333 ms, which
+    // a loaded machine meets — 1/240 left it 42 ms), the deadline lifted to 3600 s (120 s).
     let mut timings = Timings::standard().clone();
     timings.conversation.deadline = Duration::from_secs(3600);
     let stack = start(StackOptions {
         backend,
         timings,
-        time_scale: 1.0 / 240.0,
+        time_scale: 1.0 / 30.0,
         refund_approval_above: Some(1e9),
         faults: Some(Arc::new(Once(CrashPoint::WorkerAfterDispatch, AtomicBool::new(false)))),
         ..StackOptions::default()
@@ -392,8 +393,8 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
 ) {
     // A lookup (w01) and a refund after it (w02): the refund waits for w01 on its own queue, where only the
     // orchestrator sends it. The orchestrator dies after the subtasks are written, before any is sent; the
-    // client's retry with the same key (once the planning lease has expired) sends both. At 1/240 of the
-    // table, the deadline lifted to 3600 s (15 s).
+    // client's retry with the same key (once the planning lease has expired) sends both. At 1/30 of the
+    // table (a tool call's 10 s → 333 ms), the deadline lifted to 3600 s (120 s).
     let plan = serde_json::json!({"subtasks": [
         {"id": "w01", "instruction": "Check the status of order A1033.", "tools": ["shop__get_order"]},
         {"id": "w02", "instruction": "Refund order A1033 if the shop allows it; the customer's reason: \"Please refund order A1033\".",
@@ -405,7 +406,7 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     let stack = start(StackOptions {
         backend,
         timings,
-        time_scale: 1.0 / 240.0,
+        time_scale: 1.0 / 30.0,
         models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan)))),
         refund_approval_above: Some(1e9),
         faults: Some(Arc::new(Once(CrashPoint::OrchestratorAfterStartRun, AtomicBool::new(false)))),

@@ -59,6 +59,7 @@ on_both_backends!(
     a_conversation_the_deadline_path_closed_is_answered_by_it_when_the_aggregation_is_lost,
     a_deadline_path_killed_after_closing_leaves_the_conversation_to_the_next_run_or_the_sweep,
     an_orchestrator_killed_after_writing_the_conversation_is_planned_by_a_retry_with_the_same_key,
+    a_retry_inside_a_dead_planners_lease_is_told_to_come_back_and_then_plans_the_conversation,
     an_orchestrator_killed_after_writing_the_conversation_is_failed_cleanly_by_the_sweep,
     an_orchestrator_killed_before_enqueueing_is_resumed_by_a_retry_with_the_same_key,
     an_orchestrator_killed_before_enqueueing_is_answered_at_its_deadline_naming_what_failed,
@@ -310,6 +311,44 @@ async fn an_orchestrator_killed_after_writing_the_conversation_is_planned_by_a_r
     assert_eq!(view.subtasks.len(), 1);
     assert_eq!(view.subtasks[0].status, SubtaskStatus::Succeeded, "{view:?}");
     assert_eq!((again, count), (id, 1), "one conversation for the key");
+}
+
+async fn a_retry_inside_a_dead_planners_lease_is_told_to_come_back_and_then_plans_the_conversation(
+    backend: BackendChoice,
+) {
+    // A planning lease of 600 s → 2.5 s here, so the first retry surely lands inside it.
+    let mut timings = timings(2400);
+    timings.orchestrator.lease = Duration::from_secs(600);
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(one_subtask()))),
+        faults: CrashOnce::at(CrashPoint::OrchestratorAfterCreate),
+        timings,
+        time_scale: SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let died = stack.post_conversation(MESSAGE, "C104", Some("retry-2")).await;
+    assert!(died.is_err(), "the first invocation died after its first write: {died:?}");
+    // Answering 202 now would give the client a conversation nobody plans: 409 with when to come back.
+    let (status, body) = stack.post_conversation(MESSAGE, "C104", Some("retry-2")).await.unwrap();
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("request_in_progress")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("retry in 1 s") || message.contains("retry in 2 s") || message.contains("retry in 3 s"),
+        "{message}"
+    );
+    tokio::time::sleep(stack.timings().orchestrator.lease + Duration::from_millis(500)).await;
+    let id = post(&stack, Some("retry-2")).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let count = stack.conversation_count().await.unwrap();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    assert_eq!(view.subtasks[0].status, SubtaskStatus::Succeeded, "{view:?}");
+    assert_eq!(count, 1, "one conversation for the key");
 }
 
 async fn an_orchestrator_killed_after_writing_the_conversation_is_failed_cleanly_by_the_sweep(backend: BackendChoice) {

@@ -81,6 +81,13 @@ pub enum ApiError {
     /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
     #[error("{0}")]
     Conflict(String),
+    /// 409 with `Retry-After`: a request with this `Idempotency-Key` is still being planned (its
+    /// planner holds a live planning lease); retry after the lease ends — then this key's request
+    /// either answers with the planned conversation or takes over a planner that died.
+    #[error(
+        "a request with this Idempotency-Key is still being planned (conversation {conversation}); retry in {retry_after_secs} s"
+    )]
+    InProgress { conversation: ConversationId, retry_after_secs: u64 },
     /// 422: the `Idempotency-Key` was used before with another request (another message); nothing was written.
     #[error("this Idempotency-Key was already used with another request (conversation {0}); use a new key")]
     KeyReused(ConversationId),
@@ -97,7 +104,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
-            Self::Conflict(_) => 409,
+            Self::Conflict(_) | Self::InProgress { .. } => 409,
             Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
             Self::Unavailable(_) => 503,
@@ -109,16 +116,19 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
             Self::Conflict(_) => "approval_conflict",
+            Self::InProgress { .. } => "request_in_progress",
             Self::KeyReused(_) => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
         }
     }
 
-    /// Seconds a client should wait before retrying (`Retry-After` of a 429).
+    /// Seconds a client should wait before retrying (`Retry-After` of a 429 or of a 409 in progress).
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Self::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
+            Self::RateLimited { retry_after_secs, .. } | Self::InProgress { retry_after_secs, .. } => {
+                Some(*retry_after_secs)
+            }
             _ => None,
         }
     }
@@ -285,7 +295,9 @@ impl Orchestrator {
 
     /// A retry with the same `Idempotency-Key`: the earlier conversation, moved on if its creator died.
     /// - `PLANNING` whose planning lease expired (the creator was killed): this call takes the lease
-    ///   and plans it. A live lease: the creator is still at it, nothing to do.
+    ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
+    ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
+    ///   to come back when it can take over.
     /// - `RUNNING` past the creator's lease: subtasks still `QUEUED` with no attempt (the creator
     ///   died before enqueueing them) are sent again (a duplicate of a message already sent is
     ///   absorbed like any duplicate delivery).
@@ -309,6 +321,16 @@ impl Orchestrator {
                         let mut conversation = conversation;
                         conversation.lease = Some(Lease { holder, until_ms: until, turn: conversation.turn });
                         self.plan_and_queue(conversation).instrument(span).await?;
+                    }
+                    LeaseOutcome::Held(lease) => {
+                        // Answering 202 here would hand the client a conversation nobody may be planning
+                        // (its planner could die before its lease ends): the client retries once it ended.
+                        let wait_ms = u64::try_from(lease.until_ms.saturating_sub(now)).unwrap_or(0);
+                        tracing::info!(conversation_id = %id, wait_ms, "planning lease live: the retry is told to come back");
+                        return Err(ApiError::InProgress {
+                            conversation: id,
+                            retry_after_secs: wait_ms.div_ceil(1000).max(1),
+                        });
                     }
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }

@@ -18,7 +18,7 @@ pub struct HttpError {
     pub message: String,
     /// `WWW-Authenticate` challenge of a 401 (`Bearer` for token credentials).
     pub challenge: Option<&'static str>,
-    /// `Retry-After` of a 429, in whole seconds.
+    /// `Retry-After` of a 429 (or a 409 `request_in_progress`), in whole seconds.
     pub retry_after_secs: Option<u64>,
 }
 
@@ -65,7 +65,7 @@ impl IntoResponse for HttpError {
     }
 }
 
-/// The core's errors keep their status and code (400 validation, 404, 429 with `Retry-After`, 503).
+/// The core's errors keep their status and code (400 validation, 404, 409, 422, 429 and 409 in progress with `Retry-After`, 503).
 impl From<ApiError> for HttpError {
     fn from(e: ApiError) -> Self {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
