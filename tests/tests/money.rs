@@ -20,37 +20,13 @@ use swarm_core::ports::{
 use swarm_core::reply::HANDOFF_NOTE;
 use swarm_core::timings::Timings;
 use swarm_core::view::ConversationView;
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
+use swarm_local::{BackendChoice, LocalStack, StackOptions};
 use swarm_offline::OfflineModel;
-use swarm_tests::{emulator_endpoint, over_offline, with_plan};
+use swarm_tests::{over_offline, with_plan};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(swarm_local::BackendChoice::Embedded).await
-                }
-            )*
-        }
-
-        mod emulator {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(backend) = super::emulator(stringify!($name)) {
-                        super::$name(backend).await
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+swarm_tests::on_both_backends!(
     probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_approves,
     an_approved_refund_runs_once_however_often_approval_is_posted_and_get_shows_the_decision,
     a_rejected_refund_never_runs_and_the_conversation_shows_the_decision,
@@ -61,11 +37,6 @@ on_both_backends!(
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
     an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
 );
-
-fn emulator(test: &str) -> Option<BackendChoice> {
-    swarm_adapters::telemetry::init_with_default("warn");
-    emulator_endpoint(test).map(|e| BackendChoice::Emulator(EmulatorOptions::new(e)))
-}
 
 /// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan").
 struct AskingFor {

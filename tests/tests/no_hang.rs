@@ -19,42 +19,15 @@ use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, LeaseOutcome, LlmError, Purpose, ToolGateway};
 use swarm_core::timings::Timings;
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
-use swarm_tests::{
-    FlakyStore, HangingTools, RecordLog, Recorded, ScriptedModel, StoreOp, emulator_endpoint, over_offline, with_plan,
-};
+use swarm_local::{BackendChoice, LocalStack, StackOptions};
+use swarm_tests::{FlakyStore, HangingTools, RecordLog, Recorded, ScriptedModel, StoreOp, over_offline, with_plan};
 
 /// The factor every timing of the table is multiplied by here.
 const SCALE: f64 = 1.0 / 240.0;
 /// How long a test waits for its conversation.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Instantiates every test for each backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(swarm_local::BackendChoice::Embedded).await
-                }
-            )*
-        }
-
-        mod emulator {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(backend) = super::emulator(stringify!($name)) {
-                        super::$name(backend).await
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+swarm_tests::on_both_backends!(
     an_aggregator_killed_after_the_flip_is_taken_over_once_its_lease_expired_and_answered_once,
     a_conversation_the_deadline_path_closed_is_answered_by_it_when_the_aggregation_is_lost,
     a_deadline_path_killed_after_closing_leaves_the_conversation_to_the_next_run_or_the_sweep,
@@ -68,14 +41,10 @@ on_both_backends!(
     a_reply_of_a_hundred_maximal_subtasks_fits_its_item_and_names_every_failed_one,
 );
 
-fn emulator(test: &str) -> Option<BackendChoice> {
-    swarm_adapters::telemetry::init_with_default("warn");
-    emulator_endpoint(test).map(|e| BackendChoice::Emulator(EmulatorOptions::new(e)))
-}
-
-/// The standard table with the conversation's deadline at `deadline_secs` (scaled by [`SCALE`]).
+/// The standard table with room for tool calls and the conversation's deadline at `deadline_secs`
+/// (scaled by [`SCALE`]).
 fn timings(deadline_secs: u64) -> Timings {
-    let mut t = Timings::standard().clone();
+    let mut t = swarm_tests::with_room_for_tool_calls(Timings::standard().clone());
     t.conversation.deadline = Duration::from_secs(deadline_secs);
     t
 }

@@ -501,7 +501,7 @@ async fn a_held_refund_its_approval_and_a_hand_off_are_counted_and_the_sweep_set
     let telemetry = telemetry();
     let _one = ONE_AT_A_TIME.lock().await;
     // The sweep every 250 ms (1/240 of a minute); a deadline long enough for the offline model's conversation.
-    let mut timings = Timings::standard().clone();
+    let mut timings = swarm_tests::with_room_for_tool_calls(Timings::standard().clone());
     timings.conversation.deadline = Duration::from_secs(2400);
     let stack = LocalStack::start(StackOptions { timings, time_scale: 1.0 / 240.0, ..StackOptions::default() }).await?;
     telemetry.write_metrics(&mut std::io::sink())?;

@@ -16,10 +16,9 @@ use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, ToolGateway};
 use swarm_core::timings::{Timings, seconds_rounded_up};
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, Received, StackOptions, lambda_timeout};
+use swarm_local::{BackendChoice, LocalStack, Queue, Received, StackOptions, lambda_timeout};
 use swarm_tests::{
-    FlakyStore, HangingTools, ScriptedModel, StoreOp, emulator_endpoint, failing_to_begin, over_offline, subtask_of,
-    with_plan,
+    FlakyStore, HangingTools, ScriptedModel, StoreOp, failing_to_begin, over_offline, subtask_of, with_plan,
 };
 
 /// The factor every timing of the table is multiplied by in these drills.
@@ -28,43 +27,14 @@ const DRILL_SCALE: f64 = 1.0 / 240.0;
 /// How long a drill waits for its conversation.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Instantiates every drill for each backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(swarm_local::BackendChoice::Embedded).await
-                }
-            )*
-        }
-
-        mod emulator {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(backend) = super::emulator(stringify!($name)) {
-                        super::$name(backend).await
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+// Every drill on each backend.
+swarm_tests::on_both_backends!(
     a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set_and_is_redriven_to_the_dlq,
     a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout,
     a_failing_aggregator_is_retried_then_its_batch_goes_to_the_on_failure_destination_and_the_deadline_path_answers,
     a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once,
     a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_returns,
 );
-
-fn emulator(test: &str) -> Option<BackendChoice> {
-    swarm_adapters::telemetry::init_with_default("warn");
-    emulator_endpoint(test).map(|e| BackendChoice::Emulator(EmulatorOptions::new(e)))
-}
 
 /// The standard table, with the conversation deadline lifted from 120 s to 3600 s (15 s
 /// scaled): the standard deadline is shorter than one visibility timeout (360 s), so its
