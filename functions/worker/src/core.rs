@@ -1696,6 +1696,13 @@ impl Worker {
             return stop(format!("the side effect's outcome could not be recorded: {e}"));
         }
         let name = call.name.clone();
+        let span_outcome = match &ended {
+            EffectEnd::Recorded(outcome) if !outcome.is_error => "ok",
+            EffectEnd::Recorded(_) => "tool_error",
+            EffectEnd::Awaiting(_) => "awaiting_approval",
+            EffectEnd::Unknown => "outcome_unknown",
+        };
+        obs::spans::record_tool_outcome(&tracing::Span::current(), span_outcome);
         match ended {
             EffectEnd::Recorded(outcome) => {
                 let text = truncate_chars(&outcome.text, self.settings.max_tool_output_chars);

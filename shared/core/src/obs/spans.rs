@@ -100,7 +100,8 @@ pub fn tool_call(tool: &str, role: &str) -> Span {
 }
 
 /// Records how a tool call ended: `ok`, `tool_error` (the tool or gateway answered an error),
-/// `refused` (not run: not permitted, bad arguments, no time).
+/// `refused` (not run: not permitted, bad arguments, no time); for a side effect also
+/// `awaiting_approval` (held for a person) and `outcome_unknown` (dispatched, its answer not known yet).
 pub fn record_tool_outcome(span: &Span, outcome: &'static str) {
     span.record("swarm.tool.outcome", outcome);
     if outcome != "ok" {
