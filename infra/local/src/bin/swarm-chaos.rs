@@ -434,12 +434,9 @@ async fn run(
             drained &= d.visible + d.in_flight + d.delayed == 0;
             depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
         }
-        if ended && drained && decided {
-            // Settled, unless an approved refund did not run: approved again, it is enqueued again.
-            if operator.approve_stuck_again(stack, backoff).await == Some(0) {
-                break;
-            }
-            continue;
+        // Settled, unless an approved refund did not run: approved again, it is enqueued again.
+        if ended && drained && decided && operator.approve_stuck_again(stack, backoff).await == Some(0) {
+            break;
         }
         if Instant::now() >= settle_until {
             eprintln!(
