@@ -49,30 +49,37 @@ fi
 step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
     cargo test --workspace --all-targets
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
-# double-counted, double-aggregated or double-refunded conversation (README "Chaos"), and on any fault
-# kind injected zero times. A kind of rate r is injected within its first ceil(1/r) opportunities,
-# whatever the order of events, so each rate is set for its kind to meet at least twice that here
-# (at least 2.8x in six runs of each on 2 cores: about 16 s embedded, 65 s on the emulator).
+# double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
+# approval or against its rejection (README "Chaos"), and on any fault kind injected zero times. A kind
+# of rate r is injected within its first ceil(1/r) opportunities, whatever the order of events, so each
+# rate is set for its kind to meet at least about twice that here (in three runs of each on 2 cores:
+# about 20 s embedded, 90 s on the emulator). Every conversation asks for a refund (--refund-share 1),
+# so the money crash points, the approvals posted twice and the rejections meet enough approvals (on the
+# emulator, where fewer refunds reach their approval before the deadline, at rates up to 0.5).
 # The opportunities of the later crash points depend on how many subtasks run at all: a crash kills
 # the whole batch (5 messages), which comes back only after the visibility timeout, past the deadline;
 # the worker points' rates are kept low for that reason.
 # The emulator runs at time scale 0.1: with 8 conversations at once, moto (about 8 subtasks/s on 2
 # cores) needs about 5.5 s for a fault-free conversation, too close to the 6 s deadline of scale 0.05.
-chaos_embedded=(--conversations 24 --subtasks 8 --in-flight 8 --time-scale 0.02 --seed 9
-    --crash-rate 0.08 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
+chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
+    --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
     --stream-drop-rate 0.25 --stream-duplicate-rate 0.25 --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1
     --tool-error-rate 0.1 --tool-hang-rate 0.1 --tool-down-after-calls 10 --tool-down-secs 60
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
-    --llm-truncation-rate 0.03)
-chaos_emulator=(--conversations 16 --subtasks 8 --in-flight 8 --time-scale 0.1 --seed 9
+    --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
+    --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
+    --approval-twice-rate 0.34 --approval-reject-rate 0.34)
+chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 --seed 9
     --crash-rate 0.06 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at worker_after_record_result=0.1 --crash-at worker_after_count=0.1
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.5
     --stream-drop-rate 0.25 --stream-duplicate-rate 0.34 --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1
     --tool-error-rate 0.15 --tool-hang-rate 0.15 --tool-down-after-calls 8 --tool-down-secs 60
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
-    --llm-truncation-rate 0.04)
+    --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
+    --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
+    --approval-twice-rate 0.5 --approval-reject-rate 0.5)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator (fixed seed)" \

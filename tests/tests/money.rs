@@ -1,4 +1,4 @@
-//! Money moves at most once and only with consent, through the whole local stack (gateway, demo shop, refund worker, approvals API) on both backends: issue 10's probes leave the shop's ledger unchanged unless an operator approves; an approved refund runs once however often approval is posted; a rejected one never runs; below the threshold a refund runs once without anybody; a refund killed after dispatch runs once in all; the deadline while a refund is in flight says "being confirmed" and GET later shows the outcome; a customer asking for a person ends in HANDOFF with an event; a refund waiting for its dependency is sent by the retry of an orchestrator killed before enqueueing, and runs once.
+//! Money moves at most once and only with consent, through the whole local stack (gateway, demo shop, refund worker, approvals API) on both backends: issue 10's probes leave the shop's ledger unchanged unless an operator approves; an approved refund runs once however often approval is posted; a rejected one never runs; below the threshold a refund runs once without anybody; a refund killed after dispatch runs once in all; a refund killed after its intent and closed by the deadline is confirmed later and runs once; the deadline while a refund is in flight says "being confirmed" and GET later shows the outcome; a customer asking for a person ends in HANDOFF with an event; a refund waiting for its dependency is sent by the retry of an orchestrator killed before enqueueing, and runs once.
 //!
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -33,6 +33,7 @@ swarm_tests::on_both_backends!(
     a_refund_below_the_threshold_runs_once_without_anybody,
     a_refund_killed_after_dispatch_runs_once_in_all,
     an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again,
+    a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirmed_and_runs_once,
     the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
     an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
@@ -267,6 +268,34 @@ async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_a
     })
     .await;
     assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
+    stack.shutdown().await;
+}
+
+async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirmed_and_runs_once(
+    backend: BackendChoice,
+) {
+    // At 1/240 of the table: deadline 0.5 s, the refund queue's visibility timeout 1.5 s, confirm delay 0.125 s.
+    // The refund worker dies after recording its intent, before dispatching; the deadline path answers
+    // first ("submitted, being confirmed"), and the killed message, back after the visibility timeout,
+    // finds the conversation answered. Something must still learn what happened to the intent.
+    let stack = start(StackOptions {
+        backend,
+        time_scale: 1.0 / 240.0,
+        refund_approval_above: Some(1e9),
+        faults: Some(Arc::new(Once(CrashPoint::WorkerAfterIntent, AtomicBool::new(false)))),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Please refund order A1033.").await;
+    assert!(stack.counters().snapshot().killed_invocations >= 1, "the refund worker died after its intent");
+    let refund = refund_subtask(&view);
+    assert_eq!(refund.status, SubtaskStatus::Submitted, "not reported failed: {view:?}");
+    let later = until(&stack, &view.conversation_id, "the refund's intent was confirmed", |v| {
+        refund_subtask(v).effects[0].state == EffectState::Done
+    })
+    .await;
+    assert_eq!(refund_subtask(&later).effects[0].ok, Some(true), "{later:?}");
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1, "dispatched once, by its key");
     stack.shutdown().await;
 }
 

@@ -898,7 +898,10 @@ impl Worker {
 
     /// Closes a subtask someone else was running (the deadline path, a dead letter): with what its
     /// journal says when it has side effects (done, being confirmed, waiting for approval), else
-    /// with `fallback`. An intent recorded meanwhile makes it read again and decide again.
+    /// with `fallback`. An intent recorded meanwhile makes it read again and decide again. Closed as
+    /// being confirmed, its intents are confirmed later ([`TaskMessage::Confirm`]): the worker that
+    /// recorded them may be dead, and its message, back after the visibility timeout, finds the
+    /// conversation answered and does nothing.
     async fn close_open(
         &self,
         id: &ConversationId,
@@ -915,6 +918,9 @@ impl Worker {
             match self.store.close_subtask(id, subtask_id, &result, rec.effects.len(), now).await? {
                 CloseOutcome::Recorded => {
                     obs::metrics::subtask_finished(&result);
+                    if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
+                        self.schedule_confirm(&rec, 0).await;
+                    }
                     return Ok(true);
                 }
                 CloseOutcome::AlreadyFinished(_) | CloseOutcome::Missing => return Ok(false),

@@ -484,11 +484,12 @@ impl LocalStack {
         self.handoffs.all()
     }
 
-    /// `GET /approvals?status=<status>` as the stack's operator; answers the listed approvals.
+    /// `GET /approvals?status=<status>&limit=100` as the stack's operator; answers the listed approvals (newest first, at most 100).
     pub async fn approvals(&self, status: &str) -> anyhow::Result<Vec<Value>> {
         let auth = format!("Bearer {}", self.operator_token);
-        let (code, body) =
-            self.api("GET", &format!("/approvals?status={status}"), None, &[("authorization", auth.as_str())]).await?;
+        let (code, body) = self
+            .api("GET", &format!("/approvals?status={status}&limit=100"), None, &[("authorization", auth.as_str())])
+            .await?;
         anyhow::ensure!(code == 200, "GET /approvals answered {code}: {body}");
         Ok(body["approvals"].as_array().cloned().unwrap_or_default())
     }

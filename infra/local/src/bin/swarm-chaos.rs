@@ -1,10 +1,11 @@
-//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line, then checks every conversation against the store, an audit of the table's stream and the shop's ledger, and prints one table; exits 1 on any broken guarantee or any fault kind injected zero times.
+//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line and deciding every refund's approval as an operator, then checks every conversation against the store, an audit of the table's stream, the operator's own log and the shop's ledger, and prints one table; exits 1 on any broken guarantee or any fault kind injected zero times.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -16,6 +17,7 @@ use swarm_core::domain::ConversationId;
 use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
+use swarm_local::chaos::operator::Operator;
 use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, verdict};
 use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
@@ -90,6 +92,16 @@ struct Args {
     /// Share of failed POSTs (5xx or no answer) the client posts again with the same Idempotency-Key.
     #[arg(long, default_value_t = 0.5)]
     client_repost_rate: f64,
+
+    /// Share of the approvals the operator decides whose decision it posts twice at once.
+    #[arg(long, default_value_t = 0.2)]
+    approval_twice_rate: f64,
+    /// Share of the approvals the operator rejects (it approves the others).
+    #[arg(long, default_value_t = 0.1)]
+    approval_reject_rate: f64,
+    /// How often the operator lists the pending approvals (table seconds).
+    #[arg(long, default_value_t = 2.0)]
+    operator_poll_secs: f64,
 
     /// Share of LLM requests answered 429 with Retry-After.
     #[arg(long, default_value_t = 0.02)]
@@ -177,6 +189,8 @@ fn chaos_settings(a: &Args) -> anyhow::Result<ChaosSettings> {
         stream_drop: rate("--stream-drop-rate", a.stream_drop_rate)?,
         stream_duplicate: rate("--stream-duplicate-rate", a.stream_duplicate_rate)?,
         client_repost: rate("--client-repost-rate", a.client_repost_rate)?,
+        approval_twice: rate("--approval-twice-rate", a.approval_twice_rate)?,
+        approval_reject: rate("--approval-reject-rate", a.approval_reject_rate)?,
         tools: ToolFaults {
             error: rate("--tool-error-rate", a.tool_error_rate)?,
             hang: rate("--tool-hang-rate", a.tool_hang_rate)?,
@@ -325,8 +339,13 @@ async fn run(
         (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();
     let notes = vec![
         format!("reproduce: {command}"),
-        "!!! consent: this build has no approvals API; refunds run without approval and no approval is posted (SKIPPED)"
-            .to_owned(),
+        format!(
+            "consent: on (every refund waits for an operator); the operator lists pending approvals every {:.2} s, \
+             rejects a share of {}, posts a share of {} twice at once, and posts again after a 5xx or no answer",
+            seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?.as_secs_f64(),
+            args.approval_reject_rate,
+            args.approval_twice_rate
+        ),
     ];
     eprintln!("{}", notes[1]);
     eprintln!(
@@ -349,6 +368,9 @@ async fn run(
     };
     let wait = t.conversation.deadline * 2;
     let backoff = Duration::from_secs(2).mul_f64(args.time_scale);
+    let operator_every = seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?;
+    let operator = Operator::default();
+    let clients_done = AtomicBool::new(false);
     let slots = Arc::new(Semaphore::new(args.in_flight.max(1)));
     let stack_ref: &LocalStack = stack;
     let clients = futures::future::join_all(scenarios.iter().map(|s| {
@@ -371,8 +393,16 @@ async fn run(
             );
         }
     };
+    // The operator decides approvals while the clients run; the settle loop below polls for it afterwards.
+    let clients_then_stop = async {
+        let c = clients.await;
+        clients_done.store(true, Ordering::SeqCst);
+        c
+    };
+    let with_operator =
+        async { tokio::join!(clients_then_stop, operator.run(stack, chaos, operator_every, backoff, &clients_done)).0 };
     let clients: BTreeMap<usize, ClientOutcome> = tokio::select! {
-        c = clients => c.into_iter().collect(),
+        c = with_operator => c.into_iter().collect(),
         () = progress => unreachable!("progress never ends"),
     };
     eprintln!(
@@ -381,11 +411,15 @@ async fn run(
         settle.as_secs_f64()
     );
 
-    // Settle: every conversation ended and every queue empty, or the settle time passed.
+    // Settle: every conversation ended, no approval pending and every queue empty (the approved
+    // refunds ran), or the settle time passed.
     let settle_until = Instant::now() + settle;
     let client_ids: BTreeSet<String> = clients.values().filter_map(|c| c.conversation_id.clone()).collect();
     let store = stack.store();
     loop {
+        // The operator's poll first: a decision enqueues its refund before the queues are looked at.
+        let pending = operator.poll_once(stack, chaos, backoff).await;
+        let decided = pending == Some(0) && operator.idle();
         let log = audit.log();
         let mut ended = client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
         // A conversation the stream shows open is checked in the table (it may never have been written).
@@ -400,12 +434,14 @@ async fn run(
             drained &= d.visible + d.in_flight + d.delayed == 0;
             depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
         }
-        if ended && drained {
+        // Settled, unless an approved refund did not run: approved again, it is enqueued again.
+        if ended && drained && decided && operator.approve_stuck_again(stack, backoff).await == Some(0) {
             break;
         }
         if Instant::now() >= settle_until {
             eprintln!(
-                "!!! settle time over: every conversation ended: {ended}; queues visible/in flight/delayed: {}",
+                "!!! settle time over: every conversation ended: {ended}; approvals listed pending: {pending:?}; \
+                 queues visible/in flight/delayed: {}",
                 depths.join(", ")
             );
             break;
@@ -488,8 +524,33 @@ async fn run(
         .await
         .context("reading the shop's refund ledger")?
         .into_iter()
-        .map(|r| LedgerRefund { order_id: r.order_id, amount: r.amount, reason: r.reason })
+        .map(|r| LedgerRefund {
+            order_id: r.order_id,
+            amount: r.amount,
+            reason: r.reason,
+            idempotency_key: r.idempotency_key,
+        })
         .collect();
+    // Every approval anyone knows of (the operator's log, the journals) and where it ended.
+    let operator_log = operator.log();
+    let approval_ids: BTreeSet<String> = operator_log
+        .decided
+        .keys()
+        .cloned()
+        .chain(
+            at_end
+                .values()
+                .flatten()
+                .flat_map(|(_, subtasks)| subtasks.iter())
+                .flat_map(|s| s.effects.iter())
+                .filter_map(|e| e.approval_id.clone()),
+        )
+        .collect();
+    let mut approvals_at_end = BTreeMap::new();
+    for id in approval_ids {
+        let approval = store.get_approval(&id).await?;
+        approvals_at_end.insert(id, approval);
+    }
     let facts = RunFacts {
         backend: stack.describe_backend(),
         conversations_asked: args.conversations,
@@ -503,6 +564,8 @@ async fn run(
         audit: log,
         store: at_end,
         ledger,
+        operator: operator_log,
+        approvals_at_end,
         concurrency,
         platform,
         notes,

@@ -5,9 +5,10 @@
 //!   a subtask counted. A write that lowers `remaining` by more than the ids it adds applied a
 //!   count twice; one that adds more ids than it lowers `remaining` (or drops an id) lost a
 //!   count — the conversation can then never reach 0.
-//! - an **aggregation** is a write that leaves the item `DONE` with a reply: the first one,
-//!   or any later write that changes the reply or the usage, or rewrites the item unchanged
-//!   (a second conditional `AGGREGATING → DONE` that should have failed).
+//! - an **aggregation** is a write that leaves the item answered (`DONE`, or `HANDOFF`: answered and
+//!   handed to a person) with a reply: the first one, or any later write that changes the reply or
+//!   the usage, or rewrites the item unchanged (a second conditional `AGGREGATING → DONE` that
+//!   should have failed).
 //! - a **flip** is a write from `RUNNING` to `AGGREGATING`.
 //!
 //! Per subtask item (`SK = TASK#…`): a **result** is a write that leaves it terminal with a
@@ -57,7 +58,7 @@ pub struct ConversationAudit {
     pub flips: u32,
     /// Writes that left a reply on a `DONE` item (see the module doc).
     pub reply_writes: u32,
-    /// When the audit first saw it `DONE` or `FAILED` (epoch ms, this process's clock).
+    /// When the audit first saw it `DONE`, `FAILED` or `HANDOFF` (epoch ms, this process's clock).
     pub terminal_at_ms: Option<i64>,
     reply: Option<String>,
     usage: Vec<Option<String>>,
@@ -65,8 +66,9 @@ pub struct ConversationAudit {
 }
 
 impl ConversationAudit {
+    /// `DONE`, `FAILED` or `HANDOFF`: nothing moves it on any more.
     pub fn is_terminal(&self) -> bool {
-        self.status == "DONE" || self.status == "FAILED"
+        answered(&self.status) || self.status == "FAILED"
     }
 
     /// Time from creation to the terminal write, when there was one.
@@ -125,6 +127,11 @@ impl AuditLog {
     }
 }
 
+/// A status whose item carries the reply: `DONE`, or `HANDOFF` (answered, and handed to a person).
+fn answered(status: &str) -> bool {
+    status == "DONE" || status == "HANDOFF"
+}
+
 fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
     let status = s_attr(image, "status").unwrap_or_default();
     let total = n_attr(image, "total").unwrap_or(0);
@@ -158,15 +165,15 @@ fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
         }
     }
     c.counted.extend(finished.iter().cloned());
-    if status == "DONE" && reply.is_some() {
-        let first = c.status != "DONE";
+    if answered(&status) && reply.is_some() {
+        let first = !answered(&c.status);
         let changed = reply != c.reply || usage != c.usage;
         let rewritten = c.image == *image;
         if first || changed || rewritten {
             c.reply_writes += 1;
         }
     }
-    if (status == "DONE" || status == "FAILED") && c.terminal_at_ms.is_none() {
+    if (answered(&status) || status == "FAILED") && c.terminal_at_ms.is_none() {
         c.terminal_at_ms = Some(now_ms);
     }
     c.writes += 1;
@@ -383,6 +390,22 @@ mod tests {
         assert_eq!(a.reply_writes, 2, "the usage of a second reply was added");
         let a = audit(&[created, running, one, aggregating, finished.clone(), finished]);
         assert_eq!(a.reply_writes, 2, "a rewrite of the done item");
+    }
+
+    #[test]
+    fn a_conversation_answered_and_handed_to_a_person_is_terminal_with_one_reply_write() {
+        let (created, running) = planned(1);
+        let one = counted(&running, &["w01"], 0);
+        let (aggregating, mut handoff) = done(&one, "a person takes over from here");
+        handoff.status = ConversationStatus::Handoff;
+        let writes = [created, running, one, aggregating, handoff.clone()];
+        let a = audit(&writes);
+        assert!(a.is_terminal(), "HANDOFF is terminal: nothing moves it on any more");
+        assert_eq!((a.status.as_str(), a.flips, a.reply_writes), ("HANDOFF", 1, 1));
+        assert_eq!(a.completion(), Some(Duration::from_millis(1_004 - 500)));
+        let mut twice = writes.to_vec();
+        twice.push(handoff);
+        assert_eq!(audit(&twice).reply_writes, 2, "a rewrite of the answered item");
     }
 
     #[test]

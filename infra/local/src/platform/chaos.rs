@@ -1,4 +1,4 @@
-//! The chaos hook of the local platform: per opportunity, a seeded decision whether to inject a fault of each kind (a crash at a named point, a duplicated or delayed SQS delivery, a dropped or duplicated stream record, a client re-post, a tool error or hang), and the count of every fault injected.
+//! The chaos hook of the local platform: per opportunity, a seeded decision whether to inject a fault of each kind (a crash at a named point, a duplicated or delayed SQS delivery, a dropped or duplicated stream record, a client re-post, a tool error or hang, an approval decision posted twice or a rejection), and the count of every fault injected.
 //!
 //! Each kind keeps its own RNG (seeded from the run's seed and the kind) and spaces its
 //! injections: with rate `r`, the gap between two injections is `1/r` opportunities times a
@@ -40,6 +40,10 @@ pub enum FaultKind {
     ToolHang,
     /// A request refused while the tool server is down (its window of downtime).
     ToolUpstreamDown,
+    /// The operator posts one decision on an approval twice at once (a double click, a retry racing the first).
+    ApprovalPostedTwice,
+    /// The operator rejects an approval instead of approving it (its refund must never run).
+    ApprovalRejected,
 }
 
 impl FaultKind {
@@ -55,6 +59,8 @@ impl FaultKind {
             FaultKind::ToolError,
             FaultKind::ToolHang,
             FaultKind::ToolUpstreamDown,
+            FaultKind::ApprovalPostedTwice,
+            FaultKind::ApprovalRejected,
         ]);
         all
     }
@@ -71,6 +77,8 @@ impl FaultKind {
             FaultKind::ToolError => "tool_error".into(),
             FaultKind::ToolHang => "tool_hang".into(),
             FaultKind::ToolUpstreamDown => "tool_upstream_down".into(),
+            FaultKind::ApprovalPostedTwice => "approval_posted_twice".into(),
+            FaultKind::ApprovalRejected => "approval_rejected".into(),
         }
     }
 
@@ -86,6 +94,8 @@ impl FaultKind {
             FaultKind::ToolError => 6,
             FaultKind::ToolHang => 7,
             FaultKind::ToolUpstreamDown => 8,
+            FaultKind::ApprovalPostedTwice => 9,
+            FaultKind::ApprovalRejected => 10,
         }
     }
 }
@@ -146,6 +156,10 @@ pub struct ChaosSettings {
     /// Per failed `POST /conversations` (5xx or no answer).
     pub client_repost: f64,
     pub tools: ToolFaults,
+    /// Per approval the operator decides: post the decision twice at once.
+    pub approval_twice: f64,
+    /// Per approval the operator decides: reject it (else approve it).
+    pub approval_reject: f64,
 }
 
 impl ChaosSettings {
@@ -161,6 +175,8 @@ impl ChaosSettings {
             stream_duplicate: 0.0,
             client_repost: 0.0,
             tools: ToolFaults::default(),
+            approval_twice: 0.0,
+            approval_reject: 0.0,
         }
     }
 
@@ -182,6 +198,8 @@ impl ChaosSettings {
                     0.0
                 }
             }
+            FaultKind::ApprovalPostedTwice => self.approval_twice,
+            FaultKind::ApprovalRejected => self.approval_reject,
         }
     }
 

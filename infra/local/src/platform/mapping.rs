@@ -91,8 +91,8 @@ impl EventSourceMapping {
     /// every message the last invocation did not report as failed. A failed, timed-out or
     /// killed invocation deletes nothing: the whole batch comes back after the visibility timeout.
     /// Under chaos, a batch may first be held (its messages stay in flight), or be handed to a
-    /// second invocation beside the first, as soon as a second of the `slots` is free (a
-    /// duplicate counts against `MaximumConcurrency` like any invocation); a message either of
+    /// second invocation as well, beside the first when a second of the `slots` is free, else after
+    /// it (a duplicate counts against `MaximumConcurrency` like any invocation); a message either of
     /// them leaves for redelivery is not deleted.
     async fn deliver(
         &self,
@@ -111,11 +111,7 @@ impl EventSourceMapping {
         }
         let mut failed: HashSet<String> = HashSet::new();
         if chaos.is_some_and(|c| c.decide(FaultKind::DuplicateDelivery)) {
-            let duplicate = async {
-                let _slot = slots.clone().acquire_owned().await;
-                self.invoke_once(&deliveries).await
-            };
-            let (first, second) = tokio::join!(self.invoke_once(&deliveries), duplicate);
+            let (first, second) = with_duplicate(slots, || self.invoke_once(&deliveries)).await;
             failed.extend(first);
             failed.extend(second);
         } else {
@@ -198,6 +194,26 @@ impl EventSourceMapping {
     }
 }
 
+/// One batch's invocation and its duplicate (the caller holds one of `slots` for the first): the
+/// duplicate runs beside the first on a free slot, or — every slot taken — after it, on its slot,
+/// as a later receive of the same messages would. Waiting for a second slot while holding one
+/// would hold the mapping up for good once every slot's batch waits so (two at `MaximumConcurrency` 2).
+async fn with_duplicate<T, F: Future<Output = T>>(slots: &Arc<Semaphore>, invoke: impl Fn() -> F) -> (T, T) {
+    match slots.clone().try_acquire_owned() {
+        Ok(slot) => {
+            let duplicate = async {
+                let _slot = slot;
+                invoke().await
+            };
+            tokio::join!(invoke(), duplicate)
+        }
+        Err(_) => {
+            let first = invoke().await;
+            (first, invoke().await)
+        }
+    }
+}
+
 /// The message ids a partial batch response lists, or `None` when Lambda would treat it as
 /// a failure of the whole batch: an empty identifier, or one that is not a message of the batch.
 pub fn listed_failures(response: &SqsBatchResponse, deliveries: &[Delivery]) -> Option<HashSet<String>> {
@@ -238,6 +254,33 @@ mod tests {
         let batch = [delivery("m1"), delivery("m2"), delivery("m3")];
         assert_eq!(listed_failures(&response(&[]), &batch), Some(HashSet::new()));
         assert_eq!(listed_failures(&response(&["m2"]), &batch), Some(HashSet::from(["m2".to_owned()])));
+    }
+
+    /// Two batches at once on a mapping of `MaximumConcurrency` 2, both drawn for a duplicate
+    /// delivery: each holds one slot and its duplicate needs another. Both must end (on AWS a
+    /// duplicate is one more receive; it never holds the mapping up).
+    #[tokio::test(start_paused = true)]
+    async fn duplicates_of_batches_holding_every_slot_still_run_and_never_hold_the_mapping_up() {
+        let slots = Arc::new(Semaphore::new(2));
+        let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        // As the mapping's loop does: a batch is received only once it holds a slot.
+        let (first, second) = (slots.clone().try_acquire_owned().unwrap(), slots.clone().try_acquire_owned().unwrap());
+        let batch = |mine: tokio::sync::OwnedSemaphorePermit, runs: Arc<std::sync::atomic::AtomicU32>| {
+            let slots = slots.clone();
+            async move {
+                let _mine = mine;
+                with_duplicate(&slots, || async {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                })
+                .await
+            }
+        };
+        let both = futures::future::join(batch(first, runs.clone()), batch(second, runs.clone()));
+        let ended = tokio::time::timeout(Duration::from_secs(60), both).await;
+        assert!(ended.is_ok(), "the two batches and their duplicates did not end: the mapping is held up");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 4, "two invocations per batch");
+        assert_eq!(slots.available_permits(), 2, "every slot is given back");
     }
 
     #[test]
