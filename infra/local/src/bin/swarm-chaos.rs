@@ -253,6 +253,16 @@ async fn customer(
                 break;
             }
             Ok((status, _)) if status >= 500 => {}
+            // The key's first request is still being planned, or its planner died inside its lease:
+            // come back once the lease has ended (as Retry-After says), then this post plans it.
+            Ok((409, body)) if body["error"]["code"] == "request_in_progress" => {
+                if out.posts > MAX_REPOSTS {
+                    out.gave_up = true;
+                    break;
+                }
+                tokio::time::sleep(stack.timings().orchestrator.lease).await;
+                continue;
+            }
             Ok((status, body)) => {
                 tracing::warn!(status, %body, "the API refused a scripted request");
                 out.refused = Some(status);
