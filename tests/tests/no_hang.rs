@@ -111,6 +111,20 @@ async fn only_conversation(stack: &LocalStack) -> String {
     found[0].to_string()
 }
 
+/// A stack planning [`one_subtask`] whose first invocation reaching `point` dies there, on `timings` at [`SCALE`].
+async fn one_subtask_killed_at(backend: BackendChoice, point: CrashPoint, timings: Timings) -> LocalStack {
+    LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(one_subtask()))),
+        faults: CrashOnce::at(point),
+        timings,
+        time_scale: SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// Posts `MESSAGE` for C104 (with `key`); answers the conversation id.
 async fn post(stack: &LocalStack, key: Option<&str>) -> String {
     let (status, body) = stack.post_conversation(MESSAGE, "C104", key).await.unwrap();
@@ -254,16 +268,7 @@ async fn a_deadline_path_killed_after_closing_leaves_the_conversation_to_the_nex
 async fn an_orchestrator_killed_after_writing_the_conversation_is_planned_by_a_retry_with_the_same_key(
     backend: BackendChoice,
 ) {
-    let stack = LocalStack::start(StackOptions {
-        backend,
-        models: Some(Models::single(Arc::new(one_subtask()))),
-        faults: CrashOnce::at(CrashPoint::OrchestratorAfterCreate),
-        timings: timings(2400),
-        time_scale: SCALE,
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterCreate, timings(2400)).await;
     let died = stack.post_conversation(MESSAGE, "C104", Some("retry-1")).await;
     assert!(died.is_err(), "the first invocation died after its first write: {died:?}");
     assert_eq!(stack.conversation_count().await.unwrap(), 1);
@@ -288,16 +293,7 @@ async fn a_retry_inside_a_dead_planners_lease_is_told_to_come_back_and_then_plan
     // A planning lease of 600 s → 2.5 s here, so the first retry surely lands inside it.
     let mut timings = timings(2400);
     timings.orchestrator.lease = Duration::from_secs(600);
-    let stack = LocalStack::start(StackOptions {
-        backend,
-        models: Some(Models::single(Arc::new(one_subtask()))),
-        faults: CrashOnce::at(CrashPoint::OrchestratorAfterCreate),
-        timings,
-        time_scale: SCALE,
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterCreate, timings).await;
     let died = stack.post_conversation(MESSAGE, "C104", Some("retry-2")).await;
     assert!(died.is_err(), "the first invocation died after its first write: {died:?}");
     // Answering 202 now would give the client a conversation nobody plans: 409 with when to come back.
@@ -321,16 +317,7 @@ async fn a_retry_inside_a_dead_planners_lease_is_told_to_come_back_and_then_plan
 }
 
 async fn an_orchestrator_killed_after_writing_the_conversation_is_failed_cleanly_by_the_sweep(backend: BackendChoice) {
-    let stack = LocalStack::start(StackOptions {
-        backend,
-        models: Some(Models::single(Arc::new(one_subtask()))),
-        faults: CrashOnce::at(CrashPoint::OrchestratorAfterCreate),
-        timings: timings(1200),
-        time_scale: SCALE,
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterCreate, timings(1200)).await;
     let died = stack.post_conversation(MESSAGE, "C104", None).await;
     assert!(died.is_err(), "{died:?}");
     // Nobody retries and no deadline message was armed: only the sweep knows of it.
@@ -345,16 +332,7 @@ async fn an_orchestrator_killed_after_writing_the_conversation_is_failed_cleanly
 }
 
 async fn an_orchestrator_killed_before_enqueueing_is_resumed_by_a_retry_with_the_same_key(backend: BackendChoice) {
-    let stack = LocalStack::start(StackOptions {
-        backend,
-        models: Some(Models::single(Arc::new(one_subtask()))),
-        faults: CrashOnce::at(CrashPoint::OrchestratorAfterStartRun),
-        timings: timings(2400),
-        time_scale: SCALE,
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterStartRun, timings(2400)).await;
     assert!(stack.post_conversation(MESSAGE, "C104", Some("retry-2")).await.is_err());
     tokio::time::sleep(stack.timings().orchestrator.lease * 3).await;
     let id = post(&stack, Some("retry-2")).await;
@@ -369,16 +347,7 @@ async fn an_orchestrator_killed_before_enqueueing_is_resumed_by_a_retry_with_the
 async fn an_orchestrator_killed_before_enqueueing_is_answered_at_its_deadline_naming_what_failed(
     backend: BackendChoice,
 ) {
-    let stack = LocalStack::start(StackOptions {
-        backend,
-        models: Some(Models::single(Arc::new(one_subtask()))),
-        faults: CrashOnce::at(CrashPoint::OrchestratorAfterStartRun),
-        timings: timings(1200),
-        time_scale: SCALE,
-        ..StackOptions::default()
-    })
-    .await
-    .unwrap();
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterStartRun, timings(1200)).await;
     assert!(stack.post_conversation(MESSAGE, "C104", None).await.is_err());
     let id = only_conversation(&stack).await;
     let view = stack.wait_finished(&id, PATIENCE).await;

@@ -4,6 +4,9 @@
 //! `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`. Each test
 //! creates its own table, so tests run in parallel.
 
+#[macro_use]
+mod common;
+
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
@@ -16,32 +19,6 @@ use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome, Eff
 use swarm_core::ports::{AttemptStart, CloseOutcome, ConversationStore, CreateOutcome, IntentOutcome, RecordOutcome};
 
 type Store = Arc<dyn ConversationStore>;
-
-/// Instantiates every listed contract test for each adapter.
-macro_rules! contract_tests {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() -> anyhow::Result<()> {
-                    super::$name(std::sync::Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new())).await
-                }
-            )*
-        }
-
-        mod dynamodb {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() -> anyhow::Result<()> {
-                    match super::aws::store(stringify!($name)).await? {
-                        Some(store) => super::$name(store).await,
-                        None => Ok(()),
-                    }
-                }
-            )*
-        }
-    };
-}
 
 contract_tests!(
     a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released,
@@ -350,49 +327,4 @@ async fn a_handoff_requested_while_running_ends_the_conversation_in_handoff(stor
     );
     assert!(!store.request_handoff(&conv.id, &asked).await?, "a terminal conversation takes no request");
     Ok(())
-}
-
-// ------------------------------------------------------------------ the AWS side
-
-mod aws {
-    use std::sync::Arc;
-
-    use anyhow::Result;
-    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-    use swarm_adapters::aws::dynamo::DynamoConversationStore;
-    use swarm_local::platform::dynamo_table::create_table;
-
-    use super::Store;
-
-    /// A DynamoDB store on a fresh table of the emulator, or `None` (with a loud line) when `SWARM_SKIP_AWS=1`.
-    pub async fn store(test: &str) -> Result<Option<Store>> {
-        let endpoint = match std::env::var("SWARM_AWS_ENDPOINT") {
-            Ok(e) if !e.trim().is_empty() => e.trim().to_owned(),
-            _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-                eprintln!(
-                    "!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
-                );
-                return Ok(None);
-            }
-            _ => anyhow::bail!(
-                "dynamodb::{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
-                 `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-local --test contract_money` \
-                 (or set SWARM_SKIP_AWS=1 to skip the AWS side)"
-            ),
-        };
-        let config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "contract-tests"))
-            .build();
-        let client = aws_sdk_dynamodb::Client::from_conf(config);
-        let table = format!(
-            "money-{}-{}",
-            test.replace('_', "-").chars().take(60).collect::<String>(),
-            uuid::Uuid::now_v7().simple()
-        );
-        create_table(&client, &table).await?;
-        Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
-    }
 }

@@ -5,6 +5,9 @@
 //! Each test creates its own table, so tests run in parallel. The suite lives
 //! with the local platform, which provisions the tables (`create_table`).
 
+#[macro_use]
+mod common;
+
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
@@ -19,32 +22,6 @@ use swarm_core::ports::{
 };
 
 type Store = Arc<dyn ConversationStore>;
-
-/// Instantiates every listed contract test for each adapter.
-macro_rules! contract_tests {
-    ($($name:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() -> anyhow::Result<()> {
-                    super::$name(std::sync::Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new())).await
-                }
-            )*
-        }
-
-        mod dynamodb {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() -> anyhow::Result<()> {
-                    match super::aws::store(stringify!($name)).await? {
-                        Some(store) => super::$name(store).await,
-                        None => Ok(()),
-                    }
-                }
-            )*
-        }
-    };
-}
 
 contract_tests!(
     created_conversation_reads_back_unchanged,
@@ -732,54 +709,4 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
         assert!(c.status.is_terminal() && c.sweep_shard.is_none(), "{c:?}");
     }
     Ok(())
-}
-
-// ------------------------------------------------------------------ the AWS side
-
-mod aws {
-    use std::sync::Arc;
-
-    use anyhow::Result;
-    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-    use swarm_adapters::aws::dynamo::DynamoConversationStore;
-    use swarm_local::platform::dynamo_table::create_table;
-
-    use super::Store;
-
-    /// The emulator endpoint, or `None` (with a loud line) when `SWARM_SKIP_AWS=1`.
-    fn endpoint(test: &str) -> Result<Option<String>> {
-        match std::env::var("SWARM_AWS_ENDPOINT") {
-            Ok(e) if !e.trim().is_empty() => Ok(Some(e.trim().to_owned())),
-            _ if std::env::var("SWARM_SKIP_AWS").as_deref() == Ok("1") => {
-                eprintln!(
-                    "!!!!!!!! SKIPPED dynamodb::{test}: SWARM_SKIP_AWS=1 and no SWARM_AWS_ENDPOINT; the AWS adapter was NOT tested"
-                );
-                Ok(None)
-            }
-            _ => anyhow::bail!(
-                "dynamodb::{test} needs a local AWS emulator: run `infra/aws/moto.sh start`, then \
-                 `SWARM_AWS_ENDPOINT=http://127.0.0.1:5000 cargo test -p swarm-local --test contract_store` \
-                 (or set SWARM_SKIP_AWS=1 to skip the AWS side)"
-            ),
-        }
-    }
-
-    /// A DynamoDB store on a fresh table of the emulator.
-    pub async fn store(test: &str) -> Result<Option<Store>> {
-        let Some(endpoint) = endpoint(test)? else { return Ok(None) };
-        let config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(endpoint)
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "contract-tests"))
-            .build();
-        let client = aws_sdk_dynamodb::Client::from_conf(config);
-        let table = format!(
-            "contract-{}-{}",
-            test.replace('_', "-").chars().take(60).collect::<String>(),
-            uuid::Uuid::now_v7().simple()
-        );
-        create_table(&client, &table).await?;
-        Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
-    }
 }
