@@ -196,7 +196,7 @@ async fn a_rejected_refund_never_runs_and_the_conversation_shows_the_decision(ba
 async fn a_refund_below_the_threshold_runs_once_without_anybody(backend: BackendChoice) {
     let stack = start(StackOptions {
         backend,
-        refund_approval_above: Some(2000.0),
+        refund_approval_above_cents: Some(200_000),
         duplicate_deliveries: true,
         ..StackOptions::default()
     })
@@ -229,7 +229,7 @@ async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice)
         backend,
         timings,
         time_scale: 1.0 / 30.0,
-        refund_approval_above: Some(1e9),
+        refund_approval_above_cents: Some(100_000_000_000),
         faults: Some(Arc::new(Once(CrashPoint::WorkerAfterDispatch, AtomicBool::new(false)))),
         ..StackOptions::default()
     })
@@ -281,7 +281,7 @@ async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirme
     let stack = start(StackOptions {
         backend,
         time_scale: 1.0 / 240.0,
-        refund_approval_above: Some(1e9),
+        refund_approval_above_cents: Some(100_000_000_000),
         faults: Some(Arc::new(Once(CrashPoint::WorkerAfterIntent, AtomicBool::new(false)))),
         ..StackOptions::default()
     })
@@ -342,7 +342,7 @@ async fn the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_l
     let stack = start(StackOptions {
         backend,
         timings,
-        refund_approval_above: Some(1e9),
+        refund_approval_above_cents: Some(100_000_000_000),
         wrap_tools: Some(Arc::new(|inner| {
             // Longer than the subtask has: the call is cut while the refund is in flight.
             Arc::new(SlowRefunds { inner, delay: Duration::from_secs(15), slowed: Default::default() })
@@ -408,7 +408,7 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
         timings,
         time_scale: 1.0 / 30.0,
         models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan)))),
-        refund_approval_above: Some(1e9),
+        refund_approval_above_cents: Some(100_000_000_000),
         faults: Some(Arc::new(Once(CrashPoint::OrchestratorAfterStartRun, AtomicBool::new(false)))),
         ..StackOptions::default()
     })

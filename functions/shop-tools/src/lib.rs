@@ -17,7 +17,7 @@ pub mod shop;
 #[cfg(test)]
 mod shop_tests;
 
-pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, UpstreamToken};
+pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, generate_token};
 pub use config::Config;
 pub use error::{Refusal, ShopError};
 pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
