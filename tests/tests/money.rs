@@ -165,7 +165,7 @@ async fn an_approved_refund_runs_once_however_often_approval_is_posted_and_get_s
 
     let refunds = stack.shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1, "{refunds:?}");
-    assert_eq!((refunds[0].order_id.as_str(), refunds[0].amount), ("A1033", 1874.0));
+    assert_eq!((refunds[0].order_id.as_str(), refunds[0].amount_cents), ("A1033", 187_400));
     let subtask = refund_subtask(&done);
     assert_eq!(refunds[0].idempotency_key, format!("swarm:{}:{}:1", done.conversation_id, subtask.id));
     let approval = &done.approvals[0];
@@ -207,7 +207,7 @@ async fn a_refund_below_the_threshold_runs_once_without_anybody(backend: Backend
     assert!(view.approvals.is_empty());
     let refunds = stack.shop.refunds().await.unwrap();
     assert_eq!(refunds.len(), 1, "once, though every message was delivered twice: {refunds:?}");
-    assert_eq!(refunds[0].amount, 1874.0);
+    assert_eq!(refunds[0].amount_cents, 187_400);
     stack.shutdown().await;
 }
 
@@ -382,7 +382,7 @@ async fn a_customer_asking_for_a_person_ends_in_handoff_with_an_event(backend: B
     let events = stack.handoffs();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
-        (events[0].conversation_id.as_str(), events[0].customer_id.as_str(), events[0].reason.as_str()),
+        (events[0].conversation_id.as_str(), events[0].customer_id.as_str(), events[0].reason.code()),
         (view.conversation_id.as_str(), "C104", "customer_asked")
     );
     stack.shutdown().await;

@@ -23,6 +23,9 @@ pub const CUSTOMER_HEADER: &str = "x-swarm-customer-id";
 /// conversation, the subtask and the call's position (never from model output).
 pub const IDEMPOTENCY_HEADER: &str = "x-swarm-idempotency-key";
 
+/// Hosts accepted by default (rmcp's DNS-rebinding guard): loopback only.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
 /// Shortest accepted upstream credential, in characters.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
@@ -71,7 +74,7 @@ impl ShopAccess {
     /// Loopback hosts and `token`: the local stack's shop.
     /// Errors: a token [`check_token`] refuses.
     pub fn local(token: SecretString) -> Result<Self, String> {
-        Self::new(crate::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect()).with_token(token)
+        Self::new(LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect()).with_token(token)
     }
 
     /// The host of an `AWS_IAM` function URL in `region` (`<url-id>.lambda-url.<region>.on.aws`);

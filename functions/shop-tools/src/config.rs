@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::access::{ShopAccess, check_token};
+use crate::access::{LOOPBACK_HOSTS, ShopAccess, check_token};
 use crate::error::ShopError;
 
 /// Listening address when `SHOP_TOOLS_ADDR` is not set.
@@ -97,7 +97,7 @@ impl Config {
                     "on Lambda the shop needs AWS_REGION (set by Lambda) or SHOP_TOOLS_ALLOWED_HOSTS".into(),
                 ));
             }
-            (None, false, _) => crate::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(),
+            (None, false, _) => LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(),
         };
         let access = ShopAccess::new(hosts);
         match &self.token {

@@ -12,7 +12,8 @@ pub mod upstream;
 
 use std::net::SocketAddr;
 
-pub use config::{GatewayConfig, GatewayFunctionConfig, Prefix, RoleConfig, UpstreamConfig};
+pub use config::function::GatewayFunctionConfig;
+pub use config::{GatewayConfig, Prefix, RoleConfig, UpstreamConfig};
 pub use demo::{DemoTokens, demo_config};
 pub use error::GatewayError;
 pub use gateway::{Gateway, UpstreamStatus};

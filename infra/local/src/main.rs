@@ -227,7 +227,7 @@ async fn main() -> anyhow::Result<()> {
                             .map_err(|e| anyhow::anyhow!("--operator-token number {}: {e}", n + 1))?,
                     );
                 }
-                let table = orchestrator::api::OperatorTable::from_pairs(pairs)
+                let table = orchestrator::api::TokenTable::operators(pairs)
                     .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
                 OperatorAuth::Tokens(Arc::new(table))
             };

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::api::OperatorTable;
+use orchestrator::api::TokenTable;
 use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
@@ -258,7 +258,7 @@ impl LocalStack {
         let approvals = Arc::new(Approvals::new(store.clone(), queues.clone(), approval_key, &timings));
         let (_, operator_token) = ApprovalKey::generate();
         let operators = OperatorAuth::Tokens(Arc::new(
-            OperatorTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
+            TokenTable::operators([(operator_token.clone(), "local-operator".to_owned())])
                 .map_err(anyhow::Error::msg)?,
         ));
         let orchestrator = Arc::new(

@@ -1,4 +1,4 @@
-//! The gateway's configuration file (`GATEWAY_CONFIG`, a path or inline JSON): upstreams, roles, limits, side effects; parsed once, its `${env:NAME}` references resolved, then validated ([`validate`]). The function's environment is [`function`]; the local stack's demo configuration lives in [`crate::demo`].
+//! The gateway's configuration file (`GATEWAY_CONFIG`, a path or inline JSON): upstreams, roles, limits, side effects; parsed once, its `${env:NAME}` references resolved, then validated ([`GatewayConfig::validate`]). The function's environment is [`function`]; the local stack's demo configuration lives in [`crate::demo`].
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -10,8 +10,6 @@ use crate::error::GatewayError;
 pub mod function;
 mod references;
 mod validate;
-
-pub use function::{DEFAULT_GATEWAY_ADDR, GatewayFunctionConfig};
 
 /// How an upstream's tool names are prefixed: `"<name>__"` by default, a
 /// custom string, or off (`false` in JSON).

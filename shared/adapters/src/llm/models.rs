@@ -1,4 +1,4 @@
-//! The models of a function, built once at start-up from its [`LlmConfig`]: an [`HttpChatModel`] per endpoint, the key fetched first when it is stored.
+//! The models of a function, built once at start-up from its [`LlmConfig`]: an [`HttpChatModel`] per endpoint (with a stored key, `LlmConfig::models` in `config` fetches it first).
 
 use std::sync::Arc;
 
@@ -25,23 +25,4 @@ pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
         None => main.clone(),
     };
     Ok(Models { main, sub })
-}
-
-impl LlmConfig {
-    /// The models of this config, with the key fetched through `extension`
-    /// first when it is stored (`LLM_API_KEY_SECRET_ARN`).
-    #[cfg(feature = "secrets")]
-    pub async fn models(
-        &self,
-        extension: &crate::config::SecretsExtension,
-    ) -> Result<Models, crate::config::ConfigError> {
-        let config = match &self.key_secret {
-            None => self.clone(),
-            Some(name) => {
-                let key = extension.fetch("LLM_API_KEY_SECRET_ARN", name).await?;
-                self.clone().with_key(key)?
-            }
-        };
-        Ok(build_models(&config)?)
-    }
 }
