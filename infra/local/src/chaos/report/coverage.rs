@@ -49,25 +49,26 @@ fn sized_rate(opportunities: u64) -> f64 {
     ((2.0 / opportunities as f64) * 100.0).ceil().min(100.0) / 100.0
 }
 
-/// The setting that would have injected `line`'s kind at this size, or why none can.
-fn suggestion(f: &RunFacts, line: &FaultLine) -> String {
+/// The setting that would have injected `line`'s kind at this size; `Err` with the kind when no
+/// rate can (it met no opportunity: the run needs more conversations, subtasks or refunds).
+fn suggestion(f: &RunFacts, line: &FaultLine) -> Result<String, String> {
     let knob = knob(&line.name);
     if let Some(Knob::DownAfterCalls) = knob {
         // The downtime is counted only while it lasts: size it from the run's tools/call count.
         let calls = f.faults.iter().find(|l| l.name == "tool_error").map_or(0, |l| l.opportunities);
         return match calls {
-            0 => format!("({}: no tools/call at this size)", line.name),
-            n => format!("--tool-down-after-calls {} --tool-down-secs 30", (n / 2).max(1)),
+            0 => Err(line.name.clone()),
+            n => Ok(format!("--tool-down-after-calls {} --tool-down-secs 30", (n / 2).max(1))),
         };
     }
     if line.opportunities == 0 {
-        return format!("({}: no opportunity at this size; more conversations or subtasks)", line.name);
+        return Err(line.name.clone());
     }
     let rate = sized_rate(line.opportunities);
     match knob {
-        Some(Knob::Rate(flag)) => format!("{flag} {rate}"),
-        Some(Knob::CrashAt(point)) => format!("--crash-at {point}={rate}"),
-        Some(Knob::DownAfterCalls) | None => format!("({}: rate {rate})", line.name),
+        Some(Knob::Rate(flag)) => Ok(format!("{flag} {rate}")),
+        Some(Knob::CrashAt(point)) => Ok(format!("--crash-at {point}={rate}")),
+        Some(Knob::DownAfterCalls) | None => Err(line.name.clone()),
     }
 }
 
@@ -78,7 +79,10 @@ pub(super) fn fault_kinds(f: &RunFacts, t: &mut Sheet) {
         t.row(&format!("fault {}", line.name), value);
         if line.injected == 0 {
             t.findings.push(Finding::TooSmall(format!("fault kind {} was injected 0 times", line.name)));
-            t.sizing.push(suggestion(f, line));
+            match suggestion(f, line) {
+                Ok(flag) => t.sizing.push(flag),
+                Err(kind) => t.out_of_reach.push(kind),
+            }
         }
     }
 }
@@ -97,9 +101,15 @@ mod tests {
         assert_eq!((sized_rate(3), sized_rate(8), sized_rate(1), sized_rate(400)), (0.67, 0.25, 1.0, 0.01));
         let line = |name: &str, opportunities| FaultLine { name: name.into(), rate: 0.1, opportunities, injected: 0 };
         let f = RunFacts { faults: vec![line("tool_error", 40)], ..RunFacts::default() };
-        assert_eq!(suggestion(&f, &line("tool_hang", 3)), "--tool-hang-rate 0.67");
-        assert_eq!(suggestion(&f, &line("crash:aggregator_after_flip", 4)), "--crash-at aggregator_after_flip=0.5");
-        assert_eq!(suggestion(&f, &line("tool_upstream_down", 0)), "--tool-down-after-calls 20 --tool-down-secs 30");
-        assert!(suggestion(&f, &line("llm_hang", 0)).contains("no opportunity at this size"));
+        assert_eq!(suggestion(&f, &line("tool_hang", 3)).unwrap(), "--tool-hang-rate 0.67");
+        assert_eq!(
+            suggestion(&f, &line("crash:aggregator_after_flip", 4)).unwrap(),
+            "--crash-at aggregator_after_flip=0.5"
+        );
+        assert_eq!(
+            suggestion(&f, &line("tool_upstream_down", 0)).unwrap(),
+            "--tool-down-after-calls 20 --tool-down-secs 30"
+        );
+        assert_eq!(suggestion(&f, &line("llm_hang", 0)), Err("llm_hang".to_owned()));
     }
 }

@@ -88,11 +88,11 @@ const CHECKS: &[Check] = &[
 
 /// Judges the run and lays out its table.
 pub fn verdict(f: &RunFacts) -> Verdict {
-    let mut sheet = Sheet { table: header(f), findings: Vec::new(), sizing: Vec::new() };
+    let mut sheet = Sheet { table: header(f), findings: Vec::new(), sizing: Vec::new(), out_of_reach: Vec::new() };
     for check in CHECKS {
         check(f, &mut sheet);
     }
-    let Sheet { mut table, findings, sizing } = sheet;
+    let Sheet { mut table, findings, sizing, out_of_reach } = sheet;
     let broken = findings.iter().any(|x| matches!(x, Finding::Broken(_)));
     let failures: Vec<String> = findings
         .into_iter()
@@ -129,6 +129,13 @@ pub fn verdict(f: &RunFacts) -> Verdict {
             }
             if !sizing.is_empty() {
                 let _ = writeln!(table, "rates sized for this run (each kind about twice): {}", sizing.join(" "));
+            }
+            if !out_of_reach.is_empty() {
+                let _ = writeln!(
+                    table,
+                    "no opportunity at this size (more conversations, subtasks or --refund-share): {}",
+                    out_of_reach.join(", ")
+                );
             }
         }
     }

@@ -17,6 +17,8 @@ pub(super) struct Sheet {
     pub(super) findings: Vec<Finding>,
     /// Rates sized for this run, for the kinds it was too small for.
     pub(super) sizing: Vec<String>,
+    /// Kinds no rate can inject at this size (they met no opportunity).
+    pub(super) out_of_reach: Vec<String>,
 }
 
 impl Sheet {
