@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorConfig};
-use swarm_adapters::config::AwsClients;
+use swarm_adapters::config::{AwsClients, ExposeSecret};
 use swarm_adapters::telemetry::Telemetry;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::timings::Timings;
@@ -28,7 +28,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let auth = Auth::from_config(&config.auth, access);
     let mut state = ApiState::new(Arc::new(core), auth);
     if let Some(source) = &config.approval_key {
-        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
+        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose_secret())?;
         let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
         // The approvals routes use AWS_IAM authorization in the template, whatever customers use.
         state = state.with_approvals(Arc::new(approvals), OperatorAuth::Iam);

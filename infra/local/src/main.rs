@@ -91,9 +91,9 @@ enum Command {
         /// tokens. Without one the approvals API answers 401.
         #[arg(long = "operator-token", value_name = "TOKEN=NAME")]
         operator_tokens: Vec<String>,
-        /// Refunds above this amount need an operator's approval (default: every refund does).
-        #[arg(long, value_name = "AMOUNT")]
-        approval_above: Option<f64>,
+        /// Refunds above this amount (e.g. `797.5`) need an operator's approval (default: every refund does).
+        #[arg(long, value_name = "AMOUNT", value_parser = amount_cents)]
+        approval_above: Option<i64>,
         #[command(flatten)]
         platform: Platform,
     },
@@ -227,12 +227,12 @@ async fn main() -> anyhow::Result<()> {
                             .map_err(|e| anyhow::anyhow!("--operator-token number {}: {e}", n + 1))?,
                     );
                 }
-                let table = orchestrator::api::OperatorTable::from_pairs(pairs)
+                let table = orchestrator::api::TokenTable::operators(pairs)
                     .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
                 OperatorAuth::Tokens(Arc::new(table))
             };
             let mut options = options(backend, &platform);
-            options.refund_approval_above = approval_above;
+            options.refund_approval_above_cents = approval_above;
             let served = serve(options, port, auth, operators, &telemetry).await;
             telemetry.flush().await;
             served
@@ -319,6 +319,14 @@ async fn admin(command: AdminCommand, endpoint: Option<String>) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// `--approval-above`: a decimal amount of the order's currency (the CLI's edge) as whole cents.
+fn amount_cents(text: &str) -> Result<i64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(a) if a.is_finite() && (0.0..1e13).contains(&a) => Ok((a * 100.0).round() as i64),
+        _ => Err(format!("{text:?} is not an amount of 0 or more, e.g. 797.5")),
+    }
 }
 
 fn options(backend: BackendChoice, platform: &Platform) -> StackOptions {

@@ -1,6 +1,5 @@
 //! The local stack: the demo shop, the tool gateway, the orchestrator, workers and aggregator invoked through their Lambda handlers by one event source mapping per queue and one stream trigger, on the embedded or the emulator backend, with the timing table's values scaled only by an explicit factor.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use aggregator::{Aggregator, AggregatorSettings};
-use orchestrator::api::OperatorTable;
+use orchestrator::api::TokenTable;
 use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorSettings};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
@@ -92,9 +91,9 @@ pub struct StackOptions {
     /// invocation unless `faults` is set), delivery and stream faults in the mappings and the
     /// trigger, and, when it asks for tool faults, a fault proxy between the gateway and the shop.
     pub chaos: Option<Arc<Chaos>>,
-    /// Refunds above this amount (in the order's currency) need an operator's approval; `None`:
-    /// every refund does (the demo gateway's consent).
-    pub refund_approval_above: Option<f64>,
+    /// Refunds above this amount (in cents of the order's currency) need an operator's approval;
+    /// `None`: every refund does (the demo gateway's consent).
+    pub refund_approval_above_cents: Option<i64>,
     /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the store.
     pub limits: CustomerLimits,
 }
@@ -113,7 +112,7 @@ impl Default for StackOptions {
             wrap_aggregator_store: None,
             faults: None,
             chaos: None,
-            refund_approval_above: None,
+            refund_approval_above_cents: None,
             limits: CustomerLimits::DEFAULT,
         }
     }
@@ -193,13 +192,12 @@ impl LocalStack {
 
         // The shop answers the gateway only: it gets the gateway's upstream credential, fresh per stack.
         let tokens = tool_gateway::DemoTokens::generate();
-        let shop_token = shop_tools::UpstreamToken::new(tokens.shop_upstream().expose())
+        let shop_access = shop_tools::ShopAccess::local(tokens.shop_upstream().clone())
             .map_err(|e| anyhow::anyhow!("the demo shop's upstream token: {e}"))?;
         let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
-        let (shop_addr, shop_task) =
-            shop_tools::serve(loopback(), shop.clone(), shop_tools::ShopAccess::local(shop_token))
-                .await
-                .context("starting the demo shop tool server")?;
+        let (shop_addr, shop_task) = shop_tools::serve(loopback(), shop.clone(), shop_access)
+            .await
+            .context("starting the demo shop tool server")?;
         let shop_url = format!("http://{shop_addr}/mcp");
         let mut background = vec![shop_task];
         // Under chaos with tool faults the gateway federates the fault proxy in the shop's place.
@@ -215,10 +213,10 @@ impl LocalStack {
         let mut gateway_config = tool_gateway::demo_config(&upstream_url, &tokens);
         // The demo shop lives in this process and never restarts: keep its connections.
         gateway_config.upstream_keep_alive = true;
-        if let Some(above) = options.refund_approval_above {
+        if let Some(above) = options.refund_approval_above_cents {
             for effect in gateway_config.side_effects.values_mut() {
                 if let Some(consent) = &mut effect.consent {
-                    consent.above = above;
+                    consent.above_cents = above;
                 }
             }
         }
@@ -231,10 +229,8 @@ impl LocalStack {
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), gateway_config).await.context("starting the tool gateway")?;
         let gateway_url = format!("http://{gateway_addr}/mcp");
-        let role_tokens: HashMap<String, String> =
-            tokens.role_tokens().into_iter().map(|(role, token)| (role, token.expose().to_owned())).collect();
         let base_tools: Arc<dyn ToolGateway> = Arc::new(
-            McpToolGateway::new(&gateway_url, role_tokens, timings.worker.tool_timeout)
+            McpToolGateway::new(&gateway_url, tokens.role_tokens(), timings.worker.tool_timeout)
                 .context("connecting to the tool gateway")?,
         );
         warm_up(base_tools.as_ref()).await;
@@ -262,7 +258,7 @@ impl LocalStack {
         let approvals = Arc::new(Approvals::new(store.clone(), queues.clone(), approval_key, &timings));
         let (_, operator_token) = ApprovalKey::generate();
         let operators = OperatorAuth::Tokens(Arc::new(
-            OperatorTable::from_pairs([(operator_token.clone(), "local-operator".to_owned())])
+            TokenTable::operators([(operator_token.clone(), "local-operator".to_owned())])
                 .map_err(anyhow::Error::msg)?,
         ));
         let orchestrator = Arc::new(

@@ -1,4 +1,4 @@
-//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line and deciding every refund's approval as an operator, then checks every conversation against the store, an audit of the table's stream, the operator's own log and the shop's ledger, and prints one table; exits 1 on any broken guarantee or any fault kind injected zero times.
+//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line and deciding every refund's approval as an operator, then checks every conversation against the store, an audit of the table's stream, the operator's own log and the shop's ledger, and prints one table; exits 1 on any broken guarantee, 2 when every guarantee held but a fault kind was injected zero times (inconclusive: too small; the table sizes the rates for the run).
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -18,7 +18,7 @@ use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
 use swarm_local::chaos::operator::Operator;
-use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, verdict};
+use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
 use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, StackOptions};
@@ -39,7 +39,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 #[command(
     name = "swarm-chaos",
     version,
-    about = "Drive scripted conversations through the swarm under injected faults and check every guarantee"
+    about = "Drive scripted conversations through the swarm under injected faults and check every guarantee",
+    after_help = "Exit status: 0 passed; 1 a guarantee broke (or the run could not be made); 2 inconclusive: too small \
+                  (every guarantee held, but a fault kind was injected 0 times; the table prints rates sized for this run)."
 )]
 struct Args {
     /// Run on DynamoDB (with its stream) and SQS of this AWS emulator instead of in memory.
@@ -328,18 +330,17 @@ async fn main() -> anyhow::Result<()> {
     let result = run(&args, &stack, &chaos, &mock, &command_line).await;
     stack.shutdown().await;
     mock.shutdown().await;
-    let passed = result?;
-    std::process::exit(if passed { 0 } else { 1 });
+    std::process::exit(result?.exit_code());
 }
 
-/// The run itself; answers whether it passed.
+/// The run itself; answers how it ended.
 async fn run(
     args: &Args,
     stack: &LocalStack,
     chaos: &Arc<Chaos>,
     mock: &MockHandle,
     command: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Outcome> {
     let t = stack.timings().clone();
     // On the emulator the audit polls the stream at most every AUDIT_POLL (its completion times are that coarse).
     let poll = args.aws_endpoint.as_ref().map(|_| AUDIT_POLL);
@@ -536,7 +537,7 @@ async fn run(
         .into_iter()
         .map(|r| LedgerRefund {
             order_id: r.order_id,
-            amount: r.amount,
+            amount_cents: r.amount_cents,
             reason: r.reason,
             idempotency_key: r.idempotency_key,
         })
@@ -582,5 +583,5 @@ async fn run(
     };
     let v = verdict(&facts);
     println!("{}", v.table);
-    Ok(v.failures.is_empty())
+    Ok(v.outcome)
 }
