@@ -47,6 +47,7 @@ impl EmbeddedBackend {
         let refund = InMemoryQueue::with_dlq(settings("refund", q.refund.visibility_timeout), refund_dlq.clone());
         let handles = |queue: InMemoryQueue| QueueHandles {
             name: queue.name().to_owned(),
+            url: format!("{}/{}", super::EMBEDDED_QUEUE_BASE, queue.name()),
             sender: Arc::new(queue.clone()) as Arc<dyn TaskQueue>,
             consumer: Arc::new(queue) as Arc<dyn QueueConsumer>,
         };
@@ -71,6 +72,10 @@ impl EmbeddedBackend {
 impl Backend for EmbeddedBackend {
     fn describe(&self) -> String {
         "embedded (in-memory store and queues)".into()
+    }
+
+    fn table(&self) -> &str {
+        "embedded"
     }
 
     fn store(&self) -> Arc<dyn ConversationStore> {

@@ -156,16 +156,12 @@ impl EmulatorBackend {
             stream_poll: timings.local.stream_poll.max(MIN_STREAM_POLL),
         })
     }
-
-    /// The table's name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
 }
 
 fn handles(sqs: &aws_sdk_sqs::Client, url: &str) -> QueueHandles {
     QueueHandles {
         name: url.rsplit('/').next().unwrap_or(url).to_owned(),
+        url: url.to_owned(),
         sender: Arc::new(SqsTaskQueue::new(sqs.clone(), url.to_owned())) as Arc<dyn TaskQueue>,
         consumer: Arc::new(SqsConsumer::new(sqs.clone(), url.to_owned())) as Arc<dyn QueueConsumer>,
     }
@@ -178,6 +174,10 @@ impl Backend for EmulatorBackend {
             "emulator {} · table {} · queues {}, {} (+ DLQs)",
             self.options.endpoint, self.table, self.queues.tasks.name, self.queues.refund.name
         )
+    }
+
+    fn table(&self) -> &str {
+        &self.table
     }
 
     fn store(&self) -> Arc<dyn ConversationStore> {

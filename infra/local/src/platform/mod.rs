@@ -114,6 +114,9 @@ impl Queue {
 pub struct QueueHandles {
     /// The queue's name (its URL's last segment on SQS).
     pub name: String,
+    /// Its URL, as a function's `*_QUEUE_URL` variable holds it (on the embedded backend one that
+    /// only names it: [`EMBEDDED_QUEUE_BASE`]).
+    pub url: String,
     /// What the functions send with.
     pub sender: Arc<dyn TaskQueue>,
     /// What the event source mapping receives with.
@@ -140,6 +143,10 @@ impl QueueSet {
     }
 }
 
+/// The base of the embedded queues' URLs (`<base>/<name>`): the reserved `.invalid` name says
+/// nothing is ever sent to that address; the stack finds the queue by its URL.
+pub const EMBEDDED_QUEUE_BASE: &str = "http://embedded-sqs.invalid/000000000000";
+
 /// Where the swarm's data lives locally: provisioned from the (scaled) timing table by
 /// its constructor (table with stream `NEW_IMAGE`; queues with their visibility timeouts
 /// and a redrive policy of `queues.max_receive_count` receives), torn down by [`Backend::teardown`].
@@ -147,6 +154,8 @@ impl QueueSet {
 pub trait Backend: Send + Sync {
     /// One line for people: which backend, and where.
     fn describe(&self) -> String;
+    /// The table's name (the functions' `TABLE_NAME`).
+    fn table(&self) -> &str;
     /// The conversation store the functions use.
     fn store(&self) -> Arc<dyn ConversationStore>;
     /// Identity mappings and per-customer counters (the same table).
