@@ -30,6 +30,9 @@ step "sam validate --lint" timeout 300 "$bin/sam" validate --lint --template-fil
 step "SAM translation" sh -c "'$bin/python' infra/aws/translate.py template.yaml > '$expanded'"
 step "cfn-lint on the expanded template" "$bin/cfn-lint" "$expanded"
 step "the local stack's wiring (swarm-local wiring --json)" sh -c "cargo run -q -p swarm-local -- wiring --json > '$wiring'"
+step "the emulator's copy of the IAM policies is current (iam-policies.json)" \
+    sh -c "'$bin/python' infra/aws/iam_policies.py template.yaml | diff -u infra/aws/iam-policies.json - >&2 \
+        || { echo 'regenerate: .venv/bin/python infra/aws/iam_policies.py template.yaml > infra/aws/iam-policies.json' >&2; exit 1; }"
 step "key settings, the timing table and the local wiring (check_template.py)" \
     "$bin/python" infra/aws/check_template.py template.yaml samconfig.toml --wiring "$wiring"
 step "the lint's own tests (test_check_template.py, on the local wiring)" \

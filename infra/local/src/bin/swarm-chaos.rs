@@ -46,6 +46,10 @@ struct Args {
     /// Run on DynamoDB (with its stream) and SQS of this AWS emulator instead of in memory.
     #[arg(long, value_name = "URL")]
     aws_endpoint: Option<String>,
+    /// The emulator enforces IAM (`MOTO_IAM=1 infra/aws/moto.sh start`, its own port): every function
+    /// signs with its own IAM user, holding its role's policies from template.yaml.
+    #[arg(long, requires = "aws_endpoint")]
+    iam: bool,
     /// Conversations to drive.
     #[arg(long, default_value_t = 100)]
     conversations: usize,
@@ -312,7 +316,7 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     })?;
     let backend = match &args.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone())),
+        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone()).with_iam(args.iam)),
         None => BackendChoice::Embedded,
     };
     let stack = LocalStack::start(StackOptions {

@@ -24,14 +24,14 @@ use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::ConversationId;
 use swarm_core::llm::Models;
 use swarm_core::obs::{TracedQueue, TracedStore};
-use swarm_core::ports::{ConversationStore, TaskQueue, ToolContext, ToolGateway};
+use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 use worker::wiring::{AgentPorts, WorkerPorts};
 use worker::{Worker, WorkerMode};
 
 use super::options::Wraps;
-use crate::platform::{Backend, Queue};
+use crate::platform::{Backend, FunctionClients};
 use crate::wiring::{Function, FunctionConfig, LocalSecrets, LocalValues, RefusingQueue};
 
 /// Longest wait for one function's `tools/list` while the stack starts.
@@ -100,22 +100,27 @@ impl Builder<'_> {
             .with_context(|| format!("the {} function's config", function.name()))
     }
 
+    /// What `function` reaches of the backend: on the emulator with IAM on, signed with its own key.
+    fn clients(&self, function: Function) -> anyhow::Result<FunctionClients> {
+        self.backend
+            .clients(function.name())
+            .with_context(|| format!("the backend has no identity for {}", function.name()))
+    }
+
     /// `function`'s view of the store: every operation in its own span, as its AWS client's are,
     /// then the test's wrapper for it.
-    fn store(&self, function: Function) -> Arc<dyn ConversationStore> {
-        self.wraps.wrap_store(function, TracedStore::wrap(self.backend.store(), self.systems.store))
+    fn store(&self, function: Function, clients: &FunctionClients) -> Arc<dyn ConversationStore> {
+        self.wraps.wrap_store(function, TracedStore::wrap(clients.store.clone(), self.systems.store))
     }
 
     /// A sender for each queue URL in `urls`, none for the others ([`QueueUrls::task_queues`], as on Lambda).
     /// Error: a URL that is not one of the backend's queues.
-    fn queues(&self, urls: &QueueUrls) -> anyhow::Result<TaskQueues> {
-        let senders: HashMap<&str, Arc<dyn TaskQueue>> =
-            Queue::ALL.iter().map(|q| self.backend.queue(*q)).map(|h| (h.url.as_str(), h.sender.clone())).collect();
+    fn queues(&self, clients: &FunctionClients, urls: &QueueUrls) -> anyhow::Result<TaskQueues> {
         for url in urls.tasks.iter().chain(&urls.refund) {
-            anyhow::ensure!(senders.contains_key(url.as_str()), "{url} is not a queue of this stack");
+            anyhow::ensure!(clients.senders.contains_key(url), "{url} is not a queue of this stack");
         }
         Ok(urls.task_queues(|url, label| {
-            let sender = senders.get(url).cloned().unwrap_or_else(|| Arc::new(RefusingQueue(label)));
+            let sender = clients.senders.get(url).cloned().unwrap_or_else(|| Arc::new(RefusingQueue(label)));
             TracedQueue::wrap(sender, self.systems.queue, label)
         }))
     }
@@ -145,7 +150,12 @@ impl Builder<'_> {
             }),
             None => None,
         };
-        let ports = WorkerPorts { store: self.store(function), queues: self.queues(&config.queues)?, agent };
+        let clients = self.clients(function)?;
+        let ports = WorkerPorts {
+            store: self.store(function, &clients),
+            queues: self.queues(&clients, &config.queues)?,
+            agent,
+        };
         let worker = worker::wiring::worker(&config, ports, self.timings)
             .with_context(|| format!("building the {} function", function.name()))?;
         Ok(WorkerFunction { worker: Arc::new(worker), mode: config.mode })
@@ -158,12 +168,17 @@ impl Builder<'_> {
         };
         let key = config.approval_key.as_ref().context("the orchestrator is given no approval key")?;
         let key = ApprovalKey::new(self.secrets.resolve(key)?.expose()).map_err(anyhow::Error::msg)?;
-        let approvals =
-            orchestrator::wiring::approvals(self.store(function), self.queues(&config.queues)?, key, self.timings);
+        let clients = self.clients(function)?;
+        let approvals = orchestrator::wiring::approvals(
+            self.store(function, &clients),
+            self.queues(&clients, &config.queues)?,
+            key,
+            self.timings,
+        );
         let ports = OrchestratorPorts {
-            store: self.store(function),
-            access: self.backend.access(),
-            queues: self.queues(&config.queues)?,
+            store: self.store(function, &clients),
+            access: clients.access.clone(),
+            queues: self.queues(&clients, &config.queues)?,
             model: self.models.main.clone(),
             tools: self.tools(function, &config.gateway).await?,
         };
@@ -175,7 +190,9 @@ impl Builder<'_> {
         let FunctionConfig::Aggregator(_) = self.config(Function::Aggregator)? else {
             anyhow::bail!("the aggregator's config is not an aggregator's")
         };
-        let ports = AggregatorPorts { store: self.store(Function::Aggregator), model: self.models.main.clone() };
+        let clients = self.clients(Function::Aggregator)?;
+        let ports =
+            AggregatorPorts { store: self.store(Function::Aggregator, &clients), model: self.models.main.clone() };
         Ok(Arc::new(aggregator::wiring::aggregator(ports, self.timings)))
     }
 }
