@@ -104,6 +104,30 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The stack over the mock LLM on `port`, its tool calls slowed by `--tool-ms`.
+async fn start_stack(args: &Args, port: u16) -> anyhow::Result<LocalStack> {
+    let lookup = move |k: &str| match k {
+        "LLM_BASE_URL" => Some(format!("http://127.0.0.1:{port}/v1")),
+        "LLM_MODEL" => Some("mock".to_owned()),
+        "LLM_MAX_IN_FLIGHT" => Some("256".to_owned()),
+        _ => None,
+    };
+    let config = swarm_adapters::llm::LlmConfig::from_lookup(lookup).context("LLM config")?;
+    let models = swarm_adapters::llm::build_models(&config)?;
+    let delay = Duration::from_millis(args.tool_ms);
+    LocalStack::start(StackOptions {
+        worker_concurrency: Some(args.concurrency),
+        models: Some(models),
+        // The tool latency of the functions that call tools as workers (the planner only lists them).
+        wraps: Wraps::default().tools(
+            &[Function::Worker, Function::RefundWorker],
+            Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>),
+        ),
+        ..StackOptions::default()
+    })
+    .await
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     swarm_adapters::telemetry::init_with_default("error");
@@ -146,27 +170,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "mock-llm did not start within 15 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // SAFETY-free: set before any thread reads the environment for LLM settings.
-    let lookup = move |k: &str| match k {
-        "LLM_BASE_URL" => Some(format!("http://127.0.0.1:{port}/v1")),
-        "LLM_MODEL" => Some("mock".to_owned()),
-        "LLM_MAX_IN_FLIGHT" => Some("256".to_owned()),
-        _ => None,
-    };
-    let config = swarm_adapters::llm::LlmConfig::from_lookup(lookup).context("LLM config")?;
-    let models = swarm_adapters::llm::build_models(&config)?;
-    let delay = Duration::from_millis(args.tool_ms);
-    let stack = LocalStack::start(StackOptions {
-        worker_concurrency: Some(args.concurrency),
-        models: Some(models),
-        // The tool latency of the functions that call tools as workers (the planner only lists them).
-        wraps: Wraps::default().tools(
-            &[Function::Worker, Function::RefundWorker],
-            Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>),
-        ),
-        ..StackOptions::default()
-    })
-    .await?;
+    let stack = start_stack(&args, port).await?;
     let critical = Duration::from_millis(4 * args.llm_ms + args.tool_ms);
     println!(
         "swarm-bench: {} subtasks/conversation, concurrency {}, LLM {} ms, tool {} ms, critical path {} ms",
