@@ -8,7 +8,7 @@
 use std::io::Write as _;
 
 use anyhow::Result;
-use swarm_core::domain::{Conversation, ConversationId, TaskMessage, now_ms};
+use swarm_core::domain::{Conversation, ConversationId, SubtaskId, TaskMessage, now_ms};
 use swarm_core::ports::CreateOutcome;
 use swarm_core::timings::Timings;
 use swarm_local::platform::emulator::{EmulatorBackend, EmulatorOptions};
@@ -43,7 +43,7 @@ fn clients(backend: &EmulatorBackend, function: &str) -> FunctionClients {
 /// `function` sends one message to `queue`, signed as itself.
 async fn send(backend: &EmulatorBackend, function: &str, queue: Queue) -> Result<(), swarm_core::ports::QueueError> {
     let url = &backend.queue(queue).url;
-    let message = TaskMessage::run(&ConversationId::new(), "w01");
+    let message = TaskMessage::run(&ConversationId::new(), &SubtaskId::from("w01"));
     clients(backend, function).senders[url].send(&[message], 0).await
 }
 
@@ -52,7 +52,11 @@ async fn the_dlq_consumer_sending_to_the_refund_queue_is_refused_403_as_a_perman
     let Some(backend) = backend("the_dlq_consumer_sending_to_the_refund_queue").await else { return Ok(()) };
     let refused = send(&backend, "DlqConsumer", Queue::Refund).await;
     let allowed = send(&backend, "DlqConsumer", Queue::Tasks).await;
-    let admin = backend.queue(Queue::Refund).sender.send(&[TaskMessage::run(&ConversationId::new(), "w02")], 0).await;
+    let admin = backend
+        .queue(Queue::Refund)
+        .sender
+        .send(&[TaskMessage::run(&ConversationId::new(), &SubtaskId::from("w02"))], 0)
+        .await;
     backend.teardown().await;
 
     let e = refused.expect_err("DlqConsumerRole may not send to the refund queue");

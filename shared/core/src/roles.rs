@@ -321,7 +321,7 @@ mod tests {
         let refused = queues.queue_for(REFUND_ROLE).map(|q| q.name().to_owned());
         assert_eq!(refused, Err(NoQueueForRole { role: "refund".into(), queue: "refund".into() }));
         assert!(queues.has_own_queue(REFUND_ROLE), "its subtasks wait on their own queue");
-        let message = TaskMessage::run(&crate::domain::ConversationId::new(), "w01");
+        let message = TaskMessage::run(&crate::domain::ConversationId::new(), &crate::domain::SubtaskId::from("w01"));
         let e = queues.for_role(REFUND_ROLE).send(std::slice::from_ref(&message), 0).await.unwrap_err();
         assert!(!e.is_transient(), "{e}");
         assert_eq!(
@@ -340,7 +340,7 @@ mod tests {
         let queues = TaskQueues::not_held("tasks").with_role_not_held(REFUND_ROLE, "refund");
         assert_eq!(queues.held().count(), 0);
         assert_eq!(queues.queue_for(DEFAULT_ROLE).map(|q| q.name().to_owned()).unwrap_err().queue, "tasks");
-        let message = TaskMessage::run(&crate::domain::ConversationId::new(), "w01");
+        let message = TaskMessage::run(&crate::domain::ConversationId::new(), &crate::domain::SubtaskId::from("w01"));
         assert!(queues.default_queue().send(&[message], 0).await.is_err());
         assert!(queues.default_queue().change_visibility("r", 1).await.is_err());
     }
