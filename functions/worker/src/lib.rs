@@ -4,6 +4,7 @@ pub mod config;
 pub mod core;
 pub mod handler;
 pub mod unused;
+pub mod wiring;
 
 pub use config::WorkerConfig;
 pub use core::{Outcome, SweepReport, SweepSettings, WORK_ANSWER_TOKENS, Worker, WorkerSettings};

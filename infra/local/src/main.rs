@@ -108,6 +108,13 @@ enum Command {
         #[arg(long, env = "SWARM_OPERATOR_TOKEN", hide_env_values = true, global = true)]
         operator_token: Option<String>,
     },
+    /// Print each function's wiring as the stack builds it: its variables (template.yaml's names),
+    /// the queues it holds a sender for, the role token it holds.
+    Wiring {
+        /// As JSON: what infra/aws/check_template.py holds against the template.
+        #[arg(long)]
+        json: bool,
+    },
     /// Operator commands on a deployed table (AWS credentials from the usual chain) or, with
     /// --aws-endpoint, on an emulator's table.
     Admin {
@@ -181,6 +188,9 @@ async fn main() -> anyhow::Result<()> {
     if let Command::Admin { command } = cli.command {
         return admin(command, cli.aws_endpoint).await;
     }
+    if let Command::Wiring { json } = cli.command {
+        return print_wiring(json);
+    }
     // With a collector configured, spans leave every second (and once more at the end).
     let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
     let backend = match cli.aws_endpoint {
@@ -237,7 +247,7 @@ async fn main() -> anyhow::Result<()> {
             telemetry.flush().await;
             served
         }
-        Command::Admin { .. } => unreachable!("handled above"),
+        Command::Admin { .. } | Command::Wiring { .. } => unreachable!("handled above"),
     }
 }
 
@@ -327,6 +337,24 @@ fn amount_cents(text: &str) -> Result<i64, String> {
         Ok(a) if a.is_finite() && (0.0..1e13).contains(&a) => Ok((a * 100.0).round() as i64),
         _ => Err(format!("{text:?} is not an amount of 0 or more, e.g. 797.5")),
     }
+}
+
+/// `swarm-local wiring [--json]`.
+fn print_wiring(json: bool) -> anyhow::Result<()> {
+    let wiring = swarm_local::wiring::describe()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&wiring)?);
+        return Ok(());
+    }
+    let list = |v: &serde_json::Value| {
+        v.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    };
+    for (name, f) in wiring["functions"].as_object().into_iter().flatten() {
+        let token = f["token"]["role"].as_str().map_or("none".to_owned(), |r| format!("{r}'s"));
+        println!("{name}\n  sends to   {}\n  token      {token}\n  variables  {}", list(&f["sends"]), list(&f["env"]));
+    }
+    println!("(configured in process, not from variables: {})", list(&wiring["servers"]));
+    Ok(())
 }
 
 fn options(backend: BackendChoice, platform: &Platform) -> StackOptions {

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use clap::Parser;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
-use swarm_local::{LocalStack, StackOptions};
+use swarm_local::{Function, LocalStack, StackOptions, Wraps};
 
 #[derive(Parser)]
 #[command(name = "swarm-bench", about = "Fan-out benchmark of the local stack against the mock LLM")]
@@ -162,7 +162,11 @@ async fn start_stack(args: &Args, port: u16) -> anyhow::Result<LocalStack> {
     LocalStack::start(StackOptions {
         worker_concurrency: Some(args.concurrency),
         models: Some(models),
-        wrap_tools: Some(Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>)),
+        // The tool latency of the functions that call tools as workers (the planner only lists them).
+        wraps: Wraps::default().tools(
+            &[Function::Worker, Function::RefundWorker],
+            Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>),
+        ),
         ..StackOptions::default()
     })
     .await
