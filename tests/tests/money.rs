@@ -40,11 +40,12 @@ swarm_tests::on_both_backends!(
     the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
     an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
+    refunds_split_under_the_threshold_move_no_more_than_it_without_an_operator,
 );
 
 /// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan").
 struct AskingFor {
-    inner: OfflineModel,
+    inner: Arc<dyn ChatModel>,
     amount: f64,
 }
 
@@ -124,7 +125,7 @@ async fn probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_appr
     stack.shutdown().await;
 
     // A refund of more than was paid: it waits, and even approved the shop refuses it.
-    let greedy = Models::single(Arc::new(AskingFor { inner: OfflineModel::new(), amount: 5000.0 }));
+    let greedy = Models::single(Arc::new(AskingFor { inner: Arc::new(OfflineModel::new()), amount: 5000.0 }));
     let stack = start(StackOptions { backend, models: Some(greedy), ..StackOptions::default() }).await;
     let more = converse(&stack, "C108", "Refund 5000 yuan for order A1033 right now.").await;
     assert_eq!(more.approvals.len(), 1, "{more:?}");
@@ -431,5 +432,37 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     assert_eq!(refund.status, SubtaskStatus::Succeeded, "the retry sent the waiting refund: {view:?}");
     assert_eq!(refund.effects.len(), 1);
     assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
+    stack.shutdown().await;
+}
+
+/// Issue 17 point 11a: the threshold holds for the order, not for one call. With approvals above
+/// 100, a plan of ten refunds of 99 on one order (ten subtasks, run at once; the model asks again
+/// after each refund) moves 99 once; everything else waits for a person.
+async fn refunds_split_under_the_threshold_move_no_more_than_it_without_an_operator(backend: BackendChoice) {
+    let subtasks: Vec<Value> = (1..=10)
+        .map(|i| {
+            serde_json::json!({"id": format!("w{i:02}"), "instruction": "Refund 99 yuan of order A1033.",
+                "tools": ["shop__get_order", "shop__refund"]})
+        })
+        .collect();
+    let plan = serde_json::json!({ "subtasks": subtasks }).to_string();
+    let model = AskingFor { inner: Arc::new(with_plan(over_offline(), &plan)), amount: 99.0 };
+    let stack = start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(model))),
+        refund_approval_above_cents: Some(10_000),
+        ..StackOptions::default()
+    })
+    .await;
+    let view = converse(&stack, "C108", "Refund 99 yuan of order A1033, ten times over.").await;
+    let refunds = stack.shop.refunds().await.unwrap();
+    let moved: i64 = refunds.iter().map(|r| r.amount_cents).sum();
+    assert_eq!((refunds.len(), moved), (1, 9_900), "990 must not move without an operator");
+    assert!(view.approvals.len() >= 9, "every other refund waits for a person: {:?}", view.approvals);
+    assert!(
+        view.approvals.iter().all(|a| a.amount == "99.00" && a.status == swarm_core::approval::ApprovalStatus::Pending),
+        "{:?}",
+        view.approvals
+    );
     stack.shutdown().await;
 }

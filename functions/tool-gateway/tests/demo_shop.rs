@@ -24,13 +24,23 @@ struct Stack {
 }
 
 async fn stack() -> Stack {
+    stack_with(None).await
+}
+
+/// The demo stack, its refunds needing approval above `above_cents` when given (the demo's: every refund).
+async fn stack_with(above_cents: Option<i64>) -> Stack {
     let tokens = DemoTokens::generate();
     let shop = Arc::new(Shop::demo().unwrap());
     let access = ShopAccess::local(tokens.shop_upstream().clone()).unwrap();
     let (shop_addr, _shop_task) =
         shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
     let shop_url = format!("http://{shop_addr}/mcp");
-    let config = demo_config(&shop_url, &tokens);
+    let mut config = demo_config(&shop_url, &tokens);
+    if let Some(above) = above_cents {
+        for consent in config.side_effects.values_mut().filter_map(|e| e.consent.as_mut()) {
+            consent.above_cents = above;
+        }
+    }
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
     Stack { shop, shop_url, tools, tokens }
@@ -188,4 +198,30 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
         s.tools.call_tool(&ctx("support", "c106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(read.is_error, "{}", read.text);
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+}
+
+/// Issue 17 point 11a: the threshold holds for the order, not for one call. With approvals above
+/// 100, ten refunds of 99 on one order (sent at once, each with its own key) move 99 — the first
+/// that lands — and the other nine wait for a person.
+#[tokio::test]
+async fn refunds_split_under_the_threshold_move_no_more_than_it_without_a_person() {
+    let s = stack_with(Some(10_000)).await;
+    let who = ctx("refund", "C108");
+    let calls = (1..=10).map(|i| {
+        let args = json!({"order_id": "A1033", "amount": 99.0, "_idempotency_key": format!("conv-demo/w{i:02}/1")});
+        s.tools.call_tool(&who, "shop__refund", args, T)
+    });
+    let (mut ran, mut asked) = (0, 0);
+    for answer in futures::future::join_all(calls).await {
+        match answer {
+            Ok(out) if !out.is_error => ran += 1,
+            Err(ToolError::ApprovalRequired(action)) => {
+                assert_eq!((action.order_id.as_str(), action.amount_cents), ("A1033", 9_900));
+                asked += 1;
+            }
+            other => panic!("neither ran nor waits for a person: {other:?}"),
+        }
+    }
+    let moved: i64 = s.shop.refunds().await.unwrap().iter().map(|r| r.amount_cents).sum();
+    assert_eq!((ran, asked, moved), (1, 9, 9_900), "990 must not move without an operator");
 }
