@@ -19,6 +19,11 @@ use crate::config::ConsentConfig;
 use crate::metrics::{Metrics, Outcome};
 use crate::protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits};
 
+/// The header carrying a consent-gated call's limit to the upstream, in cents: the order's
+/// refunds so far plus this one may total at most this much without a person's approval
+/// (`side_effects.<tool>.consent.above`). Absent on a call a person approved.
+pub const HEADER_CONSENT_LIMIT: &str = "x-swarm-consent-limit-cents";
+
 /// A `tools/call` answer with `is_error: true` and text `{"error": message}`.
 pub fn error_result(message: &str) -> CallToolResult {
     let text = serde_json::json!({ "error": message }).to_string();
@@ -263,16 +268,28 @@ fn call_facts<'a>(
     Ok(CallFacts { conversation_id, customer_id, tool, order_id, amount_cents })
 }
 
-/// Consent before money moves: a call above its threshold needs a valid approval token for
-/// exactly this approval, conversation, customer, tool, order and amount; without one it is
-/// refused before dispatch with the action a person must approve.
+/// What consent lets through, and on which terms.
+#[derive(Debug)]
+pub enum Consent {
+    /// A person approved exactly this call (its token named this approval).
+    Approved(String),
+    /// No approval: the call goes upstream with `limit_cents` as its consent limit; when the
+    /// upstream answers that the order's refunds would pass it, `action` is what a person must approve.
+    Limited { limit_cents: i64, action: ProposedAction },
+}
+
+/// Consent before money moves: a call carrying an approval token must carry a valid one for
+/// exactly this approval, conversation, customer, tool, order and amount; a call without one
+/// above the threshold is refused before dispatch with the action a person must approve; below
+/// it, the call goes upstream limited by the threshold — the upstream holds it against the
+/// order's refunds so far ([`Consent::Limited`]), so splitting a refund gains nothing.
 pub fn consent(
     tool: &str,
     consent: &ConsentConfig,
     key: Option<&ApprovalKey>,
     arguments: &JsonObject,
     headers: &CallerHeaders<'_>,
-) -> Result<(), Refusal> {
+) -> Result<Consent, Refusal> {
     let call = call_facts(tool, consent, arguments, headers)?;
     // validate() requires a key with consent; a gateway without one moves no money.
     let key = key.ok_or_else(|| Refusal::NoApprovalKey { tool: tool.to_owned() })?;
@@ -281,7 +298,7 @@ pub fn consent(
         return match key.verify(token, &call, swarm_core::domain::now_ms()) {
             Ok(approval_id) => {
                 tracing::info!(approval_id, order_id, amount_cents, "approved side effect dispatched");
-                Ok(())
+                Ok(Consent::Approved(approval_id))
             }
             Err(e) => {
                 tracing::warn!(tool, order_id, error = %e, "approval token refused");
@@ -289,17 +306,28 @@ pub fn consent(
             }
         };
     }
-    if amount_cents <= consent.above_cents {
-        return Ok(());
-    }
     let reason = ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
+    let action = ProposedAction { tool: tool.to_owned(), order_id: order_id.to_owned(), amount_cents, reason };
+    if amount_cents <= consent.above_cents {
+        return Ok(Consent::Limited { limit_cents: consent.above_cents, action });
+    }
     tracing::info!(tool, order_id, amount_cents, "side effect needs approval");
-    Err(Refusal::ApprovalRequired(ProposedAction {
-        tool: tool.to_owned(),
-        order_id: order_id.to_owned(),
-        amount_cents,
-        reason,
-    }))
+    Err(Refusal::ApprovalRequired(action))
+}
+
+impl Consent {
+    /// Puts the limit of a call without approval into `arg` and its header; answers the action a
+    /// person would approve (`None` for an approved call).
+    pub fn apply(self, arg: &str, arguments: &mut JsonObject, forward: &mut Forward) -> Option<ProposedAction> {
+        match self {
+            Self::Approved(_) => None,
+            Self::Limited { limit_cents, action } => {
+                arguments.insert(arg.to_owned(), limit_cents.into());
+                forward.push(HEADER_CONSENT_LIMIT, &limit_cents.to_string());
+                Some(action)
+            }
+        }
+    }
 }
 
 /// One cell of the tool's and the gateway's rate limits; never waits.

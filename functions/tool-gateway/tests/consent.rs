@@ -38,7 +38,7 @@ fn refund(order: &str, amount: f64, approval: Option<&str>) -> serde_json::Value
 
 #[tokio::test]
 async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person_must_approve() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let listed = tools.list_tools(&ctx("refund", "C104")).await.unwrap();
@@ -68,7 +68,7 @@ async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person
 
 #[tokio::test]
 async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_person() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let everything = json!({"order_id": "A1033", "_idempotency_key": "k"});
@@ -82,7 +82,7 @@ async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_p
 
 #[tokio::test]
 async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let later = now_ms() + 60_000;
@@ -126,7 +126,7 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
 
 #[tokio::test]
 async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 10_000)).await;
     let tools = adapter(&url);
     let out = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 99.5, None), T).await.unwrap();
@@ -136,6 +136,11 @@ async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
     let above = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 100.01, None), T).await;
     assert!(matches!(above, Err(ToolError::ApprovalRequired(ref a)) if a.amount_cents == 10_001), "{above:?}");
     assert_eq!(up.fake.state.calls_of("refund").len(), 2);
+    let calls = up.fake.state.calls_of("refund");
+    assert!(
+        calls.iter().all(|c| c.arguments["consent_limit_cents"] == 10_000),
+        "the upstream holds the order to the threshold: {calls:?}"
+    );
 }
 
 #[tokio::test]
@@ -160,7 +165,7 @@ async fn a_side_effect_that_timed_out_is_outcome_unknown() {
 
 #[tokio::test]
 async fn a_side_effect_that_never_answered_is_outcome_unknown_not_refused() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
     let tools = adapter(&url);
     up.fake.state.fail.store(false, Ordering::SeqCst);

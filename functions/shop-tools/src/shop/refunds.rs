@@ -1,4 +1,4 @@
-//! Refunds: the refund policy, and a refund of (part of) a delivered, paid order within its window — idempotent by the customer's key, checked against the ledger's totals of the order and recorded conditional on them.
+//! Refunds: the refund policy, and a refund of (part of) a delivered, paid order within its window — idempotent by the customer's key, checked against the ledger's totals of the order (the policy first, then the consent limit the gateway set) and recorded conditional on them.
 
 use chrono::Duration;
 
@@ -41,10 +41,16 @@ impl Shop {
     /// DynamoDB), so concurrent calls — on any instance — cannot refund the same money twice.
     /// A refusal records nothing.
     ///
+    /// With a consent limit (`consent_limit_cents`, from the gateway), a refund that would take
+    /// the order's refunds — all of them so far plus this one — past the limit is not made: it
+    /// needs a person's approval. That check comes after every policy check (only a refund that
+    /// could run is put before a person) and is made against the same totals the refund is
+    /// recorded conditional on, so refunds sent at once cannot split their way past it.
+    ///
     /// Errors: [`Refusal::NotFound`] (order), [`Refusal::InvalidArguments`] (key, amount),
     /// [`Refusal::Refused`] with the policy reason, e.g. "order A1032 is SHIPPED, not
-    /// delivered: the refund window starts at delivery"; [`Refusal::Unavailable`] when the
-    /// ledger cannot be reached (nothing recorded).
+    /// delivered: the refund window starts at delivery"; [`Refusal::NeedsApproval`] past the
+    /// consent limit; [`Refusal::Unavailable`] when the ledger cannot be reached (nothing recorded).
     pub async fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
         let key = request.idempotency_key.trim();
@@ -131,6 +137,17 @@ impl Shop {
                 money(remaining, currency),
                 money(paid, currency),
                 money(refunded, currency)
+            )));
+        }
+        if let Some(limit) = request.consent_limit_cents
+            && refunded + amount > limit
+        {
+            return Err(Refusal::NeedsApproval(format!(
+                "a refund of {} on order {id} needs a person's approval: the order's refunds would total {}, \
+                 above the {} allowed without one; nothing was refunded",
+                money(amount, currency),
+                money(refunded + amount, currency),
+                money(limit, currency)
             )));
         }
         Ok(RefundRecord {

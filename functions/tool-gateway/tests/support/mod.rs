@@ -101,6 +101,19 @@ pub fn shop_tools() -> Vec<Tool> {
     ]
 }
 
+/// [`shop_tools`] whose `refund` also takes the consent limit (what a tool with consent must take).
+pub fn consent_shop_tools() -> Vec<Tool> {
+    let mut tools = shop_tools();
+    for tool in tools.iter_mut().filter(|t| t.name == "refund") {
+        let mut schema = (*tool.input_schema).clone();
+        if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+            properties.insert("consent_limit_cents".into(), json!({"type": "integer"}));
+        }
+        tool.input_schema = Arc::new(schema);
+    }
+    tools
+}
+
 impl FakeUpstream {
     pub fn new(tools: Vec<Tool>) -> Self {
         Self { state: Arc::default(), tools: Arc::new(tools) }
