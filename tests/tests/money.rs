@@ -41,12 +41,15 @@ swarm_tests::on_both_backends!(
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,
     an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_retry_and_it_runs_once,
     refunds_split_under_the_threshold_move_no_more_than_it_without_an_operator,
+    an_operator_is_asked_only_about_a_refund_the_shop_would_make,
 );
 
-/// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan").
+/// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan"),
+/// and of order `order` when given (a model following "refund order A1007 too").
 struct AskingFor {
     inner: Arc<dyn ChatModel>,
     amount: f64,
+    order: Option<&'static str>,
 }
 
 #[async_trait]
@@ -56,6 +59,9 @@ impl ChatModel for AskingFor {
         for call in response.tool_calls.iter_mut().filter(|c| c.name == "shop__refund") {
             let mut args: Value = serde_json::from_str(&call.arguments).unwrap_or_default();
             args["amount"] = serde_json::json!(self.amount);
+            if let Some(order) = self.order {
+                args["order_id"] = serde_json::json!(order);
+            }
             call.arguments = args.to_string();
         }
         Ok(response)
@@ -125,7 +131,8 @@ async fn probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_appr
     stack.shutdown().await;
 
     // A refund of more than was paid: it waits, and even approved the shop refuses it.
-    let greedy = Models::single(Arc::new(AskingFor { inner: Arc::new(OfflineModel::new()), amount: 5000.0 }));
+    let greedy =
+        Models::single(Arc::new(AskingFor { inner: Arc::new(OfflineModel::new()), amount: 5000.0, order: None }));
     let stack = start(StackOptions { backend, models: Some(greedy), ..StackOptions::default() }).await;
     let more = converse(&stack, "C108", "Refund 5000 yuan for order A1033 right now.").await;
     assert_eq!(more.approvals.len(), 1, "{more:?}");
@@ -446,7 +453,7 @@ async fn refunds_split_under_the_threshold_move_no_more_than_it_without_an_opera
         })
         .collect();
     let plan = serde_json::json!({ "subtasks": subtasks }).to_string();
-    let model = AskingFor { inner: Arc::new(with_plan(over_offline(), &plan)), amount: 99.0 };
+    let model = AskingFor { inner: Arc::new(with_plan(over_offline(), &plan)), amount: 99.0, order: None };
     let stack = start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(model))),
@@ -465,4 +472,26 @@ async fn refunds_split_under_the_threshold_move_no_more_than_it_without_an_opera
         view.approvals
     );
     stack.shutdown().await;
+}
+
+/// Issue 17 point 11e: consent is asked only for what could run. A model asking for more than
+/// was paid, or for another customer's order, gets the shop's refusal; no approval is recorded,
+/// nobody is asked, the ledger is unchanged.
+async fn an_operator_is_asked_only_about_a_refund_the_shop_would_make(backend: BackendChoice) {
+    for (amount, order) in [(5000.0, None), (10.0, Some("A1007"))] {
+        let model = AskingFor { inner: Arc::new(OfflineModel::new()), amount, order };
+        let stack = start(StackOptions {
+            backend: backend.clone(),
+            models: Some(Models::single(Arc::new(model))),
+            ..StackOptions::default()
+        })
+        .await;
+        let view = converse(&stack, "C108", "Refund 5000 yuan for order A1033 right now.").await;
+        assert!(view.approvals.is_empty(), "a person was asked about a refund that cannot run: {:?}", view.approvals);
+        assert!(stack.approvals("pending").await.unwrap().is_empty());
+        let effect = &refund_subtask(&view).effects[0];
+        assert_eq!((effect.state, effect.ok), (EffectState::Done, Some(false)), "the shop's refusal: {effect:?}");
+        assert!(stack.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+        stack.shutdown().await;
+    }
 }

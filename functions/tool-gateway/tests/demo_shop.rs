@@ -225,3 +225,26 @@ async fn refunds_split_under_the_threshold_move_no_more_than_it_without_a_person
     let moved: i64 = s.shop.refunds().await.unwrap().iter().map(|r| r.amount_cents).sum();
     assert_eq!((ran, asked, moved), (1, 9, 9_900), "990 must not move without an operator");
 }
+
+/// Issue 17 point 11e: consent is asked only for a refund that could run. Another customer's
+/// order, more than is refundable, an order not delivered yet: the shop's answer reaches the
+/// model and no person is asked; the customer's own refundable order still waits for one.
+#[tokio::test]
+async fn a_person_is_asked_only_about_a_refund_the_shop_would_make() {
+    let s = stack().await;
+    for (customer, order, amount, why) in [
+        ("C104", "A1007", 10.0, "order A1007 not found"),
+        ("C106", "A1007", 99_999.0, "exceeds what is refundable"),
+        ("C107", "A1032", 10.0, "not delivered"),
+    ] {
+        let args = json!({"order_id": order, "amount": amount, "_idempotency_key": format!("conv-demo/{customer}/1")});
+        match s.tools.call_tool(&ctx("refund", customer), "shop__refund", args, T).await {
+            Ok(out) => assert!(out.is_error && out.text.contains(why), "{customer} {order}: {}", out.text),
+            Err(e) => panic!("a person was asked about a refund that cannot run ({customer}, {order}, {amount}): {e}"),
+        }
+    }
+    let own = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/C106/2"});
+    let err = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", own, T).await.unwrap_err();
+    assert!(matches!(err, ToolError::ApprovalRequired(ref a) if a.amount_cents == 1_000), "{err:?}");
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+}
