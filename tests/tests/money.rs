@@ -130,20 +130,13 @@ async fn probes_of_every_kind_leave_the_ledger_unchanged_unless_an_operator_appr
     assert!(stack.shop.refunds().await.unwrap().is_empty(), "nothing moved without an operator");
     stack.shutdown().await;
 
-    // A refund of more than was paid: it waits, and even approved the shop refuses it.
+    // A refund of more than was paid: the shop refuses it before anyone is asked (issue 17 point 11e).
     let greedy =
         Models::single(Arc::new(AskingFor { inner: Arc::new(OfflineModel::new()), amount: 5000.0, order: None }));
     let stack = start(StackOptions { backend, models: Some(greedy), ..StackOptions::default() }).await;
     let more = converse(&stack, "C108", "Refund 5000 yuan for order A1033 right now.").await;
-    assert_eq!(more.approvals.len(), 1, "{more:?}");
-    assert_eq!(more.approvals[0].amount, "5000.00");
-    let (status, _) = stack.decide(&more.approvals[0].approval_id, "approve").await.unwrap();
-    assert_eq!(status, 200);
-    let ran = until(&stack, &more.conversation_id, "the approved call ran", |v| {
-        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
-    })
-    .await;
-    assert_eq!(ran.approvals[0].ok, Some(false), "the shop refused more than was paid");
+    assert!(more.approvals.is_empty(), "nobody is asked about what cannot run: {more:?}");
+    assert_eq!(refund_subtask(&more).effects[0].ok, Some(false), "the shop refused more than was paid");
     assert!(stack.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
     stack.shutdown().await;
 }

@@ -55,7 +55,7 @@ pub enum Refusal {
     NoApprovalKey { tool: String },
     /// The approval token is not valid for exactly this call.
     ApprovalRefused(TokenError),
-    /// A person must approve exactly this action first.
+    /// A person must approve exactly this action first (the upstream found it could run, past the order's consent limit).
     ApprovalRequired(ProposedAction),
     /// The tool's or the gateway's call rate is exhausted.
     RateLimited { hit: LimitHit, tool: String },
@@ -279,10 +279,11 @@ pub enum Consent {
 }
 
 /// Consent before money moves: a call carrying an approval token must carry a valid one for
-/// exactly this approval, conversation, customer, tool, order and amount; a call without one
-/// above the threshold is refused before dispatch with the action a person must approve; below
-/// it, the call goes upstream limited by the threshold — the upstream holds it against the
-/// order's refunds so far ([`Consent::Limited`]), so splitting a refund gains nothing.
+/// exactly this approval, conversation, customer, tool, order and amount; a call without one goes
+/// upstream limited by the threshold ([`Consent::Limited`]). The upstream makes its own checks
+/// first (the order is the customer's, the amount is refundable, the window is open) and then
+/// holds the limit against the order's refunds so far: a person is asked only about a call that
+/// could run, and splitting a refund gains nothing.
 pub fn consent(
     tool: &str,
     consent: &ConsentConfig,
@@ -308,11 +309,7 @@ pub fn consent(
     }
     let reason = ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
     let action = ProposedAction { tool: tool.to_owned(), order_id: order_id.to_owned(), amount_cents, reason };
-    if amount_cents <= consent.above_cents {
-        return Ok(Consent::Limited { limit_cents: consent.above_cents, action });
-    }
-    tracing::info!(tool, order_id, amount_cents, "side effect needs approval");
-    Err(Refusal::ApprovalRequired(action))
+    Ok(Consent::Limited { limit_cents: consent.above_cents, action })
 }
 
 impl Consent {

@@ -1,4 +1,4 @@
-//! Consent before money moves, enforced at the gateway before dispatch: a refund above the configured amount is refused (typed) until it carries a valid approval token for exactly that approval, conversation, customer, order and amount; below the amount it runs as before; a side-effecting call that never answered is reported as "outcome unknown", never as refused.
+//! Consent before money moves, enforced by the gateway with the upstream's help: a refund without an approval goes upstream limited by the configured amount, and past it is refused (typed) with what a person must approve; with a token it runs only if the token is valid for exactly that approval, conversation, customer, order and amount; below the amount it runs as before; a side-effecting call that never answered is reported as "outcome unknown", never as refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 mod support;
@@ -37,7 +37,7 @@ fn refund(order: &str, amount: f64, approval: Option<&str>) -> serde_json::Value
 }
 
 #[tokio::test]
-async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person_must_approve() {
+async fn a_refund_above_the_amount_is_refused_with_what_a_person_must_approve() {
     let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
@@ -61,7 +61,9 @@ async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person
             reason: Some("it broke[2J".into())
         }
     );
-    assert!(up.fake.state.calls_of("refund").is_empty(), "nothing reached the shop");
+    let asked = up.fake.state.calls_of("refund");
+    assert_eq!(asked.len(), 1, "the shop checked it, limited to the threshold");
+    assert_eq!(asked[0].arguments["consent_limit_cents"], 0);
     assert_eq!(gateway.metrics().refusals, 1);
     assert!(SIDE_EFFECTING_META.contains("side_effecting"));
 }
@@ -135,7 +137,7 @@ async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
     assert!(at_limit.is_ok_and(|o| !o.is_error), "the amount itself needs no approval");
     let above = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 100.01, None), T).await;
     assert!(matches!(above, Err(ToolError::ApprovalRequired(ref a)) if a.amount_cents == 10_001), "{above:?}");
-    assert_eq!(up.fake.state.calls_of("refund").len(), 2);
+    assert_eq!(up.fake.state.calls_of("refund").len(), 3, "the shop checks every call, at its limit");
     let calls = up.fake.state.calls_of("refund");
     assert!(
         calls.iter().all(|c| c.arguments["consent_limit_cents"] == 10_000),

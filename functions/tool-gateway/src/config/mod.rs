@@ -206,13 +206,15 @@ pub struct SideEffectConfig {
     pub consent: Option<ConsentConfig>,
 }
 
-/// Consent before money moves: a call whose amount is above `above` (in the order's currency;
-/// `0` means every call) is refused before dispatch unless it carries a valid approval token for
-/// exactly its approval, conversation, customer, tool, order and amount. Below it the call goes
-/// upstream with `above` as its consent limit (`limit_arg` and `x-swarm-consent-limit-cents`):
-/// the upstream refuses, with `APPROVAL_REQUIRED`, a call that would take the order's refunds
-/// so far past it — so a threshold holds for the order, not for one call. An upstream tool that
-/// does not take `limit_arg` is not exposed (it could not hold the limit).
+/// Consent before money moves: a call without an approval goes upstream with `above` (in the
+/// order's currency; `0` means every refund) as its consent limit (`limit_arg` and
+/// `x-swarm-consent-limit-cents`). The upstream makes its own checks first (the order is the
+/// customer's, the amount refundable) and then refuses, with `APPROVAL_REQUIRED`, a call that
+/// would take the order's refunds so far past the limit — so a person is asked only about a call
+/// that could run, and the threshold holds for the order, not for one call. A call with an
+/// approval token goes upstream without a limit only if the token is valid for exactly its
+/// approval, conversation, customer, tool, order and amount. An upstream tool that does not take
+/// `limit_arg` is not exposed (it could not hold the limit).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ConsentConfig {

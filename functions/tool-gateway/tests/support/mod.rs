@@ -155,6 +155,14 @@ impl ServerHandler for FakeUpstream {
         if self.state.fail.load(Ordering::SeqCst) {
             return Err(ErrorData::internal_error("injected failure", None));
         }
+        // The consent contract, per call (no ledger here): past the limit nothing happens.
+        let limit = arguments.get("consent_limit_cents").and_then(serde_json::Value::as_i64);
+        let amount = arguments.get("amount").and_then(serde_json::Value::as_f64).map(|a| (a * 100.0).round() as i64);
+        if let (Some(limit), Some(amount)) = (limit, amount)
+            && amount > limit
+        {
+            return Err(ErrorData::new(rmcp::model::ErrorCode(-32012), "needs a person's approval", None));
+        }
         if request.name == "slow" && self.state.hang.load(Ordering::SeqCst) {
             tokio::select! {
                 _ = context.ct.cancelled() => {
