@@ -248,3 +248,24 @@ async fn a_person_is_asked_only_about_a_refund_the_shop_would_make() {
     assert!(matches!(err, ToolError::ApprovalRequired(ref a) if a.amount_cents == 1_000), "{err:?}");
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
 }
+
+/// Issue 17 point 11b: an approval moves its money once, whatever key it is presented with. One
+/// operator's token for a refund of 10, presented with four idempotency keys, refunds 10.
+#[tokio::test]
+async fn one_approval_presented_with_four_keys_refunds_once() {
+    let s = stack().await;
+    let token = approved(&s, "C106", "A1007", 1_000);
+    let mut refused = 0;
+    for key in ["conv-demo/w01/1", "conv-demo/w01/2", "conv-demo/w01/3", "replayed-key"] {
+        let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": key, "_approval": token});
+        match s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await {
+            Ok(out) if !out.is_error => {}
+            Ok(_) | Err(ToolError::ApprovalRefused(_)) => refused += 1,
+            Err(other) => panic!("{key}: {other:?}"),
+        }
+    }
+    let refunds = s.shop.refunds().await.unwrap();
+    let moved: i64 = refunds.iter().map(|r| r.amount_cents).sum();
+    assert_eq!((refunds.len(), moved, refused), (1, 1_000, 3), "one approval, one refund: {refunds:?}");
+    assert_eq!(refunds[0].idempotency_key, "conv-demo/w01/1");
+}
