@@ -105,4 +105,9 @@ pub struct RefundArgs {
     /// header and never this value.
     #[serde(default)]
     pub consent_limit_cents: Option<i64>,
+    /// The approval a person gave for this refund, from the gateway's `x-swarm-approval-id`
+    /// header only: never an argument, never in the schema.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub approval_id: Option<String>,
 }

@@ -19,7 +19,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::access::{
-    APPROVAL_REQUIRED, CONSENT_LIMIT_HEADER, CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, header_text,
+    APPROVAL_ID_HEADER, APPROVAL_REQUIRED, CONSENT_LIMIT_HEADER, CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess,
+    header_text,
 };
 use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use crate::error::{Refusal, ShopError};
@@ -224,6 +225,7 @@ impl ShopTools {
                 return Ok(refusal_result(&format!("{CONSENT_LIMIT_HEADER} must be a whole number of cents")));
             }
         };
+        args.approval_id = header_text(&parts.headers, APPROVAL_ID_HEADER).map(str::to_owned);
         match self.shop.refund(&args).await {
             Err(Refusal::NeedsApproval(message)) => {
                 tracing::info!(tool = "refund", customer_id = %args.customer_id, outcome = "needs_approval", "tool call refused");

@@ -24,6 +24,10 @@ use crate::protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits};
 /// (`side_effects.<tool>.consent.above`). Absent on a call a person approved.
 pub const HEADER_CONSENT_LIMIT: &str = "x-swarm-consent-limit-cents";
 
+/// The header carrying, on a call a person approved, the approval's id to the upstream: the
+/// upstream pays one approval once, whatever key it is presented with.
+pub const HEADER_APPROVAL_ID: &str = "x-swarm-approval-id";
+
 /// A `tools/call` answer with `is_error: true` and text `{"error": message}`.
 pub fn error_result(message: &str) -> CallToolResult {
     let text = serde_json::json!({ "error": message }).to_string();
@@ -252,6 +256,9 @@ fn call_facts<'a>(
     else {
         return Err(Refusal::NoConsentHeaders { tool: tool.to_owned() });
     };
+    // The idempotency guard ran first: a side-effecting call without its key never gets here.
+    let idempotency_key =
+        headers.get(HEADER_IDEMPOTENCY_KEY).ok_or_else(|| Refusal::NoIdempotencyKey { tool: tool.to_owned() })?;
     let order_id = arguments
         .get(&consent.order_arg)
         .and_then(serde_json::Value::as_str)
@@ -265,7 +272,7 @@ fn call_facts<'a>(
         .ok_or_else(|| Refusal::NoAmount { amount_arg: consent.amount_arg.clone() })?;
     // The MCP edge speaks decimals; an approval is for whole cents.
     let amount_cents = (amount * 100.0).round() as i64;
-    Ok(CallFacts { conversation_id, customer_id, tool, order_id, amount_cents })
+    Ok(CallFacts { conversation_id, customer_id, tool, order_id, amount_cents, idempotency_key })
 }
 
 /// What consent lets through, and on which terms.
@@ -279,7 +286,8 @@ pub enum Consent {
 }
 
 /// Consent before money moves: a call carrying an approval token must carry a valid one for
-/// exactly this approval, conversation, customer, tool, order and amount; a call without one goes
+/// exactly this approval, conversation, customer, tool, order, amount and idempotency key (the
+/// upstream learns the approval id and pays it once); a call without one goes
 /// upstream limited by the threshold ([`Consent::Limited`]). The upstream makes its own checks
 /// first (the order is the customer's, the amount is refundable, the window is open) and then
 /// holds the limit against the order's refunds so far: a person is asked only about a call that
@@ -313,11 +321,15 @@ pub fn consent(
 }
 
 impl Consent {
-    /// Puts the limit of a call without approval into `arg` and its header; answers the action a
-    /// person would approve (`None` for an approved call).
+    /// Puts the limit of a call without approval into `arg` and its header, or the approval's id
+    /// into the header of an approved one; answers the action a person would approve (`None`
+    /// for an approved call).
     pub fn apply(self, arg: &str, arguments: &mut JsonObject, forward: &mut Forward) -> Option<ProposedAction> {
         match self {
-            Self::Approved(_) => None,
+            Self::Approved(approval_id) => {
+                forward.push(HEADER_APPROVAL_ID, &approval_id);
+                None
+            }
             Self::Limited { limit_cents, action } => {
                 arguments.insert(arg.to_owned(), limit_cents.into());
                 forward.push(HEADER_CONSENT_LIMIT, &limit_cents.to_string());

@@ -24,6 +24,7 @@ fn token(customer: &str, order: &str, amount_cents: i64, expires_at_ms: i64) -> 
         tool: "shop__refund",
         order_id: order,
         amount_cents,
+        idempotency_key: "swarm:conv-test:w01:1",
         expires_at_ms,
     })
 }
@@ -96,8 +97,11 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
     assert_eq!(calls.len(), 1);
     assert!(calls[0].arguments.get("_approval").is_none(), "the token never goes upstream");
 
-    // The same token for another amount, order or customer; an expired one; one signed with another key.
+    // The same token for another amount, order, customer or idempotency key; an expired one; one signed with another key.
+    let mut under_another_key = refund("A1033", 1874.0, Some(&good));
+    under_another_key["_idempotency_key"] = json!("swarm:conv-test:w01:2");
     let refused = [
+        (ctx("refund", "C104"), under_another_key),
         (ctx("refund", "C104"), refund("A1033", 5000.0, Some(&good))),
         (ctx("refund", "C104"), refund("A1034", 1874.0, Some(&good))),
         (ctx("refund", "C105"), refund("A1033", 1874.0, Some(&good))),
@@ -114,6 +118,7 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
                     tool: "shop__refund",
                     order_id: "A1033",
                     amount_cents: 187_400,
+                    idempotency_key: "swarm:conv-test:w01:1",
                     expires_at_ms: later,
                 })),
             ),

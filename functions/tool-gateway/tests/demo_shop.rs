@@ -46,8 +46,8 @@ async fn stack_with(above_cents: Option<i64>) -> Stack {
     Stack { shop, shop_url, tools, tokens }
 }
 
-/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` in conversation `conv-demo`.
-fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String {
+/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` under `key` in conversation `conv-demo`.
+fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64, key: &str) -> String {
     ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
         approval_id: "conv-demo.w01.1",
         conversation_id: "conv-demo",
@@ -55,6 +55,7 @@ fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String
         tool: "shop__refund",
         order_id: order,
         amount_cents,
+        idempotency_key: key,
         expires_at_ms: now_ms() + 60_000,
     })
 }
@@ -130,7 +131,7 @@ async fn every_refund_waits_for_approval_and_with_it_runs_once_per_idempotency_k
     );
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged until a person approves");
     let mut with_token = args.clone();
-    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000));
+    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1"));
     for _ in 0..2 {
         let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", with_token.clone(), T).await.unwrap();
         assert!(!out.is_error, "{}", out.text);
@@ -169,7 +170,7 @@ async fn the_shop_refuses_a_direct_call_without_the_gateways_credential_and_move
         .auth_header("0000000000000000000000000000000000000000000000000000000000000000");
     assert!(().serve(StreamableHttpClientTransport::from_config(config)).await.is_err());
     // Through the gateway, as the refund role and with an operator's approval, it works (once).
-    let token = approved(&s, "C106", "A1007", 1_000);
+    let token = approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1");
     let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);
@@ -181,7 +182,7 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
     let s = stack().await;
     // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say —
     // not even with an operator's approval for C104.
-    let token = approved(&s, "C104", "A1007", 1_000);
+    let token = approved(&s, "C104", "A1007", 1_000, "conv-probe/w01/1");
     let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
     assert!(out.is_error);
@@ -250,11 +251,12 @@ async fn a_person_is_asked_only_about_a_refund_the_shop_would_make() {
 }
 
 /// Issue 17 point 11b: an approval moves its money once, whatever key it is presented with. One
-/// operator's token for a refund of 10, presented with four idempotency keys, refunds 10.
+/// operator's token for a refund of 10, presented with four idempotency keys, refunds 10: it binds
+/// its key (the gateway refuses it with another), and the shop pays one approval once.
 #[tokio::test]
 async fn one_approval_presented_with_four_keys_refunds_once() {
     let s = stack().await;
-    let token = approved(&s, "C106", "A1007", 1_000);
+    let token = approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1");
     let mut refused = 0;
     for key in ["conv-demo/w01/1", "conv-demo/w01/2", "conv-demo/w01/3", "replayed-key"] {
         let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": key, "_approval": token});

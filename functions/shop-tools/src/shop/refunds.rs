@@ -35,7 +35,9 @@ impl Shop {
     /// Refunds (part of) a delivered, paid order within the refund window.
     ///
     /// Idempotent by `(customer_id, idempotency_key)`: a repeated key returns the first
-    /// receipt and moves no money; the same key for another order or amount is refused.
+    /// receipt and moves no money; the same key for another order or amount is refused. A
+    /// refund a person approved (`approval_id`, from the gateway) is recorded with its approval,
+    /// which pays one refund: the same approval under another key is refused.
     /// The checks are made against the ledger's totals of the order and the refund is recorded
     /// conditional on those totals and on the key being new (one conditional write on
     /// DynamoDB), so concurrent calls — on any instance — cannot refund the same money twice.
@@ -83,6 +85,14 @@ impl Shop {
                     return Ok(record.receipt());
                 }
                 LedgerWrite::KeyTaken(first) => return Self::replay(&first, order, key, wanted),
+                LedgerWrite::ApprovalUsed => {
+                    tracing::warn!(order_id = %order.order_id, "an approval already paid under another key was presented again");
+                    return Err(Refusal::Refused(format!(
+                        "this approval already paid a refund of order {} under another idempotency key; an approval \
+                         pays one refund, nothing was refunded",
+                        order.order_id
+                    )));
+                }
                 // Another refund of this order landed first: check again against the new totals.
                 LedgerWrite::OrderChanged => continue,
             }
@@ -159,6 +169,7 @@ impl Shop {
             refunded_total_cents: refunded + amount,
             reason: request.reason.as_ref().map(|r| r.trim().to_string()).filter(|r| !r.is_empty()),
             idempotency_key: key.to_string(),
+            approval_id: request.approval_id.clone(),
         })
     }
 

@@ -213,7 +213,7 @@ pub struct SideEffectConfig {
 /// would take the order's refunds so far past the limit — so a person is asked only about a call
 /// that could run, and the threshold holds for the order, not for one call. A call with an
 /// approval token goes upstream without a limit only if the token is valid for exactly its
-/// approval, conversation, customer, tool, order and amount. An upstream tool that does not take
+/// approval, conversation, customer, tool, order, amount and idempotency key. An upstream tool that does not take
 /// `limit_arg` is not exposed (it could not hold the limit).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
