@@ -43,6 +43,7 @@ swarm_tests::on_both_backends!(
     refunds_split_under_the_threshold_move_no_more_than_it_without_an_operator,
     an_operator_is_asked_only_about_a_refund_the_shop_would_make,
     an_approved_refund_replayed_under_other_keys_moves_its_money_once,
+    a_customer_principal_approving_its_own_refund_moves_no_money,
 );
 
 /// The offline model, except that a refund it asks for is of `amount` (a model following "refund 5000 yuan"),
@@ -550,5 +551,68 @@ async fn an_approved_refund_replayed_under_other_keys_moves_its_money_once(backe
     let subtask = refund_subtask(&done);
     assert_eq!(keys, [format!("swarm:{}:{}:1", done.conversation_id, subtask.id)], "one approval, one refund");
     assert_eq!(refunds[0].amount_cents, 1_000);
+    stack.shutdown().await;
+}
+
+/// The operators of the IAM probes: the role `approvers` (any of its sessions).
+fn iam_operators(_directory: &Arc<dyn swarm_core::access::AccessStore>) -> orchestrator::OperatorAuth {
+    orchestrator::OperatorAuth::Iam
+}
+
+/// `method path` as an IAM-signed caller (`user_id`, `arn`), as API Gateway hands it to the
+/// orchestrator's router through lambda_http; answers `(status, body)`.
+async fn signed_call(
+    router: &axum::Router,
+    method: &str,
+    path: &str,
+    body: &str,
+    caller: (&str, &str),
+) -> (u16, Value) {
+    let event = serde_json::json!({
+        "version": "2.0", "routeKey": format!("{method} {path}"), "rawPath": path, "rawQueryString": "",
+        "headers": {"content-type": "application/json", "host": "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com"},
+        "requestContext": {"accountId": "123456789012", "apiId": "a1b2c3d4e5", "stage": "$default",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7"},
+            "authorizer": {"iam": {"userId": caller.0, "userArn": caller.1, "accountId": "123456789012"}},
+            "requestId": "probe", "routeKey": format!("{method} {path}"), "time": "01/Jan/2025:00:00:00 +0000",
+            "timeEpoch": 1735689600000_i64},
+        "isBase64Encoded": false, "body": body
+    });
+    let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+    swarm_local::http::call(router.clone(), request).await.unwrap()
+}
+
+/// Issue 17 point 11c: with IAM callers, a customer whose principal holds an `execute-api:Invoke`
+/// grant on the approvals routes cannot approve its own refund; nothing moves until an operator does.
+async fn a_customer_principal_approving_its_own_refund_moves_no_money(backend: BackendChoice) {
+    use swarm_core::access::Principal;
+    let stack = start(StackOptions { backend, ..StackOptions::default() }).await;
+    let access = stack.access();
+    access.map_customer(&Principal::parse("iam:AIDACUSTOMERC108").unwrap(), "C108").await.unwrap();
+    let api =
+        orchestrator::router(stack.api_state(orchestrator::Auth::Iam(access.clone()), Some(iam_operators(&access))));
+    let customer = ("AIDACUSTOMERC108", "arn:aws:iam::123456789012:user/customer-c108");
+    let (status, created) =
+        signed_call(&api, "POST", "/conversations", r#"{"message": "Please refund order A1033."}"#, customer).await;
+    assert_eq!(status, 202, "{created}");
+    let id = created["conversation_id"].as_str().unwrap().to_owned();
+    let view = stack.wait_finished(&id, PATIENCE).await.unwrap();
+    let approval = view.approvals[0].approval_id.clone();
+    let decision = r#"{"decision": "approve"}"#;
+    let (status, body) = signed_call(&api, "POST", &format!("/approvals/{approval}"), decision, customer).await;
+    assert_eq!(status, 403, "a customer is never an operator: {body}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stack.shop.refunds().await.unwrap().is_empty(), "nothing moved without an operator");
+    let after = stack.view(&id).await.unwrap();
+    assert_eq!(after.approvals[0].status, swarm_core::approval::ApprovalStatus::Pending);
+    // An operator decides: it runs, once.
+    let operator = ("AROAAPPROVERS:alice", "arn:aws:sts::123456789012:assumed-role/approvers/alice");
+    let (status, body) = signed_call(&api, "POST", &format!("/approvals/{approval}"), decision, operator).await;
+    assert_eq!(status, 200, "{body}");
+    until(&stack, &id, "the approved refund ran", |v| {
+        v.approvals[0].status == swarm_core::approval::ApprovalStatus::Executed
+    })
+    .await;
+    assert_eq!(stack.shop.refunds().await.unwrap().len(), 1);
     stack.shutdown().await;
 }
