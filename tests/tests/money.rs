@@ -555,8 +555,10 @@ async fn an_approved_refund_replayed_under_other_keys_moves_its_money_once(backe
 }
 
 /// The operators of the IAM probes: the role `approvers` (any of its sessions).
-fn iam_operators(_directory: &Arc<dyn swarm_core::access::AccessStore>) -> orchestrator::OperatorAuth {
-    orchestrator::OperatorAuth::Iam
+fn iam_operators(directory: &Arc<dyn swarm_core::access::AccessStore>) -> orchestrator::OperatorAuth {
+    use orchestrator::api::{IamOperators, OperatorAllowlist};
+    let list = OperatorAllowlist::parse("arn:aws:iam::123456789012:role/approvers").unwrap();
+    orchestrator::OperatorAuth::Iam(IamOperators::new(&list, directory.clone()))
 }
 
 /// `method path` as an IAM-signed caller (`user_id`, `arn`), as API Gateway hands it to the

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use lambda_http::aws_lambda_events::apigw::ApiGatewayV2httpRequestContext;
 use lambda_http::request::RequestContext;
-use orchestrator::api::{Auth, OperatorAuth};
+use orchestrator::api::{Auth, IamOperators, OperatorAllowlist, OperatorAuth};
 use orchestrator::{ApiState, Approvals, Orchestrator, OrchestratorSettings};
 use serde_json::{Value, json};
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
@@ -79,8 +79,9 @@ async fn rig() -> Rig {
 }
 
 /// The operators: the IAM role `approvers` (any of its sessions) and the IAM user `ops-lead`.
-fn operators(_directory: &Arc<InMemoryConversationStore>) -> OperatorAuth {
-    OperatorAuth::Iam
+fn operators(directory: &Arc<InMemoryConversationStore>) -> OperatorAuth {
+    let list = format!("arn:aws:iam::{ACCOUNT}:role/approvers, arn:aws:iam::{ACCOUNT}:user/ops-lead");
+    OperatorAuth::Iam(IamOperators::new(&OperatorAllowlist::parse(&list).unwrap(), directory.clone()))
 }
 
 /// An HTTP API request as lambda_http hands it over after IAM authorization of `user_id` / `arn`.
@@ -137,6 +138,17 @@ async fn a_signed_caller_that_is_not_a_configured_operator_decides_nothing() {
     let r = rig().await;
     let (got, body) = status(&r.router, approve("AIDAINTERN", &format!("arn:aws:iam::{ACCOUNT}:user/intern"))).await;
     assert_eq!(got, StatusCode::FORBIDDEN, "{body}");
+    // An operator's principal mapped to a customer is a customer: never an operator.
+    r.store.map_customer(&Principal::parse("iam:AIDAOPSLEAD").unwrap(), "C104").await.unwrap();
+    let lead = approve("AIDAOPSLEAD", &format!("arn:aws:iam::{ACCOUNT}:user/ops-lead"));
+    assert_eq!(status(&r.router, lead).await.0, StatusCode::FORBIDDEN);
+    // No IAM caller at all.
+    let unsigned = Request::builder()
+        .method("POST")
+        .uri(format!("/approvals/{APPROVAL}"))
+        .body(Body::from(r#"{"decision": "approve"}"#))
+        .unwrap();
+    assert_eq!(status(&r.router, unsigned).await.0, StatusCode::UNAUTHORIZED);
     still_pending(&r).await;
 }
 

@@ -78,7 +78,7 @@ impl Function {
         const BASE: [(&str, Local); 2] = [("TRACE_EXPORT", Param("TraceExport")), ("TABLE_NAME", Table)];
         const GATEWAY: [(&str, Local); 2] =
             [("GATEWAY_URL", GatewayUrl), ("GATEWAY_URL_AUTH", Param("GatewayUrlAuth"))];
-        const ORCHESTRATOR: [(&str, Local); 18] = [
+        const ORCHESTRATOR: [(&str, Local); 19] = [
             BASE[0],
             BASE[1],
             ("DEADLINE_SECS", Param("DeadlineSecs")),
@@ -97,6 +97,7 @@ impl Function {
             ("GATEWAY_TOKEN_SECRET_ARN", Secret(LocalSecret::PlannerToken)),
             ("WORKER_ROLE", Literal("planner")),
             ("APPROVAL_KEY_SECRET_ARN", Secret(LocalSecret::ApprovalKey)),
+            ("OPERATOR_PRINCIPALS", Param("OperatorPrincipalArns")),
         ];
         const WORKER: [(&str, Local); 11] = [
             BASE[0],
@@ -254,6 +255,8 @@ impl LocalValues {
             ("JwtCustomerClaim", "sub"),
             ("JwtCustomerMapping", "table"),
             ("GatewayUrlAuth", "NONE"),
+            // Locally operators hold the stack's operator token; nobody is an IAM operator.
+            ("OperatorPrincipalArns", ""),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
