@@ -498,7 +498,7 @@ impl Gateway {
         if let Some(state) = transition {
             self.inner.metrics.record_breaker(upstream, state);
         }
-        if let (Err(UpstreamError::Protocol(e)), Some(action)) = (&result, asks_for)
+        if let (Err(UpstreamError::Protocol(e)), Some(refusal)) = (&result, asks_for)
             && e.code.0 == APPROVAL_REQUIRED
         {
             // The upstream held the consent limit against the order's refunds so far.
@@ -508,7 +508,7 @@ impl Gateway {
                 code = APPROVAL_REQUIRED,
                 "side effect needs approval: the order's consent limit"
             );
-            return (Outcome::Refused, Refusal::ApprovalRequired(action).answer());
+            return (Outcome::Refused, refusal.answer());
         }
         answer_of(result, tool.side_effecting, name, upstream)
     }
@@ -520,8 +520,8 @@ struct Admitted<'a> {
     tool: Arc<ExposedTool>,
     arguments: JsonObject,
     headers: RequestHeaders,
-    /// What a person must approve should the upstream answer that the order's consent limit is reached.
-    asks_for: Option<swarm_core::approval::ProposedAction>,
+    /// The refusal to answer should the upstream find the order's consent limit reached.
+    asks_for: Option<Refusal>,
 }
 
 /// The caller's answer to what the upstream did, and how the call is counted.

@@ -7,8 +7,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, JsonObject};
 use swarm_adapters::mcp::{
-    APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID,
-    HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
+    APPROVAL_REASON_FROM, APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID,
+    HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
 };
 use swarm_core::access::is_canonical_customer_id;
 use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction, TokenError};
@@ -59,8 +59,11 @@ pub enum Refusal {
     NoApprovalKey { tool: String },
     /// The approval token is not valid for exactly this call.
     ApprovalRefused(TokenError),
-    /// A person must approve exactly this action first (the upstream found it could run, past the order's consent limit).
-    ApprovalRequired(ProposedAction),
+    /// A person must approve exactly this action first (the upstream found it could run, past the
+    /// order's consent limit). The action carries no reason: that is model text quoting the
+    /// customer, and an error's data reaches logs (rmcp logs every error response at WARN); the
+    /// caller reads it from its own call's `reason_arg`.
+    ApprovalRequired { action: ProposedAction, reason_arg: String },
     /// The tool's or the gateway's call rate is exhausted.
     RateLimited { hit: LimitHit, tool: String },
     /// The upstream's breaker is open (or its half-open probe is out).
@@ -104,7 +107,7 @@ impl Refusal {
             ),
             Self::NoApprovalKey { tool } => format!("tool {tool} needs consent and this gateway has no approval key"),
             Self::ApprovalRefused(e) => e.to_string(),
-            Self::ApprovalRequired(action) => format!(
+            Self::ApprovalRequired { action, .. } => format!(
                 "approval required: {} of {} on order {} needs a person's approval first; it was not executed",
                 action.tool,
                 action.amount(),
@@ -125,14 +128,22 @@ impl Refusal {
     }
 
     /// The answer to the caller: a result the model reads, or a typed MCP error (an unknown tool;
-    /// consent, which the worker acts on by code).
+    /// consent, which the worker acts on by code). An approval's `data` is
+    /// `{tool, order_id, amount_cents, reason_from}`: the validated facts and the name of the
+    /// argument holding the reason, never the reason itself.
     pub fn answer(self) -> Result<CallToolResult, ErrorData> {
         let text = self.text();
         match self {
             Self::UnknownTool(_) => Err(ErrorData::invalid_params(text, None)),
             Self::ApprovalRefused(_) => Err(ErrorData::new(ErrorCode(APPROVAL_REFUSED), text, None)),
-            Self::ApprovalRequired(action) => {
-                Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), text, serde_json::to_value(&action).ok()))
+            Self::ApprovalRequired { action, reason_arg } => {
+                let data = serde_json::json!({
+                    "tool": action.tool,
+                    "order_id": action.order_id,
+                    "amount_cents": action.amount_cents,
+                    (APPROVAL_REASON_FROM): reason_arg,
+                });
+                Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), text, Some(data)))
             }
             _ => Ok(error_result(&text)),
         }
@@ -145,7 +156,7 @@ impl Refusal {
             Self::ApprovalRefused(_) => {
                 tracing::info!(tool, role, code = APPROVAL_REFUSED, "side effect refused before dispatch: consent")
             }
-            Self::ApprovalRequired(_) => {
+            Self::ApprovalRequired { .. } => {
                 tracing::info!(tool, role, code = APPROVAL_REQUIRED, "side effect refused before dispatch: consent")
             }
             _ => tracing::warn!(tool, role, reason = self.text().as_str(), "tool call refused"),
@@ -281,8 +292,9 @@ pub enum Consent {
     /// A person approved exactly this call (its token named this approval).
     Approved(String),
     /// No approval: the call goes upstream with `limit_cents` as its consent limit; when the
-    /// upstream answers that the order's refunds would pass it, `action` is what a person must approve.
-    Limited { limit_cents: i64, action: ProposedAction },
+    /// upstream answers that the order's refunds would pass it, `action` is what a person must
+    /// approve (its reason in the call's `reason_arg`).
+    Limited { limit_cents: i64, action: ProposedAction, reason_arg: String },
 }
 
 /// Consent before money moves: a call carrying an approval token must carry a valid one for
@@ -315,25 +327,24 @@ pub fn consent(
             }
         };
     }
-    let reason = ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
-    let action = ProposedAction { tool: tool.to_owned(), order_id: order_id.to_owned(), amount_cents, reason };
-    Ok(Consent::Limited { limit_cents: consent.above_cents, action })
+    let action = ProposedAction { tool: tool.to_owned(), order_id: order_id.to_owned(), amount_cents, reason: None };
+    Ok(Consent::Limited { limit_cents: consent.above_cents, action, reason_arg: consent.reason_arg.clone() })
 }
 
 impl Consent {
     /// Puts the limit of a call without approval into `arg` and its header, or the approval's id
-    /// into the header of an approved one; answers the action a person would approve (`None`
-    /// for an approved call).
-    pub fn apply(self, arg: &str, arguments: &mut JsonObject, forward: &mut Forward) -> Option<ProposedAction> {
+    /// into the header of an approved one; answers the refusal to give should the upstream find
+    /// the order's limit reached (`None` for an approved call).
+    pub fn apply(self, arg: &str, arguments: &mut JsonObject, forward: &mut Forward) -> Option<Refusal> {
         match self {
             Self::Approved(approval_id) => {
                 forward.push(HEADER_APPROVAL_ID, &approval_id);
                 None
             }
-            Self::Limited { limit_cents, action } => {
+            Self::Limited { limit_cents, action, reason_arg } => {
                 arguments.insert(arg.to_owned(), limit_cents.into());
                 forward.push(HEADER_CONSENT_LIMIT, &limit_cents.to_string());
-                Some(action)
+                Some(Refusal::ApprovalRequired { action, reason_arg })
             }
         }
     }
@@ -378,11 +389,18 @@ mod tests {
         assert_eq!((unknown.code, unknown.message.as_ref()), (ErrorCode::INVALID_PARAMS, "unknown tool nope"));
         let action =
             ProposedAction { tool: "shop__refund".into(), order_id: "A1".into(), amount_cents: 79_700, reason: None };
-        let required = answer(Refusal::ApprovalRequired(action)).unwrap_err();
+        let required = answer(Refusal::ApprovalRequired { action, reason_arg: "reason".into() }).unwrap_err();
         assert_eq!(required.code, ErrorCode(APPROVAL_REQUIRED));
         assert_eq!(
             required.message,
             "approval required: shop__refund of 797.00 on order A1 needs a person's approval first; it was not executed"
+        );
+        assert_eq!(
+            required.data,
+            Some(
+                serde_json::json!({"tool": "shop__refund", "order_id": "A1", "amount_cents": 79_700, "reason_from": "reason"})
+            ),
+            "the facts and where the reason is, never model text"
         );
         let refused = answer(Refusal::ApprovalRefused(TokenError::Expired)).unwrap_err();
         assert_eq!(refused.code, ErrorCode(APPROVAL_REFUSED));
