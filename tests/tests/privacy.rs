@@ -162,3 +162,15 @@ fn the_customers_words_reach_no_log_line_and_no_span_on_the_emulator() {
         no_customer_words_in("emulator", false);
     }
 }
+
+#[test]
+fn a_provider_error_quoting_the_customer_reaches_no_log_line_and_no_span_on_the_embedded_backend() {
+    no_customer_words_in("embedded", true);
+}
+
+#[test]
+fn a_provider_error_quoting_the_customer_reaches_no_log_line_and_no_span_on_the_emulator() {
+    if swarm_tests::emulator_endpoint("privacy on the emulator").is_some() {
+        no_customer_words_in("emulator", true);
+    }
+}
