@@ -949,8 +949,10 @@ impl Worker {
             RecordOutcome::Recorded(written) => {
                 obs::metrics::subtask_finished(&result);
                 faults::at(CrashPoint::WorkerAfterRecordResult).await;
-                if let SubtaskResult::Failed { kind, reason } = &result {
-                    tracing::warn!(kind = kind.code(), reason = %reason, "subtask failed");
+                if let SubtaskResult::Failed { kind, .. } = &result {
+                    // The reason is stored, never logged: it can hold a provider's or a tool's words,
+                    // which quote the customer.
+                    tracing::warn!(kind = kind.code(), "subtask failed");
                 }
                 tracing::info!(
                     status = status.as_str(),
@@ -1393,7 +1395,7 @@ impl Worker {
                     }
                 }
                 Err(CallError::Failed(e)) => {
-                    tracing::warn!(error = %e, "language model failed");
+                    tracing::warn!(error = %e.log_safe(), "language model failed");
                     return LoopEnd::Done(SubtaskResult::failed(
                         FailureKind::ModelFailed,
                         format!("the language model failed: {e}"),
