@@ -1,44 +1,43 @@
-//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ and sweep mode: they hold neither secret), then the SQS handler or the sweep's (telemetry flushed after every invocation).
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store and queues; in tasks mode the models and gateway client and the tasks worker, in DLQ and sweep mode the closer alone (no model, no tool: they hold neither secret); then the SQS handler or the sweep's (telemetry flushed after every invocation).
 
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
-use swarm_core::ports::{ChatModel, ToolGateway};
-use worker::unused::{NoModel, NoTools};
-use worker::{Worker, WorkerConfig, WorkerMode, handler};
+use worker::{Closer, MessageHandler, Worker, WorkerConfig, WorkerMode, handler};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let telemetry = swarm_adapters::telemetry::function("worker")?;
     let config = WorkerConfig::from_env()?;
     let aws = AwsClients::from_env().await;
-    let (main_model, sub_model, tools): (Arc<dyn ChatModel>, Arc<dyn ChatModel>, Arc<dyn ToolGateway>) =
-        match &config.gateway {
-            Some(gateway) => {
-                let models = config.llm.models(&config.secrets).await?;
-                (models.main, models.sub, gateway.connect(&config.secrets).await?)
-            }
-            None => (Arc::new(NoModel), Arc::new(NoModel), Arc::new(NoTools)),
-        };
     let (store, queues) = (aws.store(&config.table), aws.queues(&config.queues));
-    let core = Arc::new(Worker::new(store, queues, main_model, sub_model, tools, config.settings()));
-    let mode = config.mode;
-    if mode == WorkerMode::Sweep {
-        return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-            let (core, telemetry) = (core.clone(), telemetry.clone());
-            async move {
-                let answer = handler::sweep(&core, event).await;
-                telemetry.flush().await;
-                answer
-            }
-        }))
-        .await;
-    }
+    let function: Arc<dyn MessageHandler> = match config.mode {
+        WorkerMode::Tasks => {
+            // The config requires the gateway in tasks mode.
+            let gateway = config.gateway.as_ref().ok_or("WORKER_MODE=tasks runs without a gateway client")?;
+            let models = config.llm.models(&config.secrets).await?;
+            let tools = gateway.connect(&config.secrets).await?;
+            Arc::new(Worker::new(store, queues, models.main, models.sub, tools, config.settings()))
+        }
+        WorkerMode::Sweep => {
+            let closer = Arc::new(Closer::new(store, queues, &config.settings()));
+            return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+                let (closer, telemetry) = (closer.clone(), telemetry.clone());
+                async move {
+                    let answer = handler::sweep(&closer, event).await;
+                    telemetry.flush().await;
+                    answer
+                }
+            }))
+            .await;
+        }
+        WorkerMode::DeadLetters => Arc::new(Closer::new(store, queues, &config.settings())),
+    };
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (core, telemetry) = (core.clone(), telemetry.clone());
+        let (function, telemetry) = (function.clone(), telemetry.clone());
         async move {
-            let answer = handler::handle(&core, mode, event).await;
+            let answer = handler::handle(function.as_ref(), event).await;
             // The sandbox freezes after the response: spans and metrics go out now or never.
             telemetry.flush().await;
             answer

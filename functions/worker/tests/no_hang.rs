@@ -22,7 +22,7 @@ use swarm_core::ports::{
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
-use worker::{Outcome, SweepReport, Worker, WorkerMode, WorkerSettings};
+use worker::{Closer, Outcome, SweepReport, Worker, WorkerSettings};
 
 fn subtask(id: &str, depends_on: &[&str]) -> Subtask {
     Subtask {
@@ -237,7 +237,7 @@ async fn a_message_reported_for_retry_comes_back_after_the_retry_visibility_not_
     .unwrap();
     let mut context = lambda_runtime::Context::default();
     context.deadline = (now_ms() as u64) + 60_000;
-    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(event, context)).await.unwrap();
+    let response = worker::handler::handle(&w, LambdaEvent::new(event, context)).await.unwrap();
     assert_eq!(response.batch_item_failures.len(), 1);
 
     let sent_back = tokio::time::Instant::now();
@@ -283,7 +283,7 @@ async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answer
     assert_eq!(deadline_messages(&tasks, &id).await, 1, "re-armed");
     // Nothing answered since: this run aggregates itself, through the lease, and stops re-arming.
     let second = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
-    assert_eq!(second, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(second, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
     assert!(conv.lease.unwrap().holder.starts_with("deadline:"));
@@ -306,7 +306,7 @@ async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
     let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
 
-    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(outcome, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
     assert_eq!(conv.reply.as_deref(), Some("A1029 is paid."));
@@ -346,7 +346,9 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     // Not due yet.
     let young = running(&store, vec![subtask("w01", &[])], 0, 120).await;
     let tasks = queue("tasks", 30);
-    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+    // The sweeper: the closer alone (no model, no tools).
+    let settings = WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() };
+    let w = Closer::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), &settings);
     let report = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
 
     assert_eq!(report, SweepReport { found: 3, answered: 2, moved: 1, unfinished: 0, errors: 0 });

@@ -25,7 +25,7 @@ use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::{DEFAULT_ROLE, PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
-use worker::{SweepReport, Worker, WorkerMode, WorkerSettings};
+use worker::{Closer, MessageHandler, SweepReport, Worker, WorkerMode, WorkerSettings};
 
 use crate::http;
 use crate::platform::chaos::Chaos;
@@ -276,13 +276,16 @@ impl LocalStack {
             )
             .with_limits(backend.access(), options.limits),
         );
+        let (worker_store, worker_settings) = (wrapped(&options.wrap_store), WorkerSettings::from_timings(&timings));
+        // The DLQ consumer and the sweeper: the closer alone (no model, no tools).
+        let closer = Arc::new(Closer::new(worker_store.clone(), queues.clone(), &worker_settings));
         let worker = Arc::new(Worker::new(
-            wrapped(&options.wrap_store),
+            worker_store,
             queues,
             models.main.clone(),
             models.sub.clone(),
             worker_tools,
-            WorkerSettings::from_timings(&timings),
+            worker_settings,
         ));
         let aggregator = Arc::new(Aggregator::new(
             wrapped(&options.wrap_aggregator_store),
@@ -328,7 +331,10 @@ impl LocalStack {
                 function,
                 consumer: handles.consumer.clone(),
                 mode,
-                worker: worker.clone(),
+                worker: match mode {
+                    WorkerMode::Tasks => worker.clone() as Arc<dyn MessageHandler>,
+                    WorkerMode::DeadLetters | WorkerMode::Sweep => closer.clone(),
+                },
                 settings,
                 duplicate_deliveries: options.duplicate_deliveries,
                 faults: faults.clone(),
@@ -355,7 +361,7 @@ impl LocalStack {
         };
         background.push(tokio::spawn(trigger.run(shutdown_rx.clone())));
         let sweeper = Arc::new(Sweeper {
-            worker: worker.clone(),
+            worker: closer.clone(),
             period: timings.sweep.period,
             timeout: lambda_timeout(timings.sweep.timeout),
             faults: faults.clone(),

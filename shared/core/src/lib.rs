@@ -1,10 +1,11 @@
-//! The pure core of lambda-swarm: domain values, identity and limits (`access`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
+//! The pure core of lambda-swarm: domain values, identity and limits (`access`), the end of a conversation (`answer`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod access;
+pub mod answer;
 pub mod approval;
 pub mod domain;
 pub mod effects;

@@ -1,0 +1,132 @@
+//! Side effects, at most once and told truthfully: the journal (intent before dispatch, outcome after), replays with the entry's key while its outcome is unknown ([`Dispatcher`]), approvals a person must give (asked for by the dispatch, executed as recorded: [`ApprovedEffects`]), and the confirmation of outcomes still unknown.
+
+mod approved;
+mod dispatch;
+
+use std::sync::Arc;
+
+use swarm_core::domain::{SubtaskRecord, now_ms};
+use swarm_core::effects::{Effect, EffectState};
+use swarm_core::faults::{self, CrashPoint};
+use swarm_core::ports::{IntentOutcome, JournalStore, StoreError, ToolContext};
+use tokio::time::Instant;
+
+pub use self::approved::ApprovedEffects;
+pub use self::dispatch::{Dispatcher, EffectEnd};
+use crate::confirmations::Confirmations;
+
+/// The attempt a loop runs as: its lease holder (journal writes are conditional on it) and the
+/// subtask item's TTL (for the approvals it records).
+pub struct Attempt {
+    pub holder: String,
+    pub ttl: i64,
+}
+
+/// How one side-effecting call of the agent loop went.
+pub enum EffectRun {
+    /// Nothing more may happen in this attempt (why): the intent was refused (the subtask was
+    /// closed or taken over: nothing dispatched), or a write around the dispatch failed.
+    Stopped(String),
+    /// Journaled, dispatched (or replayed as recorded) and ended so.
+    Ended(EffectEnd),
+}
+
+/// The side effects of a subtask's attempts: journaled calls, re-runs and confirmations.
+pub struct SideEffects {
+    /// Where intents are recorded (conditional on the attempt's lease).
+    journal: Arc<dyn JournalStore>,
+    dispatcher: Arc<Dispatcher>,
+    confirmations: Confirmations,
+}
+
+impl SideEffects {
+    pub fn new(journal: Arc<dyn JournalStore>, dispatcher: Arc<Dispatcher>, confirmations: Confirmations) -> Self {
+        Self { journal, dispatcher, confirmations }
+    }
+
+    /// One side-effecting call of the loop: its intent into the journal (conditional on the
+    /// subtask being open and this attempt holding its lease), the dispatch with its positional
+    /// key, its outcome into the journal. A refused intent means someone else closed or took over
+    /// the subtask: nothing is dispatched and the loop stops.
+    pub async fn journal_and_dispatch(
+        &self,
+        ctx: &ToolContext,
+        attempt: &Attempt,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        ordinal: u32,
+        deadline: Instant,
+    ) -> EffectRun {
+        let fresh = Effect::intent(&ctx.conversation_id, &ctx.subtask_id, ordinal, tool, arguments, now_ms());
+        let stop = |why: String| EffectRun::Stopped(why);
+        let effect =
+            match self.journal.record_intent(&ctx.conversation_id, &ctx.subtask_id, &attempt.holder, &fresh).await {
+                Ok(IntentOutcome::Recorded) => fresh,
+                Ok(IntentOutcome::Existing(existing)) => existing,
+                Ok(IntentOutcome::Closed(_)) => return stop("the subtask was closed before its side effect".into()),
+                Ok(IntentOutcome::LeaseLost) => return stop("another attempt took the subtask over".into()),
+                Ok(IntentOutcome::Missing) => return stop("the subtask vanished".into()),
+                Err(e) => return stop(format!("the side effect's intent could not be recorded: {e}")),
+            };
+        faults::at(CrashPoint::WorkerAfterIntent).await;
+        tracing::info!(tool = %effect.tool, ordinal, "side effect dispatched");
+        let ended = match self.dispatcher.dispatch_recorded(ctx, &effect, None, attempt.ttl, deadline).await {
+            Ok(ended) => ended,
+            Err(e) => return stop(format!("the side effect's approval could not be recorded: {e}")),
+        };
+        if let Err(e) = self.dispatcher.record_end(ctx, &effect, &ended).await {
+            // Left as an intent: a redelivery replays it with the same key and learns its outcome.
+            return stop(format!("the side effect's outcome could not be recorded: {e}"));
+        }
+        EffectRun::Ended(ended)
+    }
+
+    /// A re-run of a subtask whose journal holds side effects: entries without an outcome are
+    /// replayed as recorded (same tool, arguments and key) to learn it. Answers the journal after
+    /// the replays.
+    pub async fn replay_intents(
+        &self,
+        ctx: &ToolContext,
+        record: &SubtaskRecord,
+        deadline: Instant,
+    ) -> Result<Vec<Effect>, StoreError> {
+        let mut effects = record.effects.clone();
+        for effect in effects.iter_mut().filter(|e| e.state == EffectState::Intent) {
+            let ended = self.dispatcher.dispatch_recorded(ctx, effect, None, record.ttl, deadline).await?;
+            if let Some(after) = self.dispatcher.record_end(ctx, effect, &ended).await? {
+                *effect = after;
+            }
+        }
+        Ok(effects)
+    }
+
+    /// Replays the journal's entries of a terminal subtask whose outcome is not known, recording
+    /// what they answer; one still unknown is confirmed again later (`attempt` replays so far).
+    /// Answers whether every outcome is known now.
+    pub async fn confirm_effects(
+        &self,
+        record: &SubtaskRecord,
+        customer_id: &str,
+        attempt: u32,
+        deadline: Instant,
+    ) -> Result<bool, StoreError> {
+        let ctx = ToolContext {
+            role: record.role.clone(),
+            customer_id: customer_id.to_owned(),
+            conversation_id: record.conversation_id.clone(),
+            subtask_id: record.subtask.id.clone(),
+        };
+        let mut still_unknown = false;
+        for effect in record.effects.iter().filter(|e| e.state == EffectState::Intent) {
+            let ended = self.dispatcher.dispatch_recorded(&ctx, effect, None, record.ttl, deadline).await?;
+            if matches!(ended, EffectEnd::Unknown) {
+                still_unknown = true;
+            }
+            self.dispatcher.record_end(&ctx, effect, &ended).await?;
+        }
+        if still_unknown {
+            self.confirmations.schedule(record, attempt + 1).await;
+        }
+        Ok(!still_unknown)
+    }
+}
