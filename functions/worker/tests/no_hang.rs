@@ -1,4 +1,4 @@
-//! The worker's part in "no conversation hangs", on embedded adapters: tool-call ids made unique before anything runs, a dependent never `QUEUED` without a message, a subtask that stops for the conversation's deadline, a retried message brought back with `ChangeMessageVisibility`, the deadline path that re-arms and aggregates through the lease, and the sweep. Timing rules run on tokio's paused clock.
+//! The worker's part in "no conversation hangs", on embedded adapters: tool-call ids made unique before anything runs, a dependent never `QUEUED` without a message, a subtask that stops for the conversation's deadline, a retried message brought back with `ChangeMessageVisibility`, the deadline path that re-arms and aggregates through the lease, the sweep, and the DLQ consumer as a closer alone. Timing rules run on tokio's paused clock.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -363,4 +363,41 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     assert_eq!(again, SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0 });
     assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Done);
     assert_eq!(w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await, SweepReport::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_dlq_consumer_is_a_closer_alone_and_records_a_dead_letter_failed_counted_and_its_dependent_skipped() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &["w01"])], 0, 120).await;
+    let tasks = queue("tasks", 30);
+    // No model, no gateway: the function holds neither.
+    let dlq = Closer::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), &WorkerSettings::default());
+    let response = worker::handler::handle(
+        &dlq,
+        LambdaEvent::new(
+            serde_json::from_value::<SqsEvent>(json!({"Records": [{
+                "messageId": "m1",
+                "body": serde_json::to_string(&TaskMessage::run(&id, &"w01".into())).unwrap(),
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tasks-dlq"
+            }]}))
+            .unwrap(),
+            lambda_runtime::Context::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
+
+    let w01 = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(w01.result.and_then(|r| r.failure_kind()), Some(FailureKind::DeadLetter));
+    let w02 = store.get_subtask(&id, &"w02".into()).await.unwrap().unwrap();
+    assert_eq!(w02.status, SubtaskStatus::Skipped, "its dependent is decided too");
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0, "both counted");
+    assert_eq!(
+        dlq.handle_dead_letter(TaskMessage::run(&id, &"w01".into())).await,
+        Outcome::Finished(SubtaskStatus::Failed),
+        "a duplicate dead letter finds it closed and counts nothing twice"
+    );
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(tasks.depth(), 0, "nothing enqueued: the dependent was skipped, not released");
 }
