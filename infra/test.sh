@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
+# The project's test command: starts the AWS emulator (moto; a second one enforcing IAM) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
 #        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
 #        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
@@ -8,6 +8,8 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 port="${MOTO_PORT:-5000}"
+# IAM is enforced server-wide, so the IAM-enforcing emulator is a second one, on a port of its own.
+iam_port="${MOTO_IAM_PORT:-$((port + 10))}"
 start_all=$SECONDS
 declare -a report=()
 failed=0
@@ -25,6 +27,7 @@ step() {
 
 finish() {
     infra/aws/moto.sh stop >/dev/null 2>&1 || true
+    MOTO_PORT="$iam_port" infra/aws/moto.sh stop >/dev/null 2>&1 || true
     echo
     echo "Test summary ($((SECONDS - start_all)) s):"
     for line in "${report[@]}"; do echo "  $line"; done
@@ -34,7 +37,8 @@ trap finish EXIT
 
 step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda)" infra/aws/venv.sh >/dev/null || exit 1
 step "AWS emulator (moto on 127.0.0.1:$port)" infra/aws/moto.sh start || exit 1
-export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port"
+step "AWS emulator enforcing IAM (moto on 127.0.0.1:$iam_port)" env MOTO_PORT="$iam_port" MOTO_IAM=1 infra/aws/moto.sh start || exit 1
+export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port" SWARM_AWS_IAM_ENDPOINT="http://127.0.0.1:$iam_port"
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 unset SWARM_SKIP_AWS LLM_BASE_URL LLM_API_KEY LLM_MODEL
 
@@ -50,7 +54,8 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
     cargo test --workspace --all-targets
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
 # double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
-# approval or against its rejection (README "Chaos"), and on any fault kind injected zero times. A kind
+# approval or against its rejection (README "Chaos"), exit 1; a run in which a fault kind was injected
+# zero times is inconclusive: too small (exit 2), which fails this step as well. A kind
 # of rate r is injected within its first ceil(1/r) opportunities, whatever the order of events, so each
 # rate is set for its kind to meet at least about twice that here (in three runs of each on 2 cores:
 # about 20 s embedded, 90 s on the emulator). Every conversation asks for a refund (--refund-share 1),
@@ -61,6 +66,7 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
 # the worker points' rates are kept low for that reason.
 # The emulator runs at time scale 0.1: with 8 conversations at once, moto (about 8 subtasks/s on 2
 # cores) needs about 5.5 s for a fault-free conversation, too close to the 6 s deadline of scale 0.05.
+# It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
@@ -82,8 +88,8 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 -
     --approval-twice-rate 0.5 --approval-reject-rate 0.5)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
-step "swarm-chaos, small, emulator (fixed seed)" \
-    cargo run -q -p swarm-local --bin swarm-chaos -- --aws-endpoint "$SWARM_AWS_ENDPOINT" "${chaos_emulator[@]}"
+step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \
+    cargo run -q -p swarm-local --bin swarm-chaos -- --aws-endpoint "$SWARM_AWS_IAM_ENDPOINT" --iam "${chaos_emulator[@]}"
 # The README's first command, exactly as written there, must answer (DONE, exit 0).
 readme_ask="$(grep -m1 '^cargo run -p swarm-local -- ask' README.md | sed 's/[[:space:]]*#.*$//')"
 step "the README's first command: ${readme_ask:0:60}…" bash -c "[[ -n \"\$1\" ]] && eval \"\$1\"" _ "$readme_ask"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Checks the key settings of template.yaml as the SAM translator expands it, for the parameter defaults and for each samconfig.toml environment; exits 1 on any finding.
-# Usage: .venv/bin/python infra/aws/check_template.py [template.yaml] [samconfig.toml]
+# Usage: .venv/bin/python infra/aws/check_template.py [template.yaml] [samconfig.toml] [--wiring wiring.json]
 #
 # What it guards (each one a failure seen in systems like this):
 #   - SQS visibility timeout >= 6x the consuming function's timeout (no redelivery mid-batch)
@@ -25,6 +25,10 @@
 #   - no conversation hangs: the aggregator's stream mapping has an on-failure destination (an SQS queue) that
 #     an alarm watches; the table has the sweep's sparse index, a function is scheduled to sweep it, and its
 #     role names the index; the gateway is told its instance cap (its reserved concurrency)
+#   - each function is given the URL of exactly the queues its role may send to (TASKS_QUEUE_URL, REFUND_QUEUE_URL)
+#   - with --wiring FILE (`swarm-local wiring --json`): the local stack wires every function as the template does -
+#     the same variable names, a sender for exactly the queues its role may send to, the same role token
+# Usage with the local wiring: ... check_template.py template.yaml samconfig.toml --wiring wiring.json
 import ast
 import json
 import os
@@ -95,6 +99,11 @@ CONSUME_ACTIONS = {"sqs:receivemessage", "sqs:deletemessage", "sqs:changemessage
 STREAM_ACTIONS = {"dynamodb:getrecords", "dynamodb:getsharditerator", "dynamodb:describestream"}
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
+
+# The variables that name a queue a function sends to, and the queue.
+QUEUE_URL_VARS = {"TASKS_QUEUE_URL": "TasksQueue", "REFUND_QUEUE_URL": "RefundQueue"}
+# The secret holding each gateway role's bearer token.
+TOKEN_SECRETS = {"SupportTokenSecret": "support", "RefundTokenSecret": "refund", "PlannerTokenSecret": "planner"}
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMINGS_PATH = os.path.join(ROOT, "shared", "core", "timings.toml")
@@ -323,6 +332,7 @@ class Checker:
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
         self.check_rules()
+        self.check_queue_urls(functions)
         self.check_least_privilege()
         self.check_nothing_public()
         if self.timings is not None:
@@ -549,6 +559,78 @@ class Checker:
             if reach["stream"] and not needs.get("stream"):
                 self.fail(name, "can read the table's stream without needing it")
 
+    def check_queue_urls(self, functions):
+        """A function is given the URL of exactly the queues its role may send to: a URL without the permission
+        is a sender that can only fail (or, locally, one that works where AWS would refuse), and a permission
+        without the URL is a grant nobody uses."""
+        for name, wired in self.wiring(functions).items():
+            given = {QUEUE_URL_VARS[v] for v in wired["env"] if v in QUEUE_URL_VARS}
+            for queue in sorted(given - set(wired["sends"])):
+                self.fail(name, f"is given the URL of {queue}, which its role may not send to")
+            for queue in sorted(set(wired["sends"]) - given):
+                self.fail(name, f"its role may send to {queue}, whose URL it is not given")
+
+    def wiring(self, functions=None):
+        """Each function as the template wires it (this environment): its variable names, the queues its role may
+        send to, and the gateway role token it holds (the role it acts as and the secret named by its
+        GATEWAY_TOKEN_SECRET_ARN) - the shape `swarm-local wiring --json` prints for the local stack."""
+        if functions is None:
+            functions = {k: r for k, r in self.resources.items() if r["Type"] == "AWS::Lambda::Function"}
+        out = {}
+        for name, fn in functions.items():
+            if "Condition" in fn and not self.condition(fn["Condition"]):
+                continue
+            p = fn["Properties"]
+            variables = self.chosen((p.get("Environment") or {}).get("Variables") or {})
+            role = self.target(p.get("Role"))
+            sends = self.grants(self.resources[role])["send"] if role in self.resources else set()
+            # The stream mapping, not the function's code, sends a dropped batch's record to its on-failure
+            # destination (with the function's role): no sender of the function's own.
+            sends -= self.on_failure_destinations(name)
+            token = None
+            if "GATEWAY_TOKEN_SECRET_ARN" in variables:
+                secret = self.target(variables["GATEWAY_TOKEN_SECRET_ARN"])
+                token = {"role": variables.get("WORKER_ROLE"), "secret": secret, "secret_role": TOKEN_SECRETS.get(secret)}
+            out[name] = {"env": sorted(variables), "sends": sorted(sends), "token": token}
+        return out
+
+    def on_failure_destinations(self, fn_name):
+        """The queues `fn_name`'s event source mappings send a dropped batch's record to."""
+        out = set()
+        for esm in self.resources.values():
+            p = esm.get("Properties", {})
+            if esm["Type"] == "AWS::Lambda::EventSourceMapping" and self.target(p.get("FunctionName")) == fn_name:
+                destination = ((p.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+                if self.target(destination):
+                    out.add(self.target(destination))
+        return out
+
+    def check_wiring(self, local):
+        """The local stack's wiring (`swarm-local wiring --json`) against the template's: every function of the
+        template is either wired locally or a server the stack configures itself, and each wired one has the same
+        variable names, a sender for exactly the queues its role may send to, and the same role token."""
+        template = self.wiring()
+        servers = set(local.get("servers", []))
+        wired = local.get("functions", {})
+        for name in sorted(set(template) - set(wired) - servers):
+            self.fail(f"wiring {name}", "a function of the template the local stack does not build")
+        for name in sorted(set(wired) - set(template)):
+            self.fail(f"wiring {name}", "the local stack builds a function the template does not have")
+        for name in sorted(set(template) & set(wired)):
+            want, got = template[name], wired[name]
+            for var in sorted(set(want["env"]) - set(got.get("env", []))):
+                self.fail(f"wiring {name}", f"the template gives it {var}; the local stack does not")
+            for var in sorted(set(got.get("env", [])) - set(want["env"])):
+                self.fail(f"wiring {name}", f"the local stack gives it {var}; the template does not")
+            for queue in sorted(set(got.get("sends", [])) - set(want["sends"])):
+                self.fail(f"wiring {name}", f"the local stack gives it a sender for {queue}, which its role may not send to")
+            for queue in sorted(set(want["sends"]) - set(got.get("sends", []))):
+                self.fail(f"wiring {name}", f"its role may send to {queue}; the local stack gives it no sender for it")
+            if want["token"] != got.get("token"):
+                self.fail(f"wiring {name}", f"holds the gateway token {got.get('token')!r} locally, {want['token']!r} in the template")
+            if want["token"] and want["token"]["role"] != want["token"]["secret_role"]:
+                self.fail(name, f"acts as {want['token']['role']!r} with the token of {want['token']['secret_role']!r}")
+
     def check_nothing_public(self):
         """The demo shop is reachable only through the gateway: AWS_IAM URL, no public permission, the gateway may invoke it."""
         for name, r in self.resources.items():
@@ -648,8 +730,16 @@ def overrides(samconfig_path):
 
 
 def main():
-    template_path = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
-    samconfig_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(template_path)), "samconfig.toml")
+    args = sys.argv[1:]
+    wiring_path = None
+    if "--wiring" in args:
+        at = args.index("--wiring")
+        if at + 1 >= len(args):
+            raise SystemExit("--wiring needs a file (swarm-local wiring --json > wiring.json)")
+        wiring_path = args[at + 1]
+        del args[at:at + 2]
+    template_path = args[0] if args else "template.yaml"
+    samconfig_path = args[1] if len(args) > 1 else os.path.join(os.path.dirname(os.path.abspath(template_path)), "samconfig.toml")
     template = expand(template_path)
     timings = Timings()
     table_findings = []
@@ -660,6 +750,14 @@ def main():
         except (RuleError, SyntaxError, ZeroDivisionError) as e:
             table_findings.append(f"[table] rule {rule['check']!r} cannot be evaluated: {e}")
     findings = table_findings + Checker(template, {}, "defaults", timings).run()
+    if wiring_path is not None:
+        with open(wiring_path) as f:
+            local = json.load(f)
+        checker = Checker(template, {}, "wiring", timings)
+        checker.check_wiring(local)
+        findings += checker.findings
+        print(f"check_template: compared the local wiring of {len(local.get('functions', {}))} functions "
+              f"({wiring_path}) with the template")
     envs = overrides(samconfig_path)
     for env, params in envs.items():
         unknown = set(params) - set(template.get("Parameters", {}))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# CI of the AWS side: starts the emulator (stopped on exit), runs the adapters' tests and the contract suites (embedded and AWS adapters) against it, lints the template; prints timings, exits non-zero on any failure.
+# CI of the AWS side: starts the emulator and a second one enforcing IAM (stopped on exit), runs the adapters' tests and the contract suites (embedded and AWS adapters) against it, lints the template; prints timings, exits non-zero on any failure.
 # Usage: infra/aws/ci.sh          SWARM_SAM_BUILD=1 also runs infra/aws/sam-build.sh (long: a release arm64 build).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 port="${MOTO_PORT:-5000}"
+iam_port="${MOTO_IAM_PORT:-$((port + 10))}"
 total_start=$SECONDS
 declare -a report=()
 failed=0
@@ -27,6 +28,7 @@ step() {
 
 finish() {
     infra/aws/moto.sh stop >/dev/null 2>&1 || true
+    MOTO_PORT="$iam_port" infra/aws/moto.sh stop >/dev/null 2>&1 || true
     echo
     echo "AWS-side CI summary (total $((SECONDS - total_start)) s):"
     for line in "${report[@]}"; do echo "  $line"; done
@@ -36,7 +38,10 @@ trap finish EXIT
 if ! step "start the emulator (moto, port $port)" infra/aws/moto.sh start; then
     exit 1
 fi
-export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port"
+if ! step "start the emulator enforcing IAM (moto, port $iam_port)" env MOTO_PORT="$iam_port" MOTO_IAM=1 infra/aws/moto.sh start; then
+    exit 1
+fi
+export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port" SWARM_AWS_IAM_ENDPOINT="http://127.0.0.1:$iam_port"
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 # CI never skips the AWS side.
 unset SWARM_SKIP_AWS

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts, stops or reports the local AWS emulator (moto's server: DynamoDB, SQS, …) used by the contract tests and `cargo lambda watch`.
-# Usage: infra/aws/moto.sh start|stop|status    (port: MOTO_PORT, default 5000)
-# Clients talk to it with AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1.
+# Usage: infra/aws/moto.sh start|stop|status    (port: MOTO_PORT, default 5000; MOTO_IAM=1 enforces IAM on that port)
+# Clients talk to it with AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1;
+# with MOTO_IAM=1 every request must be signed by an IAM user of the emulator (infra/aws/moto_server.py --iam).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -37,12 +38,18 @@ start)
     mkdir -p "$state"
     # setsid: its own process group, so `stop` ends the server and its children only.
     # moto with DynamoDB requests serialised (infra/aws/moto_server.py says why).
-    setsid "$bin/python" "$root/infra/aws/moto_server.py" -H 127.0.0.1 -p "$port" >"$logfile" 2>&1 < /dev/null &
+    iam=()
+    [[ "${MOTO_IAM:-0}" == "1" ]] && iam=(--iam)
+    setsid "$bin/python" "$root/infra/aws/moto_server.py" -H 127.0.0.1 -p "$port" "${iam[@]}" >"$logfile" 2>&1 < /dev/null &
     echo $! > "$pidfile"
     for _ in $(seq 1 60); do   # at most 30 s
         if answers; then
             echo "moto: running (pid $(cat "$pidfile")) at $url, log $logfile"
-            echo "export SWARM_AWS_ENDPOINT=$url AWS_ENDPOINT_URL=$url AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1"
+            if [[ "${MOTO_IAM:-0}" == "1" ]]; then
+                echo "moto: IAM enforced (administrator: infra/aws/moto_server.py ADMIN_KEY_ID); export SWARM_AWS_IAM_ENDPOINT=$url"
+            else
+                echo "export SWARM_AWS_ENDPOINT=$url AWS_ENDPOINT_URL=$url AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1"
+            fi
             exit 0
         fi
         if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then

@@ -8,11 +8,27 @@
 # and hide the ones it can. One lock around every DynamoDB and DynamoDB Streams request restores DynamoDB's
 # per-item atomicity (and more: all table requests run one at a time). SQS requests - long polls among them -
 # never wait behind it, so nothing stalls behind a 20-second ReceiveMessage.
+#
+# With --iam, IAM is enforced as AWS enforces it (moto's INITIAL_NO_AUTH_ACTION_COUNT is 0 from the start, so the
+# switch is server-wide: an IAM run needs its own port): every request must be signed by an IAM user's key and be
+# allowed by that user's policies. An administrator (ADMIN_KEY_ID / ADMIN_SECRET, emulator-only values) is created
+# before the first request; the local stack signs its bootstrap, its stream readers and its operator with it and
+# creates one user per function from template.yaml's policies. Two things moto does not do as AWS does are
+# corrected here, so a policy means on the emulator what it means on AWS:
+#   - DynamoDB is authorised against the table's ARN (the index's for a Query or Scan of an index), not "*", and
+#     TransactWriteItems / TransactGetItems by each item's own action (PutItem, UpdateItem, DeleteItem,
+#     ConditionCheckItem, GetItem) on its table - AWS has no IAM action for the transaction itself;
+#   - SQS batch calls are authorised as their single-message action (SendMessageBatch as sqs:SendMessage ...),
+#     as AWS does.
+# moto ignores conditions it does not know (dynamodb:LeadingKeys among them): the key prefixes a role may write
+# are the template lint's to check (infra/aws/check_template.py), not the emulator's.
 import argparse
+import json
 import os
 import signal
 import sys
 import threading
+from urllib.parse import urlparse
 
 from moto.dynamodb.comparisons import get_filter_expression
 from moto.dynamodb.exceptions import (
@@ -21,9 +37,21 @@ from moto.dynamodb.exceptions import (
     MultipleTransactionsException,
     TransactionCanceledException,
 )
+from moto import settings
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.authorization import ActionAuthenticatorMixin
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
+from moto.iam.access_control import IAMRequest
+from moto.iam.models import iam_backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from moto.sqs.responses import SQSResponse
 from werkzeug.serving import run_simple
+
+# The emulator's administrator with --iam (emulator-only values: no AWS account knows them).
+ADMIN_USER = "emulator-admin"
+ADMIN_KEY_ID = "AKIAEMULATORADMIN000"
+ADMIN_SECRET = "emulator-admin-secret-not-for-aws"
 
 
 def checked_first(original):
@@ -109,6 +137,71 @@ def checked_first(original):
 DynamoDBBackend.transact_write_items = checked_first(DynamoDBBackend.transact_write_items)
 
 
+# The IAM action of each item of a transaction (AWS authorises the items, not the transaction).
+TRANSACTION_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                            "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+# SQS batch calls are authorised as their single-message action.
+SQS_BATCH_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
+                     "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+
+
+def dynamodb_checks(action, body, region, account):
+    """The (IAM action, resource ARN) pairs AWS authorises a DynamoDB request by."""
+    def arn(table):
+        return f"arn:aws:dynamodb:{region}:{account}:table/{table}"
+
+    if action in ("TransactWriteItems", "TransactGetItems"):
+        return [(TRANSACTION_ITEM_ACTIONS.get(op, action), arn(spec.get("TableName", "")))
+                for item in body.get("TransactItems", []) for op, spec in item.items()]
+    if action in ("BatchWriteItem", "BatchGetItem"):
+        return [(action, arn(table)) for table in body.get("RequestItems", {})]
+    table = body.get("TableName")
+    if not table:
+        return [(action, "*")]
+    if body.get("IndexName"):
+        return [(action, f"{arn(table)}/index/{body['IndexName']}")]
+    return [(action, arn(table))]
+
+
+def authorise(handler, checks):
+    """moto's own check (signature, then each action on its resource), once the no-auth allowance is spent."""
+    if ActionAuthenticatorMixin.request_count < settings.INITIAL_NO_AUTH_ACTION_COUNT:
+        ActionAuthenticatorMixin.request_count += 1
+        return
+    parsed = urlparse(handler.uri)
+    path = parsed.path + ("?" + parsed.query if parsed.query else "")
+    for index, (action, resource) in enumerate(checks):
+        request = IAMRequest(account_id=handler.current_account, method=handler.method, path=path,
+                             data=handler.data, body=handler.raw_body, headers=handler.headers, action=action)
+        if index == 0:
+            request.check_signature()
+        request.check_action_permitted(resource)
+
+
+def dynamodb_authorisation(self, resource="*"):
+    body = self.body if isinstance(self.body, dict) else json.loads(self.body or "{}")
+    authorise(self, dynamodb_checks(self._get_action(), body, self.region, self.current_account))
+
+
+def sqs_authorisation(self, resource="*"):
+    action = self._get_action()
+    authorise(self, [(SQS_BATCH_ACTIONS.get(action, action), resource)])
+
+
+def enforce_iam():
+    """IAM from the first request on, with the administrator created before it."""
+    iam = iam_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    iam.create_user("us-east-1", ADMIN_USER)
+    iam.put_user_policy(ADMIN_USER, "admin", json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(ADMIN_USER)
+    key.access_key_id, key.secret_access_key = ADMIN_KEY_ID, ADMIN_SECRET
+    DynamoHandler._authenticate_and_authorize_normal_action = dynamodb_authorisation
+    SQSResponse._authenticate_and_authorize_normal_action = sqs_authorisation
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    ActionAuthenticatorMixin.request_count = 0
+
+
 class SerialisedDynamoDB:
     """WSGI middleware: requests whose X-Amz-Target names DynamoDB or DynamoDB Streams run one at a time."""
 
@@ -136,8 +229,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=int(os.environ.get("MOTO_PORT", 5000)))
+    parser.add_argument("--iam", action="store_true", help="enforce IAM from the first request (its own port)")
     args = parser.parse_args()
     os.environ.setdefault("MOTO_PORT", str(args.port))
+    if args.iam:
+        enforce_iam()
+        print(f"IAM enforced; administrator {ADMIN_KEY_ID}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(args.host, args.port, SerialisedDynamoDB(app), threaded=True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, a role that can reach what it does not need, a public shop, a prod environment without authentication).
+# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
 # Usage: .venv/bin/python -m unittest infra/aws/test_check_template.py   (run by infra/aws/lint.sh)
+#        SWARM_WIRING_JSON=wiring.json ... also holds that local wiring (`swarm-local wiring --json`) against the template.
 import copy
+import json
 import os
 import sys
 import unittest
@@ -303,6 +305,66 @@ class LeastPrivilege(unittest.TestCase):
         self.assertEqual(self.findings(self.expanded, {"Stage": "dev", "AuthMode": "none"}, "dev"), [])
         found = self.findings(self.expanded, {"DeployDemoShop": "false", "ShopToolsUrl": "https://t.example/mcp"}, "ext")
         self.assertTrue(any("ShopToolsTokenSecretArn" in f for f in found), found)
+
+
+class Wiring(unittest.TestCase):
+    """The local stack's wiring against the template's: the variables, the queues a function holds a sender for,
+    the role token - on the local wiring `swarm-local wiring --json` printed (SWARM_WIRING_JSON), else on the
+    template's own wiring in the same shape."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.expanded = expand(TEMPLATE)
+        cls.timings = Timings()
+        path = os.environ.get("SWARM_WIRING_JSON")
+        if path:
+            with open(path) as f:
+                cls.local = json.load(f)
+        else:
+            wired = Checker(cls.expanded, {}, "wiring", cls.timings).wiring()
+            servers = ["ToolGateway", "ShopTools"]
+            cls.local = {"functions": {k: v for k, v in wired.items() if k not in servers}, "servers": servers}
+
+    def findings(self, local, template=None):
+        checker = Checker(template or self.expanded, {}, "wiring", self.timings)
+        checker.check_wiring(local)
+        return checker.findings
+
+    def test_the_local_wiring_is_the_templates(self):
+        self.assertEqual(self.findings(self.local), [])
+        self.assertEqual(set(self.local["functions"]),
+                         {"Orchestrator", "Worker", "RefundWorker", "DlqConsumer", "Sweeper", "Aggregator"})
+
+    def test_a_wiring_that_gives_the_dlq_consumer_the_refund_queue_fails(self):
+        local = copy.deepcopy(self.local)
+        dlq = local["functions"]["DlqConsumer"]
+        dlq["sends"] = sorted(dlq["sends"] + ["RefundQueue"])
+        dlq["env"] = sorted(dlq["env"] + ["REFUND_QUEUE_URL"])
+        found = self.findings(local)
+        self.assertIn("[wiring] wiring DlqConsumer: the local stack gives it a sender for RefundQueue, which its role "
+                      "may not send to", found)
+        self.assertIn("[wiring] wiring DlqConsumer: the local stack gives it REFUND_QUEUE_URL; the template does not",
+                      found)
+        self.assertEqual(len(found), 2, found)
+
+    def test_a_missing_sender_another_roles_token_or_an_unwired_function_fails(self):
+        local = copy.deepcopy(self.local)
+        local["functions"]["RefundWorker"]["sends"].remove("RefundQueue")
+        local["functions"]["Worker"]["token"] = dict(local["functions"]["Worker"]["token"], role="refund")
+        del local["functions"]["Sweeper"]
+        found = self.findings(local)
+        self.assertIn("[wiring] wiring RefundWorker: its role may send to RefundQueue; the local stack gives it no "
+                      "sender for it", found)
+        self.assertTrue(any(f.startswith("[wiring] wiring Worker: holds the gateway token") for f in found), found)
+        self.assertIn("[wiring] wiring Sweeper: a function of the template the local stack does not build", found)
+
+    def test_a_queue_url_given_without_the_permission_to_send_is_found_in_the_template(self):
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["Worker"]["Properties"]["Environment"]["Variables"]["REFUND_QUEUE_URL"] = {"Ref": "RefundQueue"}
+        t["Resources"]["Sweeper"]["Properties"]["Environment"]["Variables"]["TASKS_QUEUE_URL"] = {"Ref": "TasksQueue"}
+        found = Checker(t, {}, "defaults", self.timings).run()
+        self.assertIn("[defaults] Worker: is given the URL of RefundQueue, which its role may not send to", found)
+        self.assertIn("[defaults] Sweeper: is given the URL of TasksQueue, which its role may not send to", found)
 
 
 if __name__ == "__main__":

@@ -122,12 +122,14 @@ pub fn emulator_backend(test: &str) -> Option<swarm_local::BackendChoice> {
 }
 
 /// Instantiates every named `async fn name(backend: BackendChoice)` of the calling file as two
-/// tests, `embedded::name` and `emulator::name` (the latter through [`emulator_backend`]).
+/// tests, `embedded::name` and `emulator::name` (the latter through [`emulator_backend`]); attributes
+/// written before a name (`#[ignore = "why"]`) go to both.
 #[macro_export]
 macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         mod embedded {
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(swarm_local::BackendChoice::Embedded).await
@@ -137,6 +139,7 @@ macro_rules! on_both_backends {
 
         mod emulator {
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     if let Some(backend) = $crate::emulator_backend(stringify!($name)) {

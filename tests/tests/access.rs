@@ -15,7 +15,7 @@ use swarm_core::llm::Models;
 use swarm_core::ports::TaskQueue;
 use swarm_core::ports::{LlmError, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
 use swarm_core::roles::{RoleTable, TaskQueues};
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
+use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, StackOptions, Wraps};
 use swarm_testing::StaticTools;
 use swarm_tests::{ScriptedModel, emulator_endpoint, over_offline, text_response, with_plan};
 
@@ -159,7 +159,10 @@ async fn a_failed_subtask_shows_our_words_never_the_providers_body_or_the_gatewa
         .fail_work_on("A1029", Err(LlmError::Permanent { status: 402, message: provider_body.into() }));
     let stack = LocalStack::start(StackOptions {
         models: Some(Models::single(Arc::new(model))),
-        wrap_tools: Some(Arc::new(|inner| Arc::new(RefusingFor { inner, subtask: "w02" }) as Arc<dyn ToolGateway>)),
+        wraps: Wraps::default().tools(
+            &[Function::Worker, Function::RefundWorker],
+            Arc::new(|inner| Arc::new(RefusingFor { inner, subtask: "w02" }) as Arc<dyn ToolGateway>),
+        ),
         ..StackOptions::default()
     })
     .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 use swarm_core::domain::{ConversationId, ConversationStatus, FailureKind, SubtaskStatus};
 use swarm_core::llm::Models;
 use swarm_core::timings::Timings;
-use swarm_local::{LocalStack, Queue, StackOptions};
+use swarm_local::{Function, LocalStack, Queue, StackOptions, Wraps};
 use swarm_tests::{case, failing_to_begin, insufficient_balance, over_offline, unmet_expectations, with_plan};
 
 async fn ask(stack: &LocalStack, message: &str, customer: &str) -> swarm_core::view::ConversationView {
@@ -230,7 +230,7 @@ async fn message_that_keeps_failing_reaches_the_dlq_and_is_recorded_failed() {
     timings.queues.max_receive_count = 2;
     timings.conversation.deadline = Duration::from_secs(3600);
     let stack = LocalStack::start(StackOptions {
-        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w02"))),
+        wraps: Wraps::default().store(&Function::WORKERS, Arc::new(|inner| failing_to_begin(inner, "w02"))),
         timings,
         time_scale: 1.0 / 240.0,
         ..StackOptions::default()

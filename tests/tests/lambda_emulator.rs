@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::llm::Models;
 use swarm_core::timings::Timings;
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, QueueDepth, StackOptions};
+use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, Queue, QueueDepth, StackOptions, Wraps};
 use swarm_tests::{case, emulator_endpoint, failing_to_begin, over_offline, subtask_of, unmet_expectations, with_plan};
 
 /// q03's three orders, plus a coupon check whose message will keep failing.
@@ -61,7 +61,7 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     let options = StackOptions {
         backend: BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
         models: Some(Models::single(model.clone())),
-        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w04"))),
+        wraps: Wraps::default().store(&Function::WORKERS, Arc::new(|inner| failing_to_begin(inner, "w04"))),
         timings,
         ..StackOptions::default()
     };

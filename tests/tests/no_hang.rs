@@ -19,7 +19,7 @@ use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, LeaseOutcome, LlmError, Purpose, ToolGateway};
 use swarm_core::timings::Timings;
-use swarm_local::{BackendChoice, LocalStack, StackOptions};
+use swarm_local::{BackendChoice, Function, LocalStack, StackOptions, Wraps};
 use swarm_tests::{FlakyStore, HangingTools, RecordLog, Recorded, ScriptedModel, StoreOp, over_offline, with_plan};
 
 /// The factor every timing of the table is multiplied by here.
@@ -141,10 +141,15 @@ async fn an_aggregator_killed_after_the_flip_is_taken_over_once_its_lease_expire
         backend,
         models: Some(Models::single(Arc::new(one_subtask()))),
         faults: CrashOnce::at(CrashPoint::AggregatorAfterFlip),
-        wrap_store: Some(Arc::new(move |inner| Arc::new(FlakyStore::new(inner).recording(worker_log.clone())))),
-        wrap_aggregator_store: Some(Arc::new(move |inner| {
-            Arc::new(FlakyStore::new(inner).recording(aggregator_log.clone()))
-        })),
+        wraps: Wraps::default()
+            .store(
+                &Function::WORKERS,
+                Arc::new(move |inner| Arc::new(FlakyStore::new(inner).recording(worker_log.clone()))),
+            )
+            .store(
+                &[Function::Aggregator],
+                Arc::new(move |inner| Arc::new(FlakyStore::new(inner).recording(aggregator_log.clone()))),
+            ),
         timings: timings(2400),
         time_scale: SCALE,
         ..StackOptions::default()
@@ -202,14 +207,22 @@ async fn a_stack_whose_aggregation_is_lost(
     LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(one_subtask()))),
-        wrap_tools: Some(Arc::new(|inner| {
-            Arc::new(HangingTools::new(inner, "shop__get_order", 1_000)) as Arc<dyn ToolGateway>
-        })),
-        wrap_store: Some(Arc::new(move |inner| Arc::new(FlakyStore::new(inner).recording(worker_log.clone())))),
-        wrap_aggregator_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore::new(inner).fail(StoreOp::AcquireLease, "ThrottlingException (injected)"))
-                as Arc<dyn ConversationStore>
-        })),
+        wraps: Wraps::default()
+            .tools(
+                &[Function::Worker, Function::RefundWorker],
+                Arc::new(|inner| Arc::new(HangingTools::new(inner, "shop__get_order", 1_000)) as Arc<dyn ToolGateway>),
+            )
+            .store(
+                &Function::WORKERS,
+                Arc::new(move |inner| Arc::new(FlakyStore::new(inner).recording(worker_log.clone()))),
+            )
+            .store(
+                &[Function::Aggregator],
+                Arc::new(|inner| {
+                    Arc::new(FlakyStore::new(inner).fail(StoreOp::AcquireLease, "ThrottlingException (injected)"))
+                        as Arc<dyn ConversationStore>
+                }),
+            ),
         faults,
         timings,
         time_scale: SCALE,

@@ -16,7 +16,7 @@ use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, ToolGateway};
 use swarm_core::timings::{Timings, seconds_rounded_up};
-use swarm_local::{BackendChoice, LocalStack, Queue, Received, StackOptions, lambda_timeout};
+use swarm_local::{BackendChoice, Function, LocalStack, Queue, Received, StackOptions, Wraps, lambda_timeout};
 use swarm_tests::{
     FlakyStore, HangingTools, ScriptedModel, StoreOp, failing_to_begin, over_offline, subtask_of, with_plan,
 };
@@ -108,7 +108,7 @@ async fn a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(two_subtasks()))),
-        wrap_store: Some(Arc::new(|inner| failing_to_begin(inner, "w01"))),
+        wraps: Wraps::default().store(&Function::WORKERS, Arc::new(|inner| failing_to_begin(inner, "w01"))),
         timings,
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
@@ -154,12 +154,15 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(two_subtasks()))),
-        // The coupon tool's first call never answers, whatever its timeout says.
-        wrap_tools: Some(Arc::new(move |inner| {
-            let hanging = Arc::new(HangingTools::new(inner, "shop__check_coupon", 1));
-            *seen.lock().unwrap() = Some(hanging.clone());
-            hanging as Arc<dyn ToolGateway>
-        })),
+        // The coupon tool's first call never answers, whatever its timeout says (the tasks worker calls it).
+        wraps: Wraps::default().tools(
+            &[Function::Worker],
+            Arc::new(move |inner| {
+                let hanging = Arc::new(HangingTools::new(inner, "shop__check_coupon", 1));
+                *seen.lock().unwrap() = Some(hanging.clone());
+                hanging as Arc<dyn ToolGateway>
+            }),
+        ),
         timings: drill_timings(),
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
@@ -200,10 +203,13 @@ async fn a_failing_aggregator_is_retried_then_its_batch_goes_to_the_on_failure_d
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(model.clone())),
-        wrap_aggregator_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore::new(inner).fail(StoreOp::AcquireLease, "ThrottlingException (injected)"))
-                as Arc<dyn ConversationStore>
-        })),
+        wraps: Wraps::default().store(
+            &[Function::Aggregator],
+            Arc::new(|inner| {
+                Arc::new(FlakyStore::new(inner).fail(StoreOp::AcquireLease, "ThrottlingException (injected)"))
+                    as Arc<dyn ConversationStore>
+            }),
+        ),
         timings: drill_timings(),
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
@@ -244,10 +250,13 @@ async fn a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(model.clone())),
-        wrap_aggregator_store: Some(Arc::new(|inner| {
-            Arc::new(FlakyStore::new(inner).fail_times(StoreOp::AcquireLease, 2, "ThrottlingException (injected)"))
-                as Arc<dyn ConversationStore>
-        })),
+        wraps: Wraps::default().store(
+            &[Function::Aggregator],
+            Arc::new(|inner| {
+                Arc::new(FlakyStore::new(inner).fail_times(StoreOp::AcquireLease, 2, "ThrottlingException (injected)"))
+                    as Arc<dyn ConversationStore>
+            }),
+        ),
         timings: drill_timings(),
         time_scale: DRILL_SCALE,
         ..StackOptions::default()

@@ -402,7 +402,7 @@ async fn case_gateway() -> Result<(CaseUpstream, Arc<dyn ToolGateway>)> {
     roles.insert(
         "support".to_owned(),
         tool_gateway::RoleConfig {
-            token: tool_gateway::Secret::new(SUPPORT_TOKEN),
+            token: swarm_adapters::config::SecretString::from(SUPPORT_TOKEN),
             tools: vec!["docs__*".into()],
             deny: vec![],
             call: true,

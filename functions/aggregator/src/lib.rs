@@ -3,6 +3,7 @@
 pub mod config;
 pub mod core;
 pub mod handler;
+pub mod wiring;
 
 pub use config::AggregatorConfig;
 pub use core::{AggregateOutcome, Aggregator, AggregatorSettings};

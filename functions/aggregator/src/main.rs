@@ -1,8 +1,9 @@
-//! Aggregator Lambda: telemetry, its config, the store and the reply model, then the stream handler (telemetry flushed after every invocation).
+//! Aggregator Lambda: telemetry, its config, the store and the reply model, the aggregator built by [`aggregator::wiring`], then the stream handler (telemetry flushed after every invocation).
 
 use std::sync::Arc;
 
-use aggregator::{Aggregator, AggregatorConfig, AggregatorSettings, handler};
+use aggregator::wiring::{self, AggregatorPorts};
+use aggregator::{AggregatorConfig, handler};
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
 
@@ -12,7 +13,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = AggregatorConfig::from_env()?;
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
-    let core = Arc::new(Aggregator::new(aws.store(&config.table), models.main, AggregatorSettings::default()));
+    let ports = AggregatorPorts { store: aws.store(&config.table), model: models.main };
+    let core = Arc::new(wiring::aggregator(ports, swarm_core::timings::Timings::standard()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let (core, telemetry) = (core.clone(), telemetry.clone());
         async move {

@@ -1,9 +1,10 @@
-//! Orchestrator Lambda: telemetry, its config, the store, queues, model and gateway client, then the HTTP API router under `lambda_http` (telemetry flushed after every request).
+//! Orchestrator Lambda: telemetry, its config, the store, queues, model and gateway client, the orchestrator built by [`orchestrator::wiring`], then the HTTP API router under `lambda_http` (telemetry flushed after every request).
 
 use std::sync::Arc;
 
-use orchestrator::{ApiState, Approvals, Auth, OperatorAuth, Orchestrator, OrchestratorConfig};
-use swarm_adapters::config::AwsClients;
+use orchestrator::wiring::{self, OrchestratorPorts};
+use orchestrator::{ApiState, Auth, OperatorAuth, OrchestratorConfig};
+use swarm_adapters::config::{AwsClients, ExposeSecret};
 use swarm_adapters::telemetry::Telemetry;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::timings::Timings;
@@ -14,22 +15,21 @@ async fn main() -> Result<(), lambda_http::Error> {
     let config = OrchestratorConfig::from_env()?;
     let aws = AwsClients::from_env().await;
     let models = config.llm.models(&config.secrets).await?;
-    let tools = config.gateway.connect(&config.secrets).await?;
     let access = aws.access(&config.table);
-    let core = Orchestrator::new(
-        aws.store(&config.table),
-        aws.queues(&config.queues),
-        models.main,
-        tools,
-        config.roles.clone(),
-        config.settings(),
-    )
-    .with_limits(access.clone(), config.limits);
+    let ports = OrchestratorPorts {
+        store: aws.store(&config.table),
+        access: access.clone(),
+        queues: aws.queues(&config.queues),
+        model: models.main,
+        tools: config.gateway.connect(&config.secrets).await?,
+    };
+    let core = wiring::orchestrator(&config, ports, Timings::standard());
     let auth = Auth::from_config(&config.auth, access);
     let mut state = ApiState::new(Arc::new(core), auth);
     if let Some(source) = &config.approval_key {
-        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
-        let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
+        let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose_secret())?;
+        let approvals =
+            wiring::approvals(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
         // The approvals routes use AWS_IAM authorization in the template, whatever customers use.
         state = state.with_approvals(Arc::new(approvals), OperatorAuth::Iam);
     }

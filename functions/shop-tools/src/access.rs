@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use secrecy::{ExposeSecret, SecretString};
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -21,40 +23,27 @@ pub const CUSTOMER_HEADER: &str = "x-swarm-customer-id";
 /// conversation, the subtask and the call's position (never from model output).
 pub const IDEMPOTENCY_HEADER: &str = "x-swarm-idempotency-key";
 
+/// Hosts accepted by default (rmcp's DNS-rebinding guard): loopback only.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
 /// Shortest accepted upstream credential, in characters.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
-/// The gateway's upstream credential for this shop. `Debug` prints `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamToken(Arc<str>);
-
-impl UpstreamToken {
-    /// Errors: a token shorter than [`MIN_TOKEN_CHARS`] or holding blanks (the message never shows it).
-    pub fn new(token: &str) -> Result<Self, String> {
-        if token.chars().count() < MIN_TOKEN_CHARS || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("the shop's upstream token must be at least {MIN_TOKEN_CHARS} characters, no blanks"));
-        }
-        Ok(Self(Arc::from(token)))
+/// Checks an upstream credential: at least [`MIN_TOKEN_CHARS`] characters, no blanks.
+/// Errors: the rule it breaks (the message never shows the token).
+pub fn check_token(token: &str) -> Result<(), String> {
+    if token.chars().count() < MIN_TOKEN_CHARS || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("the shop's upstream token must be at least {MIN_TOKEN_CHARS} characters, no blanks"));
     }
-
-    /// 32 random bytes as hex (the local stack's token).
-    pub fn generate() -> Self {
-        use rand::RngCore;
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        Self(Arc::from(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
-    }
-
-    /// The raw token, for the gateway's configuration only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
+    Ok(())
 }
 
-impl std::fmt::Debug for UpstreamToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
+/// A fresh upstream credential: 32 random bytes as hex (the local stack's token).
+pub fn generate_token() -> SecretString {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    SecretString::from(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// Which requests reach the tools.
@@ -65,23 +54,33 @@ pub struct ShopAccess {
     hosts: Vec<String>,
     /// The `Authorization: Bearer` value every MCP request must carry; `None` where the
     /// platform authenticates callers first (an `AWS_IAM` function URL).
-    bearer: Option<UpstreamToken>,
+    bearer: Option<SecretString>,
 }
 
 impl ShopAccess {
-    pub fn new(hosts: Vec<String>, bearer: Option<UpstreamToken>) -> Self {
-        Self { hosts, bearer }
+    /// `hosts`, and no credential of its own: the platform authenticates callers first.
+    pub fn new(hosts: Vec<String>) -> Self {
+        Self { hosts, bearer: None }
+    }
+
+    /// Every request must also carry `Authorization: Bearer <token>`.
+    /// Errors: a token [`check_token`] refuses.
+    pub fn with_token(mut self, token: SecretString) -> Result<Self, String> {
+        check_token(token.expose_secret())?;
+        self.bearer = Some(token);
+        Ok(self)
     }
 
     /// Loopback hosts and `token`: the local stack's shop.
-    pub fn local(token: UpstreamToken) -> Self {
-        Self::new(crate::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(), Some(token))
+    /// Errors: a token [`check_token`] refuses.
+    pub fn local(token: SecretString) -> Result<Self, String> {
+        Self::new(LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect()).with_token(token)
     }
 
     /// The host of an `AWS_IAM` function URL in `region` (`<url-id>.lambda-url.<region>.on.aws`);
     /// AWS checked the caller's signature before the request arrives.
     pub fn function_url(region: &str) -> Self {
-        Self::new(vec![format!("*.lambda-url.{region}.on.aws")], None)
+        Self::new(vec![format!("*.lambda-url.{region}.on.aws")])
     }
 
     pub fn hosts(&self) -> &[String] {
@@ -126,7 +125,7 @@ impl ShopAccess {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
             .unwrap_or_default();
-        constant_time_eq(given.as_bytes(), expected.expose().as_bytes())
+        constant_time_eq(given.as_bytes(), expected.expose_secret().as_bytes())
     }
 }
 
@@ -168,10 +167,12 @@ mod tests {
 
     #[test]
     fn hosts_match_names_ports_and_suffix_patterns_only() {
-        let a = ShopAccess::new(
-            vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "*.lambda-url.us-east-1.on.aws".into()],
-            None,
-        );
+        let a = ShopAccess::new(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "::1".into(),
+            "*.lambda-url.us-east-1.on.aws".into(),
+        ]);
         for ok in ["localhost", "localhost:8931", "127.0.0.1:1", "[::1]:8931", "abc123.lambda-url.us-east-1.on.aws"] {
             assert!(a.host_allowed(ok), "{ok}");
         }
@@ -185,23 +186,24 @@ mod tests {
         ] {
             assert!(!a.host_allowed(bad), "{bad}");
         }
-        assert!(ShopAccess::new(vec!["*".into()], None).host_allowed("anything.example"));
+        assert!(ShopAccess::new(vec!["*".into()]).host_allowed("anything.example"));
     }
 
     #[test]
     fn tokens_are_long_hidden_and_random() {
-        assert!(UpstreamToken::new("short").is_err());
-        assert!(UpstreamToken::new("has a blank in it!!").is_err());
-        let t = UpstreamToken::generate();
-        assert_eq!(t.expose().len(), 64);
-        assert_ne!(t, UpstreamToken::generate());
-        assert_eq!(format!("{t:?}"), "***");
+        assert!(ShopAccess::local("short".into()).is_err());
+        assert!(ShopAccess::local("has a blank in it!!".into()).is_err());
+        let t = generate_token();
+        assert_eq!(t.expose_secret().len(), 64);
+        assert_ne!(t.expose_secret(), generate_token().expose_secret());
+        let access = ShopAccess::local(t.clone()).unwrap();
+        let printed = format!("{t:?} {access:?}");
+        assert!(!printed.contains(t.expose_secret()), "{printed}");
         let mut headers = HeaderMap::new();
-        let access = ShopAccess::local(t.clone());
         assert!(!access.credential_ok(&headers));
         headers.insert(
             header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {}", t.expose())).unwrap_or(HeaderValue::from_static("x")),
+            HeaderValue::from_str(&format!("Bearer {}", t.expose_secret())).unwrap_or(HeaderValue::from_static("x")),
         );
         assert!(access.credential_ok(&headers));
         headers.insert(

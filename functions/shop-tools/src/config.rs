@@ -2,14 +2,16 @@
 
 use std::net::SocketAddr;
 
-use crate::access::{ShopAccess, UpstreamToken};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::access::{LOOPBACK_HOSTS, ShopAccess, check_token};
 use crate::error::ShopError;
 
 /// Listening address when `SHOP_TOOLS_ADDR` is not set.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8931";
 
 /// Where and how the binary serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// True when running inside AWS Lambda (`AWS_LAMBDA_RUNTIME_API` is set).
     pub on_lambda: bool,
@@ -21,7 +23,7 @@ pub struct Config {
     pub allowed_hosts: Option<Vec<String>>,
     /// `SHOP_TOOLS_TOKEN`: the bearer credential the tool gateway sends (its upstream header).
     /// Required off Lambda; on Lambda the `AWS_IAM` function URL authenticates the gateway.
-    pub token: Option<UpstreamToken>,
+    pub token: Option<SecretString>,
     /// `AWS_REGION` (set by Lambda): the region of the function URL's host.
     pub region: Option<String>,
     /// Logs as JSON lines (on Lambda, or `AWS_LAMBDA_LOG_FORMAT=JSON`).
@@ -65,9 +67,10 @@ impl Config {
         let allowed_hosts = set("SHOP_TOOLS_ALLOWED_HOSTS")
             .map(|v| v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect::<Vec<_>>());
         let json_logs = on_lambda || set("AWS_LAMBDA_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
-        let token = set("SHOP_TOOLS_TOKEN")
-            .map(|t| UpstreamToken::new(&t).map_err(|e| ShopError::Config(format!("SHOP_TOOLS_TOKEN: {e}"))))
-            .transpose()?;
+        let token = set("SHOP_TOOLS_TOKEN").map(SecretString::from);
+        if let Some(t) = &token {
+            check_token(t.expose_secret()).map_err(|e| ShopError::Config(format!("SHOP_TOOLS_TOKEN: {e}")))?;
+        }
         if !on_lambda && token.is_none() {
             return Err(ShopError::Config(
                 "SHOP_TOOLS_TOKEN is required off Lambda: the tool gateway's upstream credential (at least 16 characters)"
@@ -94,9 +97,15 @@ impl Config {
                     "on Lambda the shop needs AWS_REGION (set by Lambda) or SHOP_TOOLS_ALLOWED_HOSTS".into(),
                 ));
             }
-            (None, false, _) => crate::LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(),
+            (None, false, _) => LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect(),
         };
-        Ok(ShopAccess::new(hosts, self.token.clone()))
+        let access = ShopAccess::new(hosts);
+        match &self.token {
+            Some(token) => {
+                access.with_token(token.clone()).map_err(|e| ShopError::Config(format!("SHOP_TOOLS_TOKEN: {e}")))
+            }
+            None => Ok(access),
+        }
     }
 }
 

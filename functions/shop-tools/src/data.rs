@@ -1,9 +1,10 @@
 //! The demo shop's data set as typed records, parsed and checked once at start-up.
 
 use chrono::{DateTime, FixedOffset, NaiveDate};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ShopError;
+use crate::money::decimal;
 
 /// The whole data set (the shape of `demo-shop.json`).
 #[derive(Debug, Clone, Deserialize)]
@@ -43,8 +44,9 @@ pub struct Product {
     pub name: String,
     pub name_zh: String,
     pub category: String,
-    /// Unit price in the policy currency.
-    pub price: f64,
+    /// Unit price in cents of the policy currency (`price` in the data set, a decimal).
+    #[serde(rename = "price", with = "decimal")]
+    pub price_cents: i64,
     pub stock: u32,
     pub restock_date: Option<NaiveDate>,
 }
@@ -55,24 +57,60 @@ pub struct Order {
     pub order_id: String,
     pub customer_id: String,
     pub placed_at: DateTime<FixedOffset>,
-    /// One of PENDING_PAYMENT, PAID, SHIPPED, DELIVERED, CANCELLED, REFUNDED.
-    pub status: String,
+    pub status: OrderStatus,
     pub items: Vec<OrderItem>,
-    pub total: f64,
-    pub paid: f64,
+    /// Cents (`total` in the data set, a decimal), like `paid` and `refunded`.
+    #[serde(rename = "total", with = "decimal")]
+    pub total_cents: i64,
+    #[serde(rename = "paid", with = "decimal")]
+    pub paid_cents: i64,
     /// Refunded before this process started (refunds made here are kept apart).
-    pub refunded: f64,
+    #[serde(rename = "refunded", with = "decimal")]
+    pub refunded_cents: i64,
     pub currency: String,
     pub delivered_at: Option<DateTime<FixedOffset>>,
     pub tracking_no: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+/// One line of an order; shown as it is in `get_order` (its price as a decimal there too).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct OrderItem {
     pub sku: String,
     pub name: String,
     pub qty: u32,
-    pub unit_price: f64,
+    #[serde(rename = "unit_price", with = "decimal")]
+    pub unit_price_cents: i64,
+}
+
+/// Where an order stands in the data set (a refund made here can make a delivered one `REFUNDED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OrderStatus {
+    PendingPayment,
+    Paid,
+    Shipped,
+    Delivered,
+    Cancelled,
+    Refunded,
+}
+
+impl OrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PendingPayment => "PENDING_PAYMENT",
+            Self::Paid => "PAID",
+            Self::Shipped => "SHIPPED",
+            Self::Delivered => "DELIVERED",
+            Self::Cancelled => "CANCELLED",
+            Self::Refunded => "REFUNDED",
+        }
+    }
+}
+
+impl std::fmt::Display for OrderStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -86,7 +124,7 @@ pub struct Shipment {
     pub eta: Option<NaiveDate>,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct ShipmentEvent {
     pub at: DateTime<FixedOffset>,
     pub location: String,
@@ -98,10 +136,12 @@ pub struct ShipmentEvent {
 pub struct Coupon {
     /// Upper case, e.g. "TEA5".
     pub code: String,
-    /// "percent" (value is a percentage) or "fixed" (value is an amount).
-    pub kind: String,
+    pub kind: CouponKind,
+    /// A percentage (`percent`) or an amount of the policy currency (`fixed`), as the data set gives it.
     pub value: f64,
-    pub min_spend: f64,
+    /// Cents (`min_spend` in the data set, a decimal).
+    #[serde(rename = "min_spend", with = "decimal")]
+    pub min_spend_cents: i64,
     /// Last day the coupon can be used (inclusive, in the shop's time zone).
     pub valid_until: NaiveDate,
     /// Empty: every category.
@@ -111,6 +151,35 @@ pub struct Coupon {
     pub max_uses_per_customer: Option<u32>,
     #[serde(default)]
     pub used_by: Vec<String>,
+}
+
+/// How a coupon's `value` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CouponKind {
+    /// `value` is a percentage of the basket.
+    Percent,
+    /// `value` is an amount off, at most the basket.
+    Fixed,
+}
+
+impl CouponKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Percent => "percent",
+            Self::Fixed => "fixed",
+        }
+    }
+}
+
+impl Coupon {
+    /// The discount on a basket of `total` cents.
+    pub fn discount_cents(&self, total: i64) -> i64 {
+        match self.kind {
+            CouponKind::Percent => (total as f64 * self.value / 100.0).round() as i64,
+            CouponKind::Fixed => crate::money::to_cents(self.value).min(total),
+        }
+    }
 }
 
 impl ShopData {
@@ -133,12 +202,10 @@ impl ShopData {
             if !seen.insert(order.order_id.to_ascii_uppercase()) {
                 return bad(format!("order {} appears twice", order.order_id));
             }
-            for amount in [order.total, order.paid, order.refunded] {
-                if !amount.is_finite() || amount < 0.0 {
-                    return bad(format!("order {} has a negative or non-finite amount", order.order_id));
-                }
+            if [order.total_cents, order.paid_cents, order.refunded_cents].iter().any(|c| *c < 0) {
+                return bad(format!("order {} has a negative or non-finite amount", order.order_id));
             }
-            if order.refunded > order.paid + 0.005 {
+            if order.refunded_cents > order.paid_cents {
                 return bad(format!("order {} refunded more than it was paid", order.order_id));
             }
         }
@@ -147,7 +214,7 @@ impl ShopData {
             if !skus.insert(product.sku.to_ascii_uppercase()) {
                 return bad(format!("product {} appears twice", product.sku));
             }
-            if !product.price.is_finite() || product.price < 0.0 {
+            if product.price_cents < 0 {
                 return bad(format!("product {} has a negative or non-finite price", product.sku));
             }
         }
@@ -160,9 +227,6 @@ impl ShopData {
         for coupon in &self.coupons {
             if !codes.insert(coupon.code.to_ascii_uppercase()) {
                 return bad(format!("coupon {} appears twice", coupon.code));
-            }
-            if coupon.kind != "percent" && coupon.kind != "fixed" {
-                return bad(format!("coupon {} has unknown kind '{}'", coupon.code, coupon.kind));
             }
         }
         if self.policy.refund_window_days_after_delivery < 0 {

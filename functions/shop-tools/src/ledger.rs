@@ -21,6 +21,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
+use crate::money::decimal;
+
 /// One refund made through the shop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefundRecord {
@@ -28,11 +30,14 @@ pub struct RefundRecord {
     pub refund_id: String,
     pub customer_id: String,
     pub order_id: String,
-    /// Amount refunded by this refund, in `currency`.
-    pub amount: f64,
+    /// Amount refunded by this refund, in cents of `currency` (stored as the decimal `amount`).
+    #[serde(rename = "amount", with = "decimal")]
+    pub amount_cents: i64,
     pub currency: String,
-    /// Total refunded on the order after this refund (including refunds before the ledger).
-    pub refunded_total: f64,
+    /// Total refunded on the order after this refund (including refunds before the ledger), in
+    /// cents (stored as the decimal `refunded_total`).
+    #[serde(rename = "refunded_total", with = "decimal")]
+    pub refunded_total_cents: i64,
     pub reason: Option<String>,
     pub idempotency_key: String,
 }
@@ -131,7 +136,7 @@ impl RefundLedger for InMemoryLedger {
         }
         state.orders.insert(
             refund.order_id.clone(),
-            OrderRefunds { cents: now.cents + cents(refund.amount), count: now.count + 1 },
+            OrderRefunds { cents: now.cents + refund.amount_cents, count: now.count + 1 },
         );
         state.by_key.insert(slot.clone(), refund.clone());
         state.order.push(slot);
@@ -142,11 +147,6 @@ impl RefundLedger for InMemoryLedger {
         let state = self.state();
         Ok(state.order.iter().filter_map(|slot| state.by_key.get(slot).cloned()).collect())
     }
-}
-
-/// Amounts in integer cents, as the shop compares them.
-pub(crate) fn cents(amount: f64) -> i64 {
-    (amount * 100.0).round() as i64
 }
 
 /// The ledger on its own DynamoDB table (`SHOP_LEDGER_TABLE`).
@@ -328,7 +328,7 @@ impl RefundLedger for DynamoLedger {
             .condition_expression(version)
             .expression_attribute_names("#cents", "refunded_cents")
             .expression_attribute_names("#refunds", "refunds")
-            .expression_attribute_values(":cents", n(before.cents + cents(refund.amount)))
+            .expression_attribute_values(":cents", n(before.cents + refund.amount_cents))
             .expression_attribute_values(":after", n(before.count + 1));
         if before.count > 0 {
             update = update.expression_attribute_values(":before", n(before.count));

@@ -12,16 +12,17 @@ pub mod data;
 pub mod error;
 pub mod ledger;
 mod matching;
+pub mod money;
 pub mod server;
 pub mod shop;
 #[cfg(test)]
 mod shop_tests;
 
-pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, UpstreamToken};
+pub use access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, LOOPBACK_HOSTS, ShopAccess, generate_token};
 pub use config::Config;
 pub use error::{Refusal, ShopError};
 pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
-pub use server::{LOOPBACK_HOSTS, MCP_PATH, ShopTools, router, serve};
+pub use server::{MCP_PATH, ShopTools, router, serve};
 pub use shop::{RefundRecord, Shop};
 
 /// The seven tool names, in the order `tools/list` is expected to contain them (any order is valid MCP).

@@ -26,9 +26,6 @@ use crate::shop::Shop;
 /// Path the MCP endpoint is served at.
 pub const MCP_PATH: &str = "/mcp";
 
-/// Hosts accepted by default (rmcp's DNS-rebinding guard): loopback only.
-pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
 /// The rmcp server handler: seven tools over one [`Shop`].
 #[derive(Debug, Clone)]
 pub struct ShopTools {

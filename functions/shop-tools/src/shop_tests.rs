@@ -392,7 +392,7 @@ async fn a_repeated_refund_key_refunds_once_and_returns_the_first_result() -> an
     assert_eq!((first.amount, first.refunded_total), (797.0, 797.0));
     let records = shop.refunds().await?;
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].amount, 797.0);
+    assert_eq!(records[0].amount_cents, 79_700);
     assert_eq!(records[0].reason.as_deref(), Some("earbuds broken"));
 
     let second_key = shop.refund(&refund_args("C103", "A1016", "key-2")).await;
@@ -542,7 +542,7 @@ async fn concurrent_refunds_with_different_keys_never_exceed_what_was_paid() -> 
         }
     }
     assert_eq!(ok, 2);
-    assert_eq!(shop.refunds().await?.iter().map(|r| r.amount).sum::<f64>(), 600.0);
+    assert_eq!(shop.refunds().await?.iter().map(|r| r.amount_cents).sum::<i64>(), 60_000);
     Ok(())
 }
 

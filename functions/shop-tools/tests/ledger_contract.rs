@@ -86,7 +86,7 @@ async fn refunds_racing_with_different_keys_never_exceed_what_was_paid(ledger: L
     }
     let all = ledger.all().await?;
     assert_eq!(done, 2, "797 paid: two refunds of 300 fit, a third does not");
-    assert_eq!(all.iter().map(|r| r.amount).sum::<f64>(), 600.0);
+    assert_eq!(all.iter().map(|r| r.amount_cents).sum::<i64>(), 60_000);
     let mut ids: Vec<String> = all.iter().map(|r| r.refund_id.clone()).collect();
     ids.sort();
     assert_eq!(ids, ["RF-A1016-1", "RF-A1016-2"]);
@@ -125,9 +125,9 @@ async fn a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_check
         refund_id: "RF-A1016-1".into(),
         customer_id: "C103".into(),
         order_id: "A1016".into(),
-        amount,
+        amount_cents: shop_tools::money::to_cents(amount),
         currency: "CNY".into(),
-        refunded_total: amount,
+        refunded_total_cents: shop_tools::money::to_cents(amount),
         reason: None,
         idempotency_key: key.into(),
     };

@@ -9,8 +9,9 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
-use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, TOOL_NAMES, UpstreamToken, serve};
+use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, TOOL_NAMES, generate_token, serve};
 
 /// Every network wait in this test has this deadline.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -29,7 +30,7 @@ fn text_json(result: &rmcp::model::CallToolResult) -> anyhow::Result<Value> {
 /// session) the customer and idempotency key headers.
 async fn session(
     url: &str,
-    token: Option<&UpstreamToken>,
+    token: Option<&SecretString>,
     customer: &str,
     key: Option<&str>,
 ) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
@@ -40,7 +41,7 @@ async fn session(
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(headers);
     if let Some(token) = token {
-        config = config.auth_header(token.expose());
+        config = config.auth_header(token.expose_secret());
     }
     Ok(tokio::time::timeout(DEADLINE, ().serve(StreamableHttpClientTransport::from_config(config))).await??)
 }
@@ -49,8 +50,10 @@ async fn session(
 async fn an_mcp_client_with_the_gateways_credential_lists_the_seven_tools_and_calls_them_over_http()
 -> anyhow::Result<()> {
     let shop = Arc::new(Shop::demo()?);
-    let token = UpstreamToken::generate();
-    let (addr, server) = serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token.clone())).await?;
+    let token = generate_token();
+    let (addr, server) =
+        serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token.clone()).map_err(anyhow::Error::msg)?)
+            .await?;
     let url = format!("http://{addr}/mcp");
     let client = session(&url, Some(&token), "C104", None).await?;
 
@@ -117,10 +120,11 @@ async fn an_mcp_client_with_the_gateways_credential_lists_the_seven_tools_and_ca
 #[tokio::test]
 async fn an_mcp_client_without_the_credential_cannot_even_initialize() -> anyhow::Result<()> {
     let shop = Arc::new(Shop::demo()?);
-    let token = UpstreamToken::generate();
-    let (addr, server) = serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token)).await?;
+    let token = generate_token();
+    let (addr, server) =
+        serve("127.0.0.1:0".parse()?, shop.clone(), ShopAccess::local(token).map_err(anyhow::Error::msg)?).await?;
     let url = format!("http://{addr}/mcp");
-    let wrong = UpstreamToken::generate();
+    let wrong = generate_token();
     for credential in [None, Some(&wrong)] {
         let refused = session(&url, credential, "C103", Some("direct-1")).await;
         assert!(refused.is_err(), "initialize must fail without the gateway's credential");

@@ -4,29 +4,33 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use http::{Request, StatusCode, header};
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
-use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, UpstreamToken, router};
+use shop_tools::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, Shop, ShopAccess, generate_token, router};
 use tower::ServiceExt;
 
 struct Rig {
     shop: Arc<Shop>,
-    token: UpstreamToken,
+    token: SecretString,
+    access: ShopAccess,
 }
 
 impl Rig {
     fn new() -> anyhow::Result<Self> {
-        Ok(Self { shop: Arc::new(Shop::demo()?), token: UpstreamToken::generate() })
+        let token = generate_token();
+        let access = ShopAccess::local(token.clone()).map_err(anyhow::Error::msg)?;
+        Ok(Self { shop: Arc::new(Shop::demo()?), token, access })
     }
 
     fn app(&self) -> axum::Router {
-        router(self.shop.clone(), ShopAccess::local(self.token.clone()))
+        router(self.shop.clone(), self.access.clone())
     }
 
     /// What the gateway sends: its credential and the caller's customer (and key, for refunds).
     fn as_gateway(&self, customer: &str, key: Option<&str>, body: Value) -> anyhow::Result<Request<Body>> {
         let mut request = post("127.0.0.1:8931", body)?;
         let headers = request.headers_mut();
-        headers.insert(header::AUTHORIZATION, format!("Bearer {}", self.token.expose()).parse()?);
+        headers.insert(header::AUTHORIZATION, format!("Bearer {}", self.token.expose_secret()).parse()?);
         headers.insert(CUSTOMER_HEADER, customer.parse()?);
         if let Some(key) = key {
             headers.insert(IDEMPOTENCY_HEADER, key.parse()?);
@@ -127,7 +131,7 @@ async fn the_customer_comes_from_the_gateways_header_never_from_the_arguments() 
     assert_eq!(answer, json!({"error": "order A1007 not found"}));
     // Without the header, a customer-scoped tool refuses whatever the arguments say.
     let mut request = post("localhost", call("list_customer_orders", json!({"customer_id": "C100"})))?;
-    request.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", rig.token.expose()).parse()?);
+    request.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", rig.token.expose_secret()).parse()?);
     let (is_error, answer) = tool_answer(rig.app().oneshot(request).await?).await?;
     assert!(is_error);
     assert_eq!(

@@ -8,27 +8,27 @@ use std::{
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, JsonObject,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, Implementation, JsonObject,
         ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
 };
+use secrecy::ExposeSecret;
 use swarm_adapters::mcp::{
-    APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID,
-    HEADER_GATEWAY_TOKEN, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
+    HEADER_CONVERSATION_ID, HEADER_GATEWAY_TOKEN, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
 };
-use swarm_core::access::is_canonical_customer_id;
-use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction};
+use swarm_core::approval::ApprovalKey;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
-    config::{ConsentConfig, GatewayConfig, SideEffectConfig, UpstreamConfig},
+    config::{GatewayConfig, SideEffectConfig, UpstreamConfig},
     error::GatewayError,
+    guard::{self, CallerHeaders, Forward, Refusal, error_result},
     metrics::{CallLabels, Metrics, MetricsSnapshot, Outcome},
-    protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits},
+    protect::{Breaker, BreakerState, RateLimits},
     upstream::{UpstreamClient, UpstreamError, upstream_http_client},
 };
 
@@ -76,14 +76,6 @@ struct Inner {
     approval_key: Option<ApprovalKey>,
 }
 
-/// Why a consent-gated call was refused before dispatch.
-enum ConsentRefusal {
-    /// The call cannot be put before a person as it is (no amount, no order): the model reads why.
-    Text(String),
-    /// Typed: a person must approve exactly this action, or the token is not valid for it.
-    Rpc(ErrorData),
-}
-
 /// Health of one upstream, as [`Gateway::upstream_status`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamStatus {
@@ -92,7 +84,7 @@ pub struct UpstreamStatus {
     pub tools: usize,
     /// The error of the latest discovery attempt, while it is failing.
     pub last_error: Option<String>,
-    pub breaker: &'static str,
+    pub breaker: BreakerState,
 }
 
 /// The MCP tool gateway. Cheap to clone (shared state).
@@ -115,12 +107,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// A `tools/call` answer with `is_error: true` and text `{"error": message}`.
-pub fn error_result(message: &str) -> CallToolResult {
-    let text = serde_json::json!({ "error": message }).to_string();
-    CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
 impl Gateway {
@@ -155,7 +141,7 @@ impl Gateway {
             .roles
             .iter()
             .map(|(name, role)| RoleEntry {
-                token: role.token.expose().as_bytes().to_vec(),
+                token: role.token.expose_secret().as_bytes().to_vec(),
                 policy: RolePolicy::from_config(name, role),
             })
             .collect();
@@ -175,7 +161,7 @@ impl Gateway {
             allowed_hosts: config.allowed_hosts.clone(),
             side_effects: config.side_effects.clone(),
             approval_key: match &config.approval_key {
-                Some(key) => Some(ApprovalKey::new(key.expose()).map_err(GatewayError::Config)?),
+                Some(key) => Some(ApprovalKey::new(key.expose_secret()).map_err(GatewayError::Config)?),
                 None => None,
             },
         };
@@ -237,7 +223,7 @@ impl Gateway {
             .iter()
             .map(|slot| {
                 let d = slot.discovery.lock().unwrap_or_else(|e| e.into_inner());
-                let breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).state().as_str();
+                let breaker = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).state();
                 UpstreamStatus {
                     name: slot.config.name.clone(),
                     tools: d.tools.as_ref().map_or(0, Vec::len),
@@ -404,7 +390,7 @@ impl Gateway {
 
     /// Runs one `tools/call` for the caller with role index `role`: the guard
     /// chain, then dispatch. Always an answer the model can read; protocol
-    /// errors only for an unknown tool name.
+    /// errors only for an unknown tool name and for consent.
     async fn call(
         &self,
         role: usize,
@@ -415,142 +401,88 @@ impl Gateway {
         let started = Instant::now();
         let policy = &self.inner.roles[role].policy;
         let name = request.name.as_ref();
-        let header = |h: &str| {
-            headers.and_then(|m| m.get(h)).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
-        };
+        let headers = CallerHeaders(headers);
         let mut labels = CallLabels {
             tool: name,
             upstream: "-",
             role: &policy.name,
-            conversation: header(HEADER_CONVERSATION_ID).unwrap_or("-"),
-            subtask: header(HEADER_SUBTASK_ID).unwrap_or("-"),
+            conversation: headers.get(HEADER_CONVERSATION_ID).unwrap_or("-"),
+            subtask: headers.get(HEADER_SUBTASK_ID).unwrap_or("-"),
             known_tool: self.catalog().tools.contains_key(name),
         };
-        let refuse = |message: String, labels: &CallLabels<'_>| {
-            tracing::warn!(tool = name, role = policy.name, reason = message.as_str(), "tool call refused");
-            self.inner.metrics.record_call(labels, Outcome::Refused, started.elapsed());
-            Ok(error_result(&message))
-        };
-        if !policy.may_call(name) {
-            let message = if policy.call {
-                format!("tool {name} is not permitted for role {}", policy.name)
-            } else {
-                format!("role {} may list tools but not call them (tool {name})", policy.name)
-            };
-            return refuse(message, &labels);
+        let arguments = request.arguments.unwrap_or_default();
+        match self.guard(policy, name, &headers, arguments, &mut labels).await {
+            Ok(admitted) => {
+                let (outcome, answer) = self.dispatch(admitted, name, cancel).await;
+                self.inner.metrics.record_call(&labels, outcome, started.elapsed());
+                answer
+            }
+            Err(refusal) => {
+                refusal.log(name, &policy.name);
+                if let Some(outcome) = refusal.outcome() {
+                    self.inner.metrics.record_call(&labels, outcome, started.elapsed());
+                }
+                refusal.answer()
+            }
         }
-        let mut tool = self.catalog().tools.get(name).cloned();
-        if tool.is_none() {
-            self.ensure_fresh().await;
-            tool = self.catalog().tools.get(name).cloned();
-        }
-        let Some(tool) = tool else {
-            return Err(ErrorData::invalid_params(format!("unknown tool {name}"), None));
-        };
+    }
+
+    /// The guard chain of one call, in order: permission, lookup, customer scoping, idempotency
+    /// key, consent, rate limit, breaker. Sets the labels' upstream once the tool is known.
+    async fn guard<'a>(
+        &'a self,
+        policy: &RolePolicy,
+        name: &str,
+        headers: &CallerHeaders<'_>,
+        mut arguments: JsonObject,
+        labels: &mut CallLabels<'a>,
+    ) -> Result<Admitted<'a>, Refusal> {
+        guard::permission(policy, name)?;
+        let tool = self.lookup(name).await?;
         let slot = &self.inner.upstreams[tool.upstream];
         labels.upstream = &slot.config.name;
-        let mut arguments: JsonObject = request.arguments.unwrap_or_default();
-        // What the upstream learns of the caller travels in headers the model cannot write; the
-        // hidden arguments are filled too, for upstreams that read them.
-        let mut upstream_headers = Vec::with_capacity(4);
-        let mut forward = |name: &'static str, value: &str| {
-            if let Ok(value) = http::HeaderValue::from_str(value) {
-                upstream_headers.push((http::HeaderName::from_static(name), value));
-            }
-        };
-        for name in [HEADER_CONVERSATION_ID, HEADER_SUBTASK_ID] {
-            if let Some(value) = header(name) {
-                forward(name, value);
-            }
+        let mut forward = Forward::identity(headers);
+        let config = &slot.config;
+        guard::customer_scope(&tool, &config.customer_scoped_arg, headers, &mut arguments, &mut forward, &policy.name)?;
+        guard::idempotency(&tool, &config.idempotency_arg, headers, &mut arguments, &mut forward)?;
+        if let Some(consent) = tool.consent.as_ref().filter(|_| tool.side_effecting) {
+            guard::consent(name, consent, self.inner.approval_key.as_ref(), &arguments, headers)?;
         }
-        if tool.customer_scoped {
-            let Some(customer) = header(HEADER_CUSTOMER_ID) else {
-                return refuse(
-                    format!("tool {name} acts on a customer's data and needs the {HEADER_CUSTOMER_ID} header"),
-                    &labels,
-                );
-            };
-            // Canonical ids only: `c104` must never reach an upstream that matches ids loosely.
-            if !is_canonical_customer_id(customer) {
-                return refuse(
-                    format!("the {HEADER_CUSTOMER_ID} header must hold a canonical customer id (upper case)"),
-                    &labels,
-                );
-            }
-            forward(HEADER_CUSTOMER_ID, customer);
-            let previous = arguments.insert(slot.config.customer_scoped_arg.clone(), customer.into());
-            if previous.is_some_and(|p| p.as_str() != Some(customer)) {
-                tracing::info!(
-                    tool = name,
-                    role = policy.name,
-                    "customer id in the arguments replaced by the caller's header"
-                );
-            }
+        guard::rate_limit(&self.inner.limits, &tool)?;
+        guard::breaker(&slot.breaker, &config.name, name, &self.inner.metrics)?;
+        Ok(Admitted { slot, tool, arguments, headers: forward.into_headers() })
+    }
+
+    /// The tool `name` from the catalogue, refreshed once when it is not there.
+    async fn lookup(&self, name: &str) -> Result<Arc<ExposedTool>, Refusal> {
+        if let Some(tool) = self.catalog().tools.get(name).cloned() {
+            return Ok(tool);
         }
-        if tool.side_effecting {
-            let Some(key) = header(HEADER_IDEMPOTENCY_KEY) else {
-                return refuse(
-                    format!("tool {name} has side effects and needs the {HEADER_IDEMPOTENCY_KEY} header"),
-                    &labels,
-                );
-            };
-            forward(HEADER_IDEMPOTENCY_KEY, key);
-            arguments.insert(slot.config.idempotency_arg.clone(), key.into());
-            if let Some(consent) = &tool.consent {
-                match self.check_consent(name, consent, &arguments, &header) {
-                    Ok(()) => {}
-                    Err(ConsentRefusal::Text(message)) => return refuse(message, &labels),
-                    Err(ConsentRefusal::Rpc(error)) => {
-                        tracing::info!(
-                            tool = name,
-                            role = policy.name,
-                            code = error.code.0,
-                            "side effect refused before dispatch: consent"
-                        );
-                        self.inner.metrics.record_call(&labels, Outcome::Refused, started.elapsed());
-                        return Err(error);
-                    }
-                }
-            }
-        }
-        let upstream_headers = RequestHeaders(Arc::new(upstream_headers));
-        let upstream_name = slot.config.name.as_str();
-        if let Err(hit) = self.inner.limits.check(tool.upstream, &tool.name) {
-            let which = match hit {
-                LimitHit::Tool => "the tool's",
-                LimitHit::Global => "the gateway's",
-            };
-            self.inner.metrics.record_call(&labels, Outcome::RateLimited, started.elapsed());
-            return Ok(error_result(&format!(
-                "rate limit: {which} call rate is exhausted; try {name} again in a moment"
-            )));
-        }
-        let admission = slot.breaker.lock().unwrap_or_else(|e| e.into_inner()).admit(Instant::now());
-        match admission {
-            Admission::Rejected { retry_in } => {
-                self.inner.metrics.record_call(&labels, Outcome::BreakerOpen, started.elapsed());
-                return Ok(error_result(&format!(
-                    "upstream {upstream_name} is unavailable (circuit open); try {name} again in {:.0}s",
-                    retry_in.as_secs_f64().ceil()
-                )));
-            }
-            Admission::Probe => {
-                self.inner.metrics.record_breaker(upstream_name, BreakerState::HalfOpen);
-            }
-            Admission::Allowed => {}
-        }
-        let timeout = slot.config.call_timeout();
+        self.ensure_fresh().await;
+        self.catalog().tools.get(name).cloned().ok_or_else(|| Refusal::UnknownTool(name.to_owned()))
+    }
+
+    /// Sends an admitted call upstream within the upstream's call timeout, records the answer in
+    /// its breaker, and maps it to the caller's answer.
+    async fn dispatch(
+        &self,
+        call: Admitted<'_>,
+        name: &str,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Result<CallToolResult, ErrorData>) {
+        let Admitted { slot, tool, arguments, headers } = call;
+        let upstream = slot.config.name.as_str();
         let upstream_span = tracing::info_span!(
             "upstream_call",
             otel.name = %format_args!("tools/call {}", tool.original),
             otel.kind = "client",
             mcp.method.name = "tools/call",
             gen_ai.tool.name = %tool.original,
-            server.address = upstream_name,
+            server.address = upstream,
         );
         let result = slot
             .client
-            .call_tool(&tool.original, arguments, upstream_headers, timeout, !tool.side_effecting, cancel)
+            .call_tool(&tool.original, arguments, headers, slot.config.call_timeout(), !tool.side_effecting, cancel)
             .instrument(upstream_span)
             .await;
         let transition = {
@@ -562,124 +494,55 @@ impl Gateway {
             }
         };
         if let Some(state) = transition {
-            self.inner.metrics.record_breaker(upstream_name, state);
+            self.inner.metrics.record_breaker(upstream, state);
         }
-        let (outcome, answer) = match result {
-            Ok(r) if r.is_error == Some(true) => (Outcome::ToolError, Ok(r)),
-            Ok(r) => (Outcome::Ok, Ok(r)),
-            // Dispatched and never answered: it may have happened. Typed, so the caller replays it
-            // with the same key instead of reading "unavailable" as "not done". (A lost session is
-            // an answer: the upstream refused the call unseen.)
-            Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if tool.side_effecting => (
-                if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
-                Err(ErrorData::new(
-                    rmcp::model::ErrorCode(OUTCOME_UNKNOWN),
-                    format!("tool {name} was dispatched and did not answer ({e}); its outcome is not known"),
-                    None,
-                )),
-            ),
-            Err(UpstreamError::Timeout(t)) => (
-                Outcome::Timeout,
-                Ok(error_result(&format!(
-                    "tool {name} did not answer within {:.1}s and was cancelled",
-                    t.as_secs_f64()
-                ))),
-            ),
-            Err(UpstreamError::Protocol(e)) => {
-                (Outcome::ToolError, Ok(error_result(&format!("tool {name} failed: {}", e.message))))
-            }
-            Err(UpstreamError::Cancelled) => {
-                (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
-            }
-            Err(e) => (
-                Outcome::UpstreamError,
-                Ok(error_result(&format!("upstream {upstream_name} is unavailable ({e}); try {name} again later"))),
-            ),
-        };
-        self.inner.metrics.record_call(&labels, outcome, started.elapsed());
-        answer
+        answer_of(result, tool.side_effecting, name, upstream)
     }
 }
 
-impl Gateway {
-    /// Consent before money moves: a call above its threshold needs a valid approval token for
-    /// exactly this approval, conversation, customer, tool, order and amount; without one it is
-    /// refused before dispatch with [`APPROVAL_REQUIRED`] and the action a person must approve.
-    fn check_consent<'h>(
-        &self,
-        tool: &str,
-        consent: &ConsentConfig,
-        arguments: &JsonObject,
-        header: &dyn Fn(&str) -> Option<&'h str>,
-    ) -> Result<(), ConsentRefusal> {
-        let (Some(conversation), Some(customer)) = (header(HEADER_CONVERSATION_ID), header(HEADER_CUSTOMER_ID)) else {
-            return Err(ConsentRefusal::Text(format!(
-                "tool {tool} needs consent and the {HEADER_CONVERSATION_ID} and {HEADER_CUSTOMER_ID} headers"
-            )));
-        };
-        let Some(order) = arguments
-            .get(&consent.order_arg)
-            .and_then(serde_json::Value::as_str)
-            .map(str::trim)
-            .filter(|o| swarm_core::untrusted::is_safe_id(o))
-        else {
-            return Err(ConsentRefusal::Text(format!(
-                "give {} as the order id (e.g. A1033); the call was not executed",
-                consent.order_arg
-            )));
-        };
-        let Some(amount) = arguments
-            .get(&consent.amount_arg)
-            .and_then(serde_json::Value::as_f64)
-            .filter(|a| a.is_finite() && *a > 0.0)
-        else {
-            return Err(ConsentRefusal::Text(format!(
-                "give {} as a number in the order's currency (the order shows what is refundable): a refund is approved for an exact amount; the call was not executed",
-                consent.amount_arg
-            )));
-        };
-        let amount_cents = (amount * 100.0).round() as i64;
-        let Some(key) = &self.inner.approval_key else {
-            // validate() requires a key with consent; a gateway without one moves no money.
-            return Err(ConsentRefusal::Text(format!(
-                "tool {tool} needs consent and this gateway has no approval key"
-            )));
-        };
-        let now = swarm_core::domain::now_ms();
-        if let Some(token) = header(HEADER_APPROVAL) {
-            let call =
-                CallFacts { conversation_id: conversation, customer_id: customer, tool, order_id: order, amount_cents };
-            return match key.verify(token, &call, now) {
-                Ok(approval_id) => {
-                    tracing::info!(approval_id, order_id = order, amount_cents, "approved side effect dispatched");
-                    Ok(())
-                }
-                Err(e) => {
-                    tracing::warn!(tool, order_id = order, error = %e, "approval token refused");
-                    Err(ConsentRefusal::Rpc(ErrorData::new(
-                        rmcp::model::ErrorCode(APPROVAL_REFUSED),
-                        e.to_string(),
-                        None,
-                    )))
-                }
-            };
+/// A call every guard admitted: where it goes, what it carries.
+struct Admitted<'a> {
+    slot: &'a UpstreamSlot,
+    tool: Arc<ExposedTool>,
+    arguments: JsonObject,
+    headers: RequestHeaders,
+}
+
+/// The caller's answer to what the upstream did, and how the call is counted.
+fn answer_of(
+    result: Result<CallToolResult, UpstreamError>,
+    side_effecting: bool,
+    name: &str,
+    upstream: &str,
+) -> (Outcome, Result<CallToolResult, ErrorData>) {
+    match result {
+        Ok(r) if r.is_error == Some(true) => (Outcome::ToolError, Ok(r)),
+        Ok(r) => (Outcome::Ok, Ok(r)),
+        // Dispatched and never answered: it may have happened. Typed, so the caller replays it
+        // with the same key instead of reading "unavailable" as "not done". (A lost session is
+        // an answer: the upstream refused the call unseen.)
+        Err(e @ (UpstreamError::Timeout(_) | UpstreamError::Unavailable(_))) if side_effecting => (
+            if matches!(e, UpstreamError::Timeout(_)) { Outcome::Timeout } else { Outcome::UpstreamError },
+            Err(ErrorData::new(
+                rmcp::model::ErrorCode(OUTCOME_UNKNOWN),
+                format!("tool {name} was dispatched and did not answer ({e}); its outcome is not known"),
+                None,
+            )),
+        ),
+        Err(UpstreamError::Timeout(t)) => (
+            Outcome::Timeout,
+            Ok(error_result(&format!("tool {name} did not answer within {:.1}s and was cancelled", t.as_secs_f64()))),
+        ),
+        Err(UpstreamError::Protocol(e)) => {
+            (Outcome::ToolError, Ok(error_result(&format!("tool {name} failed: {}", e.message))))
         }
-        if amount_cents <= consent.above_cents() {
-            return Ok(());
+        Err(UpstreamError::Cancelled) => {
+            (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
         }
-        let reason =
-            ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
-        let action = ProposedAction { tool: tool.to_owned(), order_id: order.to_owned(), amount_cents, reason };
-        let message = format!(
-            "approval required: {tool} of {} on order {order} needs a person's approval first; it was not executed",
-            action.amount()
-        );
-        tracing::info!(tool, order_id = order, amount_cents, "side effect needs approval");
-        Err(ConsentRefusal::Rpc(ErrorData::new(
-            rmcp::model::ErrorCode(APPROVAL_REQUIRED),
-            message,
-            serde_json::to_value(&action).ok(),
-        )))
+        Err(e) => (
+            Outcome::UpstreamError,
+            Ok(error_result(&format!("upstream {upstream} is unavailable ({e}); try {name} again later"))),
+        ),
     }
 }
 

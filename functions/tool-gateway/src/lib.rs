@@ -2,19 +2,22 @@
 
 pub mod catalog;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod guard;
 pub mod metrics;
 pub mod protect;
 pub mod upstream;
 
 use std::net::SocketAddr;
 
-pub use config::{
-    DemoTokens, GatewayConfig, GatewayFunctionConfig, Prefix, RoleConfig, Secret, UpstreamConfig, demo_config,
-};
+pub use config::function::GatewayFunctionConfig;
+pub use config::{GatewayConfig, Prefix, RoleConfig, UpstreamConfig};
+pub use demo::{DemoTokens, demo_config};
 pub use error::GatewayError;
-pub use gateway::{Gateway, UpstreamStatus, error_result};
+pub use gateway::{Gateway, UpstreamStatus};
+pub use guard::{Refusal, error_result};
 pub use metrics::{MetricsSnapshot, Outcome, ToolStats};
 use tokio::task::JoinHandle;
 

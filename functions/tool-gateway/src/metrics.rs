@@ -79,7 +79,7 @@ pub struct MetricsSnapshot {
     pub tools: HashMap<String, ToolStats>,
     pub refusals: u64,
     pub discovery_failures: HashMap<String, u64>,
-    pub breaker_transitions: Vec<(String, &'static str)>,
+    pub breaker_transitions: Vec<(String, BreakerState)>,
 }
 
 /// The gateway's metrics sink: counters in memory, and every call through the `metrics` facade
@@ -163,7 +163,7 @@ impl Metrics {
 
     /// Records a breaker state change of `upstream`.
     pub fn record_breaker(&self, upstream: &str, state: BreakerState) {
-        self.lock().breaker_transitions.push((upstream.to_owned(), state.as_str()));
+        self.lock().breaker_transitions.push((upstream.to_owned(), state));
         tracing::warn!(upstream, breaker = state.as_str(), "circuit breaker changed state");
         obs::metrics::breaker_transition(upstream, state.as_str());
     }

@@ -12,7 +12,7 @@ use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
         ClientConfig, ClientRequest, ErrorData, GetExtensions, Implementation, JsonObject, ListToolsRequest,
-        PaginatedRequestParams, ServerResult, Tool,
+        ListToolsResult, PaginatedRequestParams, ServerResult, Tool,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
     transport::{
@@ -20,14 +20,13 @@ use rmcp::{
         streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError},
     },
 };
+use secrecy::ExposeSecret;
 use swarm_adapters::mcp::sigv4::SigV4Signer;
-use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, trace_header};
+use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, TooManyPages, list_all_pages, trace_header};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::UpstreamConfig, error::GatewayError};
 
-/// Most `tools/list` pages followed per discovery.
-const MAX_LIST_PAGES: usize = 50;
 /// Requests one upstream session keeps in flight (rmcp's default is 16; the
 /// local stack pushes 100 concurrent subtasks through one upstream).
 const MAX_CONCURRENT_REQUESTS: usize = 512;
@@ -53,6 +52,13 @@ pub enum UpstreamError {
     /// The caller went away; the upstream was told to cancel. Not the upstream's fault.
     #[error("call cancelled by the caller")]
     Cancelled,
+}
+
+/// A listing that never ends: the upstream is not usable as it answers.
+impl From<TooManyPages> for UpstreamError {
+    fn from(e: TooManyPages) -> Self {
+        UpstreamError::Unavailable(e.to_string())
+    }
 }
 
 impl UpstreamError {
@@ -126,7 +132,7 @@ impl UpstreamClient {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 GatewayError::Config(format!("upstream {} header name {name:?} is invalid", config.name))
             })?;
-            let mut value = HeaderValue::from_str(value.expose())
+            let mut value = HeaderValue::from_str(value.expose_secret())
                 .map_err(|_| GatewayError::Config(format!("upstream {} header {name} is invalid", config.name)))?;
             value.set_sensitive(true);
             headers.insert(name, value);
@@ -251,25 +257,26 @@ impl UpstreamClient {
 
     async fn list_once(&self, timeout: Duration) -> Result<Vec<Tool>, UpstreamError> {
         let never = CancellationToken::new();
-        let mut tools = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
-                method: Default::default(),
-                params,
-                extensions: Default::default(),
-            });
-            let ServerResult::ListToolsResult(page) = self.request(request, timeout, &never).await? else {
-                return Err(UpstreamError::Unavailable("tools/list answered with another result type".into()));
-            };
-            tools.extend(page.tools);
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(tools),
-            }
+        list_all_pages(|cursor| self.list_page(cursor, timeout, &never)).await
+    }
+
+    /// One page of the upstream's `tools/list`, from `cursor` (`None`: the first).
+    async fn list_page(
+        &self,
+        cursor: Option<String>,
+        timeout: Duration,
+        never: &CancellationToken,
+    ) -> Result<ListToolsResult, UpstreamError> {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+            method: Default::default(),
+            params,
+            extensions: Default::default(),
+        });
+        match self.request(request, timeout, never).await? {
+            ServerResult::ListToolsResult(page) => Ok(page),
+            _ => Err(UpstreamError::Unavailable("tools/list answered with another result type".into())),
         }
-        Err(UpstreamError::Unavailable(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
     }
 
     /// Calls `name` with `arguments` within `timeout`, sending `headers` (the caller's

@@ -39,7 +39,7 @@ fn refund(order: &str, amount: f64, approval: Option<&str>) -> serde_json::Value
 #[tokio::test]
 async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person_must_approve() {
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
-    let (gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0.0)).await;
+    let (gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let listed = tools.list_tools(&ctx("refund", "C104")).await.unwrap();
     let flags: Vec<(String, bool)> = listed.iter().map(|t| (t.name.clone(), t.side_effecting)).collect();
@@ -69,7 +69,7 @@ async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person
 #[tokio::test]
 async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_person() {
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
-    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0.0)).await;
+    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let everything = json!({"order_id": "A1033", "_idempotency_key": "k"});
     let out = tools.call_tool(&ctx("refund", "C104"), "shop__refund", everything, T).await.unwrap();
@@ -83,7 +83,7 @@ async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_p
 #[tokio::test]
 async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
-    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0.0)).await;
+    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let later = now_ms() + 60_000;
     let good = token("C104", "A1033", 187_400, later);
@@ -127,7 +127,7 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
 #[tokio::test]
 async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
     let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
-    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 100.0)).await;
+    let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 10_000)).await;
     let tools = adapter(&url);
     let out = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 99.5, None), T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);

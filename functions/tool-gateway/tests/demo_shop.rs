@@ -7,7 +7,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
-use shop_tools::{Shop, ShopAccess, UpstreamToken};
+use shop_tools::{Shop, ShopAccess};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::approval::{ApprovalKey, ProposedAction, TokenClaim};
 use swarm_core::domain::{ConversationId, now_ms};
@@ -26,7 +26,7 @@ struct Stack {
 async fn stack() -> Stack {
     let tokens = DemoTokens::generate();
     let shop = Arc::new(Shop::demo().unwrap());
-    let access = ShopAccess::local(UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let access = ShopAccess::local(tokens.shop_upstream().clone()).unwrap();
     let (shop_addr, _shop_task) =
         shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
     let shop_url = format!("http://{shop_addr}/mcp");

@@ -8,6 +8,7 @@ use std::{sync::atomic::Ordering, time::Duration};
 use serde_json::json;
 use support::*;
 use swarm_core::ports::{ToolError, ToolGateway};
+use tool_gateway::protect::BreakerState;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -62,7 +63,7 @@ async fn hanging_upstream_is_cancelled_opens_the_breaker_and_half_opens_after_th
         eventually("the upstream saw the MCP cancellation", || up.fake.state.cancellations.load(Ordering::SeqCst) == i)
             .await;
     }
-    assert_eq!(gateway.upstream_status()[0].breaker, "open");
+    assert_eq!(gateway.upstream_status()[0].breaker, BreakerState::Open);
 
     // While open: the fallback, and the upstream is not contacted.
     let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
@@ -74,9 +75,9 @@ async fn hanging_upstream_is_cancelled_opens_the_breaker_and_half_opens_after_th
     tokio::time::sleep(Duration::from_millis(600)).await;
     let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);
-    assert_eq!(gateway.upstream_status()[0].breaker, "closed");
-    let transitions: Vec<&str> = gateway.metrics().breaker_transitions.iter().map(|(_, s)| *s).collect();
-    assert_eq!(transitions, ["open", "half_open", "closed"]);
+    assert_eq!(gateway.upstream_status()[0].breaker, BreakerState::Closed);
+    let transitions: Vec<BreakerState> = gateway.metrics().breaker_transitions.iter().map(|(_, s)| *s).collect();
+    assert_eq!(transitions, [BreakerState::Open, BreakerState::HalfOpen, BreakerState::Closed]);
     assert_eq!(gateway.metrics().tools["shop__slow"].timeouts, 2);
 }
 
@@ -92,7 +93,7 @@ async fn upstream_internal_errors_open_the_breaker_but_bad_arguments_do_not() {
         let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
         assert!(out.is_error && out.text.contains("injected failure"), "{}", out.text);
     }
-    assert_eq!(gateway.upstream_status()[0].breaker, "open");
+    assert_eq!(gateway.upstream_status()[0].breaker, BreakerState::Open);
     let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
     assert!(out.text.contains("circuit open"), "{}", out.text);
     assert_eq!(up.fake.state.calls_of("get_product").len(), 2);

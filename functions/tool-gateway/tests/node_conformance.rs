@@ -6,7 +6,8 @@ mod node;
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use tool_gateway::{GatewayConfig, Prefix, RoleConfig, Secret, UpstreamConfig};
+use secrecy::SecretString;
+use tool_gateway::{GatewayConfig, Prefix, RoleConfig, UpstreamConfig};
 
 /// (scenario, run against the upstream, run through the gateway); each run is (passed, why not).
 type Run = (String, (bool, String), (bool, String));
@@ -29,7 +30,7 @@ async fn conformance_scenarios_pass_through_the_gateway_as_they_pass_directly_ex
         roles: BTreeMap::from([(
             "conformance".to_owned(),
             RoleConfig {
-                token: Secret::new("conformance-token-0123456789"),
+                token: SecretString::from("conformance-token-0123456789"),
                 tools: vec!["*".into()],
                 deny: vec![],
                 call: true,

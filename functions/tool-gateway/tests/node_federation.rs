@@ -23,8 +23,7 @@ async fn server_everything_tools_are_listed_and_called_through_the_gateway_besid
     .await;
     let tokens = DemoTokens::generate();
     let shop = Arc::new(shop_tools::Shop::demo().unwrap());
-    let access =
-        shop_tools::ShopAccess::local(shop_tools::UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let access = shop_tools::ShopAccess::local(tokens.shop_upstream().clone()).unwrap();
     let (shop_addr, _shop) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop, access).await.unwrap();
 
     let mut config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);

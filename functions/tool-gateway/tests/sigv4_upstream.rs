@@ -72,7 +72,7 @@ async fn behind_function_url(function: axum::Router) -> String {
 async fn start() -> (String, Arc<Shop>) {
     let shop = Arc::new(Shop::demo().unwrap());
     // Behind AWS_IAM the shop needs no token of its own; AWS checked the caller.
-    let shop_router = shop_tools::router(shop.clone(), ShopAccess::new(vec!["127.0.0.1".into()], None));
+    let shop_router = shop_tools::router(shop.clone(), ShopAccess::new(vec!["127.0.0.1".into()]));
     (behind_function_url(shop_router).await, shop)
 }
 
@@ -124,7 +124,7 @@ async fn signed_calls_reach_the_shop_and_unsigned_or_forged_ones_are_refused_bef
 async fn a_worker_signs_its_calls_to_an_aws_iam_gateway_and_keeps_its_role_token_in_its_own_header() {
     let tokens = DemoTokens::generate();
     let shop = Arc::new(Shop::demo().unwrap());
-    let access = ShopAccess::local(shop_tools::UpstreamToken::new(tokens.shop_upstream().expose()).unwrap());
+    let access = ShopAccess::local(tokens.shop_upstream().clone()).unwrap();
     let (shop_addr, _shop) = shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
     let mut config = demo_config(&format!("http://{shop_addr}/mcp"), &tokens);
     config.allowed_hosts = vec!["127.0.0.1".into()];

@@ -21,12 +21,15 @@ pub struct WorkerConfig {
     /// `WORKER_MODE`: `tasks` (default), `dlq` or `sweep`.
     pub mode: WorkerMode,
     pub table: TableConfig,
-    /// Where dependents are released and work is handed back.
+    /// The queues this function may send to (dependents released, work handed back, deadlines):
+    /// `TASKS_QUEUE_URL` is required in tasks and DLQ mode; the sweeper sends nothing and is given none.
     pub queues: QueueUrls,
     /// The role this worker calls tools as (`WORKER_ROLE`, default `support`) and its credential;
     /// `None` in DLQ and sweep mode, which call no tool and hold no credential.
     pub gateway: Option<GatewayClientConfig>,
-    pub llm: LlmConfig,
+    /// The models (`LLM_*`); `None` in DLQ and sweep mode, which run no model (the template gives
+    /// those functions no `LLM_*` variable and no secret).
+    pub llm: Option<LlmConfig>,
     pub secrets: SecretsExtension,
     /// `LLM_TOKEN_BUDGET`: the conversation-wide token stop; past it the
     /// remaining subtasks end with that reason. Unset → no stop.
@@ -63,15 +66,16 @@ impl WorkerConfig {
             MIN_TOKEN_BUDGET..=u64::MAX,
             &format!("a whole number of tokens, at least {MIN_TOKEN_BUDGET} (the conversation-wide stop)"),
         )?;
+        let agent = mode == WorkerMode::Tasks;
         Ok(Self {
             mode,
             table: TableConfig::from_lookup(&lookup)?,
-            queues: QueueUrls::from_lookup(&lookup)?,
-            gateway: match mode {
-                WorkerMode::Tasks => Some(GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)?),
-                WorkerMode::DeadLetters | WorkerMode::Sweep => None,
+            queues: match mode {
+                WorkerMode::Sweep => QueueUrls::optional_from_lookup(&lookup)?,
+                WorkerMode::Tasks | WorkerMode::DeadLetters => QueueUrls::from_lookup(&lookup)?,
             },
-            llm: LlmConfig::from_lookup(&lookup)?,
+            gateway: agent.then(|| GatewayClientConfig::from_lookup(&lookup, DEFAULT_ROLE)).transpose()?,
+            llm: agent.then(|| LlmConfig::from_lookup(&lookup)).transpose()?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
             token_budget,
         })
@@ -84,7 +88,12 @@ impl WorkerConfig {
 
     /// The core's settings: the defaults with this config's token budget.
     pub fn settings(&self) -> WorkerSettings {
-        WorkerSettings { token_budget: self.token_budget, ..WorkerSettings::default() }
+        self.settings_from(swarm_core::timings::Timings::standard())
+    }
+
+    /// The core's settings from `timings` (a scaled table locally) with this config's token budget.
+    pub fn settings_from(&self, timings: &swarm_core::timings::Timings) -> WorkerSettings {
+        WorkerSettings { token_budget: self.token_budget, ..WorkerSettings::from_timings(timings) }
     }
 }
 
@@ -127,12 +136,19 @@ mod tests {
             let map: HashMap<&str, &str> = BASE
                 .iter()
                 .copied()
-                .filter(|(k, _)| !k.starts_with("GATEWAY_"))
+                .filter(|(k, _)| !k.starts_with("GATEWAY_") && !k.starts_with("LLM_"))
                 .chain([("WORKER_MODE", mode)])
                 .collect();
             let c = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap();
-            assert_eq!((c.mode, c.gateway), (expected, None));
+            assert_eq!((c.mode, c.gateway, c.llm.is_none()), (expected, None, true));
         }
+        // The sweeper may send to no queue: it is given none; the DLQ consumer needs the tasks queue.
+        let bare: HashMap<&str, &str> = [("TABLE_NAME", "swarm"), ("WORKER_MODE", "sweep")].into();
+        let c = WorkerConfig::from_lookup(|k| bare.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.queues, QueueUrls { tasks: None, refund: None });
+        let bare: HashMap<&str, &str> = [("TABLE_NAME", "swarm"), ("WORKER_MODE", "dlq")].into();
+        let e = WorkerConfig::from_lookup(|k| bare.get(k).map(|v| v.to_string())).unwrap_err();
+        assert!(e.to_string().starts_with("TASKS_QUEUE_URL is required"), "{e}");
         let map: HashMap<&str, &str> = BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).collect();
         let e = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap_err();
         assert!(e.to_string().starts_with("GATEWAY_URL is required"), "{e}");

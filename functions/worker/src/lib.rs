@@ -4,7 +4,8 @@
 //! answers), `settings`, `dependencies` (pure), `confirmations`; `bookkeeping` (record, count,
 //! release), `effects` (journal, approvals, confirmation); `agent` (the loop: rounds, tool calls,
 //! shrinking, compression); `closer` (deadline path, sweep, dead letters: no model, no tools);
-//! `tasks` (the tasks worker, holding an agent and a closer); `handler` (SQS and scheduler events).
+//! `tasks` (the tasks worker, holding an agent and a closer); `handler` (SQS and scheduler events);
+//! `wiring` (each mode built from its config and ports: the tasks worker, or the closer alone).
 
 mod agent;
 mod bookkeeping;
@@ -18,6 +19,7 @@ pub mod handler;
 mod outcome;
 mod settings;
 mod tasks;
+pub mod wiring;
 
 pub use agent::WORK_ANSWER_TOKENS;
 pub use closer::{Closer, SweepReport};

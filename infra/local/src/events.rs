@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use swarm_core::domain::now_ms;
 use swarm_core::obs::context::TRACEPARENT;
 
-use crate::platform::Delivery;
+use swarm_adapters::embedded::ReceivedMessage as Delivery;
 
 /// The Lambda context of one invocation of `function`: its deadline is `timeout` (the function's) from now.
 pub fn lambda_context(function: &str, timeout: Duration) -> lambda_runtime::Context {

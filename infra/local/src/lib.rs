@@ -19,9 +19,11 @@ pub mod models;
 pub mod platform;
 pub mod stack;
 pub mod waterfall;
+pub mod wiring;
 
 pub use models::{models_from_env, models_from_lookup};
 pub use platform::counters::{CounterSnapshot, Counters, Received};
 pub use platform::emulator::EmulatorOptions;
 pub use platform::{Queue, QueueDepth};
-pub use stack::{ApiInvoker, BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools, lambda_timeout};
+pub use stack::{ApiInvoker, BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools, Wraps, lambda_timeout};
+pub use wiring::Function;

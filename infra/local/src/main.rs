@@ -91,9 +91,9 @@ enum Command {
         /// tokens. Without one the approvals API answers 401.
         #[arg(long = "operator-token", value_name = "TOKEN=NAME")]
         operator_tokens: Vec<String>,
-        /// Refunds above this amount need an operator's approval (default: every refund does).
-        #[arg(long, value_name = "AMOUNT")]
-        approval_above: Option<f64>,
+        /// Refunds above this amount (e.g. `797.5`) need an operator's approval (default: every refund does).
+        #[arg(long, value_name = "AMOUNT", value_parser = amount_cents)]
+        approval_above: Option<i64>,
         #[command(flatten)]
         platform: Platform,
     },
@@ -107,6 +107,13 @@ enum Command {
         /// An operator token given to `serve --operator-token` (or SWARM_OPERATOR_TOKEN).
         #[arg(long, env = "SWARM_OPERATOR_TOKEN", hide_env_values = true, global = true)]
         operator_token: Option<String>,
+    },
+    /// Print each function's wiring as the stack builds it: its variables (template.yaml's names),
+    /// the queues it holds a sender for, the role token it holds.
+    Wiring {
+        /// As JSON: what infra/aws/check_template.py holds against the template.
+        #[arg(long)]
+        json: bool,
     },
     /// Operator commands on a deployed table (AWS credentials from the usual chain) or, with
     /// --aws-endpoint, on an emulator's table.
@@ -181,6 +188,9 @@ async fn main() -> anyhow::Result<()> {
     if let Command::Admin { command } = cli.command {
         return admin(command, cli.aws_endpoint).await;
     }
+    if let Command::Wiring { json } = cli.command {
+        return print_wiring(json);
+    }
     // With a collector configured, spans leave every second (and once more at the end).
     let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
     let backend = match cli.aws_endpoint {
@@ -227,17 +237,17 @@ async fn main() -> anyhow::Result<()> {
                             .map_err(|e| anyhow::anyhow!("--operator-token number {}: {e}", n + 1))?,
                     );
                 }
-                let table = orchestrator::api::OperatorTable::from_pairs(pairs)
+                let table = orchestrator::api::TokenTable::operators(pairs)
                     .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
                 OperatorAuth::Tokens(Arc::new(table))
             };
             let mut options = options(backend, &platform);
-            options.refund_approval_above = approval_above;
+            options.refund_approval_above_cents = approval_above;
             let served = serve(options, port, auth, operators, &telemetry).await;
             telemetry.flush().await;
             served
         }
-        Command::Admin { .. } => unreachable!("handled above"),
+        Command::Admin { .. } | Command::Wiring { .. } => unreachable!("handled above"),
     }
 }
 
@@ -318,6 +328,32 @@ async fn admin(command: AdminCommand, endpoint: Option<String>) -> anyhow::Resul
             println!("{principal}: {}", if removed { "link removed" } else { "was not linked" });
         }
     }
+    Ok(())
+}
+
+/// `--approval-above`: a decimal amount of the order's currency (the CLI's edge) as whole cents.
+fn amount_cents(text: &str) -> Result<i64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(a) if a.is_finite() && (0.0..1e13).contains(&a) => Ok((a * 100.0).round() as i64),
+        _ => Err(format!("{text:?} is not an amount of 0 or more, e.g. 797.5")),
+    }
+}
+
+/// `swarm-local wiring [--json]`.
+fn print_wiring(json: bool) -> anyhow::Result<()> {
+    let wiring = swarm_local::wiring::describe()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&wiring)?);
+        return Ok(());
+    }
+    let list = |v: &serde_json::Value| {
+        v.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    };
+    for (name, f) in wiring["functions"].as_object().into_iter().flatten() {
+        let token = f["token"]["role"].as_str().map_or("none".to_owned(), |r| format!("{r}'s"));
+        println!("{name}\n  sends to   {}\n  token      {token}\n  variables  {}", list(&f["sends"]), list(&f["env"]));
+    }
+    println!("(configured in process, not from variables: {})", list(&wiring["servers"]));
     Ok(())
 }
 

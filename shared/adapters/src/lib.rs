@@ -5,7 +5,7 @@
 //! | `aws` | [`aws`], `config::AwsClients` | DynamoDB conversation store, SQS task queue, the AWS retry policy; the clients built from the config pieces (implies `secrets`) |
 //! | `secrets` | `config::SecretsExtension::fetch` | secrets at cold start through the AWS Parameters and Secrets Lambda Extension (plain HTTP, no SDK) |
 //! | `llm` | `llm` | the OpenAI-compatible chat client (`HttpChatModel`) and `LlmConfig` |
-//! | `mcp` | `mcp` | the worker's MCP client of the tool gateway (`McpToolGateway`, `GatewayToken`) |
+//! | `mcp` | `mcp` | the worker's MCP client of the tool gateway (`McpToolGateway`) |
 //! | `embedded` | `embedded` | in-memory store and queue with DynamoDB's and SQS's semantics (local stack, tests) |
 //!
 //! [`config`] (the typed configuration pieces every function composes) and [`telemetry`] are always built.

@@ -19,18 +19,21 @@ use rmcp::{
     ServiceError, ServiceExt,
     model::{
         CallToolRequest, CallToolRequestParams, ClientConfig, ClientRequest, GetExtensions, Implementation,
-        ListToolsRequest, PaginatedRequestParams, ServerResult,
+        ListToolsRequest, ListToolsResult, PaginatedRequestParams, ServerResult,
     },
     service::{PeerRequestOptions, RoleClient, RunningService},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
+use secrecy::{ExposeSecret, SecretString};
 
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
 
+mod pages;
 #[cfg(feature = "sigv4")]
 pub mod sigv4;
 mod transport;
 
+pub use pages::{MAX_LIST_PAGES, TooManyPages, list_all_pages};
 pub use transport::{McpHttpClient, RequestHeaders};
 
 /// Header carrying the customer the call acts for; the gateway writes it into
@@ -71,46 +74,9 @@ pub const OUTCOME_UNKNOWN: i32 = -32014;
 /// ([`McpToolGateway::with_list_ttl`]): 100 subtasks starting together list once.
 pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(5);
 
-/// Most pages of `tools/list` followed before giving up (a server that keeps
-/// returning a cursor must not loop forever).
-const MAX_LIST_PAGES: usize = 20;
 /// Concurrent requests one role session keeps in flight (rmcp's default is 16;
 /// the local stack runs 100 subtasks of one role at once).
 const MAX_CONCURRENT_REQUESTS: usize = 256;
-
-/// A gateway bearer token. `Debug` prints `***`; the value leaves only as the
-/// `Authorization` header.
-#[derive(Clone, PartialEq, Eq)]
-pub struct GatewayToken(String);
-
-impl GatewayToken {
-    pub fn new(token: impl Into<String>) -> Self {
-        Self(token.into())
-    }
-
-    /// The raw token, for the `Authorization: Bearer` header only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for GatewayToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl From<String> for GatewayToken {
-    fn from(value: String) -> Self {
-        Self(value)
-    }
-}
-
-impl From<&str> for GatewayToken {
-    fn from(value: &str) -> Self {
-        Self(value.to_owned())
-    }
-}
 
 type Session = RunningService<RoleClient, ClientConfig>;
 /// A role's listing and when it was fetched.
@@ -140,7 +106,7 @@ type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
 pub struct McpToolGateway {
     url: Arc<str>,
     http: McpHttpClient,
-    tokens: HashMap<String, GatewayToken>,
+    tokens: HashMap<String, SecretString>,
     /// Deadline for opening a session and for `tools/list`.
     call_timeout: Duration,
     /// role → open session; bounded by the number of configured roles.
@@ -174,7 +140,7 @@ impl McpToolGateway {
     /// Errors: [`ToolError::Permanent`] for a URL that is not http(s), an empty
     /// token or one that cannot be an HTTP header value, or a zero timeout.
     /// Nothing is contacted here; sessions open on first use.
-    pub fn new<T: Into<GatewayToken>>(
+    pub fn new<T: Into<SecretString>>(
         url: &str,
         role_tokens: HashMap<String, T>,
         call_timeout: Duration,
@@ -189,8 +155,9 @@ impl McpToolGateway {
         }
         let mut tokens = HashMap::with_capacity(role_tokens.len());
         for (role, token) in role_tokens {
-            let token: GatewayToken = token.into();
-            if token.expose().is_empty() || HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+            let token: SecretString = token.into();
+            let value = token.expose_secret();
+            if value.is_empty() || HeaderValue::from_str(&format!("Bearer {value}")).is_err() {
                 return Err(ToolError::Permanent(format!(
                     "gateway token for role {role:?} is empty or not a valid header value"
                 )));
@@ -237,41 +204,37 @@ impl McpToolGateway {
 
     /// Asks the gateway for every page of the role's tools, sorted by name.
     async fn fetch_listing(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
-        let mut specs = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-            let request = ClientRequest::ListToolsRequest(ListToolsRequest {
-                method: Default::default(),
-                params,
-                extensions: Default::default(),
-            });
-            let result = self.request(ctx, request, Vec::new(), self.call_timeout).await?;
-            let ServerResult::ListToolsResult(page) = result else {
-                return Err(ToolError::Permanent("tools/list answered with another result type".into()));
-            };
-            specs.extend(page.tools.into_iter().map(|tool| {
-                ToolSpec {
-                    side_effecting: tool
-                        .meta
-                        .as_ref()
-                        .and_then(|m| m.0.get(SIDE_EFFECTING_META))
-                        .and_then(serde_json::Value::as_bool)
-                        .unwrap_or(false),
-                    name: tool.name.into_owned(),
-                    description: tool.description.map(Cow::into_owned).unwrap_or_default(),
-                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-                }
-            }));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => {
-                    specs.sort_by(|a, b| a.name.cmp(&b.name));
-                    return Ok(specs);
-                }
-            }
+        let tools = list_all_pages(|cursor| self.list_page(ctx, cursor)).await?;
+        let mut specs: Vec<ToolSpec> = tools
+            .into_iter()
+            .map(|tool| ToolSpec {
+                side_effecting: tool
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.0.get(SIDE_EFFECTING_META))
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false),
+                name: tool.name.into_owned(),
+                description: tool.description.map(Cow::into_owned).unwrap_or_default(),
+                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+            })
+            .collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(specs)
+    }
+
+    /// One page of the role's `tools/list`, from `cursor` (`None`: the first).
+    async fn list_page(&self, ctx: &ToolContext, cursor: Option<String>) -> Result<ListToolsResult, ToolError> {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+            method: Default::default(),
+            params,
+            extensions: Default::default(),
+        });
+        match self.request(ctx, request, Vec::new(), self.call_timeout).await? {
+            ServerResult::ListToolsResult(page) => Ok(page),
+            _ => Err(ToolError::Permanent("tools/list answered with another result type".into())),
         }
-        Err(ToolError::Permanent(format!("tools/list did not finish within {MAX_LIST_PAGES} pages")))
     }
 
     fn cached_session(&self, role: &str) -> Option<Arc<Session>> {
@@ -298,11 +261,11 @@ impl McpToolGateway {
             .max_concurrent_requests(MAX_CONCURRENT_REQUESTS);
         // A SigV4 signature takes the Authorization header; the role token then has its own.
         let config = if self.http.signs() {
-            let value = HeaderValue::from_str(token.expose())
+            let value = HeaderValue::from_str(token.expose_secret())
                 .map_err(|_| ToolError::Permanent(format!("gateway token for role {role:?} is not a header value")))?;
             config.custom_headers(HashMap::from([(HeaderName::from_static(HEADER_GATEWAY_TOKEN), value)]))
         } else {
-            config.auth_header(token.expose())
+            config.auth_header(token.expose_secret())
         };
         let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
         let client_config = ClientConfig::new(
@@ -532,7 +495,7 @@ fn size_text(bytes: u64) -> String {
 #[async_trait]
 impl ToolGateway for McpToolGateway {
     /// Tools visible to `ctx.role`, sorted by name; follows pagination up to
-    /// 20 pages; reused per role for the list TTL.
+    /// [`MAX_LIST_PAGES`] pages; reused per role for the list TTL.
     async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
         if let Some(tools) = self.cached_listing(&ctx.role) {
             return Ok((*tools).clone());
@@ -642,9 +605,11 @@ mod tests {
 
     #[test]
     fn token_debug_never_prints_the_value() {
-        let token = GatewayToken::from("s3cr3t-value");
-        assert_eq!(format!("{token:?}"), "***");
-        assert_eq!(token.expose(), "s3cr3t-value");
+        let tokens = HashMap::from([("support".to_owned(), SecretString::from("s3cr3t-value"))]);
+        let gateway = McpToolGateway::new("http://127.0.0.1:1/mcp", tokens, Duration::from_secs(1)).unwrap();
+        let printed = format!("{gateway:?} {:?}", gateway.tokens["support"]);
+        assert!(!printed.contains("s3cr3t") && printed.contains("support"), "{printed}");
+        assert_eq!(gateway.tokens["support"].expose_secret(), "s3cr3t-value");
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn case(name: &str) -> Result<ScriptedResponse> {
 }
 
 fn endpoint(mock: &MockHandle, send_reasoning: bool) -> LlmEndpoint {
-    let mut e = LlmEndpoint::new(mock.base_url(), Some(SecretString::new("sk-test-0123456789")), "test-model");
+    let mut e = LlmEndpoint::new(mock.base_url(), Some(SecretString::from("sk-test-0123456789")), "test-model");
     e.profile.send_reasoning = send_reasoning;
     e
 }

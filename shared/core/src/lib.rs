@@ -20,9 +20,6 @@ pub mod ports;
 pub mod prompts;
 pub mod reply;
 pub mod roles;
-mod secret;
 pub mod timings;
 pub mod untrusted;
 pub mod view;
-
-pub use secret::SecretString;

@@ -1,6 +1,5 @@
 //! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
@@ -11,6 +10,7 @@ use swarm_adapters::config::{AuthConfig, AuthMode, ClaimMapping};
 use swarm_core::access::{AccessStore, Principal, PrincipalKind, canonical_customer_id};
 
 use super::error::HttpError;
+use super::tokens::TokenTable;
 
 /// How callers are identified.
 #[derive(Clone)]
@@ -196,7 +196,7 @@ impl Auth {
                     .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                     .map(|(_, token)| token.trim())
                     .ok_or_else(|| challenge("the Authorization header must be Bearer <token>"))?;
-                table.customer(token).map(|c| Caller::Customer(c.to_owned())).ok_or_else(|| challenge("unknown token"))
+                table.holder(token).map(|c| Caller::Customer(c.to_owned())).ok_or_else(|| challenge("unknown token"))
             }
         }
     }
@@ -215,97 +215,10 @@ where
     }
 }
 
-/// Bearer tokens of the local API, each naming one customer. `Debug` shows how many, never a token.
-#[derive(Clone, Default)]
-pub struct TokenTable {
-    customers: HashMap<String, String>,
-}
-
-impl std::fmt::Debug for TokenTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TokenTable({} tokens)", self.customers.len())
-    }
-}
-
-impl TokenTable {
-    /// A table from `(token, customer_id)` pairs; customer ids are kept canonical.
-    /// Errors: an empty token or customer, a token with whitespace, a customer id with no
-    /// canonical form, or a token listed twice.
-    pub fn from_pairs<T: Into<String>, C: Into<String>>(
-        pairs: impl IntoIterator<Item = (T, C)>,
-    ) -> Result<Self, String> {
-        let mut customers = HashMap::new();
-        for (n, (token, customer)) in pairs.into_iter().enumerate() {
-            let (token, customer): (String, String) = (token.into(), customer.into());
-            if token.is_empty() || token.contains(char::is_whitespace) || customer.trim().is_empty() {
-                return Err(format!("token entry {} must be <token>=<customer_id> with no blanks", n + 1));
-            }
-            let customer = canonical_customer_id(&customer).map_err(|e| format!("token entry {}: {e}", n + 1))?;
-            if customers.insert(token, customer).is_some() {
-                return Err(format!("token entry {} repeats an earlier token", n + 1));
-            }
-        }
-        Ok(Self { customers })
-    }
-
-    /// Parses one `<token>=<customer_id>` per line; blank lines and lines
-    /// starting with `#` are skipped. Errors name the line, never the token.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut pairs = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            pairs.push(Self::entry(line).map_err(|e| format!("line {}: {e}", n + 1))?);
-        }
-        Self::from_pairs(pairs)
-    }
-
-    /// One `<token>=<customer_id>` entry as `(token, customer_id)`; the error never shows the token.
-    pub fn entry(text: &str) -> Result<(String, String), String> {
-        let (token, customer) = text.split_once('=').ok_or_else(|| "not <token>=<customer_id>".to_owned())?;
-        Ok((token.trim().to_owned(), customer.trim().to_owned()))
-    }
-
-    /// The customer `token` names.
-    pub fn customer(&self, token: &str) -> Option<&str> {
-        self.customers.get(token).map(String::as_str)
-    }
-
-    pub fn len(&self) -> usize {
-        self.customers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.customers.is_empty()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_files_parse_with_comments_and_errors_never_show_a_token() {
-        let t = TokenTable::parse("# local callers\ntok-c104-0123456789 = C104\n\ntok-c106-0123456789=C106\n").unwrap();
-        assert_eq!(
-            (t.customer("tok-c104-0123456789"), t.customer("tok-c106-0123456789")),
-            (Some("C104"), Some("C106"))
-        );
-        assert_eq!(t.customer("nope"), None);
-        assert_eq!(format!("{t:?}"), "TokenTable(2 tokens)");
-        let e = TokenTable::parse("tok-secret-value C104").unwrap_err();
-        assert_eq!(e, "line 1: not <token>=<customer_id>");
-        assert!(TokenTable::parse("a=C1\na=C2").unwrap_err().contains("repeats"));
-        assert!(TokenTable::parse("=C1").is_err());
-        assert_eq!(
-            TokenTable::parse("tok-lower-0123456789=c104").unwrap().customer("tok-lower-0123456789"),
-            Some("C104")
-        );
-        assert!(TokenTable::parse("tok-bad-0123456789=C1#META").unwrap_err().contains("customer id"));
-    }
 
     #[test]
     fn an_authenticated_caller_acts_only_for_itself() {

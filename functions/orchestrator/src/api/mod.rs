@@ -12,6 +12,7 @@
 pub mod caller;
 pub mod error;
 pub mod operator;
+pub mod tokens;
 pub mod trace;
 
 use std::sync::Arc;
@@ -26,9 +27,10 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-pub use caller::{Auth, Caller, JwtIdentity, TokenTable};
+pub use caller::{Auth, Caller, JwtIdentity};
 pub use error::HttpError;
-pub use operator::{Operator, OperatorAuth, OperatorTable};
+pub use operator::{Operator, OperatorAuth};
+pub use tokens::TokenTable;
 
 use crate::approvals::{Approvals, Decision};
 use crate::core::{Orchestrator, validate_request};

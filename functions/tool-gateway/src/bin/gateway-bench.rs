@@ -20,11 +20,12 @@ use rmcp::{
         StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager,
     },
 };
+use secrecy::SecretString;
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
 use swarm_core::ports::{ToolContext, ToolGateway};
 use tokio::time::Instant;
-use tool_gateway::{GatewayConfig, RoleConfig, Secret, UpstreamConfig};
+use tool_gateway::{GatewayConfig, RoleConfig, UpstreamConfig};
 
 #[derive(Parser, Debug)]
 #[command(about = "Latency the tool gateway adds per tools/call, and calls per second through it")]
@@ -193,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
         upstreams: vec![UpstreamConfig::new("bench", &upstream_url)],
         roles: BTreeMap::from([(
             "bench".to_owned(),
-            RoleConfig { token: Secret::new(TOKEN), tools: vec!["*".into()], deny: vec![], call: true },
+            RoleConfig { token: SecretString::from(TOKEN), tools: vec!["*".into()], deny: vec![], call: true },
         )]),
         list_ttl_secs: 60.0,
         discovery_retry_secs: 1.0,

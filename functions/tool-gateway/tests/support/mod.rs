@@ -24,12 +24,13 @@ use rmcp::{
         streamable_http_server::session::{local::LocalSessionManager, never::NeverSessionManager},
     },
 };
+use secrecy::SecretString;
 use serde_json::json;
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::ConversationId;
 use swarm_core::ports::ToolContext;
 use tool_gateway::config::{ConsentConfig, SideEffectConfig};
-use tool_gateway::{Gateway, GatewayConfig, RoleConfig, Secret, UpstreamConfig};
+use tool_gateway::{Gateway, GatewayConfig, RoleConfig, UpstreamConfig};
 
 /// One call the fake upstream received.
 #[derive(Clone, Debug, PartialEq)]
@@ -219,7 +220,7 @@ pub fn roles() -> BTreeMap<String, RoleConfig> {
     roles.insert(
         "support".into(),
         RoleConfig {
-            token: Secret::new(SUPPORT_TOKEN),
+            token: SecretString::from(SUPPORT_TOKEN),
             tools: vec!["*".into()],
             deny: vec!["shop__refund".into()],
             call: true,
@@ -228,7 +229,7 @@ pub fn roles() -> BTreeMap<String, RoleConfig> {
     roles.insert(
         "refund".into(),
         RoleConfig {
-            token: Secret::new(REFUND_TOKEN),
+            token: SecretString::from(REFUND_TOKEN),
             tools: vec!["shop__refund".into(), "shop__get_order".into()],
             deny: vec![],
             call: true,
@@ -236,7 +237,7 @@ pub fn roles() -> BTreeMap<String, RoleConfig> {
     );
     roles.insert(
         "planner".into(),
-        RoleConfig { token: Secret::new(PLANNER_TOKEN), tools: vec!["*".into()], deny: vec![], call: false },
+        RoleConfig { token: SecretString::from(PLANNER_TOKEN), tools: vec!["*".into()], deny: vec![], call: false },
     );
     roles
 }
@@ -261,11 +262,11 @@ pub fn config(upstreams: Vec<UpstreamConfig>) -> GatewayConfig {
 /// The approval key of [`with_consent`].
 pub const APPROVAL_KEY: &str = "test-approval-key-0123456789abcdef0123456789";
 
-/// `config` with consent on `shop__refund` for refunds above `above` (in currency units).
-pub fn with_consent(mut config: GatewayConfig, above: f64) -> GatewayConfig {
-    let consent = ConsentConfig { above, ..ConsentConfig::every_call() };
+/// `config` with consent on `shop__refund` for refunds above `above_cents`.
+pub fn with_consent(mut config: GatewayConfig, above_cents: i64) -> GatewayConfig {
+    let consent = ConsentConfig { above_cents, ..ConsentConfig::every_call() };
     config.side_effects.insert("shop__refund".to_owned(), SideEffectConfig { consent: Some(consent) });
-    config.approval_key = Some(Secret::new(APPROVAL_KEY));
+    config.approval_key = Some(SecretString::from(APPROVAL_KEY));
     config
 }
 

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use clap::Parser;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus};
 use swarm_core::ports::{ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec};
-use swarm_local::{LocalStack, StackOptions};
+use swarm_local::{Function, LocalStack, StackOptions, Wraps};
 
 #[derive(Parser)]
 #[command(name = "swarm-bench", about = "Fan-out benchmark of the local stack against the mock LLM")]
@@ -104,10 +104,9 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    swarm_adapters::telemetry::init_with_default("error");
-    let args = Args::parse();
+/// The mock LLM as its own process (its CPU is not counted), answering after `--llm-ms`; waits
+/// until it listens (at most 15 s).
+async fn start_mock(args: &Args) -> anyhow::Result<(KillOnDrop, u16)> {
     let mock_bin = match &args.mock_llm {
         Some(p) => p.clone(),
         None => std::env::current_exe()?.with_file_name("mock-llm"),
@@ -118,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
         mock_bin.display()
     );
     let port = free_port()?;
-    let _mock = KillOnDrop(
+    let mock = KillOnDrop(
         Command::new(&mock_bin)
             .args([
                 "--port",
@@ -146,7 +145,11 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "mock-llm did not start within 15 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // SAFETY-free: set before any thread reads the environment for LLM settings.
+    Ok((mock, port))
+}
+
+/// The local stack against the mock on `port`, every tool call `--tool-ms` slower.
+async fn start_stack(args: &Args, port: u16) -> anyhow::Result<LocalStack> {
     let lookup = move |k: &str| match k {
         "LLM_BASE_URL" => Some(format!("http://127.0.0.1:{port}/v1")),
         "LLM_MODEL" => Some("mock".to_owned()),
@@ -156,13 +159,45 @@ async fn main() -> anyhow::Result<()> {
     let config = swarm_adapters::llm::LlmConfig::from_lookup(lookup).context("LLM config")?;
     let models = swarm_adapters::llm::build_models(&config)?;
     let delay = Duration::from_millis(args.tool_ms);
-    let stack = LocalStack::start(StackOptions {
+    LocalStack::start(StackOptions {
         worker_concurrency: Some(args.concurrency),
         models: Some(models),
-        wrap_tools: Some(Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>)),
+        // The tool latency of the functions that call tools as workers (the planner only lists them).
+        wraps: Wraps::default().tools(
+            &[Function::Worker, Function::RefundWorker],
+            Arc::new(move |inner| Arc::new(SlowTools { inner, delay }) as Arc<dyn ToolGateway>),
+        ),
         ..StackOptions::default()
     })
-    .await?;
+    .await
+}
+
+/// One conversation of `--subtasks` subtasks, all of them done: its wall time and this process's CPU time.
+async fn one_round(stack: &LocalStack, args: &Args, round: usize) -> anyhow::Result<(Duration, u64)> {
+    let cpu0 = process_cpu_ns();
+    let t0 = Instant::now();
+    let (status, body) = stack.post_conversation("Check order A1029 for every line", "C104", None).await?;
+    anyhow::ensure!(status == 202, "POST answered {status}: {body}");
+    let id = body["conversation_id"].as_str().context("conversation id")?.to_owned();
+    let view = stack.wait_finished(&id, Duration::from_secs(120)).await?;
+    let wall = t0.elapsed();
+    let cpu = process_cpu_ns() - cpu0;
+    let ok = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
+    anyhow::ensure!(
+        view.status == ConversationStatus::Done && ok == args.subtasks,
+        "round {round}: {} with {ok}/{} succeeded",
+        view.status,
+        args.subtasks
+    );
+    Ok((wall, cpu))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    swarm_adapters::telemetry::init_with_default("error");
+    let args = Args::parse();
+    let (_mock, port) = start_mock(&args).await?;
+    let stack = start_stack(&args, port).await?;
     let critical = Duration::from_millis(4 * args.llm_ms + args.tool_ms);
     println!(
         "swarm-bench: {} subtasks/conversation, concurrency {}, LLM {} ms, tool {} ms, critical path {} ms",
@@ -172,24 +207,11 @@ async fn main() -> anyhow::Result<()> {
         args.tool_ms,
         critical.as_millis()
     );
+    let over = |wall: Duration| (wall.as_secs_f64() / critical.as_secs_f64() - 1.0) * 100.0;
     let mut walls = Vec::new();
     let mut cpus = Vec::new();
     for round in 0..=args.rounds {
-        let cpu0 = process_cpu_ns();
-        let t0 = Instant::now();
-        let (status, body) = stack.post_conversation("Check order A1029 for every line", "C104", None).await?;
-        anyhow::ensure!(status == 202, "POST answered {status}: {body}");
-        let id = body["conversation_id"].as_str().context("conversation id")?.to_owned();
-        let view = stack.wait_finished(&id, Duration::from_secs(120)).await?;
-        let wall = t0.elapsed();
-        let cpu = process_cpu_ns() - cpu0;
-        let ok = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
-        anyhow::ensure!(
-            view.status == ConversationStatus::Done && ok == args.subtasks,
-            "round {round}: {} with {ok}/{} succeeded",
-            view.status,
-            args.subtasks
-        );
+        let (wall, cpu) = one_round(&stack, &args, round).await?;
         if round == 0 {
             continue; // warm-up: connections, caches
         }
@@ -198,7 +220,7 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "  round {round}: wall {:7.1} ms ({:+5.2}% over critical path), CPU {:6.1} ms = {:.3} CPU-ms/subtask",
             wall.as_secs_f64() * 1e3,
-            (wall.as_secs_f64() / critical.as_secs_f64() - 1.0) * 100.0,
+            over(wall),
             cpu as f64 / 1e6,
             cpu as f64 / 1e6 / args.subtasks as f64
         );
@@ -210,7 +232,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "median: wall {:.1} ms ({:+.2}% over the {} ms critical path) · {:.3} CPU-ms per subtask · peak RSS {:.1} MB",
         median_wall.as_secs_f64() * 1e3,
-        (median_wall.as_secs_f64() / critical.as_secs_f64() - 1.0) * 100.0,
+        over(median_wall),
         critical.as_millis(),
         median_cpu as f64 / 1e6 / args.subtasks as f64,
         peak_rss_kb() as f64 / 1024.0

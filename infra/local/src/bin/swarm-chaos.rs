@@ -1,4 +1,4 @@
-//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line and deciding every refund's approval as an operator, then checks every conversation against the store, an audit of the table's stream, the operator's own log and the shop's ledger, and prints one table; exits 1 on any broken guarantee or any fault kind injected zero times.
+//! `swarm-chaos`: drives many scripted conversations through the Lambda handlers of the local platform (embedded, or the AWS adapters on an emulator) while injecting every kind of fault at a rate from the command line and deciding every refund's approval as an operator, then checks every conversation against the store, an audit of the table's stream, the operator's own log and the shop's ledger, and prints one table; exits 1 on any broken guarantee, 2 when every guarantee held but a fault kind was injected zero times (inconclusive: too small; the table sizes the rates for the run).
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -13,15 +13,16 @@ use clap::Parser;
 use mock_llm::{AgentConfig, Faults, Latency, MockConfig, MockHandle, MockLlm, Mode};
 use swarm_adapters::llm::{LlmConfig, build_models};
 use swarm_core::access::CustomerLimits;
-use swarm_core::domain::ConversationId;
+use swarm_core::approval::Approval;
+use swarm_core::domain::{Conversation, ConversationId, SubtaskRecord};
 use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
-use swarm_local::chaos::operator::Operator;
-use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, verdict};
+use swarm_local::chaos::operator::{Operator, OperatorLog};
+use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
 use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
-use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, Queue, StackOptions};
+use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, Queue, StackOptions};
 use tokio::sync::Semaphore;
 
 /// Re-posts one client makes at most after failed `POST`s.
@@ -39,12 +40,18 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 #[command(
     name = "swarm-chaos",
     version,
-    about = "Drive scripted conversations through the swarm under injected faults and check every guarantee"
+    about = "Drive scripted conversations through the swarm under injected faults and check every guarantee",
+    after_help = "Exit status: 0 passed; 1 a guarantee broke (or the run could not be made); 2 inconclusive: too small \
+                  (every guarantee held, but a fault kind was injected 0 times; the table prints rates sized for this run)."
 )]
 struct Args {
     /// Run on DynamoDB (with its stream) and SQS of this AWS emulator instead of in memory.
     #[arg(long, value_name = "URL")]
     aws_endpoint: Option<String>,
+    /// The emulator enforces IAM (`MOTO_IAM=1 infra/aws/moto.sh start`, its own port): every function
+    /// signs with its own IAM user, holding its role's policies from template.yaml.
+    #[arg(long, requires = "aws_endpoint")]
+    iam: bool,
     /// Conversations to drive.
     #[arg(long, default_value_t = 100)]
     conversations: usize,
@@ -311,7 +318,7 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     })?;
     let backend = match &args.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone())),
+        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone()).with_iam(args.iam)),
         None => BackendChoice::Embedded,
     };
     let stack = LocalStack::start(StackOptions {
@@ -320,44 +327,43 @@ async fn main() -> anyhow::Result<()> {
         worker_concurrency: args.concurrency,
         models: Some(build_models(&llm)?),
         chaos: Some(chaos.clone()),
-        // Four customers carry the whole run: their per-minute limit is not what is measured here.
-        limits: CustomerLimits { conversations_per_minute: u32::MAX, ..CustomerLimits::DEFAULT },
+        // Four customers carry the whole run: their per-minute limit is not what is measured here
+        // (the highest CUSTOMER_CONVERSATIONS_PER_MINUTE the orchestrator's config accepts).
+        limits: CustomerLimits { conversations_per_minute: 100_000, ..CustomerLimits::DEFAULT },
         ..StackOptions::default()
     })
     .await?;
     let result = run(&args, &stack, &chaos, &mock, &command_line).await;
     stack.shutdown().await;
     mock.shutdown().await;
-    let passed = result?;
-    std::process::exit(if passed { 0 } else { 1 });
+    std::process::exit(result?.exit_code());
 }
 
-/// The run itself; answers whether it passed.
+/// The run itself; answers how it ended.
 async fn run(
     args: &Args,
     stack: &LocalStack,
     chaos: &Arc<Chaos>,
     mock: &MockHandle,
     command: &str,
-) -> anyhow::Result<bool> {
-    let t = stack.timings().clone();
+) -> anyhow::Result<Outcome> {
     // On the emulator the audit polls the stream at most every AUDIT_POLL (its completion times are that coarse).
     let poll = args.aws_endpoint.as_ref().map(|_| AUDIT_POLL);
     let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?, poll));
     let started = Instant::now();
     let scenarios: Vec<Scenario> =
         (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();
-    let notes = vec![
-        format!("reproduce: {command}"),
-        format!(
-            "consent: on (every refund waits for an operator); the operator lists pending approvals every {:.2} s, \
-             rejects a share of {}, posts a share of {} twice at once, and posts again after a 5xx or no answer",
-            seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?.as_secs_f64(),
-            args.approval_reject_rate,
-            args.approval_twice_rate
-        ),
-    ];
+    let driver = Driver {
+        args,
+        stack,
+        chaos,
+        audit,
+        operator: Operator::default(),
+        backoff: Duration::from_secs(2).mul_f64(args.time_scale),
+    };
+    let notes = driver.notes(command)?;
     eprintln!("{}", notes[1]);
+    let t = stack.timings();
     eprintln!(
         "swarm-chaos: {} conversations × {} subtasks on {} (time scale {}, deadline {:.2} s)",
         args.conversations,
@@ -366,221 +372,307 @@ async fn run(
         args.time_scale,
         t.conversation.deadline.as_secs_f64()
     );
-
-    // A client waits for its conversation as long as the platform could take to end it.
-    let settle = match args.settle_secs {
-        Some(s) => seconds("--settle-secs", s, args.time_scale)?,
-        None => {
-            t.conversation.deadline
-                + t.queues.tasks.visibility_timeout * t.queues.max_receive_count
-                + t.queues.dead_letters.visibility_timeout
-        }
-    };
-    let wait = t.conversation.deadline * 2;
-    let backoff = Duration::from_secs(2).mul_f64(args.time_scale);
-    let operator_every = seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?;
-    let operator = Operator::default();
-    let clients_done = AtomicBool::new(false);
-    let slots = Arc::new(Semaphore::new(args.in_flight.max(1)));
-    let stack_ref: &LocalStack = stack;
-    let clients = futures::future::join_all(scenarios.iter().map(|s| {
-        let (slots, chaos, audit) = (slots.clone(), chaos.clone(), audit.clone());
-        let key = format!("chaos-{}-{}", args.seed, s.index);
-        async move {
-            let _slot = slots.acquire_owned().await;
-            (s.index, customer(stack_ref, &chaos, &audit, s, &key, wait, backoff).await)
-        }
-    }));
-    let progress = async {
-        loop {
-            tokio::time::sleep(PROGRESS_EVERY).await;
-            let log = audit.log();
-            let terminal = log.conversations.values().filter(|c| c.is_terminal()).count();
-            eprintln!(
-                "  {:>6.1} s: {} conversations in the store, {terminal} ended",
-                started.elapsed().as_secs_f64(),
-                log.conversations.len()
-            );
-        }
-    };
-    // The operator decides approvals while the clients run; the settle loop below polls for it afterwards.
-    let clients_then_stop = async {
-        let c = clients.await;
-        clients_done.store(true, Ordering::SeqCst);
-        c
-    };
-    let with_operator =
-        async { tokio::join!(clients_then_stop, operator.run(stack, chaos, operator_every, backoff, &clients_done)).0 };
-    let clients: BTreeMap<usize, ClientOutcome> = tokio::select! {
-        c = with_operator => c.into_iter().collect(),
-        () = progress => unreachable!("progress never ends"),
-    };
-    eprintln!(
-        "  {:>6.1} s: every client is done; settling (at most {:.1} s)",
-        started.elapsed().as_secs_f64(),
-        settle.as_secs_f64()
-    );
-
-    // Settle: every conversation ended, no approval pending and every queue empty (the approved
-    // refunds ran), or the settle time passed.
-    let settle_until = Instant::now() + settle;
+    let clients = driver.drive(&scenarios, started).await?;
     let client_ids: BTreeSet<String> = clients.values().filter_map(|c| c.conversation_id.clone()).collect();
-    let store = stack.store();
-    loop {
-        // The operator's poll first: a decision enqueues its refund before the queues are looked at.
-        let pending = operator.poll_once(stack, chaos, backoff).await;
-        let decided = pending == Some(0) && operator.idle();
-        let log = audit.log();
+    driver.settle(&client_ids, started).await?;
+    let quiet = (t.local.stream_poll * 4).max(Duration::from_secs(1));
+    if !driver.audit.caught_up(quiet, CATCH_UP_TIMEOUT).await {
+        eprintln!("!!! the audit did not catch up with the table's stream within {CATCH_UP_TIMEOUT:?}");
+    }
+    let wall = started.elapsed();
+    let facts = driver.facts(clients, client_ids, &scenarios, mock, wall, notes).await?;
+    let v = verdict(&facts);
+    println!("{}", v.table);
+    Ok(v.outcome)
+}
+
+/// One run's clients, operator and audit over the stack.
+struct Driver<'a> {
+    args: &'a Args,
+    stack: &'a LocalStack,
+    chaos: &'a Arc<Chaos>,
+    audit: Arc<Audit>,
+    operator: Operator,
+    /// A client's and the operator's wait before posting again (2 table seconds).
+    backoff: Duration,
+}
+
+impl Driver<'_> {
+    /// The lines said before the table: how to reproduce the run, and what the operator does.
+    fn notes(&self, command: &str) -> anyhow::Result<Vec<String>> {
+        let a = self.args;
+        Ok(vec![
+            format!("reproduce: {command}"),
+            format!(
+                "consent: on (every refund waits for an operator); the operator lists pending approvals every {:.2} s, \
+                 rejects a share of {}, posts a share of {} twice at once, and posts again after a 5xx or no answer",
+                seconds("--operator-poll-secs", a.operator_poll_secs, a.time_scale)?.as_secs_f64(),
+                a.approval_reject_rate,
+                a.approval_twice_rate
+            ),
+        ])
+    }
+
+    /// Every scripted customer, at most `--in-flight` at once, each waiting for its conversation as
+    /// long as the platform could take to end it, while the operator decides approvals; progress
+    /// every [`PROGRESS_EVERY`]. Answers each client's outcome by scenario index.
+    async fn drive(&self, scenarios: &[Scenario], started: Instant) -> anyhow::Result<BTreeMap<usize, ClientOutcome>> {
+        let (args, stack) = (self.args, self.stack);
+        let wait = stack.timings().conversation.deadline * 2;
+        let operator_every = seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?;
+        let clients_done = AtomicBool::new(false);
+        let slots = Arc::new(Semaphore::new(args.in_flight.max(1)));
+        let clients = futures::future::join_all(scenarios.iter().map(|s| {
+            let (slots, chaos, audit) = (slots.clone(), self.chaos.clone(), self.audit.clone());
+            let key = format!("chaos-{}-{}", args.seed, s.index);
+            async move {
+                let _slot = slots.acquire_owned().await;
+                (s.index, customer(stack, &chaos, &audit, s, &key, wait, self.backoff).await)
+            }
+        }));
+        let progress = async {
+            loop {
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                let log = self.audit.log();
+                let terminal = log.conversations.values().filter(|c| c.is_terminal()).count();
+                eprintln!(
+                    "  {:>6.1} s: {} conversations in the store, {terminal} ended",
+                    started.elapsed().as_secs_f64(),
+                    log.conversations.len()
+                );
+            }
+        };
+        // The operator decides approvals while the clients run; the settle loop polls for it afterwards.
+        let clients_then_stop = async {
+            let c = clients.await;
+            clients_done.store(true, Ordering::SeqCst);
+            c
+        };
+        let operator = self.operator.run(stack, self.chaos, operator_every, self.backoff, &clients_done);
+        let with_operator = async { tokio::join!(clients_then_stop, operator).0 };
+        Ok(tokio::select! {
+            c = with_operator => c.into_iter().collect(),
+            () = progress => unreachable!("progress never ends"),
+        })
+    }
+
+    /// Waits until every conversation ended, no approval is pending and every queue is empty (the
+    /// approved refunds ran), or the settle time passed (`--settle-secs`, by default the deadline
+    /// plus `max_receive_count` tasks visibility timeouts plus a DLQ visibility timeout).
+    async fn settle(&self, client_ids: &BTreeSet<String>, started: Instant) -> anyhow::Result<()> {
+        let (stack, t) = (self.stack, self.stack.timings());
+        let settle = match self.args.settle_secs {
+            Some(s) => seconds("--settle-secs", s, self.args.time_scale)?,
+            None => {
+                t.conversation.deadline
+                    + t.queues.tasks.visibility_timeout * t.queues.max_receive_count
+                    + t.queues.dead_letters.visibility_timeout
+            }
+        };
+        eprintln!(
+            "  {:>6.1} s: every client is done; settling (at most {:.1} s)",
+            started.elapsed().as_secs_f64(),
+            settle.as_secs_f64()
+        );
+        let settle_until = Instant::now() + settle;
+        loop {
+            // The operator's poll first: a decision enqueues its refund before the queues are looked at.
+            let pending = self.operator.poll_once(stack, self.chaos, self.backoff).await;
+            let decided = pending == Some(0) && self.operator.idle();
+            let ended = self.all_ended(client_ids).await?;
+            let (drained, depths) = self.queues_drained().await?;
+            // Settled, unless an approved refund did not run: approved again, it is enqueued again.
+            if ended && drained && decided && self.operator.approve_stuck_again(stack, self.backoff).await == Some(0) {
+                return Ok(());
+            }
+            if Instant::now() >= settle_until {
+                eprintln!(
+                    "!!! settle time over: every conversation ended: {ended}; approvals listed pending: {pending:?}; \
+                     queues visible/in flight/delayed: {depths}"
+                );
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether every client's conversation, and every one the stream shows open, is terminal in the table.
+    async fn all_ended(&self, client_ids: &BTreeSet<String>) -> anyhow::Result<bool> {
+        let store = self.stack.store();
+        let log = self.audit.log();
         let mut ended = client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
         // A conversation the stream shows open is checked in the table (it may never have been written).
         for (id, _) in log.conversations.iter().filter(|(_, c)| !c.is_terminal()) {
             let open = store.get_conversation(&ConversationId::from_trusted(id.clone())).await?;
             ended &= open.is_none_or(|c| c.status.is_terminal());
         }
+        Ok(ended)
+    }
+
+    /// Whether every queue is empty, and their depths (visible/in flight/delayed) for a message.
+    async fn queues_drained(&self) -> anyhow::Result<(bool, String)> {
         let mut drained = true;
         let mut depths = Vec::new();
         for q in Queue::ALL {
-            let d = stack.queue_depth(q).await?;
+            let d = self.stack.queue_depth(q).await?;
             drained &= d.visible + d.in_flight + d.delayed == 0;
             depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
         }
-        // Settled, unless an approved refund did not run: approved again, it is enqueued again.
-        if ended && drained && decided && operator.approve_stuck_again(stack, backoff).await == Some(0) {
-            break;
-        }
-        if Instant::now() >= settle_until {
-            eprintln!(
-                "!!! settle time over: every conversation ended: {ended}; approvals listed pending: {pending:?}; \
-                 queues visible/in flight/delayed: {}",
-                depths.join(", ")
-            );
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let quiet = (t.local.stream_poll * 4).max(Duration::from_secs(1));
-    if !audit.caught_up(quiet, CATCH_UP_TIMEOUT).await {
-        eprintln!("!!! the audit did not catch up with the table's stream within {CATCH_UP_TIMEOUT:?}");
-    }
-    let wall = started.elapsed();
-
-    // The store at the end, for every conversation anyone knows of.
-    let log = audit.log();
-    let ids: BTreeSet<String> = log.conversations.keys().cloned().chain(client_ids).collect();
-    let mut at_end = BTreeMap::new();
-    for id in ids {
-        let cid = ConversationId::from_trusted(id.clone());
-        let entry = match store.get_conversation(&cid).await? {
-            Some(c) => Some((c, store.list_subtasks(&cid).await?)),
-            None => None,
-        };
-        at_end.insert(id, entry);
+        Ok((drained, depths.join(", ")))
     }
 
-    let mut faults: Vec<FaultLine> = chaos
-        .counts()
-        .into_iter()
-        .map(|(kind, n)| FaultLine {
-            name: kind.name(),
-            rate: chaos.settings().rate(kind),
-            opportunities: n.opportunities,
-            injected: n.injected,
+    /// Everything the verdict judges: the store, the ledger and the approvals at the end, the
+    /// faults injected, the platform's counters.
+    async fn facts(
+        &self,
+        clients: BTreeMap<usize, ClientOutcome>,
+        client_ids: BTreeSet<String>,
+        scenarios: &[Scenario],
+        mock: &MockHandle,
+        wall: Duration,
+        notes: Vec<String>,
+    ) -> anyhow::Result<RunFacts> {
+        let (args, stack) = (self.args, self.stack);
+        let log = self.audit.log();
+        let ids: BTreeSet<String> = log.conversations.keys().cloned().chain(client_ids).collect();
+        let store = self.store_at_end(ids).await?;
+        let operator = self.operator.log();
+        let approvals_at_end = self.approvals_at_end(&operator, &store).await?;
+        let refunds_asked = scenarios
+            .iter()
+            .filter_map(|s| s.refund_step.clone().map(|step| (s.index, (s.order_id.clone(), step))))
+            .collect();
+        Ok(RunFacts {
+            backend: stack.describe_backend(),
+            conversations_asked: args.conversations,
+            subtasks_each: args.subtasks,
+            time_scale: args.time_scale,
+            deadline: stack.timings().conversation.deadline,
+            wall,
+            faults: self.fault_lines(mock),
+            clients,
+            refunds_asked,
+            audit: log,
+            store,
+            ledger: self.ledger().await?,
+            operator,
+            approvals_at_end,
+            concurrency: self.concurrency_lines(),
+            platform: self.platform_lines(),
+            notes,
         })
-        .collect();
-    let stats = mock.stats();
-    for (kind, name, r) in [
-        ("rate_limit", "llm_429_retry_after", args.llm_rate_limit_rate),
-        ("server_error", "llm_5xx", args.llm_server_error_rate),
-        ("hang", "llm_hang", args.llm_hang_rate),
-        ("malformed", "llm_malformed_body", args.llm_malformed_rate),
-        ("truncated", "llm_truncated_length", args.llm_truncation_rate),
-    ] {
-        let injected = stats.by_kind.get(kind).copied().unwrap_or(0);
-        faults.push(FaultLine { name: name.into(), rate: r, opportunities: stats.requests, injected });
     }
-    let c = stack.counters().snapshot();
-    let platform = vec![
-        ("invocations killed at a crash point".to_owned(), c.killed_invocations),
-        ("invocations cut at their timeout".to_owned(), c.timed_out_invocations),
-        ("SQS invocations failed (whole batch retried)".to_owned(), c.failed_invocations),
-        ("messages in batchItemFailures".to_owned(), c.batch_item_failures),
-        ("DLQ consumer invocations".to_owned(), c.dead_letter_invocations),
-        ("aggregator invocations".to_owned(), c.aggregator_invocations),
-        ("aggregator invocations failed".to_owned(), c.aggregator_failures),
-        ("stream batches dropped after MaximumRetryAttempts".to_owned(), c.stream_batches_dropped),
-    ];
-    let peaks = stack.counters().peak_concurrency();
-    let tasks_cap = args.concurrency.unwrap_or(t.worker.max_concurrency);
-    let concurrency = vec![
-        ("worker".to_owned(), peaks.get("worker").copied().unwrap_or(0), tasks_cap as u64),
-        (
-            "refund-worker".to_owned(),
-            peaks.get("refund-worker").copied().unwrap_or(0),
-            t.refund_worker.max_concurrency as u64,
-        ),
-        (
-            "dlq-consumer (both DLQs)".to_owned(),
-            peaks.get("dlq-consumer").copied().unwrap_or(0),
-            2 * t.dlq_consumer.max_concurrency as u64,
-        ),
-    ];
-    let refunds_asked = scenarios
-        .iter()
-        .filter_map(|s| s.refund_step.clone().map(|step| (s.index, (s.order_id.clone(), step))))
-        .collect();
-    let ledger = stack
-        .shop
-        .refunds()
-        .await
-        .context("reading the shop's refund ledger")?
-        .into_iter()
-        .map(|r| LedgerRefund {
-            order_id: r.order_id,
-            amount: r.amount,
-            reason: r.reason,
-            idempotency_key: r.idempotency_key,
-        })
-        .collect();
-    // Every approval anyone knows of (the operator's log, the journals) and where it ended.
-    let operator_log = operator.log();
-    let approval_ids: BTreeSet<String> = operator_log
-        .decided
-        .keys()
-        .cloned()
-        .chain(
-            at_end
-                .values()
-                .flatten()
-                .flat_map(|(_, subtasks)| subtasks.iter())
-                .flat_map(|s| s.effects.iter())
-                .filter_map(|e| e.approval_id.clone()),
-        )
-        .collect();
-    let mut approvals_at_end = BTreeMap::new();
-    for id in approval_ids {
-        let approval = store.get_approval(&id).await?;
-        approvals_at_end.insert(id, approval);
+
+    /// Each of `ids` in the table at the end, with its subtasks (`None`: absent).
+    async fn store_at_end(&self, ids: BTreeSet<String>) -> anyhow::Result<BTreeMap<String, Option<Stored>>> {
+        let store = self.stack.store();
+        let mut at_end = BTreeMap::new();
+        for id in ids {
+            let cid = ConversationId::from_trusted(id.clone());
+            let entry = match store.get_conversation(&cid).await? {
+                Some(c) => Some((c, store.list_subtasks(&cid).await?)),
+                None => None,
+            };
+            at_end.insert(id, entry);
+        }
+        Ok(at_end)
     }
-    let facts = RunFacts {
-        backend: stack.describe_backend(),
-        conversations_asked: args.conversations,
-        subtasks_each: args.subtasks,
-        time_scale: args.time_scale,
-        deadline: t.conversation.deadline,
-        wall,
-        faults,
-        clients,
-        refunds_asked,
-        audit: log,
-        store: at_end,
-        ledger,
-        operator: operator_log,
-        approvals_at_end,
-        concurrency,
-        platform,
-        notes,
-    };
-    let v = verdict(&facts);
-    println!("{}", v.table);
-    Ok(v.failures.is_empty())
+
+    /// Every approval anyone knows of (the operator's log, the journals) and where it ended.
+    async fn approvals_at_end(
+        &self,
+        operator: &OperatorLog,
+        at_end: &BTreeMap<String, Option<Stored>>,
+    ) -> anyhow::Result<BTreeMap<String, Option<Approval>>> {
+        let journals = at_end
+            .values()
+            .flatten()
+            .flat_map(|(_, subtasks)| subtasks.iter())
+            .flat_map(|s| s.effects.iter())
+            .filter_map(|e| e.approval_id.clone());
+        let ids: BTreeSet<String> = operator.decided.keys().cloned().chain(journals).collect();
+        let store = self.stack.store();
+        let mut approvals = BTreeMap::new();
+        for id in ids {
+            let approval = store.get_approval(&id).await?;
+            approvals.insert(id, approval);
+        }
+        Ok(approvals)
+    }
+
+    /// The shop's ledger: every refund it made.
+    async fn ledger(&self) -> anyhow::Result<Vec<LedgerRefund>> {
+        let refunds = self.stack.shop.refunds().await.context("reading the shop's refund ledger")?;
+        Ok(refunds
+            .into_iter()
+            .map(|r| LedgerRefund {
+                order_id: r.order_id,
+                amount_cents: r.amount_cents,
+                reason: r.reason,
+                idempotency_key: r.idempotency_key,
+            })
+            .collect())
+    }
+
+    /// Each fault kind: the platform's and the mock LLM's, with their opportunities.
+    fn fault_lines(&self, mock: &MockHandle) -> Vec<FaultLine> {
+        let (a, chaos) = (self.args, self.chaos);
+        let mut faults: Vec<FaultLine> = chaos
+            .counts()
+            .into_iter()
+            .map(|(kind, n)| FaultLine {
+                name: kind.name(),
+                rate: chaos.settings().rate(kind),
+                opportunities: n.opportunities,
+                injected: n.injected,
+            })
+            .collect();
+        let stats = mock.stats();
+        for (kind, name, r) in [
+            ("rate_limit", "llm_429_retry_after", a.llm_rate_limit_rate),
+            ("server_error", "llm_5xx", a.llm_server_error_rate),
+            ("hang", "llm_hang", a.llm_hang_rate),
+            ("malformed", "llm_malformed_body", a.llm_malformed_rate),
+            ("truncated", "llm_truncated_length", a.llm_truncation_rate),
+        ] {
+            let injected = stats.by_kind.get(kind).copied().unwrap_or(0);
+            faults.push(FaultLine { name: name.into(), rate: r, opportunities: stats.requests, injected });
+        }
+        faults
+    }
+
+    /// The platform counters worth a line.
+    fn platform_lines(&self) -> Vec<(String, u64)> {
+        let c = self.stack.counters().snapshot();
+        vec![
+            ("invocations killed at a crash point".to_owned(), c.killed_invocations),
+            ("invocations cut at their timeout".to_owned(), c.timed_out_invocations),
+            ("SQS invocations failed (whole batch retried)".to_owned(), c.failed_invocations),
+            ("messages in batchItemFailures".to_owned(), c.batch_item_failures),
+            ("DLQ consumer invocations".to_owned(), c.dead_letter_invocations),
+            ("aggregator invocations".to_owned(), c.aggregator_invocations),
+            ("aggregator invocations failed".to_owned(), c.aggregator_failures),
+            ("stream batches dropped after MaximumRetryAttempts".to_owned(), c.stream_batches_dropped),
+        ]
+    }
+
+    /// Each SQS-fed function's peak concurrency against its cap: `(function, peak, cap)`.
+    fn concurrency_lines(&self) -> Vec<(String, u64, u64)> {
+        let t = self.stack.timings();
+        let peaks = self.stack.counters().peak_concurrency();
+        let peak = |f: Function| peaks.get(f.label()).copied().unwrap_or(0);
+        let tasks_cap = self.args.concurrency.unwrap_or(t.worker.max_concurrency);
+        vec![
+            ("worker".to_owned(), peak(Function::Worker), tasks_cap as u64),
+            ("refund-worker".to_owned(), peak(Function::RefundWorker), t.refund_worker.max_concurrency as u64),
+            (
+                "dlq-consumer (both DLQs)".to_owned(),
+                peak(Function::DlqConsumer),
+                2 * t.dlq_consumer.max_concurrency as u64,
+            ),
+        ]
+    }
 }
+
+/// A conversation and its subtasks as the store holds them.
+type Stored = (Conversation, Vec<SubtaskRecord>);

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use swarm_core::domain::now_ms;
+use swarm_core::domain::{ConversationStatus, SubtaskStatus, now_ms};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -37,8 +37,8 @@ pub struct ConversationAudit {
     /// `created_at_ms` of its first image (epoch ms, the orchestrator's clock).
     pub created_at_ms: i64,
     pub customer_id: String,
-    /// Status of the latest image (`PLANNING`, `RUNNING`, …).
-    pub status: String,
+    /// Status of the latest image; `None` before the first, or when it did not read as one.
+    pub status: Option<ConversationStatus>,
     pub total: u64,
     pub remaining: u64,
     pub finished: BTreeSet<String>,
@@ -68,7 +68,7 @@ pub struct ConversationAudit {
 impl ConversationAudit {
     /// `DONE`, `FAILED` or `HANDOFF`: nothing moves it on any more.
     pub fn is_terminal(&self) -> bool {
-        answered(&self.status) || self.status == "FAILED"
+        self.status.is_some_and(ConversationStatus::is_terminal)
     }
 
     /// Time from creation to the terminal write, when there was one.
@@ -80,7 +80,8 @@ impl ConversationAudit {
 /// What the stream showed of one subtask.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SubtaskAudit {
-    pub status: String,
+    /// Status of the latest image; `None` before the first, or when it did not read as one.
+    pub status: Option<SubtaskStatus>,
     /// Writes that left it terminal with a result it did not have before (exactly 1 expected).
     pub results_recorded: u32,
     result: Option<String>,
@@ -128,12 +129,12 @@ impl AuditLog {
 }
 
 /// A status whose item carries the reply: `DONE`, or `HANDOFF` (answered, and handed to a person).
-fn answered(status: &str) -> bool {
-    status == "DONE" || status == "HANDOFF"
+fn answered(status: Option<ConversationStatus>) -> bool {
+    matches!(status, Some(ConversationStatus::Done | ConversationStatus::Handoff))
 }
 
 fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
-    let status = s_attr(image, "status").unwrap_or_default();
+    let status = s_attr(image, "status").as_deref().and_then(ConversationStatus::parse);
     let total = n_attr(image, "total").unwrap_or(0);
     let remaining = n_attr(image, "remaining").unwrap_or(0);
     let finished: BTreeSet<String> = attr(image, "finished", "SS")
@@ -160,20 +161,20 @@ fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
             c.lost_counts += added.saturating_sub(lowered) + dropped;
             c.dropped_ids += dropped;
         }
-        if c.status == "RUNNING" && status == "AGGREGATING" {
+        if c.status == Some(ConversationStatus::Running) && status == Some(ConversationStatus::Aggregating) {
             c.flips += 1;
         }
     }
     c.counted.extend(finished.iter().cloned());
-    if answered(&status) && reply.is_some() {
-        let first = !answered(&c.status);
+    if answered(status) && reply.is_some() {
+        let first = !answered(c.status);
         let changed = reply != c.reply || usage != c.usage;
         let rewritten = c.image == *image;
         if first || changed || rewritten {
             c.reply_writes += 1;
         }
     }
-    if (answered(&status) || status == "FAILED") && c.terminal_at_ms.is_none() {
+    if status.is_some_and(ConversationStatus::is_terminal) && c.terminal_at_ms.is_none() {
         c.terminal_at_ms = Some(now_ms);
     }
     c.writes += 1;
@@ -187,9 +188,9 @@ fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
 }
 
 fn apply_subtask(t: &mut SubtaskAudit, image: &Value) {
-    let status = s_attr(image, "status").unwrap_or_default();
+    let status = s_attr(image, "status").as_deref().and_then(SubtaskStatus::parse);
     let result = s_attr(image, "result");
-    let terminal = matches!(status.as_str(), "SUCCEEDED" | "FAILED" | "SKIPPED");
+    let terminal = matches!(status, Some(SubtaskStatus::Succeeded | SubtaskStatus::Failed | SubtaskStatus::Skipped));
     if terminal && result.is_some() && result != t.result {
         t.results_recorded += 1;
     }
@@ -301,9 +302,7 @@ impl Drop for Audit {
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use swarm_adapters::embedded::{ChangedItem, ItemChange};
-    use swarm_core::domain::{
-        Conversation, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
-    };
+    use swarm_core::domain::{Conversation, Subtask, SubtaskRecord, SubtaskResult, Usage};
 
     use super::*;
     use crate::platform::embedded::stream_record;
@@ -353,7 +352,7 @@ mod tests {
         let a = audit(&[created, running, one, two, aggregating, finished]);
         assert_eq!((a.decrements, a.counted.len(), a.double_counts, a.lost_counts), (2, 2, 0, 0));
         assert_eq!((a.flips, a.reply_writes), (1, 1));
-        assert_eq!((a.created_at_ms, a.customer_id.as_str(), a.status.as_str()), (500, "C106", "DONE"));
+        assert_eq!((a.created_at_ms, a.customer_id.as_str(), a.status), (500, "C106", Some(ConversationStatus::Done)));
         assert_eq!(a.completion(), Some(Duration::from_millis(1_005 - 500)));
     }
 
@@ -401,7 +400,7 @@ mod tests {
         let writes = [created, running, one, aggregating, handoff.clone()];
         let a = audit(&writes);
         assert!(a.is_terminal(), "HANDOFF is terminal: nothing moves it on any more");
-        assert_eq!((a.status.as_str(), a.flips, a.reply_writes), ("HANDOFF", 1, 1));
+        assert_eq!((a.status, a.flips, a.reply_writes), (Some(ConversationStatus::Handoff), 1, 1));
         assert_eq!(a.completion(), Some(Duration::from_millis(1_004 - 500)));
         let mut twice = writes.to_vec();
         twice.push(handoff);

@@ -47,6 +47,7 @@ impl EmbeddedBackend {
         let refund = InMemoryQueue::with_dlq(settings("refund", q.refund.visibility_timeout), refund_dlq.clone());
         let handles = |queue: InMemoryQueue| QueueHandles {
             name: queue.name().to_owned(),
+            url: format!("{}/{}", super::EMBEDDED_QUEUE_BASE, queue.name()),
             sender: Arc::new(queue.clone()) as Arc<dyn TaskQueue>,
             consumer: Arc::new(queue) as Arc<dyn QueueConsumer>,
         };
@@ -73,12 +74,21 @@ impl Backend for EmbeddedBackend {
         "embedded (in-memory store and queues)".into()
     }
 
+    fn table(&self) -> &str {
+        "embedded"
+    }
+
     fn store(&self) -> Arc<dyn ConversationStore> {
         self.store.clone()
     }
 
     fn access(&self) -> Arc<dyn swarm_core::access::AccessStore> {
         self.store.clone()
+    }
+
+    /// The same store and queues for every function: in memory nothing is signed.
+    fn clients(&self, _function: &str) -> Option<super::FunctionClients> {
+        Some(super::FunctionClients::shared(self))
     }
 
     fn queue(&self, queue: Queue) -> &QueueHandles {

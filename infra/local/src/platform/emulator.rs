@@ -1,10 +1,12 @@
-//! The emulator backend: DynamoDB (with its stream) and SQS on an AWS emulator (moto), through the same AWS adapters the Lambdas use; tables and queues get names unique to the run.
+//! The emulator backend: DynamoDB (with its stream) and SQS on an AWS emulator (moto), through the same AWS adapters the Lambdas use; tables and queues get names unique to the run; with IAM enforced, each function signs with its own IAM user's key ([`super::iam`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
+use aws_sdk_dynamodb::config::Credentials;
 use serde_json::Value;
 use swarm_adapters::aws::dynamo::DynamoConversationStore;
 use swarm_adapters::aws::dynamo::store::to_store_error;
@@ -15,8 +17,9 @@ use swarm_core::timings::{Timings, seconds_rounded_up};
 
 use super::dynamo_stream::{DynamoStreamReader, StartPosition};
 use super::dynamo_table::create_table;
+use super::iam::FunctionUsers;
 use super::sqs::{QueueSpec, SqsConsumer, create_queue_with_dlq};
-use super::{Backend, ChangeFeed, Queue, QueueConsumer, QueueHandles, QueueSet, StreamError};
+use super::{Backend, ChangeFeed, FunctionClients, Queue, QueueConsumer, QueueHandles, QueueSet, StreamError};
 
 /// Shortest wait between two empty stream polls: moto serves every call in Python, and polling
 /// it faster (a small time scale) only takes the CPU the functions need.
@@ -35,6 +38,10 @@ pub struct EmulatorOptions {
     pub name_prefix: String,
     /// Leave the table and queues on the emulator at teardown (to inspect them).
     pub keep_resources: bool,
+    /// IAM is enforced on this emulator (`infra/aws/moto_server.py --iam`, its own port): the
+    /// platform signs as the emulator's administrator, each function as its own IAM user with its
+    /// role's policies from `template.yaml`.
+    pub iam: bool,
 }
 
 impl EmulatorOptions {
@@ -47,7 +54,32 @@ impl EmulatorOptions {
                 .unwrap_or_else(|| "us-east-1".into()),
             name_prefix: "swarm-local".into(),
             keep_resources: false,
+            iam: false,
         }
+    }
+
+    /// The same, with IAM enforced or not ([`EmulatorOptions::iam`]).
+    pub fn with_iam(mut self, iam: bool) -> Self {
+        self.iam = iam;
+        self
+    }
+
+    /// Who the platform signs as: the administrator with IAM on, else `AWS_ACCESS_KEY_ID` /
+    /// `AWS_SECRET_ACCESS_KEY`, else the emulator's `test` / `test`.
+    fn credentials(&self) -> Credentials {
+        if self.iam {
+            return super::iam::admin_credentials();
+        }
+        let var = |k: &str, default: &str| {
+            std::env::var(k).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
+        };
+        Credentials::new(
+            var("AWS_ACCESS_KEY_ID", "test"),
+            var("AWS_SECRET_ACCESS_KEY", "test"),
+            None,
+            None,
+            "swarm-local",
+        )
     }
 }
 
@@ -57,16 +89,15 @@ pub fn emulator_clients(
     endpoint: &str,
     region: &str,
 ) -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client, aws_sdk_sqs::Client) {
-    let var = |k: &str, default: &str| {
-        std::env::var(k).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
-    };
-    let credentials = aws_sdk_dynamodb::config::Credentials::new(
-        var("AWS_ACCESS_KEY_ID", "test"),
-        var("AWS_SECRET_ACCESS_KEY", "test"),
-        None,
-        None,
-        "swarm-local",
-    );
+    emulator_clients_as(endpoint, region, EmulatorOptions::new(endpoint).credentials())
+}
+
+/// As [`emulator_clients`], signed with `credentials`.
+pub fn emulator_clients_as(
+    endpoint: &str,
+    region: &str,
+    credentials: Credentials,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client, aws_sdk_sqs::Client) {
     let region = aws_sdk_dynamodb::config::Region::new(region.to_owned());
     let dynamodb = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -104,6 +135,8 @@ pub struct EmulatorBackend {
     queues: QueueSet,
     queue_urls: Vec<String>,
     stream_poll: Duration,
+    /// With IAM on: each function's clients, signed with its own key, and the users to delete.
+    signed: Option<(HashMap<String, FunctionClients>, FunctionUsers)>,
 }
 
 impl EmulatorBackend {
@@ -114,7 +147,7 @@ impl EmulatorBackend {
     ///
     /// Errors: the emulator does not answer or refuses a request.
     pub async fn provision(options: &EmulatorOptions, timings: &Timings) -> anyhow::Result<Self> {
-        let (dynamodb, streams, sqs) = emulator_clients(&options.endpoint, &options.region);
+        let (dynamodb, streams, sqs) = emulator_clients_as(&options.endpoint, &options.region, options.credentials());
         // Names unique to this run: several runs (and tests) share one emulator.
         let run = uuid::Uuid::now_v7().simple().to_string();
         let base = format!("{}-{}", options.name_prefix, &run[run.len() - 12..]);
@@ -144,7 +177,7 @@ impl EmulatorBackend {
         queue_urls.extend(urls);
         let store = Arc::new(DynamoConversationStore::new(dynamodb.clone(), base.clone()));
         tracing::info!(table = %base, queues = ?queue_urls, endpoint = %options.endpoint, "emulator resources ready");
-        Ok(Self {
+        let mut this = Self {
             options: options.clone(),
             dynamodb,
             streams,
@@ -154,18 +187,80 @@ impl EmulatorBackend {
             queues: QueueSet { tasks, tasks_dead_letters, refund, refund_dead_letters },
             queue_urls,
             stream_poll: timings.local.stream_poll.max(MIN_STREAM_POLL),
-        })
+            signed: None,
+        };
+        if options.iam {
+            match this.sign_functions().await {
+                Ok(signed) => this.signed = Some(signed),
+                Err(e) => {
+                    this.teardown().await;
+                    return Err(
+                        e.context("creating the functions' IAM users (is the emulator started with MOTO_IAM=1?)")
+                    );
+                }
+            }
+        }
+        Ok(this)
     }
 
-    /// The table's name.
-    pub fn table(&self) -> &str {
-        &self.table
+    /// One IAM user per function with its role's policies over this run's table, stream and queues,
+    /// and each function's clients signed with its key.
+    async fn sign_functions(&self) -> anyhow::Result<(HashMap<String, FunctionClients>, FunctionUsers)> {
+        let arns = self.arns().await?;
+        let functions = super::iam::functions()?;
+        let (users, keys) =
+            FunctionUsers::create(&self.options.endpoint, &self.options.region, &self.table, &functions, &arns).await?;
+        let clients = keys
+            .into_iter()
+            .map(|(function, key)| {
+                let (dynamodb, _, sqs) = emulator_clients_as(&self.options.endpoint, &self.options.region, key);
+                let store = Arc::new(DynamoConversationStore::new(dynamodb, self.table.clone()));
+                let senders = Queue::ALL
+                    .iter()
+                    .map(|q| &self.queues.get(*q).url)
+                    .map(|url| {
+                        (url.clone(), Arc::new(SqsTaskQueue::new(sqs.clone(), url.clone())) as Arc<dyn TaskQueue>)
+                    })
+                    .collect();
+                (function, FunctionClients { store: store.clone(), access: store, senders })
+            })
+            .collect();
+        Ok((clients, users))
+    }
+
+    /// The run's ARNs by the template's names: the table, its stream, its sweep index's table, the queues.
+    async fn arns(&self) -> anyhow::Result<HashMap<String, String>> {
+        let table = self.dynamodb.describe_table().table_name(&self.table).send().await.context("DescribeTable")?;
+        let table = table.table.context("DescribeTable answered no table")?;
+        let mut arns: HashMap<String, String> = HashMap::new();
+        arns.insert("Table.Arn".into(), table.table_arn.context("the table has no ARN")?);
+        arns.insert("Table.StreamArn".into(), table.latest_stream_arn.context("the table has no stream")?);
+        for (queue, name) in [
+            (Queue::Tasks, "TasksQueue"),
+            (Queue::TasksDeadLetters, "TasksDeadLetterQueue"),
+            (Queue::Refund, "RefundQueue"),
+            (Queue::RefundDeadLetters, "RefundDeadLetterQueue"),
+        ] {
+            let url = &self.queues.get(queue).url;
+            let answer = self
+                .sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .send()
+                .await
+                .with_context(|| format!("GetQueueAttributes of {url}"))?;
+            let arn = answer.attributes.and_then(|mut a| a.remove(&aws_sdk_sqs::types::QueueAttributeName::QueueArn));
+            arns.insert(format!("{name}.Arn"), arn.with_context(|| format!("{url} has no ARN"))?);
+        }
+        Ok(arns)
     }
 }
 
 fn handles(sqs: &aws_sdk_sqs::Client, url: &str) -> QueueHandles {
     QueueHandles {
         name: url.rsplit('/').next().unwrap_or(url).to_owned(),
+        url: url.to_owned(),
         sender: Arc::new(SqsTaskQueue::new(sqs.clone(), url.to_owned())) as Arc<dyn TaskQueue>,
         consumer: Arc::new(SqsConsumer::new(sqs.clone(), url.to_owned())) as Arc<dyn QueueConsumer>,
     }
@@ -174,10 +269,15 @@ fn handles(sqs: &aws_sdk_sqs::Client, url: &str) -> QueueHandles {
 #[async_trait]
 impl Backend for EmulatorBackend {
     fn describe(&self) -> String {
+        let iam = if self.signed.is_some() { " · IAM enforced, each function its own user" } else { "" };
         format!(
-            "emulator {} · table {} · queues {}, {} (+ DLQs)",
+            "emulator {} · table {} · queues {}, {} (+ DLQs){iam}",
             self.options.endpoint, self.table, self.queues.tasks.name, self.queues.refund.name
         )
+    }
+
+    fn table(&self) -> &str {
+        &self.table
     }
 
     fn store(&self) -> Arc<dyn ConversationStore> {
@@ -186,6 +286,14 @@ impl Backend for EmulatorBackend {
 
     fn access(&self) -> Arc<dyn swarm_core::access::AccessStore> {
         self.store.clone()
+    }
+
+    /// With IAM on, the function's own clients (`None` for a function without policies); else the platform's.
+    fn clients(&self, function: &str) -> Option<FunctionClients> {
+        match &self.signed {
+            Some((signed, _)) => signed.get(function).cloned(),
+            None => Some(FunctionClients::shared(self)),
+        }
     }
 
     fn queue(&self, queue: Queue) -> &QueueHandles {
@@ -232,11 +340,14 @@ impl Backend for EmulatorBackend {
         }
     }
 
-    /// Deletes the queues and the table (unless kept); failures are logged.
+    /// Deletes the functions' IAM users, the queues and the table (unless kept); failures are logged.
     async fn teardown(&self) {
         if self.options.keep_resources {
             tracing::info!(table = %self.table, queues = ?self.queue_urls, "emulator resources kept");
             return;
+        }
+        if let Some((_, users)) = &self.signed {
+            users.delete().await;
         }
         for url in &self.queue_urls {
             match tokio::time::timeout(CLEANUP_TIMEOUT, self.sqs.delete_queue().queue_url(url).send()).await {

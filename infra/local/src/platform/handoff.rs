@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use swarm_core::domain::HandoffReason;
 use tokio::sync::watch;
 
 use super::ChangeFeed;
@@ -26,12 +27,13 @@ static HANDOFF_FILTER: LazyLock<Value> =
 pub struct HandoffEvent {
     pub conversation_id: String,
     pub customer_id: String,
-    /// `customer_asked`, `tool_failures` or `policy`.
-    pub reason: String,
+    /// `customer_asked`, `tool_failures` or `policy` on the bus.
+    pub reason: HandoffReason,
 }
 
 impl HandoffEvent {
-    /// The event of a stream record (Lambda JSON) the pipe's filter passes; `None` for any other.
+    /// The event of a stream record (Lambda JSON) the pipe's filter passes; `None` for any other,
+    /// and for an item without its ids or a reason that reads as one (the writer always sets them).
     pub fn from_record(record: &Value) -> Option<Self> {
         if !matches_pattern(record, &HANDOFF_FILTER) {
             return None;
@@ -41,7 +43,7 @@ impl HandoffEvent {
         Some(Self {
             conversation_id: text(&image["conversation_id"])?,
             customer_id: text(&image["customer_id"])?,
-            reason: text(&image["handoff_reason"]).unwrap_or_default(),
+            reason: text(&image["handoff_reason"]).as_deref().and_then(HandoffReason::parse)?,
         })
     }
 }
@@ -78,7 +80,9 @@ pub async fn run(mut feed: Box<dyn ChangeFeed>, log: Arc<HandoffLog>, mut shutdo
         for event in records.iter().filter_map(HandoffEvent::from_record) {
             eprintln!(
                 "{HANDOFF_DETAIL_TYPE}: conversation {} (customer {}) goes to a person: {}",
-                event.conversation_id, event.customer_id, event.reason
+                event.conversation_id,
+                event.customer_id,
+                event.reason.code()
             );
             log.push(event);
         }
@@ -103,7 +107,7 @@ mod tests {
             Some(HandoffEvent {
                 conversation_id: "c1".into(),
                 customer_id: "C104".into(),
-                reason: "customer_asked".into()
+                reason: HandoffReason::CustomerAsked
             })
         );
         assert_eq!(HandoffEvent::from_record(&record("META", "DONE")), None);

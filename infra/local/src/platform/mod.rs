@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod emulator;
 pub mod filter;
 pub mod handoff;
+pub mod iam;
 pub mod invoke;
 pub mod mapping;
 pub mod sqs;
@@ -27,6 +28,7 @@ pub mod stream;
 pub mod sweeper;
 pub mod tool_faults;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +116,9 @@ impl Queue {
 pub struct QueueHandles {
     /// The queue's name (its URL's last segment on SQS).
     pub name: String,
+    /// Its URL, as a function's `*_QUEUE_URL` variable holds it (on the embedded backend one that
+    /// only names it: [`EMBEDDED_QUEUE_BASE`]).
+    pub url: String,
     /// What the functions send with.
     pub sender: Arc<dyn TaskQueue>,
     /// What the event source mapping receives with.
@@ -140,6 +145,30 @@ impl QueueSet {
     }
 }
 
+/// What one function reaches of a backend: the table and a sender for each queue by URL (it keeps
+/// only those its variables name). On the emulator with IAM on, each signed with the function's own
+/// access key; else the backend's own.
+#[derive(Clone)]
+pub struct FunctionClients {
+    pub store: Arc<dyn ConversationStore>,
+    /// Identity mappings and per-customer counters (the same table).
+    pub access: Arc<dyn AccessStore>,
+    /// Queue URL → a sender.
+    pub senders: HashMap<String, Arc<dyn TaskQueue>>,
+}
+
+impl FunctionClients {
+    /// The backend's own clients, for a function that signs nothing of its own.
+    pub fn shared(backend: &dyn Backend) -> Self {
+        let senders = Queue::ALL.iter().map(|q| backend.queue(*q)).map(|h| (h.url.clone(), h.sender.clone())).collect();
+        Self { store: backend.store(), access: backend.access(), senders }
+    }
+}
+
+/// The base of the embedded queues' URLs (`<base>/<name>`): the reserved `.invalid` name says
+/// nothing is ever sent to that address; the stack finds the queue by its URL.
+pub const EMBEDDED_QUEUE_BASE: &str = "http://embedded-sqs.invalid/000000000000";
+
 /// Where the swarm's data lives locally: provisioned from the (scaled) timing table by
 /// its constructor (table with stream `NEW_IMAGE`; queues with their visibility timeouts
 /// and a redrive policy of `queues.max_receive_count` receives), torn down by [`Backend::teardown`].
@@ -147,8 +176,13 @@ impl QueueSet {
 pub trait Backend: Send + Sync {
     /// One line for people: which backend, and where.
     fn describe(&self) -> String;
-    /// The conversation store the functions use.
+    /// The table's name (the functions' `TABLE_NAME`).
+    fn table(&self) -> &str;
+    /// The conversation store, as the platform reaches it (the administrator's on the emulator).
     fn store(&self) -> Arc<dyn ConversationStore>;
+    /// What `function` (a template logical id) reaches, signed as itself where IAM is enforced;
+    /// `None` when the backend has no identity for it.
+    fn clients(&self, function: &str) -> Option<FunctionClients>;
     /// Identity mappings and per-customer counters (the same table).
     fn access(&self) -> Arc<dyn AccessStore>;
     /// Both sides of `queue`.

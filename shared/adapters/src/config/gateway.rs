@@ -68,11 +68,10 @@ impl GatewayClientConfig {
         &self,
         extension: &super::SecretsExtension,
     ) -> Result<std::sync::Arc<dyn swarm_core::ports::ToolGateway>, ConfigError> {
-        use crate::mcp::{GatewayToken, McpToolGateway};
+        use crate::mcp::McpToolGateway;
 
         let token = self.token.resolve(extension).await?;
-        let tokens: std::collections::HashMap<String, GatewayToken> =
-            [(self.role.clone(), GatewayToken::new(token.expose()))].into_iter().collect();
+        let tokens = std::collections::HashMap::from([(self.role.clone(), token)]);
         let gateway = McpToolGateway::new(&self.url, tokens, GATEWAY_CALL_TIMEOUT)
             .map_err(|e| ConfigError::Client { what: "tool gateway client", reason: e.to_string() })?;
         let gateway = match &self.sigv4_region {

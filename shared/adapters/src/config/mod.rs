@@ -19,11 +19,15 @@
 
 mod auth;
 mod gateway;
+#[cfg(all(feature = "llm", feature = "secrets"))]
+mod llm;
 mod secret;
 mod store;
 
 pub use auth::{AuthConfig, AuthMode, ClaimMapping, LimitsConfig};
 pub use gateway::{GATEWAY_CALL_TIMEOUT, GatewayClientConfig};
+/// The one secret-string type, re-exported for the functions' configs.
+pub use secrecy::{ExposeSecret, SecretString};
 pub use secret::{SecretSource, SecretsExtension};
 #[cfg(feature = "aws")]
 pub use store::AwsClients;

@@ -1,13 +1,13 @@
 //! Secrets named by a pair of variables (`X` locally, `X_SECRET_ARN` on AWS), fetched after parsing through the AWS Parameters and Secrets Lambda Extension (plain HTTP on localhost, no SDK).
 
-use swarm_core::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use super::{ConfigError, Vars};
 
 /// Where a secret comes from: its plain variable (local runs), or the Secrets
 /// Manager secret / SSM parameter named by its `*_SECRET_ARN` variable,
 /// fetched at cold start by [`SecretSource::resolve`]. `Debug` never shows a value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum SecretSource {
     /// The value itself, from `var`.
     Plain { var: String, value: SecretString },
@@ -15,12 +15,28 @@ pub enum SecretSource {
     Stored { arn_var: String, name: String },
 }
 
+/// Two sources are equal when they name the same variable and, for plain ones, hold the same
+/// value (configuration tests compare whole configs).
+impl PartialEq for SecretSource {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Plain { var: a, value: x }, Self::Plain { var: b, value: y }) => {
+                a == b && x.expose_secret() == y.expose_secret()
+            }
+            (Self::Stored { arn_var: a, name: x }, Self::Stored { arn_var: b, name: y }) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for SecretSource {}
+
 impl SecretSource {
     /// `plain_var` when set (it wins), else `arn_var`; `None` when neither is set.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, plain_var: &str, arn_var: &str) -> Option<Self> {
         let vars = Vars::new(&lookup);
         if let Some(value) = vars.get(plain_var) {
-            return Some(Self::Plain { var: plain_var.to_owned(), value: SecretString::new(value) });
+            return Some(Self::Plain { var: plain_var.to_owned(), value: SecretString::from(value) });
         }
         vars.get(arn_var).map(|name| Self::Stored { arn_var: arn_var.to_owned(), name })
     }
@@ -48,7 +64,7 @@ impl SecretSource {
 pub const DEFAULT_EXTENSION_PORT: u16 = 2773;
 
 /// How to reach the AWS Parameters and Secrets Lambda Extension (both variables are set by Lambda).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SecretsExtension {
     /// `PARAMETERS_SECRETS_EXTENSION_HTTP_PORT`, default 2773.
     pub port: u16,
@@ -65,7 +81,7 @@ impl SecretsExtension {
         let port = vars
             .number("PARAMETERS_SECRETS_EXTENSION_HTTP_PORT", 1..=65_535, "a port number from 1 to 65535")?
             .map_or(DEFAULT_EXTENSION_PORT, |p| p as u16);
-        Ok(Self { port, session_token: vars.get("AWS_SESSION_TOKEN").map(SecretString::new) })
+        Ok(Self { port, session_token: vars.get("AWS_SESSION_TOKEN").map(SecretString::from) })
     }
 
     /// Fetches the Secrets Manager secret (ARN or name) or SSM parameter (an
@@ -87,7 +103,7 @@ impl SecretsExtension {
         };
         let client =
             reqwest::Client::builder().timeout(Duration::from_secs(5)).build().map_err(|e| fail(e.to_string()))?;
-        let token = self.session_token.as_ref().map(|t| t.expose().to_owned()).unwrap_or_default();
+        let token = self.session_token.as_ref().map(|t| t.expose_secret().to_owned()).unwrap_or_default();
         let response = client
             .get(&url)
             .header("X-Aws-Parameters-Secrets-Token", token)
@@ -104,7 +120,7 @@ impl SecretsExtension {
             body.get("SecretString").and_then(|v| v.as_str())
         };
         match value.map(str::trim) {
-            Some(v) if !v.is_empty() => Ok(SecretString::new(v)),
+            Some(v) if !v.is_empty() => Ok(SecretString::from(v)),
             _ => Err(fail("the secret has no string value".into())),
         }
     }
@@ -148,6 +164,15 @@ mod tests {
             }
         );
         assert_eq!(SecretSource::from_lookup(lookup(&[]), "A", "A_SECRET_ARN"), None);
+    }
+
+    #[test]
+    fn secret_never_prints() {
+        let s = SecretString::from("sk-live-1234567890");
+        let source = SecretSource::Plain { var: "LLM_API_KEY".into(), value: s.clone() };
+        let printed = format!("{s:?} {source:?}");
+        assert!(!printed.contains("sk-live") && printed.contains("LLM_API_KEY"), "{printed}");
+        assert_eq!(s.expose_secret(), "sk-live-1234567890");
     }
 
     #[test]

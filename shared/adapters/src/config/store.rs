@@ -1,5 +1,10 @@
 //! The table and queue pieces (`TABLE_NAME`, `TASKS_QUEUE_URL`, `REFUND_QUEUE_URL`) and, with feature `aws`, the clients and port adapters built from them.
 
+use std::sync::Arc;
+
+use swarm_core::ports::TaskQueue;
+use swarm_core::roles::{REFUND_ROLE, TaskQueues};
+
 use super::{ConfigError, Vars};
 
 /// `TABLE_NAME`: the single DynamoDB table (required).
@@ -18,27 +23,57 @@ impl TableConfig {
     }
 }
 
-/// The SQS queues a function sends to.
+/// The SQS queues a function sends to: one sender per URL given, and none for a queue whose URL
+/// the function is not given (its role may not send there; [`QueueUrls::task_queues`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueUrls {
-    /// `TASKS_QUEUE_URL` (required): ordinary subtasks and deadline messages.
-    pub tasks: String,
-    /// `REFUND_QUEUE_URL`: subtasks of the refund role; unset → they go to the tasks queue.
+    /// `TASKS_QUEUE_URL`: ordinary subtasks and deadline messages. Required by the orchestrator and
+    /// the worker in `tasks` and `dlq` mode; the sweeper sends nothing and is given none.
+    pub tasks: Option<String>,
+    /// `REFUND_QUEUE_URL`: subtasks of the refund role (orchestrator, refund worker). Unset: the
+    /// refund role's queue is not this function's to send to.
     pub refund: Option<String>,
 }
+
+const QUEUE_EXAMPLE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/tasks";
 
 impl QueueUrls {
     pub const VARS: &'static [&'static str] = &["TASKS_QUEUE_URL", "REFUND_QUEUE_URL"];
 
     /// Errors: `TASKS_QUEUE_URL` unset, or either value not an http(s) URL.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let urls = Self::optional_from_lookup(&lookup)?;
+        if urls.tasks.is_none() {
+            return Err(ConfigError::Missing {
+                var: "TASKS_QUEUE_URL",
+                hint: format!("the tasks queue's URL, e.g. {QUEUE_EXAMPLE}"),
+            });
+        }
+        Ok(urls)
+    }
+
+    /// As [`QueueUrls::from_lookup`], `TASKS_QUEUE_URL` optional (a function that may send to no
+    /// queue). Error: a value that is not an http(s) URL.
+    pub fn optional_from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let vars = Vars::new(&lookup);
-        const EXAMPLE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/tasks";
-        let tasks = vars.url("TASKS_QUEUE_URL", EXAMPLE)?.ok_or_else(|| ConfigError::Missing {
-            var: "TASKS_QUEUE_URL",
-            hint: format!("the tasks queue's URL, e.g. {EXAMPLE}"),
-        })?;
-        Ok(Self { tasks, refund: vars.url("REFUND_QUEUE_URL", EXAMPLE)? })
+        Ok(Self {
+            tasks: vars.url("TASKS_QUEUE_URL", QUEUE_EXAMPLE)?,
+            refund: vars.url("REFUND_QUEUE_URL", QUEUE_EXAMPLE)?,
+        })
+    }
+
+    /// The deployed routing — every role on the tasks queue but the refund role, on its own — with
+    /// a sender from `sender(url, label)` (label `tasks` or `refund`) for each URL given, and a
+    /// route not held ([`TaskQueues::with_role_not_held`]) for each queue whose URL is not.
+    pub fn task_queues(&self, sender: impl Fn(&str, &'static str) -> Arc<dyn TaskQueue>) -> TaskQueues {
+        let queues = match &self.tasks {
+            Some(url) => TaskQueues::new(sender(url, "tasks")),
+            None => TaskQueues::not_held("tasks"),
+        };
+        match &self.refund {
+            Some(url) => queues.with_role(REFUND_ROLE, sender(url, "refund")),
+            None => queues.with_role_not_held(REFUND_ROLE, "refund"),
+        }
     }
 }
 
@@ -51,7 +86,7 @@ mod aws {
 
     use swarm_core::obs::{TracedQueue, TracedStore};
     use swarm_core::ports::{ConversationStore, TaskQueue};
-    use swarm_core::roles::{REFUND_ROLE, TaskQueues};
+    use swarm_core::roles::TaskQueues;
 
     use super::{QueueUrls, TableConfig};
     use crate::aws::dynamo::DynamoConversationStore;
@@ -82,16 +117,13 @@ mod aws {
             Arc::new(DynamoConversationStore::new(self.dynamodb.clone(), table.table_name.clone()))
         }
 
-        /// The tasks queue, and the refund role's queue when configured; every send in its own
+        /// A sender for each queue URL configured ([`QueueUrls::task_queues`]): every send in its own
         /// producer span, the messages carrying its trace context.
         pub fn queues(&self, urls: &QueueUrls) -> TaskQueues {
-            let tasks: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), urls.tasks.clone()));
-            let mut queues = TaskQueues::new(TracedQueue::wrap(tasks, "aws_sqs", "tasks"));
-            if let Some(refund) = &urls.refund {
-                let refund: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), refund.clone()));
-                queues = queues.with_role(REFUND_ROLE, TracedQueue::wrap(refund, "aws_sqs", "refund"));
-            }
-            queues
+            urls.task_queues(|url, label| {
+                let queue: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(self.sqs.clone(), url.to_owned()));
+                TracedQueue::wrap(queue, "aws_sqs", label)
+            })
         }
     }
 }
@@ -126,5 +158,50 @@ mod tests {
             QueueUrls::from_lookup(lookup(&[("TASKS_QUEUE_URL", "https://q/1/t"), ("REFUND_QUEUE_URL", "refunds")]))
                 .unwrap_err();
         assert!(e.to_string().starts_with("REFUND_QUEUE_URL must be an http(s) URL"), "{e}");
+    }
+
+    #[test]
+    fn a_sender_for_each_url_given_and_the_refund_role_on_its_own_queue_either_way() {
+        struct Named(String);
+        #[async_trait::async_trait]
+        impl TaskQueue for Named {
+            fn name(&self) -> &str {
+                &self.0
+            }
+            async fn send(
+                &self,
+                _: &[swarm_core::domain::TaskMessage],
+                _: u32,
+            ) -> Result<(), swarm_core::ports::QueueError> {
+                Ok(())
+            }
+            async fn change_visibility(&self, _: &str, _: u32) -> Result<(), swarm_core::ports::QueueError> {
+                Ok(())
+            }
+        }
+        let sender = |url: &str, _label: &'static str| -> Arc<dyn TaskQueue> {
+            Arc::new(Named(url.rsplit('/').next().unwrap_or(url).to_owned()))
+        };
+        let held = |q: &TaskQueues| q.held().map(|q| q.name().to_owned()).collect::<Vec<_>>();
+        let both = QueueUrls::from_lookup(lookup(&[
+            ("TASKS_QUEUE_URL", "http://127.0.0.1:5000/000000000000/tasks"),
+            ("REFUND_QUEUE_URL", "http://127.0.0.1:5000/000000000000/refund"),
+        ]))
+        .unwrap()
+        .task_queues(sender);
+        let mut names = held(&both);
+        names.sort();
+        assert_eq!(names, ["refund", "tasks"]);
+        assert_eq!(both.queue_for("refund").map(|q| q.name().to_owned()), Ok("refund".to_owned()));
+        let tasks_only =
+            QueueUrls::from_lookup(lookup(&[("TASKS_QUEUE_URL", "http://127.0.0.1:5000/000000000000/tasks")]))
+                .unwrap()
+                .task_queues(sender);
+        assert_eq!(held(&tasks_only), ["tasks"]);
+        assert!(tasks_only.has_own_queue("refund"), "refund subtasks wait on their own queue");
+        assert_eq!(tasks_only.queue_for("refund").map(|q| q.name().to_owned()).unwrap_err().queue, "refund");
+        let none = QueueUrls::optional_from_lookup(lookup(&[])).unwrap().task_queues(sender);
+        assert!(held(&none).is_empty());
+        assert_eq!(none.queue_for("support").map(|q| q.name().to_owned()).unwrap_err().queue, "tasks");
     }
 }

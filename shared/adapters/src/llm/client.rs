@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use reqwest::header::HeaderValue;
+use secrecy::ExposeSecret;
 use swarm_core::llm::pricing::PriceTable;
 use swarm_core::llm::transcript::{flatten_tool_history, has_tool_history};
 use swarm_core::ports::{
@@ -107,11 +108,12 @@ impl HttpChatModel {
     ) -> Result<Self, LlmConfigError> {
         let auth = match &endpoint.api_key {
             Some(k) => {
-                let mut v =
-                    HeaderValue::from_str(&format!("Bearer {}", k.expose())).map_err(|_| LlmConfigError::Invalid {
+                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose_secret())).map_err(|_| {
+                    LlmConfigError::Invalid {
                         var: "LLM_API_KEY",
                         message: "contains characters not allowed in an HTTP header".into(),
-                    })?;
+                    }
+                })?;
                 v.set_sensitive(true);
                 Some(v)
             }

@@ -25,19 +25,16 @@
 //! `LLM_API_KEY_SECRET_ARN`, and [`LlmConfig::models`] fetches the key at cold
 //! start and checks it like a plain `LLM_API_KEY` ([`LlmConfig::with_key`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-pub use swarm_core::SecretString;
-pub use swarm_core::llm::Models;
+use secrecy::ExposeSecret;
+pub use secrecy::SecretString;
 use swarm_core::llm::pricing::PriceTable;
-use swarm_core::ports::ChatModel;
 
-use super::client::HttpChatModel;
 use super::profile::{OutputLimitField, OutputTokens, Preset, Profile, ToolHistory};
 
 /// One OpenAI-compatible endpoint and model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct LlmEndpoint {
     /// Base URL without a trailing `/` and without `/chat/completions`, e.g. `https://api.deepseek.com/v1`.
     pub base_url: String,
@@ -101,7 +98,7 @@ impl LlmConfigError {
         false
     }
 
-    fn invalid(var: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(var: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid { var, message: message.into() }
     }
 }
@@ -171,73 +168,12 @@ impl LlmConfig {
         let profile = read_profile(&get, "LLM_", main_preset, &model, None)?;
         let main = LlmEndpoint { base_url: base.url.clone(), api_key: key, model, profile };
 
-        let sub = match get("LLM_SUB_MODEL") {
-            None => {
-                if get("LLM_SUB_BASE_URL").is_some() || lookup("LLM_SUB_API_KEY").is_some() {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_SUB_MODEL",
-                        "missing while LLM_SUB_BASE_URL or LLM_SUB_API_KEY is set; name the compression model or unset them",
-                    ));
-                }
-                None
-            }
-            Some(sub_model) => {
-                let sub_base = match get("LLM_SUB_BASE_URL") {
-                    Some(raw) => parse_base_url("LLM_SUB_BASE_URL", &raw)?,
-                    None => base.clone(),
-                };
-                // The main key is only reused on the same host: it must never
-                // be sent to another provider.
-                let own_key = lookup("LLM_SUB_API_KEY");
-                let shares = own_key.is_none() && sub_base.host == base.host;
-                let sub_key = if shares && key_secret.is_some() {
-                    None
-                } else {
-                    let raw = own_key
-                        .or_else(|| shares.then(|| main.api_key.as_ref().map(|k| k.expose().to_owned())).flatten());
-                    check_key("LLM_SUB_API_KEY", raw, &sub_base, key_required_override)?
-                };
-                let sub_preset = match get("LLM_SUB_PRESET") {
-                    Some(_) => read_preset(&get, "LLM_SUB_PRESET", &sub_base.url)?,
-                    None if sub_base.host == base.host => main_preset,
-                    None => Preset::guess(&sub_base.url),
-                };
-                let sub_profile = read_profile(&get, "LLM_SUB_", sub_preset, &sub_model, Some(&main.profile))?;
-                Some((
-                    LlmEndpoint { base_url: sub_base.url, api_key: sub_key, model: sub_model, profile: sub_profile },
-                    shares,
-                ))
-            }
-        };
+        let sub = read_sub(&get, &lookup, &base, &main, main_preset, key_secret.is_some(), key_required_override)?;
         let (sub, sub_shares_key) = match sub {
             Some((endpoint, shares)) => (Some(endpoint), shares),
             None => (None, false),
         };
-
-        let timeout = match get("LLM_TIMEOUT_SECS") {
-            None => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
-            Some(v) => match v.parse::<f64>() {
-                Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_TIMEOUT_SECS",
-                        format!("{v:?} is not a number of seconds in (0, 3600]"),
-                    ));
-                }
-            },
-        };
-        let max_in_flight = match get("LLM_MAX_IN_FLIGHT") {
-            None => DEFAULT_MAX_IN_FLIGHT,
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if (1..=10_000).contains(&n) => n,
-                _ => {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_MAX_IN_FLIGHT",
-                        format!("{v:?} is not a whole number in 1..=10000"),
-                    ));
-                }
-            },
-        };
+        let (timeout, max_in_flight) = read_limits(&get)?;
         let prices = match get("LLM_PRICES") {
             None => PriceTable::with_defaults(),
             Some(v) => PriceTable::with_defaults()
@@ -252,7 +188,7 @@ impl LlmConfig {
     pub fn with_key(mut self, key: SecretString) -> Result<LlmConfig, LlmConfigError> {
         let var = "LLM_API_KEY_SECRET_ARN";
         let base = parse_base_url(var, &self.main.base_url)?;
-        let checked = check_key(var, Some(key.expose().to_owned()), &base, Some(self.key_required))?;
+        let checked = check_key(var, Some(key.expose_secret().to_owned()), &base, Some(self.key_required))?;
         if self.sub_shares_key
             && let Some(sub) = &mut self.sub
         {
@@ -262,42 +198,86 @@ impl LlmConfig {
         self.key_secret = None;
         Ok(self)
     }
-
-    /// The models of this config, with the key fetched through `extension`
-    /// first when it is stored (`LLM_API_KEY_SECRET_ARN`).
-    #[cfg(feature = "secrets")]
-    pub async fn models(
-        &self,
-        extension: &crate::config::SecretsExtension,
-    ) -> Result<Models, crate::config::ConfigError> {
-        let config = match &self.key_secret {
-            None => self.clone(),
-            Some(name) => {
-                let key = extension.fetch("LLM_API_KEY_SECRET_ARN", name).await?;
-                self.clone().with_key(key)?
-            }
-        };
-        Ok(build_models(&config)?)
-    }
 }
 
-/// Builds the models once at start-up: [`HttpChatModel`]s from `c` (`sub` its
-/// own instance, with its own in-flight cap, when a sub model is configured,
-/// else the `main` instance). Errors when an HTTP client cannot be built, or
-/// when the key named by `LLM_API_KEY_SECRET_ARN` has not been fetched yet.
-pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
-    if c.key_secret.is_some() {
-        return Err(LlmConfigError::invalid(
-            "LLM_API_KEY_SECRET_ARN",
-            "the key has not been fetched; build the models with LlmConfig::models",
-        ));
-    }
-    let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
-    let sub: Arc<dyn ChatModel> = match &c.sub {
-        Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),
-        None => main.clone(),
+/// The compression model (`LLM_SUB_*`), if one is named: its endpoint, and whether it shares the
+/// main key (same host, no `LLM_SUB_API_KEY`; `key_stored`: the main key is fetched later).
+fn read_sub(
+    get: &impl Fn(&str) -> Option<String>,
+    lookup: &impl Fn(&str) -> Option<String>,
+    base: &BaseUrl,
+    main: &LlmEndpoint,
+    main_preset: Preset,
+    key_stored: bool,
+    key_required_override: Option<bool>,
+) -> Result<Option<(LlmEndpoint, bool)>, LlmConfigError> {
+    Ok(match get("LLM_SUB_MODEL") {
+        None => {
+            if get("LLM_SUB_BASE_URL").is_some() || lookup("LLM_SUB_API_KEY").is_some() {
+                return Err(LlmConfigError::invalid(
+                    "LLM_SUB_MODEL",
+                    "missing while LLM_SUB_BASE_URL or LLM_SUB_API_KEY is set; name the compression model or unset them",
+                ));
+            }
+            None
+        }
+        Some(sub_model) => {
+            let sub_base = match get("LLM_SUB_BASE_URL") {
+                Some(raw) => parse_base_url("LLM_SUB_BASE_URL", &raw)?,
+                None => base.clone(),
+            };
+            // The main key is only reused on the same host: it must never
+            // be sent to another provider.
+            let own_key = lookup("LLM_SUB_API_KEY");
+            let shares = own_key.is_none() && sub_base.host == base.host;
+            let sub_key = if shares && key_stored {
+                None
+            } else {
+                let raw = own_key
+                    .or_else(|| shares.then(|| main.api_key.as_ref().map(|k| k.expose_secret().to_owned())).flatten());
+                check_key("LLM_SUB_API_KEY", raw, &sub_base, key_required_override)?
+            };
+            let sub_preset = match get("LLM_SUB_PRESET") {
+                Some(_) => read_preset(get, "LLM_SUB_PRESET", &sub_base.url)?,
+                None if sub_base.host == base.host => main_preset,
+                None => Preset::guess(&sub_base.url),
+            };
+            let sub_profile = read_profile(get, "LLM_SUB_", sub_preset, &sub_model, Some(&main.profile))?;
+            Some((
+                LlmEndpoint { base_url: sub_base.url, api_key: sub_key, model: sub_model, profile: sub_profile },
+                shares,
+            ))
+        }
+    })
+}
+
+/// `LLM_TIMEOUT_SECS` (seconds, decimals allowed) and `LLM_MAX_IN_FLIGHT`, or their defaults.
+fn read_limits(get: &impl Fn(&str) -> Option<String>) -> Result<(Duration, usize), LlmConfigError> {
+    let timeout = match get("LLM_TIMEOUT_SECS") {
+        None => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+        Some(v) => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+            _ => {
+                return Err(LlmConfigError::invalid(
+                    "LLM_TIMEOUT_SECS",
+                    format!("{v:?} is not a number of seconds in (0, 3600]"),
+                ));
+            }
+        },
     };
-    Ok(Models { main, sub })
+    let max_in_flight = match get("LLM_MAX_IN_FLIGHT") {
+        None => DEFAULT_MAX_IN_FLIGHT,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=10_000).contains(&n) => n,
+            _ => {
+                return Err(LlmConfigError::invalid(
+                    "LLM_MAX_IN_FLIGHT",
+                    format!("{v:?} is not a whole number in 1..=10000"),
+                ));
+            }
+        },
+    };
+    Ok((timeout, max_in_flight))
 }
 
 #[derive(Clone, Debug)]
@@ -395,7 +375,7 @@ fn check_key(
     let required = required_override.unwrap_or_else(|| !looks_local(base));
     let key = raw.map(|k| k.trim().to_owned());
     if !required {
-        return Ok(key.filter(|k| !k.is_empty()).map(SecretString::new));
+        return Ok(key.filter(|k| !k.is_empty()).map(SecretString::from));
     }
     match key {
         None => Err(LlmConfigError::invalid(
@@ -409,7 +389,7 @@ fn check_key(
             var,
             format!("looks like a placeholder, not a real key for {}; paste the provider's key", base.host),
         )),
-        Some(k) => Ok(Some(SecretString::new(k))),
+        Some(k) => Ok(Some(SecretString::from(k))),
     }
 }
 

@@ -4,10 +4,12 @@ pub mod client;
 pub mod config;
 mod lenient;
 mod limiter;
+pub mod models;
 pub mod profile;
 pub mod wire;
 
 pub use client::HttpChatModel;
-pub use config::{LlmConfig, LlmConfigError, LlmEndpoint, build_models};
+pub use config::{LlmConfig, LlmConfigError, LlmEndpoint};
 pub use limiter::AIMD_GROWTH_SUCCESSES;
+pub use models::{Models, build_models};
 pub use profile::{OutputLimitField, OutputTokens, Preset, Profile, ReasoningField, ToolHistory};

@@ -1,0 +1,84 @@
+//! The orchestrator function built from its config and its ports — the one place the Lambda's `main` and the local stack both build it (the planner behind the API, and the approvals API beside it).
+
+use std::sync::Arc;
+
+use swarm_core::access::AccessStore;
+use swarm_core::approval::ApprovalKey;
+use swarm_core::ports::{ChatModel, ConversationStore, ToolGateway};
+use swarm_core::roles::TaskQueues;
+use swarm_core::timings::Timings;
+
+use crate::{Approvals, Orchestrator, OrchestratorConfig, OrchestratorSettings};
+
+/// What the orchestrator function is built over.
+pub struct OrchestratorPorts {
+    /// The conversation store, as this function's role reaches it.
+    pub store: Arc<dyn ConversationStore>,
+    /// Identity mappings and the per-customer counters (the same table).
+    pub access: Arc<dyn AccessStore>,
+    /// A sender for each queue it may send to: the tasks queue and the refund role's.
+    pub queues: TaskQueues,
+    /// The planning model.
+    pub model: Arc<dyn ChatModel>,
+    /// The gateway client holding the planner's token only (it lists tools, calls none).
+    pub tools: Arc<dyn ToolGateway>,
+}
+
+/// The settings of `config` over `timings` (the standard table on Lambda, the scaled one locally):
+/// the deadline is the config's `DEADLINE_SECS`, the rest the table's.
+pub fn settings(config: &OrchestratorConfig, timings: &Timings) -> OrchestratorSettings {
+    OrchestratorSettings { deadline_secs: config.deadline_secs, ..OrchestratorSettings::from_timings(timings) }
+}
+
+/// The orchestrator over `ports`: the config's role table and per-customer limits, [`settings`].
+pub fn orchestrator(config: &OrchestratorConfig, ports: OrchestratorPorts, timings: &Timings) -> Orchestrator {
+    Orchestrator::new(
+        ports.store,
+        ports.queues,
+        ports.model,
+        ports.tools,
+        config.roles.clone(),
+        settings(config, timings),
+    )
+    .with_limits(ports.access, config.limits)
+}
+
+/// The approvals API's core (same function, same role): decisions written to `store`, approved
+/// calls sent on `queues`, tokens signed with `key`.
+pub fn approvals(
+    store: Arc<dyn ConversationStore>,
+    queues: TaskQueues,
+    key: ApprovalKey,
+    timings: &Timings,
+) -> Approvals {
+    Approvals::new(store, queues, key, timings)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn the_deadline_is_the_configs_and_the_rest_the_tables() {
+        let env: HashMap<&str, &str> = [
+            ("TABLE_NAME", "swarm"),
+            ("TASKS_QUEUE_URL", "http://127.0.0.1:9/000000000000/tasks"),
+            ("GATEWAY_URL", "http://127.0.0.1:9/mcp"),
+            ("GATEWAY_TOKEN", "tok-wiring-0123456789"),
+            ("LLM_BASE_URL", "http://127.0.0.1:9/v1"),
+            ("LLM_MODEL", "m"),
+            ("DEADLINE_SECS", "7"),
+        ]
+        .into();
+        let config = OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        let scaled = Timings::standard().scaled(0.1);
+        let s = settings(&config, &scaled);
+        assert_eq!(s.deadline_secs, 7);
+        assert_eq!(s.planning_lease, scaled.orchestrator.lease);
+        let (lambda, own) = (settings(&config, Timings::standard()), config.settings());
+        assert_eq!((lambda.deadline_secs, lambda.plan_timeout), (own.deadline_secs, own.plan_timeout));
+    }
+}

@@ -1,0 +1,118 @@
+//! The local stack's demo gateway: one random bearer token per demo role, the gateway's credential for the demo shop and the approval key ([`DemoTokens`]), and the configuration in front of the demo shop ([`demo_config`]). Not the production configuration: that is read from `GATEWAY_CONFIG` ([`crate::config`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::config::{ConsentConfig, GatewayConfig, RoleConfig, SideEffectConfig, UpstreamConfig};
+
+/// One random bearer token per demo role (`support`, `refund`, `planner`), the gateway's own
+/// credential for the demo shop (its upstream `Authorization` header), and the approval key the
+/// local stack's gateway and approvals API share. `Debug` shows none of them.
+#[derive(Clone, Debug)]
+pub struct DemoTokens {
+    tokens: BTreeMap<String, SecretString>,
+    shop: SecretString,
+    approval_key: SecretString,
+}
+
+/// The demo roles, in the order [`demo_config`] defines them.
+pub const DEMO_ROLES: [&str; 3] = ["support", "refund", "planner"];
+
+/// 32 random bytes as hex.
+fn random_token() -> SecretString {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    SecretString::from(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+impl DemoTokens {
+    /// Fresh tokens: 32 random bytes as hex, one per demo role.
+    pub fn generate() -> Self {
+        let tokens = DEMO_ROLES.iter().map(|role| (role.to_string(), random_token())).collect();
+        let (_, approval_key) = swarm_core::approval::ApprovalKey::generate();
+        Self { tokens, shop: random_token(), approval_key: SecretString::from(approval_key) }
+    }
+
+    /// The credential the gateway presents to the demo shop (give it to the shop's `ShopAccess`).
+    pub fn shop_upstream(&self) -> &SecretString {
+        &self.shop
+    }
+
+    /// The approval key (hex text), for the approvals API of the same stack.
+    pub fn approval_key(&self) -> &str {
+        self.approval_key.expose_secret()
+    }
+
+    /// The token of `role`, if it is a demo role.
+    pub fn token(&self, role: &str) -> Option<&SecretString> {
+        self.tokens.get(role)
+    }
+
+    /// role → token, as `McpToolGateway::new` takes it.
+    pub fn role_tokens(&self) -> HashMap<String, SecretString> {
+        self.tokens.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`, called with
+/// `Authorization: Bearer <tokens.shop_upstream()>`;
+/// roles `support` (every shop tool but `shop__refund`), `refund`
+/// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
+/// `shop__list_customer_orders`) and `planner` (lists every tool, calls none);
+/// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`).
+pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
+    let token = |role: &str| tokens.token(role).cloned().unwrap_or_default();
+    // Its waits are the timing table's (`UpstreamConfig::new`'s defaults); the local stack scales them.
+    let mut shop = UpstreamConfig::new("shop", shop_url);
+    let credential = format!("Bearer {}", tokens.shop_upstream().expose_secret());
+    shop.headers.insert("authorization".into(), SecretString::from(credential));
+    let role = |name: &str, tools: &[&str], deny: &[&str], call: bool| {
+        let owned = |list: &[&str]| list.iter().map(|t| (*t).to_owned()).collect();
+        (name.to_owned(), RoleConfig { token: token(name), tools: owned(tools), deny: owned(deny), call })
+    };
+    let roles = BTreeMap::from([
+        role("support", &["shop__*"], &["shop__refund"], true),
+        role(
+            "refund",
+            &["shop__refund", "shop__get_refund_policy", "shop__get_order", "shop__list_customer_orders"],
+            &[],
+            true,
+        ),
+        role("planner", &["*"], &[], false),
+    ]);
+    let mut config = GatewayConfig::new(vec![shop], roles);
+    config.side_effects =
+        BTreeMap::from([("shop__refund".to_owned(), SideEffectConfig { consent: Some(ConsentConfig::every_call()) })]);
+    config.approval_key = Some(tokens.approval_key.clone());
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_tokens_are_random_per_role_and_hidden_in_debug() {
+        let a = DemoTokens::generate();
+        let b = DemoTokens::generate();
+        let token = |t: &DemoTokens, role: &str| t.token(role).unwrap().expose_secret().to_owned();
+        assert_ne!(token(&a, "support"), token(&b, "support"));
+        assert_ne!(token(&a, "support"), token(&a, "refund"));
+        assert_ne!(a.shop_upstream().expose_secret(), token(&a, "support"));
+        let config = demo_config("http://127.0.0.1:1/mcp", &a);
+        assert_eq!(
+            config.upstreams[0].headers["authorization"].expose_secret(),
+            format!("Bearer {}", a.shop_upstream().expose_secret())
+        );
+        assert_eq!(token(&a, "planner").len(), 64);
+        let printed = format!("{a:?}");
+        for secret in DEMO_ROLES.map(|r| token(&a, r)).into_iter().chain([a.shop_upstream().expose_secret().to_owned()])
+        {
+            assert!(!printed.contains(&secret), "{printed}");
+        }
+        assert!(!printed.contains(a.approval_key()) && printed.contains("REDACTED"), "{printed}");
+        assert_eq!(a.role_tokens().len(), 3);
+    }
+}

@@ -1,0 +1,121 @@
+//! The subtasks' rules, from the store and the audit of the table's stream: each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown).
+
+use std::collections::BTreeMap;
+
+use swarm_core::domain::{SubtaskResult, SubtaskStatus};
+
+use super::facts::{RunFacts, answered, scenario_of};
+use super::sheet::{Sheet, or_none, shorten};
+
+/// `succeeded 4, failed 1` (lower case, by name).
+fn tally(counts: &BTreeMap<&str, usize>) -> String {
+    counts.iter().map(|(s, n)| format!("{} {n}", s.to_lowercase())).collect::<Vec<_>>().join(", ")
+}
+
+/// Where every subtask ended (shown).
+pub(super) fn by_status(f: &RunFacts, t: &mut Sheet) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in f.store.values().flatten().flat_map(|(_, subtasks)| subtasks) {
+        *counts.entry(s.status.as_str()).or_default() += 1;
+    }
+    t.row("subtasks by status at the end", or_none(tally(&counts)));
+}
+
+/// Why subtasks failed, and how many never began (a crashed batch comes back after the visibility
+/// timeout, past the deadline): what the failures of a run are made of (shown).
+pub(super) fn failed_by_kind(f: &RunFacts, t: &mut Sheet) {
+    let mut by_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut never_began = 0usize;
+    for s in f.store.values().flatten().flat_map(|(_, subtasks)| subtasks) {
+        if let Some(SubtaskResult::Failed { kind, .. }) = &s.result {
+            *by_kind.entry(kind.code()).or_default() += 1;
+            never_began += usize::from(s.attempts == 0);
+        }
+    }
+    let kinds = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+    t.row(
+        "failed subtasks by kind (never began)",
+        if kinds.is_empty() { "none".into() } else { format!("{kinds} ({never_began} never began)") },
+    );
+}
+
+/// The refund subtasks alone (the refund queue, its own worker of 2) (shown).
+pub(super) fn refund_subtasks(f: &RunFacts, t: &mut Sheet) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (c, subtasks) in f.store.values().flatten() {
+        let Some((_, step)) = scenario_of(c).and_then(|i| f.refunds_asked.get(&i)) else { continue };
+        for s in subtasks.iter().filter(|s| &s.subtask.id == step) {
+            let key = match (s.status, s.attempts) {
+                (SubtaskStatus::Failed, 0) => "FAILED before any attempt",
+                (status, _) => status.as_str(),
+            };
+            *counts.entry(key).or_default() += 1;
+        }
+    }
+    t.row("refund subtasks by status at the end", or_none(tally(&counts)));
+}
+
+/// Every count applied once, from the stream: a count applied twice or lost fails the run.
+pub(super) fn counts(f: &RunFacts, t: &mut Sheet) {
+    let audits = &f.audit.conversations;
+    let double_counts: u64 = audits.values().map(|a| a.double_counts).sum();
+    let lost_counts: u64 = audits.values().map(|a| a.lost_counts).sum();
+    let applied: u64 = audits.values().map(|a| a.decrements).sum();
+    let counted: usize = audits.values().map(|a| a.counted.len()).sum();
+    t.row(
+        "counts applied twice / lost (stream audit)",
+        format!("{double_counts} / {lost_counts} ({applied} decrements for {counted} subtasks counted)"),
+    );
+    if double_counts > 0 {
+        let ids: Vec<String> = audits.iter().filter(|(_, a)| a.double_counts > 0).map(|(id, _)| id.clone()).collect();
+        t.broken(format!("{double_counts} counts applied twice in {}", shorten(&ids)));
+    }
+    if lost_counts > 0 {
+        let ids: Vec<String> = audits.iter().filter(|(_, a)| a.lost_counts > 0).map(|(id, _)| id.clone()).collect();
+        t.broken(format!("{lost_counts} counts lost in {}", shorten(&ids)));
+    }
+}
+
+/// The store agrees with itself, and every terminal result was written once (shown).
+pub(super) fn consistency(f: &RunFacts, t: &mut Sheet) {
+    let inconsistent = f
+        .store
+        .values()
+        .flatten()
+        .filter(|(c, _)| c.total > 0 && u64::from(c.total - c.remaining.min(c.total)) != c.finished.len() as u64)
+        .count();
+    t.row("conversations whose remaining ≠ total − finished", inconsistent);
+    let twice_recorded = f.audit.subtasks.values().filter(|s| s.results_recorded > 1).count();
+    t.row("subtasks whose terminal result was written twice", twice_recorded);
+}
+
+/// One reply write per answered conversation, from the stream: two fail the run, and so does an
+/// answered conversation whose reply the stream never showed.
+pub(super) fn aggregations(f: &RunFacts, t: &mut Sheet) {
+    let mut per_conversation: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut twice = Vec::new();
+    for (id, a) in &f.audit.conversations {
+        *per_conversation.entry(a.reply_writes).or_default() += 1;
+        if a.reply_writes > 1 {
+            twice.push(format!("{id} ({}×)", a.reply_writes));
+        }
+    }
+    let without_reply = f
+        .store
+        .iter()
+        .filter(|(id, e)| {
+            e.as_ref().is_some_and(|(c, _)| answered(c))
+                && f.audit.conversations.get(*id).is_none_or(|a| a.reply_writes == 0)
+        })
+        .count();
+    t.row(
+        "aggregations (reply writes) per conversation",
+        per_conversation.iter().map(|(k, n)| format!("{k}: {n}")).collect::<Vec<_>>().join(", "),
+    );
+    if !twice.is_empty() {
+        t.broken(format!("{} conversations aggregated more than once: {}", twice.len(), shorten(&twice)));
+    }
+    if without_reply > 0 {
+        t.broken(format!("{without_reply} conversations DONE or HANDOFF without a reply write in the stream"));
+    }
+}
