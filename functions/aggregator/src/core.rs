@@ -62,6 +62,7 @@ pub enum AggregateOutcome {
     Unknown,
 }
 
+/// The aggregator: answers a conversation whose subtasks are all counted (the stream's trigger).
 pub struct Aggregator {
     conversations: Arc<dyn ConversationRecords>,
     answers: Arc<dyn AnswerStore>,
