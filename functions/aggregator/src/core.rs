@@ -12,7 +12,7 @@ use swarm_core::ports::{
     ChatModel, ChatRequest, ConversationStore, FinishReason, LeaseOutcome, LeasePhase, Purpose, StoreError,
 };
 use swarm_core::prompts::reply_messages;
-use swarm_core::reply::{HANDOFF_NOTE, compose_reply, reply_input};
+use swarm_core::reply::{compose_reply, handoff_note, reply_input_in, written_without_model_note};
 use swarm_core::timings::Timings;
 use swarm_core::untrusted::clean_text_bytes;
 
@@ -119,11 +119,12 @@ impl Aggregator {
         faults::at(CrashPoint::AggregatorAfterFlip).await;
         let subtasks = self.store.list_subtasks(id).await?;
         let handoff = handoff_reason(&conversation, &subtasks).map(|reason| Handoff { reason, at_ms: now_ms() });
+        let language = conversation.reply_language();
         let mut notes = conversation.notes.clone();
         if handoff.is_some() {
-            notes.push(HANDOFF_NOTE.to_owned());
+            notes.push(handoff_note(language).to_owned());
         }
-        let input = reply_input(&subtasks, &notes);
+        let input = reply_input_in(&subtasks, &notes, language);
         let request = ChatRequest {
             purpose: Purpose::Reply,
             messages: reply_messages(&conversation.query, &input),
@@ -161,7 +162,7 @@ impl Aggregator {
         let reply = if by_model || !self.model.is_offline() {
             reply
         } else {
-            format!("{reply}\n\n— Written without a language model (offline mode).")
+            format!("{reply}\n\n{}", written_without_model_note(language))
         };
         // Model output bound for a terminal and a DynamoDB item: no display controls, bounded in bytes.
         let reply = clean_text_bytes(&reply, MAX_REPLY_BYTES);

@@ -32,8 +32,8 @@ use swarm_core::ports::{
     IntentOutcome, LeaseOutcome, LeasePhase, LlmError, MAX_DELAY_SECONDS, Purpose, QueueError, RecordOutcome,
     StoreError, ToolCall, ToolChoice, ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
-use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages};
-use swarm_core::reply::{compose_reply, reply_input};
+use swarm_core::prompts::{DependencyResult, WORK_LEADING_MESSAGES, work_messages_in};
+use swarm_core::reply::{compose_reply, handoff_note, reply_input_in};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::untrusted::{clean_text, is_safe_id, safe_id};
@@ -529,7 +529,13 @@ impl Worker {
                 LoopState { messages: cp.messages, tool_calls: cp.tool_calls, usage: cp.usage, effects: cp.effects }
             }
             None => LoopState {
-                messages: work_messages(&conversation.query, subtask_id, &record.subtask.instruction, &dependencies),
+                messages: work_messages_in(
+                    &conversation.query,
+                    subtask_id,
+                    &record.subtask.instruction,
+                    &dependencies,
+                    conversation.reply_language(),
+                ),
                 tool_calls: Vec::new(),
                 usage: Usage::default(),
                 effects: 0,
@@ -1194,11 +1200,12 @@ impl Worker {
         let all = self.store.list_subtasks(id).await?;
         let handoff = swarm_core::handoff::handoff_reason(conversation, &all)
             .map(|reason| swarm_core::domain::Handoff { reason, at_ms: now_ms() });
+        let language = conversation.reply_language();
         let mut notes = conversation.notes.clone();
         if handoff.is_some() {
-            notes.push(swarm_core::reply::HANDOFF_NOTE.to_owned());
+            notes.push(handoff_note(language).to_owned());
         }
-        let reply = truncate_bytes(&compose_reply(&reply_input(&all, &notes)), MAX_REPLY_BYTES);
+        let reply = truncate_bytes(&compose_reply(&reply_input_in(&all, &notes, language)), MAX_REPLY_BYTES);
         let finished = match &handoff {
             Some(h) => self.store.hand_off(id, &reply, &Usage::default(), h).await?,
             None => self.store.finish_conversation(id, &reply, &Usage::default()).await?,
@@ -1986,7 +1993,7 @@ mod tests {
     }
 
     fn state(messages: Vec<ChatMessage>, tool_calls: Vec<ToolCallRecord>) -> LoopState {
-        let mut all = work_messages("q", &"w01".into(), "Check A1029.", &[]);
+        let mut all = swarm_core::prompts::work_messages("q", &"w01".into(), "Check A1029.", &[]);
         all.extend(messages);
         LoopState { messages: all, tool_calls, usage: Usage::default(), effects: 0 }
     }
