@@ -11,7 +11,7 @@ use swarm_core::ports::{
     SubtaskStore,
 };
 use swarm_core::prompts::{ReplyInput, reply_messages};
-use swarm_core::reply::compose_reply;
+use swarm_core::reply::{compose_reply, written_without_model_note};
 use swarm_core::timings::Timings;
 
 /// Tokens the reply needs; the client adds a thinking model's reasoning budget to it.
@@ -164,7 +164,7 @@ impl ReplyWriter for ModelReply<'_> {
         let text = if by_model || !self.model.is_offline() {
             text
         } else {
-            format!("{text}\n\n— Written without a language model (offline mode).")
+            format!("{text}\n\n{}", written_without_model_note(conversation.reply_language()))
         };
         WrittenReply { text, usage, by_model }
     }

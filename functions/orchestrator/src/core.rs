@@ -10,6 +10,7 @@ use swarm_core::domain::{
     SubtaskRecord, SubtaskStatus, TaskMessage, Usage, now_ms, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
+use swarm_core::language::Language;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::obs;
 use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
@@ -17,7 +18,7 @@ use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, LeaseOutcome, LeasePhase, MAX_DELAY_SECONDS,
     Purpose, StoreError, ToolContext, ToolGateway,
 };
-use swarm_core::prompts::{plan_messages, plan_retry_message};
+use swarm_core::prompts::{plan_messages_in, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
@@ -271,6 +272,8 @@ impl Orchestrator {
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
         conversation.idempotency_key = request.idempotency_key.clone();
+        // Detected once, here: every later writer (workers, aggregator, deadline path) reads this value.
+        conversation.language = Some(Language::detect(&request.message, None));
         // The stream-triggered aggregator has no message to carry the trace: the item carries it.
         conversation.trace_parent = obs::context::current_traceparent();
         conversation.request_hash = Some(request_hash(&request.customer_id, &request.message));
@@ -451,7 +454,7 @@ impl Orchestrator {
         // The fallback subtask runs with the default role: only tools the role table leaves to it.
         let names: Vec<&str> = catalogue.iter().map(|t| t.name.as_str()).collect();
         let fallback_tools = self.roles.default_role_tools(&names);
-        let mut messages = plan_messages(&conversation.query, &catalogue);
+        let mut messages = plan_messages_in(&conversation.query, &catalogue, conversation.reply_language());
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };

@@ -10,7 +10,7 @@ use crate::obs;
 use crate::obs::metrics::LeaseKind;
 use crate::ports::{AnswerStore, LeaseOutcome, LeasePhase, StoreError, SubtaskStore};
 use crate::prompts::ReplyInput;
-use crate::reply::{HANDOFF_NOTE, compose_reply, reply_input};
+use crate::reply::{compose_reply, handoff_note, reply_input_in};
 use crate::untrusted::clean_text_bytes;
 
 /// A reply as its writer wrote it, before [`answer_conversation`] bounds it.
@@ -103,11 +103,12 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
     faults::at(CrashPoint::AggregatorAfterFlip).await;
     let all = subtasks.list_subtasks(id).await?;
     let handoff = handoff_reason(conversation, &all).map(|reason| Handoff { reason, at_ms: now_ms() });
+    let language = conversation.reply_language();
     let mut notes = conversation.notes.clone();
     if handoff.is_some() {
-        notes.push(HANDOFF_NOTE.to_owned());
+        notes.push(handoff_note(language).to_owned());
     }
-    let written = writer.write(conversation, &reply_input(&all, &notes)).await;
+    let written = writer.write(conversation, &reply_input_in(&all, &notes, language)).await;
     // Model output bound for a terminal and a DynamoDB item: no display controls, bounded in bytes.
     let reply = clean_text_bytes(&written.text, MAX_REPLY_BYTES);
     // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).

@@ -518,6 +518,11 @@ pub struct Conversation {
     /// The turn being answered (0: the first message).
     #[serde(default)]
     pub turn: u32,
+    /// The language and script the customer is answered in, detected from the message when the
+    /// conversation was created; `None` on items written before it was stored: read it through
+    /// [`Conversation::reply_language`], which then detects it from `query`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<crate::language::Language>,
     /// The lease on the current phase (planning or aggregating), if one was taken.
     #[serde(default)]
     pub lease: Option<Lease>,
@@ -589,6 +594,7 @@ impl Conversation {
             handoff: None,
             request_hash: None,
             turn: 0,
+            language: None,
             lease: None,
             sweep_shard: None,
             ttl: now_ms / 1000 + 7 * 24 * 3600,

@@ -9,7 +9,7 @@ use swarm_core::domain::{
 use swarm_core::effects::{AttemptLease, EffectState, journal_result};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::ports::{AttemptStart, ConversationRecords, MAX_DELAY_SECONDS, StoreError, SubtaskStore, ToolContext};
-use swarm_core::prompts::{DependencyResult, work_messages};
+use swarm_core::prompts::{DependencyResult, work_messages_in};
 use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
 
@@ -177,11 +177,12 @@ impl Runner {
                 tracing::info!(messages = cp.messages.len(), "resuming from checkpoint");
                 LoopState::resumed(cp)
             }
-            None => LoopState::fresh(work_messages(
+            None => LoopState::fresh(work_messages_in(
                 &s.conversation.query,
                 subtask_id,
                 &record.subtask.instruction,
                 &dependencies,
+                s.conversation.reply_language(),
             )),
         };
         let attempt = Attempt { holder: s.holder.clone(), ttl: record.ttl };

@@ -9,6 +9,7 @@ use swarm_core::domain::{
     SubtaskRecord, SubtaskResult, SubtaskStatus, Usage, truncate_chars,
 };
 use swarm_core::effects::{AttemptLease, Effect};
+use swarm_core::language::Language;
 use swarm_core::ports::StoreError;
 
 /// Largest serialized result kept inline, in bytes (after [`SubtaskResult::bounded`]).
@@ -161,6 +162,9 @@ pub fn conversation_item(c: &Conversation) -> Item {
         item.insert("request_hash".into(), s(h));
     }
     item.insert("turn".into(), n(c.turn));
+    if let Some(language) = c.language {
+        item.insert("language".into(), s(language.tag()));
+    }
     if let Some(lease) = &c.lease {
         item.insert("lease_holder".into(), s(&lease.holder));
         item.insert("lease_until_ms".into(), n(lease.until_ms));
@@ -238,6 +242,10 @@ pub(super) fn conversation_from_item(item: &Item) -> Result<Conversation, StoreE
         handoff: handoff_from_item(item)?,
         request_hash: opt_s(item, "request_hash"),
         turn: opt_n(item, "turn")?.unwrap_or(0),
+        language: match opt_s(item, "language") {
+            None => None,
+            Some(tag) => Some(Language::parse(&tag).ok_or_else(|| corrupt(&format!("unknown language {tag}"), item))?),
+        },
         lease: lease_from_item(item)?,
         sweep_shard: opt_n(item, "sweep_shard")?,
         ttl: get_n(item, "ttl")?,
@@ -443,6 +451,24 @@ mod tests {
         assert_eq!(back, c);
         c.handoff = Some(Handoff { reason: HandoffReason::CustomerAsked, at_ms: 42 });
         assert_eq!(conversation_from_item(&conversation_item(&c)).unwrap(), c);
+    }
+
+    #[test]
+    fn the_language_is_stored_as_its_tag_and_an_item_without_one_reads_as_none() {
+        let mut c = Conversation::new("C1", "這張券能用嗎？", 1_700_000_000_000, 120);
+        assert!(!conversation_item(&c).contains_key("language"), "no attribute for no value");
+        assert_eq!(conversation_from_item(&conversation_item(&c)).unwrap().language, None);
+        for language in Language::ALL {
+            c.language = Some(language);
+            let item = conversation_item(&c);
+            assert_eq!(item["language"], s(language.tag()));
+            assert_eq!(conversation_from_item(&item).unwrap(), c);
+        }
+        let mut bad = conversation_item(&c);
+        bad.insert("language".into(), s("tlh"));
+        assert!(
+            matches!(conversation_from_item(&bad), Err(StoreError::Permanent(m)) if m.contains("unknown language"))
+        );
     }
 
     #[test]
