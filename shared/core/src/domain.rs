@@ -6,6 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ids::{ConversationId, SubtaskId};
+pub use crate::time::now_ms;
 
 /// Upper bound on subtasks in one plan (DESIGN.md "up to 100 independent subtasks").
 pub const MAX_SUBTASKS: usize = 100;
@@ -576,7 +577,7 @@ impl Conversation {
             status: ConversationStatus::Planning,
             query: query.to_owned(),
             created_at_ms: now_ms,
-            deadline_ms: now_ms + (deadline_secs as i64) * 1000,
+            deadline_ms: crate::time::after_ms(now_ms, std::time::Duration::from_secs(deadline_secs)),
             total: 0,
             remaining: 0,
             finished: BTreeSet::new(),
@@ -712,11 +713,6 @@ impl TaskMessage {
             | Self::Confirm { conversation_id, .. } => conversation_id,
         }
     }
-}
-
-/// Current time, Unix epoch milliseconds.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 #[cfg(test)]

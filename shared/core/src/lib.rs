@@ -1,4 +1,4 @@
-//! The pure core of lambda-swarm: domain values, identity and limits (`access`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
+//! The pure core of lambda-swarm: domain values, identity and limits (`access`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table, epoch time and the observability vocabulary (`obs`: metric catalogue, span helpers).
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
@@ -20,6 +20,7 @@ pub mod prompts;
 pub mod reply;
 pub mod roles;
 mod secret;
+pub mod time;
 pub mod timings;
 pub mod untrusted;
 pub mod view;

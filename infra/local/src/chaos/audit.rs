@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use swarm_core::domain::now_ms;
+use swarm_core::time::{between, now_ms};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -73,7 +73,7 @@ impl ConversationAudit {
 
     /// Time from creation to the terminal write, when there was one.
     pub fn completion(&self) -> Option<Duration> {
-        self.terminal_at_ms.map(|t| Duration::from_millis(u64::try_from(t - self.created_at_ms).unwrap_or(0)))
+        self.terminal_at_ms.map(|t| between(self.created_at_ms, t))
     }
 }
 

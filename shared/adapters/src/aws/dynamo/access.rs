@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnValue;
 use swarm_core::access::{AccessStore, Principal, RateWindow, SlotOutcome};
-use swarm_core::domain::now_ms;
 use swarm_core::ports::StoreError;
+use swarm_core::time::now_ms;
 
 use super::DynamoConversationStore;
 use super::codec::{get_n, key, n, opt_s, s};
