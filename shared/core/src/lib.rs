@@ -5,6 +5,7 @@
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod access;
+pub mod action;
 pub mod approval;
 pub mod domain;
 pub mod effects;
@@ -12,14 +13,17 @@ pub mod faults;
 pub mod handoff;
 pub mod ids;
 pub mod jsonfix;
+pub mod lifecycle;
 pub mod llm;
 pub mod obs;
 pub mod plan;
 pub mod ports;
 pub mod prompts;
 pub mod reply;
+pub mod result;
 pub mod roles;
 mod secret;
+pub mod text;
 pub mod time;
 pub mod timings;
 pub mod untrusted;
