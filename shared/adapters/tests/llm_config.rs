@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use swarm_adapters::llm::config::{LlmConfig, LlmConfigError, SecretString, build_models};
+use swarm_adapters::llm::build_models;
+use swarm_adapters::llm::config::{LlmConfig, LlmConfigError, SecretString};
 use swarm_adapters::llm::{OutputLimitField, OutputTokens, Preset, ToolHistory};
 
 fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

@@ -25,15 +25,12 @@
 //! `LLM_API_KEY_SECRET_ARN`, and [`LlmConfig::models`] fetches the key at cold
 //! start and checks it like a plain `LLM_API_KEY` ([`LlmConfig::with_key`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use swarm_core::SecretString;
 pub use swarm_core::llm::Models;
 use swarm_core::llm::pricing::PriceTable;
-use swarm_core::ports::ChatModel;
 
-use super::client::HttpChatModel;
 use super::profile::{OutputLimitField, OutputTokens, Preset, Profile, ToolHistory};
 
 /// One OpenAI-compatible endpoint and model.
@@ -101,7 +98,7 @@ impl LlmConfigError {
         false
     }
 
-    fn invalid(var: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn invalid(var: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid { var, message: message.into() }
     }
 }
@@ -262,42 +259,6 @@ impl LlmConfig {
         self.key_secret = None;
         Ok(self)
     }
-
-    /// The models of this config, with the key fetched through `extension`
-    /// first when it is stored (`LLM_API_KEY_SECRET_ARN`).
-    #[cfg(feature = "secrets")]
-    pub async fn models(
-        &self,
-        extension: &crate::config::SecretsExtension,
-    ) -> Result<Models, crate::config::ConfigError> {
-        let config = match &self.key_secret {
-            None => self.clone(),
-            Some(name) => {
-                let key = extension.fetch("LLM_API_KEY_SECRET_ARN", name).await?;
-                self.clone().with_key(key)?
-            }
-        };
-        Ok(build_models(&config)?)
-    }
-}
-
-/// Builds the models once at start-up: [`HttpChatModel`]s from `c` (`sub` its
-/// own instance, with its own in-flight cap, when a sub model is configured,
-/// else the `main` instance). Errors when an HTTP client cannot be built, or
-/// when the key named by `LLM_API_KEY_SECRET_ARN` has not been fetched yet.
-pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
-    if c.key_secret.is_some() {
-        return Err(LlmConfigError::invalid(
-            "LLM_API_KEY_SECRET_ARN",
-            "the key has not been fetched; build the models with LlmConfig::models",
-        ));
-    }
-    let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
-    let sub: Arc<dyn ChatModel> = match &c.sub {
-        Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),
-        None => main.clone(),
-    };
-    Ok(Models { main, sub })
 }
 
 #[derive(Clone, Debug)]
