@@ -195,8 +195,8 @@ pub enum SlotOutcome {
 /// Identity mappings and per-customer counters, kept in the conversations table so every
 /// instance (every Lambda, every `serve`) sees the same values.
 ///
-/// Items: `PK = PRINCIPAL#<kind>:<value>`, `SK = CUSTOMER` (`customer_id`) for a mapping;
-/// `PK = LIMIT#<customer>`, `SK = WINDOW#<start ms>` (`count`, `ttl`) for a counter.
+/// One item per mapping (its principal's customer) and one per customer and rate window (its
+/// count); their keys are the DynamoDB store codec's.
 #[async_trait]
 pub trait AccessStore: Send + Sync {
     /// The canonical customer `principal` is mapped to, if any (a consistent read).

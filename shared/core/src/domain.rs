@@ -140,7 +140,8 @@ pub fn request_hash(customer_id: &str, message: &str) -> String {
     format!("{h:016x}")
 }
 
-/// The conversation item (`PK = CONV#<id>`, `SK = META`).
+/// A conversation: its one item holds the status, the counts, the reply and the usage (the
+/// table's keys are the DynamoDB store codec's).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
     pub id: ConversationId,
@@ -264,7 +265,7 @@ impl Conversation {
     }
 }
 
-/// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`).
+/// A subtask's record: one item per planned subtask, in its conversation's partition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SubtaskRecord {
     pub conversation_id: ConversationId,
