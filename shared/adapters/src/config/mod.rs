@@ -19,6 +19,8 @@
 
 mod auth;
 mod gateway;
+#[cfg(all(feature = "llm", feature = "secrets"))]
+mod llm;
 mod secret;
 mod store;
 

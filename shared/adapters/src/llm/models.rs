@@ -1,4 +1,4 @@
-//! The chat models built once at start-up from the configuration: one [`HttpChatModel`] for the main model and one for the sub model (or the main one again).
+//! The chat models built once at start-up from the configuration: one [`HttpChatModel`] for the main model and one for the sub model (or the main one again). With a stored key, `LlmConfig::models` (in `config`) fetches it first.
 
 use std::sync::Arc;
 
@@ -7,25 +7,6 @@ use swarm_core::ports::ChatModel;
 
 use super::client::HttpChatModel;
 use super::config::{LlmConfig, LlmConfigError};
-
-impl LlmConfig {
-    /// The models of this config, with the key fetched through `extension`
-    /// first when it is stored (`LLM_API_KEY_SECRET_ARN`).
-    #[cfg(feature = "secrets")]
-    pub async fn models(
-        &self,
-        extension: &crate::config::SecretsExtension,
-    ) -> Result<Models, crate::config::ConfigError> {
-        let config = match &self.key_secret {
-            None => self.clone(),
-            Some(name) => {
-                let key = extension.fetch("LLM_API_KEY_SECRET_ARN", name).await?;
-                self.clone().with_key(key)?
-            }
-        };
-        Ok(build_models(&config)?)
-    }
-}
 
 /// Builds the models once at start-up: [`HttpChatModel`]s from `c` (`sub` its
 /// own instance, with its own in-flight cap, when a sub model is configured,
