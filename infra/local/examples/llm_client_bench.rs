@@ -1,6 +1,6 @@
 //! Bench: CPU time of the HTTP chat client for a swarm-shaped load (subtasks × 2 rounds, all concurrent) against the in-process mock LLM; prints numbers.
 //!
-//! `cargo run -p swarm-adapters --features llm --release --example llm_client_bench -- [subtasks] [repeats]`
+//! `cargo run -p swarm-local --release --example llm_client_bench -- [subtasks] [repeats]`
 //! (defaults 100 and 10). With `BENCH_BASE_URL=http://127.0.0.1:8089/v1` it calls
 //! an external mock (`mock-llm --port 8089`) and the CPU figure is the client's
 //! alone; otherwise it is the client and the in-process mock server together.
