@@ -7,7 +7,7 @@ use std::time::Duration;
 use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_MESSAGE_CHARS, Plan,
-    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, now_ms, request_hash, sweep_shard,
+    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::language::Language;
@@ -20,6 +20,7 @@ use swarm_core::ports::{
 };
 use swarm_core::prompts::{plan_messages_in, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
 use tracing::Instrument;
@@ -364,7 +365,7 @@ impl Orchestrator {
 
     /// When a planning lease taken now ends.
     fn lease_until(&self, now: i64) -> i64 {
-        now.saturating_add(i64::try_from(self.settings.planning_lease.as_millis()).unwrap_or(i64::MAX))
+        time::after_ms(now, self.settings.planning_lease)
     }
 
     /// The rest of `create` once the conversation is written (or its planning taken over): arm the
@@ -373,7 +374,7 @@ impl Orchestrator {
         let id = conversation.id.clone();
         // The deadline message goes out before planning: a crash after the
         // conversation's write still ends in the deadline path, never a hang.
-        let left_secs = (conversation.deadline_ms - now_ms()).max(0).div_euclid(1000) as u64 + 1;
+        let left_secs = time::until(conversation.deadline_ms).as_secs() + 1;
         let delay = left_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await

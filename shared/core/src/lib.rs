@@ -5,6 +5,7 @@
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod access;
+pub mod action;
 pub mod answer;
 pub mod approval;
 pub mod domain;
@@ -14,13 +15,17 @@ pub mod handoff;
 pub mod ids;
 pub mod jsonfix;
 pub mod language;
+pub mod lifecycle;
 pub mod llm;
 pub mod obs;
 pub mod plan;
 pub mod ports;
 pub mod prompts;
 pub mod reply;
+pub mod result;
 pub mod roles;
+pub mod text;
+pub mod time;
 pub mod timings;
 pub mod untrusted;
 pub mod view;

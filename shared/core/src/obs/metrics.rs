@@ -441,7 +441,7 @@ pub fn conversation_finished(status: ConversationStatus, created_at_ms: i64, now
         ConversationStatus::Handoff => "handoff",
         _ => "done",
     };
-    let seconds = (now_ms - created_at_ms).max(0) as f64 / 1000.0;
+    let seconds = crate::time::between(created_at_ms, now_ms).as_secs_f64();
     histogram!(CONVERSATION_SECONDS, "status" => status).record(seconds);
 }
 
