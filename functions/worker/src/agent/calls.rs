@@ -38,11 +38,13 @@ struct CallEnd {
     unknown: bool,
     /// The journal refused the intent: the loop must stop.
     abandoned: Option<String>,
+    /// A journal write failed: the loop stops and the message comes back.
+    store_failed: Option<String>,
 }
 
 impl CallEnd {
     fn answered(content: String, record: ToolCallRecord) -> Self {
-        Self { content, record, approval: None, unknown: false, abandoned: None }
+        Self { content, record, approval: None, unknown: false, abandoned: None, store_failed: None }
     }
 
     /// A refused call's tool message (`{"error": why}`) and record.
@@ -176,6 +178,7 @@ impl ToolCalls {
     /// calls' records; answers how the loop ends when the round ends it.
     fn answer_round(&self, state: &mut LoopState, tool_calls: &[ToolCall], ends: Vec<CallEnd>) -> Option<LoopEnd> {
         let abandoned = ends.iter().find_map(|e| e.abandoned.clone());
+        let store_failed = ends.iter().find_map(|e| e.store_failed.clone());
         let approvals: Vec<PendingApproval> = ends.iter().filter_map(|e| e.approval.clone()).collect();
         let unknown: Vec<String> = ends.iter().filter(|e| e.unknown).map(|e| e.record.name.clone()).collect();
         let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) =
@@ -187,6 +190,9 @@ impl ToolCalls {
         for ((call, content), rec) in tool_calls.iter().zip(contents).zip(records) {
             state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
             state.tool_calls.push(rec);
+        }
+        if let Some(why) = store_failed {
+            return Some(LoopEnd::Retry(why));
         }
         if let Some(why) = abandoned {
             return Some(LoopEnd::Abandoned(why));
@@ -310,11 +316,14 @@ impl ToolCalls {
             EffectRun::Ended(ended) => ended,
             EffectRun::Stopped(why) => {
                 return CallEnd {
-                    content: serde_json::json!({ "error": "not executed: this step was closed" }).to_string(),
-                    record: ToolCallRecord { name, ok: false, error: Some("not executed".into()) },
-                    approval: None,
-                    unknown: false,
                     abandoned: Some(why),
+                    ..CallEnd::refused(&name, "not executed: this step was closed".into())
+                };
+            }
+            EffectRun::StoreFailed(why) => {
+                return CallEnd {
+                    store_failed: Some(why),
+                    ..CallEnd::refused(&name, "not known yet: this step is retried".into())
                 };
             }
         };
@@ -339,6 +348,7 @@ impl ToolCalls {
                 approval: Some(pending),
                 unknown: false,
                 abandoned: None,
+                store_failed: None,
             },
             EffectEnd::Unknown => CallEnd {
                 content: serde_json::json!({
@@ -350,6 +360,7 @@ impl ToolCalls {
                 approval: None,
                 unknown: true,
                 abandoned: None,
+                store_failed: None,
             },
         }
     }

@@ -25,8 +25,12 @@ pub struct Attempt {
 /// How one side-effecting call of the agent loop went.
 pub enum EffectRun {
     /// Nothing more may happen in this attempt (why): the intent was refused (the subtask was
-    /// closed or taken over: nothing dispatched), or a write around the dispatch failed.
+    /// closed or taken over: nothing dispatched).
     Stopped(String),
+    /// A journal write around the dispatch failed (the intent, the approval, the outcome): the
+    /// message must come back, and its redelivery replays the journal with its keys to learn what
+    /// happened. Never acknowledged: that would leave the subtask running with nothing to move it on.
+    StoreFailed(String),
     /// Journaled, dispatched (or replayed as recorded) and ended so.
     Ended(EffectEnd),
 }
@@ -66,17 +70,19 @@ impl SideEffects {
                 Ok(IntentOutcome::Closed(_)) => return stop("the subtask was closed before its side effect".into()),
                 Ok(IntentOutcome::LeaseLost) => return stop("another attempt took the subtask over".into()),
                 Ok(IntentOutcome::Missing) => return stop("the subtask vanished".into()),
-                Err(e) => return stop(format!("the side effect's intent could not be recorded: {e}")),
+                Err(e) => {
+                    return EffectRun::StoreFailed(format!("the side effect's intent could not be recorded: {e}"));
+                }
             };
         faults::at(CrashPoint::WorkerAfterIntent).await;
         tracing::info!(tool = %effect.tool, ordinal, "side effect dispatched");
         let ended = match self.dispatcher.dispatch_recorded(ctx, &effect, None, attempt.ttl, deadline).await {
             Ok(ended) => ended,
-            Err(e) => return stop(format!("the side effect's approval could not be recorded: {e}")),
+            Err(e) => return EffectRun::StoreFailed(format!("the side effect's approval could not be recorded: {e}")),
         };
         if let Err(e) = self.dispatcher.record_end(ctx, &effect, &ended).await {
-            // Left as an intent: a redelivery replays it with the same key and learns its outcome.
-            return stop(format!("the side effect's outcome could not be recorded: {e}"));
+            // Left as an intent: the redelivery replays it with the same key and learns its outcome.
+            return EffectRun::StoreFailed(format!("the side effect's outcome could not be recorded: {e}"));
         }
         EffectRun::Ended(ended)
     }

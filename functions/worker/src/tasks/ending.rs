@@ -63,6 +63,13 @@ impl Ending {
                 tracing::warn!(reason = %why, "attempt abandoned before a side effect; nothing was dispatched");
                 Ok(Outcome::Ignored(why))
             }
+            LoopEnd::Retry(why) => {
+                // The redelivery need not wait for this attempt's lease; a failed release only delays it.
+                if let Err(e) = self.subtasks.release_attempt(id, subtask_id, &s.holder).await {
+                    tracing::warn!(error = %e, "could not release the attempt; the redelivery waits for its lease");
+                }
+                Ok(Outcome::Retry(why))
+            }
             LoopEnd::OutOfTime if s.conversation_bound => {
                 tracing::warn!("the conversation's deadline is near: recording what the subtask has");
                 self.record_partial(s, state, FailureKind::DeadlinePassed, "the conversation's deadline came").await
