@@ -5,7 +5,7 @@ mod dispatch;
 
 use std::sync::Arc;
 
-use swarm_core::domain::{SubtaskRecord, now_ms};
+use swarm_core::domain::SubtaskRecord;
 use swarm_core::effects::{Effect, EffectState};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::ports::{IntentOutcome, JournalStore, StoreError, ToolContext};
@@ -22,16 +22,28 @@ pub struct Attempt {
     pub ttl: i64,
 }
 
-/// How one side-effecting call of the agent loop went.
-pub enum EffectRun {
-    /// Nothing more may happen in this attempt (why): the intent was refused (the subtask was
-    /// closed or taken over: nothing dispatched).
-    Stopped(String),
-    /// A journal write around the dispatch failed (the intent, the approval, the outcome): the
-    /// message must come back, and its redelivery replays the journal with its keys to learn what
-    /// happened. Never acknowledged: that would leave the subtask running with nothing to move it on.
+/// A side-effecting call of a round with its intent in the journal: the entry as the journal
+/// holds it, and whether this attempt wrote it now (`fresh`: nothing can have dispatched it before).
+pub struct Journaled {
+    pub effect: Effect,
+    pub fresh: bool,
+}
+
+/// Why a round's side effects stop before any of them is dispatched.
+pub enum JournalStop {
+    /// The journal refused an intent: the subtask was closed or taken over, or vanished (why).
+    Refused(String),
+    /// An intent could not be written (why): the message must come back.
     StoreFailed(String),
-    /// Journaled, dispatched (or replayed as recorded) and ended so.
+}
+
+/// How one journaled side-effecting call of the agent loop went.
+pub enum EffectRun {
+    /// A journal write after the dispatch failed (the approval, the outcome): the message must come
+    /// back, and its redelivery replays the journal with its keys to learn what happened. Never
+    /// acknowledged: that would leave the subtask running with nothing to move it on.
+    StoreFailed(String),
+    /// Dispatched (or replayed as recorded) and ended so.
     Ended(EffectEnd),
 }
 
@@ -48,39 +60,57 @@ impl SideEffects {
         Self { journal, dispatcher, confirmations }
     }
 
-    /// One side-effecting call of the loop: its intent into the journal (conditional on the
-    /// subtask being open and this attempt holding its lease), the dispatch with its positional
-    /// key, its outcome into the journal. A refused intent means someone else closed or took over
-    /// the subtask: nothing is dispatched and the loop stops.
-    pub async fn journal_and_dispatch(
+    /// The intents of one round's side-effecting calls into the journal, one write after the other
+    /// in call order (each is conditional on the journal holding exactly the entries before it, so
+    /// written at once a later one could reach the table first and be refused), each conditional
+    /// on the subtask being open and this attempt holding its lease. Answers each entry as the
+    /// journal holds it, in the order given; nothing is dispatched here.
+    pub async fn journal_round(
         &self,
         ctx: &ToolContext,
         attempt: &Attempt,
-        tool: &str,
-        arguments: serde_json::Map<String, serde_json::Value>,
-        ordinal: u32,
-        deadline: Instant,
-    ) -> EffectRun {
-        let fresh = Effect::intent(&ctx.conversation_id, &ctx.subtask_id, ordinal, tool, arguments, now_ms());
-        let stop = |why: String| EffectRun::Stopped(why);
-        let effect =
-            match self.journal.record_intent(&ctx.conversation_id, &ctx.subtask_id, &attempt.holder, &fresh).await {
-                Ok(IntentOutcome::Recorded) => fresh,
-                Ok(IntentOutcome::Existing(existing)) => existing,
-                Ok(IntentOutcome::Closed(_)) => return stop("the subtask was closed before its side effect".into()),
-                Ok(IntentOutcome::LeaseLost) => return stop("another attempt took the subtask over".into()),
-                Ok(IntentOutcome::Missing) => return stop("the subtask vanished".into()),
+        intents: Vec<Effect>,
+    ) -> Result<Vec<Journaled>, JournalStop> {
+        let mut journaled = Vec::with_capacity(intents.len());
+        for fresh in intents {
+            let (id, subtask_id) = (&ctx.conversation_id, &ctx.subtask_id);
+            let entry = match self.journal.record_intent(id, subtask_id, &attempt.holder, &fresh).await {
+                Ok(IntentOutcome::Recorded) => Journaled { effect: fresh, fresh: true },
+                Ok(IntentOutcome::Existing(existing)) => Journaled { effect: existing, fresh: false },
+                Ok(IntentOutcome::Closed(_)) => {
+                    return Err(JournalStop::Refused("the subtask was closed before its side effect".into()));
+                }
+                Ok(IntentOutcome::LeaseLost) => {
+                    return Err(JournalStop::Refused("another attempt took the subtask over".into()));
+                }
+                Ok(IntentOutcome::Missing) => return Err(JournalStop::Refused("the subtask vanished".into())),
                 Err(e) => {
-                    return EffectRun::StoreFailed(format!("the side effect's intent could not be recorded: {e}"));
+                    return Err(JournalStop::StoreFailed(format!(
+                        "the side effect's intent could not be recorded: {e}"
+                    )));
                 }
             };
-        faults::at(CrashPoint::WorkerAfterIntent).await;
-        tracing::info!(tool = %effect.tool, ordinal, "side effect dispatched");
-        let ended = match self.dispatcher.dispatch_recorded(ctx, &effect, None, attempt.ttl, deadline).await {
+            faults::at(CrashPoint::WorkerAfterIntent).await;
+            journaled.push(entry);
+        }
+        Ok(journaled)
+    }
+
+    /// One journaled call: dispatched with its positional key, its outcome into the journal.
+    pub async fn dispatch_journaled(
+        &self,
+        ctx: &ToolContext,
+        attempt: &Attempt,
+        journaled: &Journaled,
+        deadline: Instant,
+    ) -> EffectRun {
+        let effect = &journaled.effect;
+        tracing::info!(tool = %effect.tool, ordinal = effect.ordinal, replay = !journaled.fresh, "side effect dispatched");
+        let ended = match self.dispatcher.dispatch_recorded(ctx, effect, None, attempt.ttl, deadline).await {
             Ok(ended) => ended,
             Err(e) => return EffectRun::StoreFailed(format!("the side effect's approval could not be recorded: {e}")),
         };
-        if let Err(e) = self.dispatcher.record_end(ctx, &effect, &ended).await {
+        if let Err(e) = self.dispatcher.record_end(ctx, effect, &ended).await {
             // Left as an intent: the redelivery replays it with the same key and learns its outcome.
             return EffectRun::StoreFailed(format!("the side effect's outcome could not be recorded: {e}"));
         }
