@@ -18,7 +18,7 @@ use swarm_core::domain::{
 use swarm_core::effects::EffectState;
 use swarm_core::faults::{self, CrashPoint, FaultPlan, Invocation};
 use swarm_core::ports::{
-    AccountingStore, Call, ChatModel, ChatResponse, ConversationRecords, ConversationStore, FinishReason,
+    AccountingStore, Call, ChatModel, ChatResponse, ConversationRecords, ConversationStore, FinishReason, JournalStore,
     StoreDecorator, StoreError, StoreOp, SubtaskStore, TaskQueue, ToolCall, ToolContext, ToolError, ToolGateway,
     ToolOutput, ToolSpec,
 };
@@ -411,6 +411,88 @@ async fn a_dead_lettered_refund_whose_answer_was_lost_is_confirmed_not_recorded_
         entry.outcome
     );
     assert_eq!(entry.state, EffectState::Done, "the confirmation learnt the outcome");
+}
+
+#[tokio::test]
+async fn a_function_without_the_roles_queue_makes_no_side_effect_for_it_and_sends_nothing_elsewhere() {
+    // A refund subtask delivered to a function that holds no sender for the refund queue (the tasks
+    // worker as deployed): nothing could ever confirm a refund it made, so it makes none.
+    let s = setup().await;
+    let ledger = Arc::new(Ledger::default());
+    let model = scripted(vec![refund_call(&[("A1033", 10.0)]), text_response("Refunded.")]);
+    let tasks: Arc<dyn TaskQueue> = Arc::new(s.tasks.clone());
+    let w = Worker::new(
+        s.store.clone(),
+        TaskQueues::new(tasks).with_role_not_held("refund", "refund"),
+        model.clone(),
+        model.clone(),
+        ledger.clone(),
+        settings(),
+    );
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Failed));
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert!(rec.effects.is_empty(), "no intent: {:?}", rec.effects);
+    let SubtaskResult::Failed { reason, .. } = rec.result.unwrap() else { panic!("failed expected") };
+    assert!(reason.contains("nothing was done") && reason.contains("refund"), "{reason}");
+    assert_eq!((ledger.refunds(), ledger.dispatches.lock().unwrap().len()), (0, 0));
+    assert_eq!(messages_waiting(&s), 0, "nothing sent to the tasks queue instead");
+}
+
+#[tokio::test]
+async fn the_dlq_consumer_as_deployed_sends_no_refund_dependent_to_the_tasks_queue() {
+    // w01 (support) dead-letters after its side effects were done; w02 (refund) depends on it. The
+    // DLQ consumer closes w01 as its journal says (succeeded) and releases w02 — which waits on its own
+    // queue (enqueued at planning): nothing goes to the tasks queue, where a worker without the refund
+    // credential would run it. With w01 failed instead, w02 is skipped.
+    for done in [true, false] {
+        let store = Arc::new(InMemoryConversationStore::new());
+        let conversation = Conversation::new("C104", "Check A1033, then refund it.", now_ms(), 120);
+        store.create_conversation(&conversation).await.unwrap();
+        let step = |id: &str, deps: &[&str], tools: &[&str]| Subtask {
+            id: id.into(),
+            instruction: format!("step {id}"),
+            tools: tools.iter().map(|t| (*t).into()).collect(),
+            depends_on: deps.iter().map(|d| (*d).into()).collect(),
+        };
+        let mut recs = vec![
+            SubtaskRecord::new(&conversation, step("w01", &[], &["shop__redeem"]), "support".into()),
+            SubtaskRecord::new(&conversation, step("w02", &["w01"], &[REFUND]), "refund".into()),
+        ];
+        swarm_core::domain::link_dependents(&mut recs);
+        assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+        if done {
+            let lease = swarm_core::effects::AttemptLease::new(now_ms() + 60_000);
+            store.begin_attempt(&conversation.id, &"w01".into(), &lease, now_ms()).await.unwrap();
+            let mut args = serde_json::Map::new();
+            args.insert("code".into(), "SAVE20".into());
+            let effect =
+                swarm_core::effects::Effect::intent(&conversation.id, &"w01".into(), 1, "shop__redeem", args, now_ms());
+            store.record_intent(&conversation.id, &"w01".into(), &lease.holder, &effect).await.unwrap();
+            let receipt = swarm_core::effects::EffectOutcome::new(r#"{"redeemed":true}"#, false);
+            let change = swarm_core::effects::EffectChange::done(receipt, now_ms());
+            store.record_effect_outcome(&conversation.id, &"w01".into(), 1, &change).await.unwrap();
+        }
+        let s = Setup {
+            store: store.clone(),
+            tasks: InMemoryQueue::new(QueueSettings { name: "tasks".into(), ..QueueSettings::default() }),
+            refund_queue: InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() }),
+            id: conversation.id.clone(),
+        };
+        let env = [("WORKER_MODE", "dlq"), ("TASKS_QUEUE_URL", TASKS_URL), ("TABLE_NAME", "swarm")];
+        let dlq = deployed(&s, &env, None).closer().expect("a closer alone");
+        let outcome = dlq.handle_dead_letter(TaskMessage::run(&s.id, &"w01".into())).await;
+        let w02 = store.get_subtask(&s.id, &"w02".into()).await.unwrap().unwrap();
+        eprintln!("w01 done {done}: {outcome:?}; w02 {}", w02.status);
+        if done {
+            assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded), "closed as its journal says");
+            assert_eq!(w02.status, SubtaskStatus::Pending, "released on its own queue, not here");
+        } else {
+            assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Failed));
+            assert_eq!(w02.status, SubtaskStatus::Skipped);
+        }
+        assert_eq!(messages_waiting(&s), 0, "nothing sent to either queue");
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

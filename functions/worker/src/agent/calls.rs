@@ -220,7 +220,14 @@ impl ToolCalls {
         let mut journaled = match self.effects.journal_round(ctx, caller.attempt, intents).await {
             Ok(journaled) => journaled.into_iter(),
             Err(JournalStop::Refused(why)) => return Err(LoopEnd::Abandoned(why)),
-            Err(JournalStop::StoreFailed(why)) => return Err(LoopEnd::Retry(why)),
+            Err(JournalStop::Retry(why)) => return Err(LoopEnd::Retry(why)),
+            Err(JournalStop::Unconfirmable(why)) => {
+                tracing::error!(role = %ctx.role, reason = %why, "this function cannot confirm the role's side effects: none is made");
+                return Err(LoopEnd::Done(SubtaskResult::failed(
+                    FailureKind::Internal,
+                    format!("{why}; nothing was done"),
+                )));
+            }
         };
         for p in prepared.iter_mut().filter(|p| matches!(p, Prepared::Effect { .. })) {
             if let Some(entry) = journaled.next() {

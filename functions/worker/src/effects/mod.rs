@@ -8,12 +8,14 @@ use std::sync::Arc;
 use swarm_core::domain::SubtaskRecord;
 use swarm_core::effects::{Effect, EffectState};
 use swarm_core::faults::{self, CrashPoint};
+use swarm_core::obs;
 use swarm_core::ports::{IntentOutcome, JournalStore, StoreError, ToolContext};
 use tokio::time::Instant;
 
 pub use self::approved::ApprovedEffects;
 pub use self::dispatch::{Dispatcher, EffectEnd};
-use crate::confirmations::Confirmations;
+use crate::confirmations::{Confirmations, Scheduled};
+use crate::outcome::Outcome;
 
 /// The attempt a loop runs as: its lease holder (journal writes are conditional on it) and the
 /// subtask item's TTL (for the approvals it records).
@@ -33,8 +35,12 @@ pub struct Journaled {
 pub enum JournalStop {
     /// The journal refused an intent: the subtask was closed or taken over, or vanished (why).
     Refused(String),
-    /// An intent could not be written (why): the message must come back.
-    StoreFailed(String),
+    /// An intent, or the confirmation armed before them, could not be written (why): the message
+    /// must come back.
+    Retry(String),
+    /// This function cannot confirm side effects of the subtask's role (it holds no sender for that
+    /// role's queue): it makes none (why).
+    Unconfirmable(String),
 }
 
 /// How one journaled side-effecting call of the agent loop went.
@@ -71,6 +77,12 @@ impl SideEffects {
         attempt: &Attempt,
         intents: Vec<Effect>,
     ) -> Result<Vec<Journaled>, JournalStop> {
+        // Armed before the first intent: whatever becomes of this attempt (a crash, a lost answer, the
+        // deadline path or a dead letter closing the subtask), the role's own worker comes back to it.
+        if let Err(e) = self.confirmations.arm(&ctx.role, &ctx.conversation_id, &ctx.subtask_id).await {
+            let why = format!("the confirmation of the side effects could not be armed: {e}");
+            return Err(if e.is_transient() { JournalStop::Retry(why) } else { JournalStop::Unconfirmable(why) });
+        }
         let mut journaled = Vec::with_capacity(intents.len());
         for fresh in intents {
             let (id, subtask_id) = (&ctx.conversation_id, &ctx.subtask_id);
@@ -85,9 +97,7 @@ impl SideEffects {
                 }
                 Ok(IntentOutcome::Missing) => return Err(JournalStop::Refused("the subtask vanished".into())),
                 Err(e) => {
-                    return Err(JournalStop::StoreFailed(format!(
-                        "the side effect's intent could not be recorded: {e}"
-                    )));
+                    return Err(JournalStop::Retry(format!("the side effect's intent could not be recorded: {e}")));
                 }
             };
             faults::at(CrashPoint::WorkerAfterIntent).await;
@@ -136,14 +146,12 @@ impl SideEffects {
         Ok(effects)
     }
 
-    /// Replays the journal's entries of a terminal subtask whose outcome is not known, recording
-    /// what they answer; one still unknown is confirmed again later (`attempt` replays so far).
-    /// Answers whether every outcome is known now.
+    /// Replays the journal's entries of a subtask whose outcome is not known, recording what they
+    /// answer. Answers whether every outcome is known now.
     pub async fn confirm_effects(
         &self,
         record: &SubtaskRecord,
         customer_id: &str,
-        attempt: u32,
         deadline: Instant,
     ) -> Result<bool, StoreError> {
         let ctx = ToolContext {
@@ -160,9 +168,25 @@ impl SideEffects {
             }
             self.dispatcher.record_end(&ctx, effect, &ended).await?;
         }
-        if still_unknown {
-            self.confirmations.schedule(record, attempt + 1).await;
-        }
         Ok(!still_unknown)
+    }
+
+    /// The next confirmation of `record` (after `attempt` replays), after the confirm delay: the
+    /// message's outcome — requeued, given up (the outcome stays not known; counted), or a retry
+    /// when the send failed (the message comes back and confirms instead).
+    pub async fn confirm_later(&self, record: &SubtaskRecord, attempt: u32) -> Outcome {
+        let (id, subtask_id) = (&record.conversation_id, &record.subtask.id);
+        match self.confirmations.again(&record.role, id, subtask_id, attempt).await {
+            Ok(Scheduled::Sent) => Outcome::Requeued("a side effect is still being confirmed".into()),
+            Ok(Scheduled::GivenUp) => {
+                tracing::error!(
+                    attempt,
+                    "a side effect's outcome is still not known after every replay; it stays submitted"
+                );
+                obs::metrics::effect_unconfirmed();
+                Outcome::Ignored("a side effect's outcome is still not known; it stays submitted".into())
+            }
+            Err(e) => Outcome::Retry(format!("could not schedule the next confirmation: {e}")),
+        }
     }
 }
