@@ -1,20 +1,18 @@
-//! The aggregator's logic: take the aggregation lease (`RUNNING → AGGREGATING`, or a takeover once an earlier holder's lease expired), write one reply from every result, bounded to its item, and finish the conversation.
+//! The aggregator's logic: a conversation with nothing remaining answered through `swarm_core::answer` (the aggregation lease `RUNNING → AGGREGATING`, or a takeover once an earlier holder's lease expired; one reply, bounded to its item; the conversation finished) with the reply model as its writer, the model-free reply when the model cannot write one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationId, ConversationStatus, Handoff, MAX_REPLY_BYTES, Usage, now_ms};
-use swarm_core::faults::{self, CrashPoint};
-use swarm_core::handoff::handoff_reason;
+use swarm_core::answer::{AnswerOutcome, Answerer, ReplyWriter, WrittenReply, answer_conversation};
+use swarm_core::domain::{Conversation, ConversationId, ConversationStatus, Usage};
 use swarm_core::llm::retry::{LlmRetryPolicy, complete_with_retry};
-use swarm_core::obs;
 use swarm_core::ports::{
-    ChatModel, ChatRequest, ConversationStore, FinishReason, LeaseOutcome, LeasePhase, Purpose, StoreError,
+    AnswerStore, ChatModel, ChatRequest, ConversationRecords, ConversationStore, FinishReason, Purpose, StoreError,
+    SubtaskStore,
 };
-use swarm_core::prompts::reply_messages;
-use swarm_core::reply::{HANDOFF_NOTE, compose_reply, reply_input};
+use swarm_core::prompts::{ReplyInput, reply_messages};
+use swarm_core::reply::{compose_reply, written_without_model_note};
 use swarm_core::timings::Timings;
-use swarm_core::untrusted::clean_text_bytes;
 
 /// Tokens the reply needs; the client adds a thinking model's reasoning budget to it.
 pub const REPLY_ANSWER_TOKENS: u32 = 2_048;
@@ -64,24 +62,29 @@ pub enum AggregateOutcome {
     Unknown,
 }
 
+/// The aggregator: answers a conversation whose subtasks are all counted (the stream's trigger).
 pub struct Aggregator {
-    store: Arc<dyn ConversationStore>,
+    conversations: Arc<dyn ConversationRecords>,
+    answers: Arc<dyn AnswerStore>,
+    subtasks: Arc<dyn SubtaskStore>,
     model: Arc<dyn ChatModel>,
     settings: AggregatorSettings,
 }
 
 impl Aggregator {
+    /// The aggregator over `store` (it reads conversations and subtasks and answers through the
+    /// lease: those roles only) with the reply `model`.
     pub fn new(store: Arc<dyn ConversationStore>, model: Arc<dyn ChatModel>, settings: AggregatorSettings) -> Self {
-        Self { store, model, settings }
+        Self { conversations: store.clone(), answers: store.clone(), subtasks: store, model, settings }
     }
 
     /// Aggregates a conversation whose `remaining` reached 0. It starts from the aggregation
     /// lease (DESIGN.md invariant 2): `RUNNING → AGGREGATING` with a lease of
     /// [`AggregatorSettings::lease`], or the takeover of an aggregation whose lease expired (its
     /// holder died); any trigger meeting a live lease stops. One reply is written: the conditional
-    /// `AGGREGATING → DONE` lets only the first finisher through.
+    /// `AGGREGATING → DONE` lets only the first finisher through ([`answer_conversation`]).
     pub async fn aggregate(&self, id: &ConversationId) -> Result<AggregateOutcome, StoreError> {
-        let Some(conversation) = self.store.get_conversation(id).await? else {
+        let Some(conversation) = self.conversations.get_conversation(id).await? else {
             return Ok(AggregateOutcome::Unknown);
         };
         match conversation.status {
@@ -96,93 +99,73 @@ impl Aggregator {
                 return Ok(AggregateOutcome::AlreadyHandled);
             }
         }
-        let holder = format!("aggregator:{}", uuid::Uuid::now_v7());
-        let now = now_ms();
-        let until = now.saturating_add(i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX));
-        let phase = LeasePhase::Aggregating { turn: conversation.turn };
-        match self.store.acquire_lease(id, phase, &holder, now, until).await? {
-            LeaseOutcome::Acquired { taken_over: None } => {}
-            LeaseOutcome::Acquired { taken_over: Some(expired) } => {
-                obs::metrics::lease_taken_over(obs::metrics::LeaseKind::Aggregating);
-                tracing::warn!(conversation_id = %id, expired_holder = %expired.holder, "aggregation lease expired: taking over");
+        let answerer = Answerer { kind: "aggregator", lease: self.settings.lease };
+        let writer = ModelReply { model: self.model.as_ref(), settings: &self.settings };
+        let answered =
+            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), &conversation, answerer, &writer)
+                .await?;
+        Ok(match answered {
+            AnswerOutcome::Answered { by_model, .. } => {
+                tracing::info!(conversation_id = %id, by_model, "conversation answered");
+                AggregateOutcome::Replied { by_model }
             }
-            LeaseOutcome::Held(lease) => {
+            AnswerOutcome::Held(lease) => {
                 tracing::info!(conversation_id = %id, holder = %lease.holder, "aggregation lease held: another trigger aggregates");
-                return Ok(AggregateOutcome::AlreadyHandled);
+                AggregateOutcome::AlreadyHandled
             }
-            LeaseOutcome::NotInPhase { status: ConversationStatus::Running, remaining } if remaining > 0 => {
-                return Ok(AggregateOutcome::NotReady { remaining });
+            AnswerOutcome::NotInPhase { status: ConversationStatus::Running, remaining } if remaining > 0 => {
+                AggregateOutcome::NotReady { remaining }
             }
-            LeaseOutcome::NotInPhase { .. } => return Ok(AggregateOutcome::AlreadyHandled),
-            LeaseOutcome::Missing => return Ok(AggregateOutcome::Unknown),
-        }
-        faults::at(CrashPoint::AggregatorAfterFlip).await;
-        let subtasks = self.store.list_subtasks(id).await?;
-        let handoff = handoff_reason(&conversation, &subtasks).map(|reason| Handoff { reason, at_ms: now_ms() });
-        let mut notes = conversation.notes.clone();
-        if handoff.is_some() {
-            notes.push(HANDOFF_NOTE.to_owned());
-        }
-        let input = reply_input(&subtasks, &notes);
+            AnswerOutcome::NotInPhase { .. } | AnswerOutcome::Overtaken => AggregateOutcome::AlreadyHandled,
+            AnswerOutcome::Missing => AggregateOutcome::Unknown,
+        })
+    }
+}
+
+/// The reply model as the aggregator's writer, within [`AggregatorSettings::reply_timeout`]
+/// (retries included); the model-free reply when it fails, answers nothing or is cut off.
+struct ModelReply<'a> {
+    model: &'a dyn ChatModel,
+    settings: &'a AggregatorSettings,
+}
+
+impl ReplyWriter for ModelReply<'_> {
+    async fn write(&self, conversation: &Conversation, input: &ReplyInput) -> WrittenReply {
+        let id = &conversation.id;
         let request = ChatRequest {
             purpose: Purpose::Reply,
-            messages: reply_messages(&conversation.query, &input),
+            messages: reply_messages(&conversation.query, input),
             tools: Vec::new(),
             max_tokens: Some(REPLY_ANSWER_TOKENS),
             tool_choice: Default::default(),
         };
         let deadline = tokio::time::Instant::now() + self.settings.reply_timeout;
-        let (reply, usage, by_model) = match complete_with_retry(
-            self.model.as_ref(),
-            &request,
-            &self.settings.retry,
-            deadline,
-        )
-        .await
+        let (text, usage, by_model) = match complete_with_retry(self.model, &request, &self.settings.retry, deadline)
+            .await
         {
             // A reply cut off by the output limit (the client already asked once more with a larger
             // one) is never stored as final: the model-free reply has every answer whole.
             Ok(r) if r.finish_reason == FinishReason::Length => {
                 tracing::warn!(conversation_id = %id, "reply cut off by the output limit (finish_reason length); writing the model-free reply");
-                (compose_reply(&input), r.usage, false)
+                (compose_reply(input), r.usage, false)
             }
             Ok(r) if r.content.as_deref().is_some_and(|c| !c.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), r.usage, true)
             }
             Ok(r) => {
                 tracing::warn!(conversation_id = %id, finish_reason = ?r.finish_reason, "reply model gave no text; writing the model-free reply");
-                (compose_reply(&input), r.usage, false)
+                (compose_reply(input), r.usage, false)
             }
             Err(e) => {
                 tracing::warn!(conversation_id = %id, error = %e.log_safe(), "reply model failed; writing the model-free reply");
-                (compose_reply(&input), Usage::default(), false)
+                (compose_reply(input), Usage::default(), false)
             }
         };
-        let reply = if by_model || !self.model.is_offline() {
-            reply
+        let text = if by_model || !self.model.is_offline() {
+            text
         } else {
-            format!("{reply}\n\n— Written without a language model (offline mode).")
+            format!("{text}\n\n{}", written_without_model_note(conversation.reply_language()))
         };
-        // Model output bound for a terminal and a DynamoDB item: no display controls, bounded in bytes.
-        let reply = clean_text_bytes(&reply, MAX_REPLY_BYTES);
-        // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
-        let flipped = match &handoff {
-            Some(h) => self.store.hand_off(id, &reply, &usage, h).await?,
-            None => self.store.finish_conversation(id, &reply, &usage).await?,
-        };
-        if !flipped {
-            tracing::warn!(conversation_id = %id, "another aggregation answered first (this lease was taken over)");
-            return Ok(AggregateOutcome::AlreadyHandled);
-        }
-        obs::metrics::reply_written(by_model);
-        let status = if handoff.is_some() { ConversationStatus::Handoff } else { ConversationStatus::Done };
-        obs::metrics::conversation_finished(status, conversation.created_at_ms, now_ms());
-        obs::metrics::conversation_cost(&conversation.usage.add(&usage));
-        if let Some(h) = &handoff {
-            obs::metrics::handoff(h.reason);
-            tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
-        }
-        tracing::info!(conversation_id = %id, subtasks = subtasks.len(), by_model, "conversation answered");
-        Ok(AggregateOutcome::Replied { by_model })
+        WrittenReply { text, usage, by_model }
     }
 }

@@ -3,20 +3,17 @@
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use lambda_runtime::LambdaEvent;
+use swarm_adapters::aws::dynamo::codec::conversation_id_of_keys;
 use swarm_core::domain::ConversationId;
 use tracing::Instrument;
 
 use crate::core::{AggregateOutcome, Aggregator};
 
-/// The conversation id of a stream record's keys (`PK = CONV#<id>`, `SK = META`), if it is a conversation item.
+/// The conversation id of a stream record's keys, if they are a conversation item's (the table's
+/// codec reads them) and name a canonical id (a stream record is input like any other).
 pub fn conversation_of(record: &aws_lambda_events::event::dynamodb::EventRecord) -> Option<ConversationId> {
-    let keys = serde_json::to_value(&record.change.keys).ok()?;
-    let pk = keys.get("PK")?.get("S")?.as_str()?;
-    let sk = keys.get("SK").and_then(|v| v.get("S")).and_then(|v| v.as_str());
-    if sk.is_some_and(|s| s != "META") {
-        return None;
-    }
-    ConversationId::parse(pk.strip_prefix("CONV#")?)
+    let id = conversation_id_of_keys(record.change.keys.clone())?;
+    ConversationId::parse(id.as_str())
 }
 
 /// The `trace_parent` attribute of a stream record's new image (the conversation item's).

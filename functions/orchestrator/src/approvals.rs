@@ -6,12 +6,13 @@ use std::time::Duration;
 use swarm_core::approval::{
     Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, TokenClaim, is_approval_id,
 };
-use swarm_core::domain::{TaskMessage, now_ms};
+use swarm_core::domain::TaskMessage;
 use swarm_core::effects::{EffectChange, EffectOutcome, EffectState, effect_key};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::obs;
 use swarm_core::ports::ConversationStore;
 use swarm_core::roles::TaskQueues;
+use swarm_core::time::{after_ms, now_ms};
 use swarm_core::timings::Timings;
 use swarm_core::view::OperatorApprovalView;
 
@@ -118,7 +119,6 @@ impl Approvals {
 
     /// The token of `approval`'s exact call under its journal key, valid for the execution window from `now`.
     fn sign(&self, approval: &Approval, now: i64) -> String {
-        let within = i64::try_from(self.execute_within.as_millis()).unwrap_or(i64::MAX / 2);
         let key = effect_key(&approval.conversation_id, &approval.subtask_id, approval.ordinal);
         self.key.sign(&TokenClaim {
             approval_id: &approval.id,
@@ -128,7 +128,7 @@ impl Approvals {
             order_id: &approval.action.order_id,
             amount_cents: approval.action.amount_cents,
             idempotency_key: &key,
-            expires_at_ms: now + within,
+            expires_at_ms: after_ms(now, self.execute_within),
         })
     }
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_MESSAGE_CHARS, Plan,
-    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, now_ms, request_hash, sweep_shard,
+    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
+use swarm_core::language::Language;
 use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::obs;
 use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
@@ -17,8 +18,9 @@ use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, LeaseOutcome, LeasePhase, MAX_DELAY_SECONDS,
     Purpose, StoreError, ToolContext, ToolGateway,
 };
-use swarm_core::prompts::{plan_messages, plan_retry_message};
+use swarm_core::prompts::{plan_messages_in, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::view::ConversationView;
 use tracing::Instrument;
@@ -271,6 +273,8 @@ impl Orchestrator {
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
         conversation.idempotency_key = request.idempotency_key.clone();
+        // Detected once, here: every later writer (workers, aggregator, deadline path) reads this value.
+        conversation.language = Some(Language::detect(&request.message, None));
         // The stream-triggered aggregator has no message to carry the trace: the item carries it.
         conversation.trace_parent = obs::context::current_traceparent();
         conversation.request_hash = Some(request_hash(&request.customer_id, &request.message));
@@ -361,7 +365,7 @@ impl Orchestrator {
 
     /// When a planning lease taken now ends.
     fn lease_until(&self, now: i64) -> i64 {
-        now.saturating_add(i64::try_from(self.settings.planning_lease.as_millis()).unwrap_or(i64::MAX))
+        time::after_ms(now, self.settings.planning_lease)
     }
 
     /// The rest of `create` once the conversation is written (or its planning taken over): arm the
@@ -370,7 +374,7 @@ impl Orchestrator {
         let id = conversation.id.clone();
         // The deadline message goes out before planning: a crash after the
         // conversation's write still ends in the deadline path, never a hang.
-        let left_secs = (conversation.deadline_ms - now_ms()).max(0).div_euclid(1000) as u64 + 1;
+        let left_secs = time::until(conversation.deadline_ms).as_secs() + 1;
         let delay = left_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
@@ -451,7 +455,7 @@ impl Orchestrator {
         // The fallback subtask runs with the default role: only tools the role table leaves to it.
         let names: Vec<&str> = catalogue.iter().map(|t| t.name.as_str()).collect();
         let fallback_tools = self.roles.default_role_tools(&names);
-        let mut messages = plan_messages(&conversation.query, &catalogue);
+        let mut messages = plan_messages_in(&conversation.query, &catalogue, conversation.reply_language());
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };

@@ -6,7 +6,8 @@ use swarm_adapters::config::{
 use swarm_adapters::llm::LlmConfig;
 use swarm_core::roles::DEFAULT_ROLE;
 
-use crate::{WorkerMode, WorkerSettings};
+use crate::handler::WorkerMode;
+use crate::settings::WorkerSettings;
 
 /// Smallest accepted `LLM_TOKEN_BUDGET`: below it a conversation would stop before its first round.
 pub const MIN_TOKEN_BUDGET: u64 = 1_000;

@@ -1,4 +1,4 @@
-//! SQS events ⇄ worker calls: each record becomes a `TaskMessage`, retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep.
+//! SQS events ⇄ worker calls: each record becomes a `TaskMessage` for the function (the tasks worker, or the closer on a DLQ), retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep of the closer.
 
 use std::time::Duration;
 
@@ -11,34 +11,35 @@ use swarm_core::obs::context::TRACEPARENT;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::core::{Outcome, SweepReport, Worker};
+use crate::clock::ms_between;
+use crate::closer::{Closer, SweepReport};
+use crate::outcome::{MessageHandler, Outcome};
 
 /// What the function is invoked with (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerMode {
     /// The tasks queue (or the refund role's queue).
     Tasks,
-    /// A dead-letter queue: record each subtask as failed and count it.
+    /// A dead-letter queue: record each subtask as failed and count it (the closer alone).
     DeadLetters,
-    /// The periodic sweep (EventBridge Scheduler): the deadline path of every conversation past its deadline.
+    /// The periodic sweep (EventBridge Scheduler): the deadline path of every conversation past its deadline (the closer alone).
     Sweep,
 }
 
-/// Handles one SQS batch. Records run concurrently, each in its own span
+/// Handles one SQS batch with `function` (the tasks worker on a tasks queue, the closer on a
+/// DLQ). Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
 /// line logged for one record never carries another's ids; only retryable
 /// failures are listed in `batchItemFailures` (ReportBatchItemFailures), so a
 /// poison message is acknowledged instead of being retried until the DLQ. Each
 /// listed message is made visible again after the worker's retry visibility
-/// timeout ([`Worker::retry_later`]), so it comes back well inside the conversation's
-/// deadline instead of after the queue's visibility timeout. (`Sweep` mode takes no SQS
-/// batch: it runs as `DeadLetters`.)
+/// timeout ([`MessageHandler::retry_later`]), so it comes back well inside the conversation's
+/// deadline instead of after the queue's visibility timeout.
 pub async fn handle(
-    worker: &Worker,
-    mode: WorkerMode,
+    function: &dyn MessageHandler,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
+    let deadline = invocation_deadline(event.context.deadline, function.safety_margin());
     let runs = event.payload.records.into_iter().map(|record| {
         let message_id = record.message_id.unwrap_or_default();
         let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
@@ -53,10 +54,7 @@ pub async fn handle(
             obs::metrics::worker_busy(true);
             let outcome = match message {
                 Err(e) => Outcome::Poison(format!("unparseable message body: {e}")),
-                Ok(message) => match mode {
-                    WorkerMode::Tasks => worker.handle(message, deadline).await,
-                    WorkerMode::DeadLetters | WorkerMode::Sweep => worker.handle_dead_letter(message).await,
-                },
+                Ok(message) => function.on_message(message, deadline).await,
             };
             obs::metrics::worker_busy(false);
             obs::metrics::subtask_attempt(started.elapsed());
@@ -64,7 +62,7 @@ pub async fn handle(
                 Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
                 Outcome::Retry(why) => {
                     tracing::warn!(reason = %why, "message will be retried");
-                    worker.retry_later(&queue, &receipt_handle).await;
+                    function.retry_later(&queue, &receipt_handle).await;
                 }
                 _ => tracing::debug!(outcome = ?outcome, "message handled"),
             }
@@ -81,13 +79,13 @@ pub async fn handle(
     Ok(response)
 }
 
-/// One sweep (the scheduler's event is not read): the deadline path of every conversation past its
+/// One sweep of `closer` (the scheduler's event is not read): the deadline path of every conversation past its
 /// deadline, until the invocation's deadline less the worker's safety margin. Answers what it did.
 pub async fn sweep(
-    worker: &Worker,
+    closer: &Closer,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SweepReport, lambda_runtime::Error> {
-    let deadline = invocation_deadline(event.context.deadline, worker.safety_margin());
+    let deadline = invocation_deadline(event.context.deadline, closer.safety_margin());
     // One span per run, a root (the schedule carries no trace); each conversation's run is a
     // child that links to the conversation's own trace.
     let span = tracing::info_span!(
@@ -100,7 +98,7 @@ pub async fn sweep(
         swarm.sweep.unfinished = tracing::field::Empty,
         swarm.sweep.errors = tracing::field::Empty,
     );
-    let report = worker.sweep(deadline).instrument(span.clone()).await;
+    let report = closer.sweep(deadline).instrument(span.clone()).await;
     span.record("swarm.sweep.found", report.found);
     span.record("swarm.sweep.answered", report.answered);
     span.record("swarm.sweep.moved", report.moved);
@@ -139,7 +137,7 @@ fn record_span(message_id: &str, message: Option<&TaskMessage>) -> tracing::Span
 /// The instant the invocation must be done by: the Lambda deadline (epoch ms)
 /// minus `safety_margin` (the worker's setting, from the timing table), on tokio's clock.
 pub fn invocation_deadline(deadline_epoch_ms: u64, safety_margin: Duration) -> Instant {
-    let now = swarm_core::domain::now_ms().max(0) as u64;
-    let left = Duration::from_millis(deadline_epoch_ms.saturating_sub(now)).saturating_sub(safety_margin);
+    let deadline_ms = i64::try_from(deadline_epoch_ms).unwrap_or(i64::MAX);
+    let left = ms_between(swarm_core::domain::now_ms(), deadline_ms).saturating_sub(safety_margin);
     Instant::now() + left
 }

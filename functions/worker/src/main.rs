@@ -1,6 +1,4 @@
-//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, the queues it may send to, the models and gateway client (none in DLQ and sweep mode: they hold neither secret), the worker built by [`worker::wiring`], then the SQS handler or the sweep's (telemetry flushed after every invocation).
-
-use std::sync::Arc;
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, the queues it may send to, the models and gateway client (none in DLQ and sweep mode: they hold neither secret), the function built by [`worker::wiring`] (the tasks worker, or the closer alone), then the SQS handler or the sweep's (telemetry flushed after every invocation).
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::AwsClients;
@@ -18,23 +16,23 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         queues: aws.queues(&config.queues),
         agent: wiring::connect_agent(&config).await?,
     };
-    let core = Arc::new(wiring::worker(&config, ports, Timings::standard())?);
-    let mode = config.mode;
-    if mode == WorkerMode::Sweep {
+    let function = wiring::worker(&config, ports, Timings::standard())?;
+    if let (WorkerMode::Sweep, Some(closer)) = (config.mode, function.closer()) {
         return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-            let (core, telemetry) = (core.clone(), telemetry.clone());
+            let (closer, telemetry) = (closer.clone(), telemetry.clone());
             async move {
-                let answer = handler::sweep(&core, event).await;
+                let answer = handler::sweep(&closer, event).await;
                 telemetry.flush().await;
                 answer
             }
         }))
         .await;
     }
+    let messages = function.messages();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (core, telemetry) = (core.clone(), telemetry.clone());
+        let (messages, telemetry) = (messages.clone(), telemetry.clone());
         async move {
-            let answer = handler::handle(&core, mode, event).await;
+            let answer = handler::handle(messages.as_ref(), event).await;
             // The sandbox freezes after the response: spans and metrics go out now or never.
             telemetry.flush().await;
             answer

@@ -1,4 +1,4 @@
-//! The worker function built from its config and its ports — the one place the Lambda's `main` and the local stack both build it (the tasks worker, the refund worker, the DLQ consumer and the sweeper alike).
+//! The worker function built from its config and its ports — the one place the Lambda's `main` and the local stack both build it: the tasks worker (the tasks and the refund worker function), or the closer alone (the DLQ consumer and the sweeper, which get no model and no tools).
 
 use std::sync::Arc;
 
@@ -6,8 +6,7 @@ use swarm_core::ports::{ChatModel, ConversationStore, ToolGateway};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 
-use crate::unused::{NoModel, NoTools};
-use crate::{Worker, WorkerConfig, WorkerMode};
+use crate::{Closer, MessageHandler, Worker, WorkerConfig, WorkerMode};
 
 /// What a worker function is built over.
 pub struct WorkerPorts {
@@ -38,22 +37,57 @@ pub enum WiringError {
     AgentGiven(&'static str),
 }
 
-/// The worker of `config`'s mode over `ports`, its settings from `timings` (the standard table on
-/// Lambda, the scaled one locally) with the config's token budget.
+/// A function of the worker binary, as its mode builds it.
+#[derive(Clone)]
+pub enum WorkerFunction {
+    /// `WORKER_MODE=tasks`: the tasks worker (the agent loop, side effects, and a closer for its
+    /// deadline messages).
+    Tasks(Arc<Worker>),
+    /// `WORKER_MODE=dlq` or `sweep`: the closer alone — dead letters, deadlines and the sweep.
+    Closer(Arc<Closer>),
+}
+
+impl WorkerFunction {
+    /// What handles the function's SQS messages: the tasks worker, or the closer (dead letters).
+    pub fn messages(&self) -> Arc<dyn MessageHandler> {
+        match self {
+            Self::Tasks(worker) => worker.clone(),
+            Self::Closer(closer) => closer.clone(),
+        }
+    }
+
+    /// The closer the sweep's schedule invokes; `None` for the tasks worker.
+    pub fn closer(&self) -> Option<Arc<Closer>> {
+        match self {
+            Self::Tasks(_) => None,
+            Self::Closer(closer) => Some(closer.clone()),
+        }
+    }
+}
+
+/// The function of `config`'s mode over `ports`, its settings from `timings` (the standard table
+/// on Lambda, the scaled one locally) with the config's token budget: the tasks worker in tasks
+/// mode, the closer alone in DLQ and sweep mode.
 ///
 /// Errors: [`WiringError`] when the agent ports do not fit the mode.
-pub fn worker(config: &WorkerConfig, ports: WorkerPorts, timings: &Timings) -> Result<Worker, WiringError> {
-    let agent = match (config.mode, ports.agent) {
-        (WorkerMode::Tasks, Some(agent)) => agent,
-        (WorkerMode::Tasks, None) => return Err(WiringError::AgentMissing),
-        (WorkerMode::DeadLetters, Some(_)) => return Err(WiringError::AgentGiven("dlq")),
-        (WorkerMode::Sweep, Some(_)) => return Err(WiringError::AgentGiven("sweep")),
-        // The closer's modes: the stand-ins fail loudly if ever called.
+pub fn worker(config: &WorkerConfig, ports: WorkerPorts, timings: &Timings) -> Result<WorkerFunction, WiringError> {
+    let settings = config.settings_from(timings);
+    match (config.mode, ports.agent) {
+        (WorkerMode::Tasks, Some(agent)) => Ok(WorkerFunction::Tasks(Arc::new(Worker::new(
+            ports.store,
+            ports.queues,
+            agent.model,
+            agent.sub_model,
+            agent.tools,
+            settings,
+        )))),
+        (WorkerMode::Tasks, None) => Err(WiringError::AgentMissing),
+        (WorkerMode::DeadLetters, Some(_)) => Err(WiringError::AgentGiven("dlq")),
+        (WorkerMode::Sweep, Some(_)) => Err(WiringError::AgentGiven("sweep")),
         (WorkerMode::DeadLetters | WorkerMode::Sweep, None) => {
-            AgentPorts { model: Arc::new(NoModel), sub_model: Arc::new(NoModel), tools: Arc::new(NoTools) }
+            Ok(WorkerFunction::Closer(Arc::new(Closer::new(ports.store, ports.queues, &settings))))
         }
-    };
-    Ok(Worker::new(ports.store, ports.queues, agent.model, agent.sub_model, agent.tools, config.settings_from(timings)))
+    }
 }
 
 /// On Lambda: the models (the key fetched through the secrets extension) and the gateway client of
@@ -71,6 +105,7 @@ mod tests {
 
     use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
     use swarm_core::ports::TaskQueue;
+    use swarm_testing::{ScriptedModel, StaticTools};
 
     use super::*;
 
@@ -94,7 +129,8 @@ mod tests {
     }
 
     fn agent() -> AgentPorts {
-        AgentPorts { model: Arc::new(NoModel), sub_model: Arc::new(NoModel), tools: Arc::new(NoTools) }
+        let model = Arc::new(ScriptedModel::new([]));
+        AgentPorts { model: model.clone(), sub_model: model, tools: Arc::new(StaticTools::new(vec![])) }
     }
 
     #[test]

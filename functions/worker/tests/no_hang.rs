@@ -1,4 +1,4 @@
-//! The worker's part in "no conversation hangs", on embedded adapters: tool-call ids made unique before anything runs, a dependent never `QUEUED` without a message, a subtask that stops for the conversation's deadline, a retried message brought back with `ChangeMessageVisibility`, the deadline path that re-arms and aggregates through the lease, and the sweep. Timing rules run on tokio's paused clock.
+//! The worker's part in "no conversation hangs", on embedded adapters: tool-call ids made unique before anything runs, a dependent never `QUEUED` without a message, a subtask that stops for the conversation's deadline, a retried message brought back with `ChangeMessageVisibility`, the deadline path that re-arms and aggregates through the lease, the sweep, and the DLQ consumer as a closer alone. Timing rules run on tokio's paused clock.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -22,7 +22,7 @@ use swarm_core::ports::{
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
-use worker::{Outcome, SweepReport, Worker, WorkerMode, WorkerSettings};
+use worker::{Closer, Outcome, SweepReport, Worker, WorkerSettings};
 
 fn subtask(id: &str, depends_on: &[&str]) -> Subtask {
     Subtask {
@@ -237,7 +237,7 @@ async fn a_message_reported_for_retry_comes_back_after_the_retry_visibility_not_
     .unwrap();
     let mut context = lambda_runtime::Context::default();
     context.deadline = (now_ms() as u64) + 60_000;
-    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(event, context)).await.unwrap();
+    let response = worker::handler::handle(&w, LambdaEvent::new(event, context)).await.unwrap();
     assert_eq!(response.batch_item_failures.len(), 1);
 
     let sent_back = tokio::time::Instant::now();
@@ -283,7 +283,7 @@ async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answer
     assert_eq!(deadline_messages(&tasks, &id).await, 1, "re-armed");
     // Nothing answered since: this run aggregates itself, through the lease, and stops re-arming.
     let second = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
-    assert_eq!(second, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(second, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
     assert!(conv.lease.unwrap().holder.starts_with("deadline:"));
@@ -306,7 +306,7 @@ async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
     let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
 
-    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(outcome, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
     assert_eq!(conv.reply.as_deref(), Some("A1029 is paid."));
@@ -346,7 +346,9 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     // Not due yet.
     let young = running(&store, vec![subtask("w01", &[])], 0, 120).await;
     let tasks = queue("tasks", 30);
-    let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
+    // The sweeper: the closer alone (no model, no tools).
+    let settings = WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() };
+    let w = Closer::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), &settings);
     let report = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
 
     assert_eq!(report, SweepReport { found: 3, answered: 2, moved: 1, unfinished: 0, errors: 0 });
@@ -361,4 +363,41 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     assert_eq!(again, SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0 });
     assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Done);
     assert_eq!(w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await, SweepReport::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_dlq_consumer_is_a_closer_alone_and_records_a_dead_letter_failed_counted_and_its_dependent_skipped() {
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &["w01"])], 0, 120).await;
+    let tasks = queue("tasks", 30);
+    // No model, no gateway: the function holds neither.
+    let dlq = Closer::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), &WorkerSettings::default());
+    let response = worker::handler::handle(
+        &dlq,
+        LambdaEvent::new(
+            serde_json::from_value::<SqsEvent>(json!({"Records": [{
+                "messageId": "m1",
+                "body": serde_json::to_string(&TaskMessage::run(&id, &"w01".into())).unwrap(),
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tasks-dlq"
+            }]}))
+            .unwrap(),
+            lambda_runtime::Context::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
+
+    let w01 = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(w01.result.and_then(|r| r.failure_kind()), Some(FailureKind::DeadLetter));
+    let w02 = store.get_subtask(&id, &"w02".into()).await.unwrap().unwrap();
+    assert_eq!(w02.status, SubtaskStatus::Skipped, "its dependent is decided too");
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0, "both counted");
+    assert_eq!(
+        dlq.handle_dead_letter(TaskMessage::run(&id, &"w01".into())).await,
+        Outcome::Finished(SubtaskStatus::Failed),
+        "a duplicate dead letter finds it closed and counts nothing twice"
+    );
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(tasks.depth(), 0, "nothing enqueued: the dependent was skipped, not released");
 }

@@ -20,7 +20,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-use worker::{Worker, WorkerMode, WorkerSettings};
+use worker::{Worker, WorkerSettings};
 
 /// The fields a span or an event recorded, as text.
 #[derive(Clone, Debug, Default)]
@@ -134,10 +134,8 @@ async fn each_record_of_a_concurrent_batch_logs_only_under_its_own_ids() {
 
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(event, context))
-        .with_subscriber(subscriber)
-        .await
-        .unwrap();
+    let response =
+        worker::handler::handle(&w, LambdaEvent::new(event, context)).with_subscriber(subscriber).await.unwrap();
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
     for (id, subtask_id) in [(&a, a_subtask), (&b, b_subtask)] {
         assert_eq!(store.get_subtask(id, &subtask_id.into()).await.unwrap().unwrap().status, SubtaskStatus::Succeeded);

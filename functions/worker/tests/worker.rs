@@ -18,7 +18,7 @@ use swarm_core::ports::{
 };
 use swarm_core::roles::TaskQueues;
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
-use worker::{Outcome, Worker, WorkerMode, WorkerSettings};
+use worker::{Outcome, Worker, WorkerSettings};
 
 /// Answers with scripted responses in order and keeps every request.
 fn scripted(responses: Vec<ChatResponse>) -> Arc<ScriptedModel> {
@@ -207,7 +207,7 @@ async fn partial_batch_response_lists_only_retryable_failures_in_the_lambda_shap
     let good = serde_json::to_string(&TaskMessage::run(&s.id, &"w01".into())).unwrap();
     let unknown = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), &"w01".into())).unwrap();
     let e = event(&[&good, "not json", &unknown]);
-    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(e, context())).await.unwrap();
+    let response = worker::handler::handle(&w, LambdaEvent::new(e, context())).await.unwrap();
     // Unparseable and unknown-conversation messages are poison: acknowledged, not retried forever.
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
 }
@@ -229,7 +229,7 @@ async fn throttled_store_reports_the_message_for_redelivery() {
     );
     let body = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), &"w01".into())).unwrap();
     let e = event(&["not json", &body]);
-    let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(e, context())).await.unwrap();
+    let response = worker::handler::handle(&w, LambdaEvent::new(e, context())).await.unwrap();
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": [{"itemIdentifier": "m1"}]}));
 }
 

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use serde_json::{Value, json};
-use swarm_core::domain::now_ms;
 use swarm_core::obs::context::TRACEPARENT;
+use swarm_core::time::{after_ms, now_ms};
 
 use swarm_adapters::embedded::ReceivedMessage as Delivery;
 
@@ -13,7 +13,7 @@ use swarm_adapters::embedded::ReceivedMessage as Delivery;
 pub fn lambda_context(function: &str, timeout: Duration) -> lambda_runtime::Context {
     let mut context = lambda_runtime::Context::default();
     context.request_id = uuid::Uuid::now_v7().to_string();
-    context.deadline = (now_ms().max(0) as u64).saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+    context.deadline = u64::try_from(after_ms(now_ms(), timeout)).unwrap_or(0);
     context.invoked_function_arn = format!("arn:aws:lambda:local:000000000000:function:{function}");
     context
 }

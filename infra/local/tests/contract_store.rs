@@ -17,6 +17,7 @@ use swarm_core::domain::{
     Subtask, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
 use swarm_core::effects::AttemptLease;
+use swarm_core::language::Language;
 use swarm_core::ports::{
     AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
 };
@@ -50,6 +51,7 @@ contract_tests!(
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
+    the_reply_language_is_stored_with_the_conversation_and_kept_by_every_write,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -731,5 +733,27 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
         let c = store.get_conversation(&id).await?.context("item missing")?;
         assert!(c.status.is_terminal() && c.sweep_shard.is_none(), "{c:?}");
     }
+    Ok(())
+}
+
+async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_write(store: Store) -> Result<()> {
+    let now = now_ms();
+    let mut conv = Conversation::new("C104", "訂單 A1029 到哪裡了？", now, 120);
+    conv.language = Some(Language::TraditionalChinese);
+    ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
+    let records = vec![record(&conv, "w01", &[])];
+    ensure!(store.start_run(&conv.id, &records, &["a note".into()], &Usage::default()).await?, "start_run refused");
+    store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
+    store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
+    ensure!(store.finish_conversation(&conv.id, "已回覆", &Usage::default()).await?, "finish refused");
+    let back = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(back.status, ConversationStatus::Done, "{back:?}");
+    assert_eq!(back.language, Some(Language::TraditionalChinese), "kept through start, count, lease and finish");
+    // An item written without a language reads as none, so the query decides.
+    let old = conversation("C104");
+    ensure!(store.create_conversation(&old).await? == CreateOutcome::Created);
+    let back = store.get_conversation(&old.id).await?.context("item missing")?;
+    assert_eq!(back.language, None);
+    assert_eq!(back.reply_language(), Language::English);
     Ok(())
 }

@@ -10,6 +10,8 @@ use crate::script::{customer_script, scripted_call};
 const FLATTENED_RESULTS: &str = "Results of the tools called above:";
 /// Opens the JSON of a reply request (as the swarm's aggregator writes it).
 const REPLY_RESULTS: &str = "Subtask results (JSON):\n";
+/// Opens the paragraph a reply request may end in (`swarm_core::prompts::REPLY_LANGUAGE_MARKER`).
+const REPLY_LANGUAGE: &str = "\n\nReply language: ";
 
 /// The agent's whole chat completion for `req`, the `seq`-th request, whose body was `body_len` bytes.
 pub(crate) fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len: usize) -> Value {
@@ -79,9 +81,10 @@ fn plan_or_reply(agent: &AgentConfig, msgs: &[Value]) -> String {
     if system.contains("\"subtasks\"") {
         json!({ "subtasks": plan(agent, msgs) }).to_string()
     } else if agent.reply_from_results
-        && let Some((_, json_text)) = user.split_once(REPLY_RESULTS)
+        && let Some((_, json_text)) = user.rsplit_once(REPLY_RESULTS)
     {
-        reply_from_results(json_text)
+        // The request may end in a paragraph naming the reply's language, after the JSON.
+        reply_from_results(json_text.split_once(REPLY_LANGUAGE).map_or(json_text, |(json, _)| json))
     } else {
         agent.reply_text.clone()
     }

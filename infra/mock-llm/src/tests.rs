@@ -204,6 +204,15 @@ async fn configured_subtasks_are_planned_called_in_parallel_and_echoed_in_the_re
         {"role": "user", "content": "Customer message:\nhi\n\nSubtask results (JSON):\n{\"results\": [{\"id\": \"w01\", \"answer\": \"A1029 is paid\"}, {\"id\": \"w02\", \"problem\": \"x\"}]}"}]});
     let v: Value = serde_json::from_str(&post(&url, &reply).await.2).unwrap();
     assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("A1029 is paid\nw02: could not be done")));
+    // A reply request ending in its language paragraph reads the same results.
+    let mut named = reply.clone();
+    let content = format!(
+        "{}\n\nReply language: zh-Hans. Write the whole reply in Simplified Chinese.",
+        named["messages"][1]["content"].as_str().unwrap()
+    );
+    named["messages"][1]["content"] = json!(content);
+    let v: Value = serde_json::from_str(&post(&url, &named).await.2).unwrap();
+    assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("A1029 is paid\nw02: could not be done")));
 }
 
 #[tokio::test]

@@ -13,6 +13,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::ports::StoreError;
+use crate::time;
+use crate::timings::seconds_rounded_up;
 
 /// Longest customer id, in characters.
 pub const MAX_CUSTOMER_ID_CHARS: usize = 64;
@@ -160,19 +162,18 @@ pub struct RateWindow {
 
 impl RateWindow {
     pub fn containing(now_ms: i64) -> Self {
-        let len = RATE_WINDOW.as_millis() as i64;
+        let len = time::millis(RATE_WINDOW);
         Self { start_ms: now_ms.div_euclid(len) * len }
     }
 
     /// Milliseconds since the Unix epoch when the window ends.
     pub fn end_ms(self) -> i64 {
-        self.start_ms + RATE_WINDOW.as_millis() as i64
+        time::after_ms(self.start_ms, RATE_WINDOW)
     }
 
     /// Whole seconds from `now_ms` until the window ends, at least 1 (a `Retry-After` value).
     pub fn retry_after_secs(self, now_ms: i64) -> u64 {
-        let left = (self.end_ms() - now_ms).max(0) as u64;
-        left.div_ceil(1000).max(1)
+        seconds_rounded_up(time::between(now_ms, self.end_ms())).max(1)
     }
 
     /// Unix seconds when a counter of this window may be deleted (TTL): an hour after it ends,
@@ -194,8 +195,8 @@ pub enum SlotOutcome {
 /// Identity mappings and per-customer counters, kept in the conversations table so every
 /// instance (every Lambda, every `serve`) sees the same values.
 ///
-/// Items: `PK = PRINCIPAL#<kind>:<value>`, `SK = CUSTOMER` (`customer_id`) for a mapping;
-/// `PK = LIMIT#<customer>`, `SK = WINDOW#<start ms>` (`count`, `ttl`) for a counter.
+/// One item per mapping (its principal's customer) and one per customer and rate window (its
+/// count); their keys are the DynamoDB store codec's.
 #[async_trait]
 pub trait AccessStore: Send + Sync {
     /// The canonical customer `principal` is mapped to, if any (a consistent read).

@@ -13,42 +13,11 @@ use std::fmt;
 use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{ConversationId, SubtaskId};
-use crate::effects::EffectOutcome;
-use crate::untrusted::clean_text;
-
-/// Longest reason kept on an approval, characters (model text: cleaned, bounded, shown to operators only).
-pub const MAX_REASON_CHARS: usize = 200;
+use crate::action::EffectOutcome;
+pub use crate::action::{MAX_REASON_CHARS, ProposedAction};
+use crate::ids::{ConversationId, SubtaskId};
 /// Shortest approval key accepted, bytes.
 pub const MIN_KEY_BYTES: usize = 32;
-
-/// Exactly what a side effect awaiting approval would do, as the gateway validated it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProposedAction {
-    /// The tool as the gateway lists it, e.g. `shop__refund`.
-    pub tool: String,
-    /// The order it acts on (a safe identifier: letters, digits, `_-.:`).
-    pub order_id: String,
-    /// The amount, in cents of the order's currency.
-    pub amount_cents: i64,
-    /// Why, as the model put it: cleaned and cut to [`MAX_REASON_CHARS`]; for operators, never a key or a header.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-impl ProposedAction {
-    /// The amount as a decimal text with two places, e.g. `1874.00`.
-    pub fn amount(&self) -> String {
-        let sign = if self.amount_cents < 0 { "-" } else { "" };
-        let abs = self.amount_cents.unsigned_abs();
-        format!("{sign}{}.{:02}", abs / 100, abs % 100)
-    }
-
-    /// A reason from model text, cleaned and bounded (`None` when blank).
-    pub fn clean_reason(reason: Option<&str>) -> Option<String> {
-        reason.map(|r| clean_text(r.trim(), MAX_REASON_CHARS)).filter(|r| !r.trim().is_empty())
-    }
-}
 
 /// One side effect of a subtask waiting for a person: its approval and what it would do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

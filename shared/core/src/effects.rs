@@ -18,9 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{PendingApproval, ProposedAction};
-use crate::domain::{ConversationId, SubtaskId, SubtaskResult, ToolCallRecord};
-use crate::untrusted::clean_text;
+use crate::action::ProposedAction;
+pub use crate::action::{EffectOutcome, MAX_EFFECT_OUTCOME_CHARS};
+use crate::approval::PendingApproval;
+use crate::ids::{ConversationId, SubtaskId};
+use crate::result::{SubtaskResult, ToolCallRecord};
 
 /// Most side-effecting calls one subtask may make; a further call is refused before dispatch.
 /// With [`MAX_EFFECT_ARGUMENT_BYTES`] and [`MAX_EFFECT_OUTCOME_CHARS`] this keeps the journal
@@ -28,8 +30,6 @@ use crate::untrusted::clean_text;
 pub const MAX_EFFECTS_PER_SUBTASK: usize = 8;
 /// Largest arguments (JSON, bytes) a side-effecting call may carry; larger ones are refused.
 pub const MAX_EFFECT_ARGUMENT_BYTES: usize = 4_000;
-/// Longest outcome text kept in the journal, characters (the tool's answer, cleaned).
-pub const MAX_EFFECT_OUTCOME_CHARS: usize = 2_000;
 
 /// The idempotency key of the `ordinal`-th (from 1) side-effecting call of a subtask:
 /// `swarm:<conversation>:<subtask>:<ordinal>` (at most 110 characters; safe in a header).
@@ -69,22 +69,6 @@ impl EffectState {
             Self::Rejected => "rejected",
             Self::Expired => "expired",
         }
-    }
-}
-
-/// What a side-effecting call answered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EffectOutcome {
-    /// The tool's answer, cleaned and cut to [`MAX_EFFECT_OUTCOME_CHARS`].
-    pub text: String,
-    /// The tool refused or failed (nothing was done).
-    pub is_error: bool,
-}
-
-impl EffectOutcome {
-    /// An outcome from a tool's answer, bounded for the journal.
-    pub fn new(text: &str, is_error: bool) -> Self {
-        Self { text: clean_text(text, MAX_EFFECT_OUTCOME_CHARS), is_error }
     }
 }
 

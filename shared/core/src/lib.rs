@@ -1,10 +1,12 @@
-//! The pure core of lambda-swarm: domain values, identity and limits (`access`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
+//! The pure core of lambda-swarm: domain values, identity and limits (`access`), the end of a conversation (`answer`), the reply's language (`language`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
 //! in `swarm-testing`. Every crate of the workspace links this one.
 
 pub mod access;
+pub mod action;
+pub mod answer;
 pub mod approval;
 pub mod domain;
 pub mod effects;
@@ -12,13 +14,18 @@ pub mod faults;
 pub mod handoff;
 pub mod ids;
 pub mod jsonfix;
+pub mod language;
+pub mod lifecycle;
 pub mod llm;
 pub mod obs;
 pub mod plan;
 pub mod ports;
 pub mod prompts;
 pub mod reply;
+pub mod result;
 pub mod roles;
+pub mod text;
+pub mod time;
 pub mod timings;
 pub mod untrusted;
 pub mod view;

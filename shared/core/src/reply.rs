@@ -1,38 +1,113 @@
-//! Pure reply building: what the reply writer sees of each subtask, and the deterministic reply used when no model can write one.
+//! Pure reply building: what the reply writer sees of each subtask, and the deterministic reply used when no model can write one, in the conversation's language.
+//!
+//! Our own sentences (waiting for review, submitted, what could not be done, the hand-off note)
+//! exist in every [`Language`]; ids, codes, amounts and the subtasks' answers are quoted as they are.
 
 use crate::approval::PendingApproval;
 use crate::domain::{
     FailureKind, MAX_REPLY_BYTES, SubtaskRecord, SubtaskResult, SubtaskStatus, TRUNCATION_MARK, truncate_bytes,
 };
+use crate::language::Language;
 use crate::prompts::{ReplyInput, ReplyItem, ReplyStatus};
 
-/// The note a reply of a conversation handed to a person ends with.
+/// The note a reply of a conversation handed to a person ends with (English; [`handoff_note`] for
+/// the conversation's language).
 pub const HANDOFF_NOTE: &str = "A person from our team will take over this conversation and get back to you.";
+
+/// [`HANDOFF_NOTE`] in `language`.
+pub fn handoff_note(language: Language) -> &'static str {
+    match language {
+        Language::English => HANDOFF_NOTE,
+        Language::SimplifiedChinese => "我们团队的工作人员将接手此对话，并尽快回复您。",
+        Language::TraditionalChinese => "我們團隊的工作人員將接手此對話，並盡快回覆您。",
+    }
+}
+
+/// The line a model-free reply ends with when the configured model is the offline one and it
+/// failed, in `language`.
+pub fn written_without_model_note(language: Language) -> &'static str {
+    match language {
+        Language::English => "— Written without a language model (offline mode).",
+        Language::SimplifiedChinese => "— 本回复未经语言模型撰写（离线模式）。",
+        Language::TraditionalChinese => "— 本回覆未經語言模型撰寫（離線模式）。",
+    }
+}
+
+/// A tool's name without its upstream prefix, as words: `shop__refund` → `refund`.
+fn tool_words(tool: &str) -> String {
+    tool.rsplit_once("__").map_or(tool, |(_, base)| base).replace('_', " ")
+}
+
+/// A tool's action in Chinese (both scripts write 退款): the refund has its word, any other tool
+/// keeps its name.
+fn tool_words_zh(tool: &str) -> String {
+    match tool_words(tool).as_str() {
+        "refund" => "退款".into(),
+        other => other.to_owned(),
+    }
+}
 
 /// What the customer is told about side effects waiting for a person: exactly what would be
 /// done, and that a person reviews it (our words; the reason the model gave is not repeated).
 pub fn awaiting_approval_text(approvals: &[PendingApproval]) -> String {
+    awaiting_approval_text_in(approvals, Language::English)
+}
+
+/// [`awaiting_approval_text`] in `language`.
+pub fn awaiting_approval_text_in(approvals: &[PendingApproval], language: Language) -> String {
     let what: Vec<String> = approvals
         .iter()
         .map(|a| {
-            let tool = a.action.tool.rsplit_once("__").map_or(a.action.tool.as_str(), |(_, base)| base);
-            format!("a {} of {} on order {}", tool.replace('_', " "), a.action.amount(), a.action.order_id)
+            let (amount, order) = (a.action.amount(), &a.action.order_id);
+            match language {
+                Language::English => format!("a {} of {amount} on order {order}", tool_words(&a.action.tool)),
+                Language::SimplifiedChinese => {
+                    format!("订单 {order} 的{}（{amount}）", tool_words_zh(&a.action.tool))
+                }
+                Language::TraditionalChinese => {
+                    format!("訂單 {order} 的{}（{amount}）", tool_words_zh(&a.action.tool))
+                }
+            }
         })
         .collect();
-    format!(
-        "Waiting for review: {} needs a person's approval before it is made; the decision will show on this conversation.",
-        what.join(" and ")
-    )
+    match language {
+        Language::English => format!(
+            "Waiting for review: {} needs a person's approval before it is made; the decision will show on this conversation.",
+            what.join(" and ")
+        ),
+        Language::SimplifiedChinese => {
+            format!("等待审核：{}需要工作人员批准后才会执行；审核结果将显示在此对话中。", what.join("和"))
+        }
+        Language::TraditionalChinese => {
+            format!("等待審核：{}需要工作人員核准後才會執行；審核結果將顯示在此對話中。", what.join("和"))
+        }
+    }
 }
 
 /// What the customer is told about side effects whose outcome is not known yet.
 pub fn submitted_text(tools: &[String]) -> String {
-    let what: Vec<String> =
-        tools.iter().map(|t| t.rsplit_once("__").map_or(t.as_str(), |(_, base)| base).replace('_', " ")).collect();
-    format!(
-        "Submitted, being confirmed: the {} request was sent and its result is being confirmed; it will show on this conversation.",
-        what.join(" and ")
-    )
+    submitted_text_in(tools, Language::English)
+}
+
+/// [`submitted_text`] in `language`.
+pub fn submitted_text_in(tools: &[String], language: Language) -> String {
+    match language {
+        Language::English => {
+            let what: Vec<String> = tools.iter().map(|t| tool_words(t)).collect();
+            format!(
+                "Submitted, being confirmed: the {} request was sent and its result is being confirmed; it will show on this conversation.",
+                what.join(" and ")
+            )
+        }
+        Language::SimplifiedChinese => {
+            let what: Vec<String> = tools.iter().map(|t| tool_words_zh(t)).collect();
+            format!("已提交，正在确认：{}请求已发出，结果正在确认中，确认后将显示在此对话中。", what.join("和"))
+        }
+        Language::TraditionalChinese => {
+            let what: Vec<String> = tools.iter().map(|t| tool_words_zh(t)).collect();
+            format!("已提交，正在確認：{}請求已發出，結果正在確認中，確認後將顯示在此對話中。", what.join("和"))
+        }
+    }
 }
 
 /// The plain text a customer may see for a subtask that did not succeed,
@@ -40,23 +115,48 @@ pub fn submitted_text(tools: &[String]) -> String {
 /// [`FailureKind::Internal`]). Internal error text (HTTP statuses, provider
 /// messages) never goes here.
 pub fn plain_problem(record: &SubtaskRecord) -> String {
+    plain_problem_in(record, Language::English)
+}
+
+/// [`plain_problem`] in `language`.
+pub fn plain_problem_in(record: &SubtaskRecord, language: Language) -> String {
     match &record.result {
-        Some(SubtaskResult::Skipped { dependency }) => {
-            format!("not done because an earlier step ({dependency}) could not be completed")
-        }
-        Some(SubtaskResult::Failed { kind, .. }) => plain_failure(*kind).to_owned(),
-        _ => plain_failure(FailureKind::Internal).to_owned(),
+        Some(SubtaskResult::Skipped { dependency }) => match language {
+            Language::English => format!("not done because an earlier step ({dependency}) could not be completed"),
+            Language::SimplifiedChinese => format!("前一步（{dependency}）未能完成，因此未执行"),
+            Language::TraditionalChinese => format!("前一步（{dependency}）未能完成，因此未執行"),
+        },
+        Some(SubtaskResult::Failed { kind, .. }) => plain_failure_in(*kind, language).to_owned(),
+        _ => plain_failure_in(FailureKind::Internal, language).to_owned(),
     }
 }
 
 /// The plain text for a failure of `kind`.
 pub fn plain_failure(kind: FailureKind) -> &'static str {
-    if kind.is_lack_of_time() { "could not be finished in time" } else { "could not be completed right now" }
+    plain_failure_in(kind, Language::English)
 }
 
-/// The reply writer's input, in plan (id) order. Subtasks not finished (the
-/// deadline path) count as failed.
+/// [`plain_failure`] in `language`.
+pub fn plain_failure_in(kind: FailureKind, language: Language) -> &'static str {
+    match (kind.is_lack_of_time(), language) {
+        (true, Language::English) => "could not be finished in time",
+        (false, Language::English) => "could not be completed right now",
+        (true, Language::SimplifiedChinese) => "未能及时完成",
+        (false, Language::SimplifiedChinese) => "暂时无法完成",
+        (true, Language::TraditionalChinese) => "未能及時完成",
+        (false, Language::TraditionalChinese) => "暫時無法完成",
+    }
+}
+
+/// The reply writer's input, in plan (id) order, naming no language (our sentences in English).
+/// Subtasks not finished (the deadline path) count as failed.
 pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
+    ReplyInput { language: None, ..reply_input_in(subtasks, notes, Language::English) }
+}
+
+/// [`reply_input`] for a conversation answered in `language`: our sentences in it, and the
+/// language named for the reply writer and [`compose_reply`].
+pub fn reply_input_in(subtasks: &[SubtaskRecord], notes: &[String], language: Language) -> ReplyInput {
     let results = subtasks
         .iter()
         .map(|r| match (&r.status, &r.result) {
@@ -71,14 +171,14 @@ pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
                 id: r.subtask.id.clone(),
                 instruction: r.subtask.instruction.clone(),
                 status: ReplyStatus::AwaitingApproval,
-                answer: Some(awaiting_approval_text(approvals)),
+                answer: Some(awaiting_approval_text_in(approvals, language)),
                 problem: None,
             },
             (_, Some(SubtaskResult::Submitted { tools })) => ReplyItem {
                 id: r.subtask.id.clone(),
                 instruction: r.subtask.instruction.clone(),
                 status: ReplyStatus::Submitted,
-                answer: Some(submitted_text(tools)),
+                answer: Some(submitted_text_in(tools, language)),
                 problem: None,
             },
             _ => ReplyItem {
@@ -86,11 +186,11 @@ pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
                 instruction: r.subtask.instruction.clone(),
                 status: if r.status == SubtaskStatus::Skipped { ReplyStatus::Skipped } else { ReplyStatus::Failed },
                 answer: None,
-                problem: Some(plain_problem(r)),
+                problem: Some(plain_problem_in(r, language)),
             },
         })
         .collect();
-    ReplyInput { results, notes: notes.to_vec() }
+    ReplyInput { results, notes: notes.to_vec(), language: Some(language) }
 }
 
 /// Whether the reply states `item`'s answer (succeeded, or our own sentence about a side
@@ -100,16 +200,47 @@ fn answered(item: &ReplyItem) -> bool {
 }
 
 /// A reply written without a model: every answer (and what waits for review or is being
-/// confirmed), then plainly what could not be done, then the notes. Used when the reply model
-/// fails or is out of time. At most [`MAX_REPLY_BYTES`] bytes of UTF-8 ([`compose_reply_within`]).
+/// confirmed), then plainly what could not be done, then the notes, our words in the input's
+/// language (English when it names none). Used when the reply model fails or is out of time.
+/// At most [`MAX_REPLY_BYTES`] bytes of UTF-8 ([`compose_reply_within`]).
 pub fn compose_reply(input: &ReplyInput) -> String {
     compose_reply_within(input, MAX_REPLY_BYTES)
 }
 
-/// Header of the list of what could not be done.
-const FAILED_HEADER: &str = "What I could not do right now:\n";
-/// What the reply says when there is nothing else to say.
-const NOTHING: &str = "Sorry, I could not work on your message right now. Please try again later.";
+/// Our words of the model-free reply in one language.
+struct Words {
+    /// Header of the list of what could not be done.
+    failed_header: &'static str,
+    /// What the reply says when there is nothing else to say.
+    nothing: &'static str,
+    /// The problem of a failed item that carries none.
+    no_problem: &'static str,
+    /// One line of the failed list: before the instruction, between it and the problem, after.
+    line: [&'static str; 3],
+}
+
+fn words(language: Language) -> Words {
+    match language {
+        Language::English => Words {
+            failed_header: "What I could not do right now:\n",
+            nothing: "Sorry, I could not work on your message right now. Please try again later.",
+            no_problem: "could not be completed",
+            line: ["- ", " (", ")\n"],
+        },
+        Language::SimplifiedChinese => Words {
+            failed_header: "以下事项暂时无法完成：\n",
+            nothing: "抱歉，现在无法处理您的消息，请稍后再试。",
+            no_problem: "无法完成",
+            line: ["- ", "（", "）\n"],
+        },
+        Language::TraditionalChinese => Words {
+            failed_header: "以下事項暫時無法完成：\n",
+            nothing: "抱歉，現在無法處理您的訊息，請稍後再試。",
+            no_problem: "無法完成",
+            line: ["- ", "（", "）\n"],
+        },
+    }
+}
 
 /// [`compose_reply`] within `max_bytes` bytes of UTF-8 (at least a few hundred). What did not
 /// succeed is named first in the budget: every failed or skipped subtask keeps its line (at most
@@ -121,7 +252,8 @@ pub fn compose_reply_within(input: &ReplyInput, max_bytes: usize) -> String {
     let answers: Vec<&str> =
         input.results.iter().filter(|i| answered(i)).filter_map(|i| i.answer.as_deref().map(str::trim)).collect();
 
-    let failures = failure_lines(&failed, max_bytes / 2);
+    let words = words(input.language.unwrap_or_default());
+    let failures = failure_lines(&failed, max_bytes / 2, &words);
     let notes = truncate_bytes(&input.notes.join("\n"), max_bytes / 10);
     // Each answer is followed by a blank line; the sections by one more.
     let separators = 2 * answers.len() + 2;
@@ -140,7 +272,7 @@ pub fn compose_reply_within(input: &ReplyInput, max_bytes: usize) -> String {
         out.push('\n');
     }
     if out.trim().is_empty() {
-        out.push_str(NOTHING);
+        out.push_str(words.nothing);
     }
     // The shares leave room for every separator; the cut only guards against a bound too small for them.
     truncate_bytes(out.trim_end(), max_bytes)
@@ -148,27 +280,26 @@ pub fn compose_reply_within(input: &ReplyInput, max_bytes: usize) -> String {
 
 /// The list of what could not be done, within `budget` bytes: every item gets a line, the
 /// instructions cut evenly when they do not all fit.
-fn failure_lines(failed: &[&ReplyItem], budget: usize) -> String {
+fn failure_lines(failed: &[&ReplyItem], budget: usize, words: &Words) -> String {
     if failed.is_empty() {
         return String::new();
     }
-    let line = |instruction: &str, problem: &str| format!("- {instruction} ({problem})\n");
-    let problem = |item: &ReplyItem| item.problem.clone().unwrap_or_else(|| "could not be completed".to_owned());
-    let whole: Vec<String> =
-        failed.iter().map(|i| line(i.instruction.trim().trim_end_matches('.'), &problem(i))).collect();
-    let total = FAILED_HEADER.len() + whole.iter().map(String::len).sum::<usize>();
-    let mut out = String::from(FAILED_HEADER);
+    let [open, between, close] = words.line;
+    let line = |instruction: &str, problem: &str| format!("{open}{instruction}{between}{problem}{close}");
+    let problem = |item: &ReplyItem| item.problem.clone().unwrap_or_else(|| words.no_problem.to_owned());
+    let clean = |instruction: &str| instruction.trim().trim_end_matches(['.', '。']).to_owned();
+    let whole: Vec<String> = failed.iter().map(|i| line(&clean(&i.instruction), &problem(i))).collect();
+    let total = words.failed_header.len() + whole.iter().map(String::len).sum::<usize>();
+    let mut out = String::from(words.failed_header);
     if total <= budget {
         whole.iter().for_each(|l| out.push_str(l));
         return out;
     }
-    let per_line = budget.saturating_sub(FAILED_HEADER.len()) / failed.len();
+    let per_line = budget.saturating_sub(words.failed_header.len()) / failed.len();
     for item in failed {
         let problem = problem(item);
-        // "- " + " (" + ")" + "\n"
-        let room = per_line.saturating_sub(problem.len() + 6);
-        let instruction =
-            truncate_bytes(item.instruction.trim().trim_end_matches('.'), room.max(TRUNCATION_MARK.len() + 12));
+        let room = per_line.saturating_sub(problem.len() + open.len() + between.len() + close.len());
+        let instruction = truncate_bytes(&clean(&item.instruction), room.max(TRUNCATION_MARK.len() + 12));
         out.push_str(&line(&instruction, &problem));
     }
     out
@@ -325,6 +456,88 @@ mod tests {
         assert!(reply.starts_with("A1029 shipped.\n\n"), "{reply}");
         assert!(reply.len() <= 2_000 && reply.len() > 1_900, "{}", reply.len());
         assert!(reply.ends_with(TRUNCATION_MARK));
+    }
+
+    /// Every sentence of ours, in `language`, for a conversation with one of each kind of item.
+    fn every_sentence(language: Language) -> (ReplyInput, String) {
+        use crate::approval::ProposedAction;
+        let approvals = vec![PendingApproval {
+            approval_id: "c.w01.1".into(),
+            action: ProposedAction {
+                tool: "shop__refund".into(),
+                order_id: "A1033".into(),
+                amount_cents: 187_400,
+                reason: None,
+            },
+        }];
+        let subtasks = vec![
+            rec("w01", SubtaskResult::AwaitingApproval { approvals }),
+            rec("w02", SubtaskResult::Submitted { tools: vec!["shop__refund".into()] }),
+            rec("w03", SubtaskResult::failed(FailureKind::ModelFailed, "HTTP 500")),
+            rec("w04", SubtaskResult::failed(FailureKind::OutOfTime, "late")),
+            rec("w05", SubtaskResult::Skipped { dependency: "w03".into() }),
+        ];
+        let input = reply_input_in(&subtasks, &[handoff_note(language).to_owned()], language);
+        let reply = compose_reply(&input);
+        (input, reply)
+    }
+
+    #[test]
+    fn the_model_free_reply_is_written_in_the_conversations_language_and_script() {
+        let (input, hant) = every_sentence(Language::TraditionalChinese);
+        assert_eq!(input.language, Some(Language::TraditionalChinese));
+        assert_eq!(
+            hant,
+            "等待審核：訂單 A1033 的退款（1874.00）需要工作人員核准後才會執行；審核結果將顯示在此對話中。\n\n\
+             已提交，正在確認：退款請求已發出，結果正在確認中，確認後將顯示在此對話中。\n\n\
+             以下事項暫時無法完成：\n\
+             - Check order w03（暫時無法完成）\n\
+             - Check order w04（未能及時完成）\n\
+             - Check order w05（前一步（w03）未能完成，因此未執行）\n\n\
+             我們團隊的工作人員將接手此對話，並盡快回覆您。"
+        );
+        let (_, hans) = every_sentence(Language::SimplifiedChinese);
+        assert!(hans.starts_with("等待审核：订单 A1033 的退款（1874.00）需要工作人员批准后才会执行"), "{hans}");
+        assert!(hans.contains("以下事项暂时无法完成：\n- Check order w03（暂时无法完成）"), "{hans}");
+        let (input, en) = every_sentence(Language::English);
+        assert!(en.starts_with("Waiting for review: a refund of 1874.00 on order A1033"), "{en}");
+        assert!(en.contains("What I could not do right now:\n- Check order w03 (could not be completed right now)"));
+        // Without a language named, today's English words.
+        assert_eq!(compose_reply(&ReplyInput { language: None, ..input.clone() }), en);
+        let unnamed = reply_input(&[rec("w01", SubtaskResult::Skipped { dependency: "w00".into() })], &[]);
+        assert_eq!(unnamed.language, None);
+        assert_eq!(
+            unnamed.results[0].problem.as_deref(),
+            Some("not done because an earlier step (w00) could not be completed")
+        );
+    }
+
+    #[test]
+    fn no_sentence_of_ours_uses_a_character_of_the_other_script() {
+        for language in [Language::SimplifiedChinese, Language::TraditionalChinese] {
+            let (_, reply) = every_sentence(language);
+            let nothing = compose_reply(&ReplyInput { language: Some(language), ..ReplyInput::default() });
+            let all = format!("{reply}{nothing}{}", written_without_model_note(language));
+            let foreign: String = all.chars().filter(|c| language.foreign_character(*c)).collect();
+            assert!(foreign.is_empty(), "{language}: {foreign} in {all}");
+            assert_eq!(Language::detect(&all, None), language, "{all}");
+        }
+    }
+
+    #[test]
+    fn a_chinese_failure_list_fits_its_budget_with_its_wider_brackets() {
+        let subtasks: Vec<SubtaskRecord> = (0..20)
+            .map(|i| {
+                let mut r = rec(&format!("w{i:02}"), SubtaskResult::failed(FailureKind::ModelFailed, "x"));
+                r.subtask.instruction = format!("查询订单 A{i:04} 的状态{}", "。".repeat(100));
+                r
+            })
+            .collect();
+        let input = reply_input_in(&subtasks, &[], Language::SimplifiedChinese);
+        let reply = compose_reply_within(&input, 3_000);
+        assert!(reply.len() <= 3_000, "{}", reply.len());
+        assert_eq!(reply.matches("（暂时无法完成）").count(), 20, "every failure keeps its line: {reply}");
+        assert!(reply.len() < 1_700 && reply.contains("A0019"), "the list takes at most half: {reply}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! key, an HTTP header, a log line, a terminal, the customer's reply — goes
 //! through one of these first, chosen for that place.
 
+use crate::text::{truncate_bytes, truncate_chars};
+
 /// Characters that may stand in an identifier the model wrote (a subtask id, a tool name kept in a
 /// record): letters, digits, `_`, `-`, `.`, `:` — safe in a DynamoDB sort key, an HTTP header
 /// value and a log field.
@@ -38,13 +40,13 @@ fn is_display_control(c: char) -> bool {
 /// controls removed, `\r\n` kept as `\n`, cut to `max_chars` characters (with the cut marked).
 pub fn clean_text(s: &str, max_chars: usize) -> String {
     let cleaned: String = s.chars().filter(|c| !is_display_control(*c)).collect();
-    crate::domain::truncate_chars(&cleaned, max_chars)
+    truncate_chars(&cleaned, max_chars)
 }
 
 /// As [`clean_text`], cut to `max_bytes` bytes of UTF-8 instead (a reply bound for a DynamoDB item).
 pub fn clean_text_bytes(s: &str, max_bytes: usize) -> String {
     let cleaned: String = s.chars().filter(|c| !is_display_control(*c)).collect();
-    crate::domain::truncate_bytes(&cleaned, max_bytes)
+    truncate_bytes(&cleaned, max_bytes)
 }
 
 /// Longest log field taken from model output, characters.

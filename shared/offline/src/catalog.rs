@@ -143,6 +143,27 @@ impl ToolKind {
             Self::Refund => "make refunds",
         }
     }
+
+    /// [`Self::action`] in Chinese of `language`'s script (Simplified for anything but Traditional).
+    pub(crate) fn action_zh(self, language: swarm_core::language::Language) -> &'static str {
+        let hant = language == swarm_core::language::Language::TraditionalChinese;
+        match (self, hant) {
+            (Self::GetOrder, false) => "查询订单",
+            (Self::GetOrder, true) => "查詢訂單",
+            (Self::ListOrders, false) => "列出您的订单",
+            (Self::ListOrders, true) => "列出您的訂單",
+            (Self::TrackShipment, false) => "查询物流",
+            (Self::TrackShipment, true) => "查詢物流",
+            (Self::GetProduct, false) => "查询商品",
+            (Self::GetProduct, true) => "查詢商品",
+            (Self::CheckCoupon, false) => "查询优惠券",
+            (Self::CheckCoupon, true) => "查詢優惠券",
+            (Self::RefundPolicy, false) => "查询退款政策",
+            (Self::RefundPolicy, true) => "查詢退款政策",
+            (Self::Refund, false) => "办理退款",
+            (Self::Refund, true) => "辦理退款",
+        }
+    }
 }
 
 /// A tool's name without its upstream prefix (`shop__get_order` → `get_order`).

@@ -1,4 +1,4 @@
-//! Intent detection for the offline model: keyword tables (English and Chinese) turned into what a piece of text asks for.
+//! Intent detection for the offline model: keyword tables (English and Simplified Chinese, Traditional text read through them) turned into what a piece of text asks for.
 
 use std::sync::LazyLock;
 
@@ -175,8 +175,10 @@ pub(crate) struct Analysis {
 
 /// Analyses one piece of text (a clause of the customer's message, or a subtask instruction).
 pub(crate) fn analyse(text: &str) -> Analysis {
-    let words = Words::of(text);
-    let entities = text::entities(text);
+    // The keyword tables are written in Simplified characters: Traditional text is read through them.
+    let text = crate::fold::fold_to_simplified(text);
+    let words = Words::of(&text);
+    let entities = text::entities(&text);
     let intents = resolve(&words, &entities);
     Analysis { words, entities, intents }
 }

@@ -11,14 +11,21 @@
 //!   the next tool calls (`call_<n>`, arguments shaped to each tool's schema)
 //!   or writes a short factual answer from the tool results ([`worker`]);
 //! - `Reply`: joins the subtask answers, says plainly what could not be done
-//!   and ends with [`OFFLINE_LABEL`] ([`reply`]);
+//!   and ends with [`offline_label`] ([`reply`]);
+//!
+//! Answers and replies are written in the language the request names (`Answer language:` /
+//! `Reply language:`, [`swarm_core::prompts`]), else in the one the customer's message reads as
+//! ([`swarm_core::language::Language::detect`]): English, Simplified or Traditional Chinese, each
+//! from its own templates ([`lang`]).
 //! - `Compress`: one facts line per earlier tool call.
 //!
 //! Everything is deterministic and takes microseconds; usage is reported as
 //! unknown (all `None`).
 
 mod catalog;
+mod fold;
 mod intent;
+mod lang;
 mod planner;
 mod render;
 mod reply;
@@ -31,7 +38,7 @@ use swarm_core::domain::Usage;
 use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Purpose, ToolSpec};
 use swarm_core::prompts::CUSTOMER_MESSAGE_MARKER;
 
-pub use reply::OFFLINE_LABEL;
+pub use lang::{OFFLINE_LABEL, offline_label};
 
 /// The `model` field of every offline response.
 pub const OFFLINE_MODEL_NAME: &str = "offline";

@@ -120,7 +120,8 @@ pub(crate) fn plan(query: &str, tools: &[ToolSpec]) -> Vec<Subtask> {
 /// "A1013", "我想退款") into the question they belong to.
 fn clauses(query: &str) -> Vec<Clause> {
     let mut out: Vec<Clause> = Vec::new();
-    for piece in split_message(query) {
+    // Split where the Simplified connectors are; folding keeps byte offsets, so the ranges hold for `query`.
+    for piece in split_message(&crate::fold::fold_to_simplified(query)) {
         let analysis = analyse(&query[piece.range.clone()]);
         let w = &analysis.words;
         let e = &analysis.entities;

@@ -1,4 +1,4 @@
-//! Result rendering for the offline model: tool results (JSON text) turned into short factual English sentences.
+//! Result rendering for the offline model: tool results (JSON text) turned into short factual sentences in the conversation's language.
 //!
 //! Shapes are recognised by their keys, not by tool names, so another
 //! upstream's tool with the same shape renders the same; anything unknown is
@@ -8,14 +8,17 @@ use serde_json::{Map, Value};
 
 use swarm_core::domain::truncate_chars;
 
+use swarm_core::language::Language;
+
 use crate::catalog::ToolKind;
+use crate::lang::{join_list, say, zh};
 
 /// Longest rendering of one unknown result.
 const MAX_GENERIC_CHARS: usize = 600;
 
-/// The sentences for one tool result. `kind` is what the call was for (if
+/// The sentences for one tool result, in `language`. `kind` is what the call was for (if
 /// known), `args` the arguments it was called with.
-pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str) -> Vec<String> {
+pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str, language: Language) -> Vec<String> {
     let Ok(value) = serde_json::from_str::<Value>(text.trim()) else {
         let plain = text.trim();
         return if plain.is_empty() { Vec::new() } else { vec![truncate_chars(plain, MAX_GENERIC_CHARS)] };
@@ -23,45 +26,46 @@ pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str) -> Vec<St
     let Some(obj) = value.as_object() else {
         return vec![truncate_chars(&generic_value(&value), MAX_GENERIC_CHARS)];
     };
+    let l = language;
     if let Some(error) = obj.get("error") {
-        return vec![error_sentence(kind, args, &scalar(error))];
+        return vec![error_sentence(kind, args, &scalar(error), l)];
     }
     if obj.get("orders").is_some_and(Value::is_array) {
-        return vec![order_list(obj, false)];
+        return vec![order_list(obj, false, l)];
     }
     if obj.get("matches").is_some_and(Value::is_array) {
-        return products(obj, args);
+        return products(obj, args, l);
     }
     if obj.contains_key("usable") || (obj.contains_key("code") && obj.contains_key("exists")) {
-        return vec![coupon(obj, args)];
+        return vec![coupon(obj, args, l)];
     }
     if obj.contains_key("refund_id") || obj.get("refunded").is_some_and(|v| v.as_bool() == Some(true)) {
-        return vec![refund_receipt(obj)];
+        return vec![refund_receipt(obj, l)];
     }
     if obj.contains_key("refund_window_days_after_delivery")
         || (kind == Some(ToolKind::RefundPolicy) && obj.contains_key("text"))
     {
-        return vec![policy(obj)];
+        return vec![policy(obj, l)];
     }
     if obj.contains_key("carrier")
         && (obj.contains_key("events") || obj.contains_key("latest_event"))
         && !obj.contains_key("items")
     {
-        return vec![shipment(obj)];
+        return vec![shipment(obj, l)];
     }
     if obj.contains_key("order_id") && obj.contains_key("status") {
-        return vec![order(obj)];
+        return vec![order(obj, l)];
     }
     vec![truncate_chars(&generic_object(obj), MAX_GENERIC_CHARS)]
 }
 
 /// The newest order of a `list_customer_orders`-shaped result: its id and a sentence about it.
-pub(crate) fn newest_order(text: &str) -> Option<(String, String)> {
+pub(crate) fn newest_order(text: &str, language: Language) -> Option<(String, String)> {
     let value: Value = serde_json::from_str(text.trim()).ok()?;
     let obj = value.as_object()?;
     let newest = newest(obj)?;
     let id = str_of(newest, "order_id")?;
-    Some((id.to_owned(), order_list(obj, true)))
+    Some((id.to_owned(), order_list(obj, true, language)))
 }
 
 /// Whether a result is an error (`{"error": ...}`) or not JSON at all.
@@ -80,7 +84,7 @@ pub(crate) fn field(text: &str, key: &str) -> Option<Value> {
 
 // ------------------------------------------------------------------ shapes
 
-fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str) -> String {
+fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str, l: Language) -> String {
     let not_found = {
         let e = error.to_lowercase();
         e.contains("not found") || e.contains("no product") || e.contains("does not exist") || e.contains("unknown")
@@ -90,27 +94,58 @@ fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str) -> String {
     let name = args.get("name").or_else(|| args.get("query")).map(scalar);
     let code = args.get("code").map(scalar);
     match (kind, order, sku, name, code) {
-        (Some(ToolKind::Refund), Some(o), ..) => format!("The refund of order {o} was not made: {error}."),
-        (_, Some(o), ..) if not_found => format!("Order {o} was not found."),
-        (Some(ToolKind::TrackShipment), Some(o), ..) => {
-            format!("The parcel of order {o} could not be tracked: {error}.")
+        (Some(ToolKind::Refund), Some(o), ..) => say!(
+            l,
+            "The refund of order {o} was not made: {error}.",
+            "订单 {o} 的退款未能办理：{error}。",
+            "訂單 {o} 的退款未能辦理：{error}。"
+        ),
+        (_, Some(o), ..) if not_found => say!(l, "Order {o} was not found.", "未找到订单 {o}。", "未找到訂單 {o}。"),
+        (Some(ToolKind::TrackShipment), Some(o), ..) => say!(
+            l,
+            "The parcel of order {o} could not be tracked: {error}.",
+            "无法查询订单 {o} 的包裹物流：{error}。",
+            "無法查詢訂單 {o} 的包裹物流：{error}。"
+        ),
+        (_, Some(o), ..) => say!(
+            l,
+            "Order {o} could not be looked up: {error}.",
+            "无法查询订单 {o}：{error}。",
+            "無法查詢訂單 {o}：{error}。"
+        ),
+        (_, None, Some(s), ..) if not_found => {
+            say!(l, "Product {s} was not found.", "未找到商品 {s}。", "未找到商品 {s}。")
         }
-        (_, Some(o), ..) => format!("Order {o} could not be looked up: {error}."),
-        (_, None, Some(s), ..) if not_found => format!("Product {s} was not found."),
-        (_, None, None, Some(n), _) if not_found => format!("No product matching \"{n}\" was found."),
-        (_, None, _, _, Some(c)) => format!("Coupon {c} could not be checked: {error}."),
-        _ => format!("The shop answered: {error}."),
+        (_, None, None, Some(n), _) if not_found => say!(
+            l,
+            "No product matching \"{n}\" was found.",
+            "未找到与“{n}”相符的商品。",
+            "未找到與「{n}」相符的商品。"
+        ),
+        (_, None, _, _, Some(c)) => say!(
+            l,
+            "Coupon {c} could not be checked: {error}.",
+            "无法查询优惠券 {c}：{error}。",
+            "無法查詢優惠券 {c}：{error}。"
+        ),
+        _ => say!(l, "The shop answered: {error}.", "商店答复：{error}。", "商店答覆：{error}。"),
     }
 }
 
-fn order(o: &Map<String, Value>) -> String {
+fn order(o: &Map<String, Value>, l: Language) -> String {
     let id = str_of(o, "order_id").unwrap_or("?");
     let currency = str_of(o, "currency").unwrap_or("");
-    let status = status_words(o);
-    let verb = if status.starts_with("delivered") { "was" } else { "is" };
-    let mut s = format!("Order {id} {verb} {status}");
+    let status = status_words(o, l);
+    let mut s = match l {
+        Language::English => {
+            let verb = if status.starts_with("delivered") { "was" } else { "is" };
+            format!("Order {id} {verb} {status}")
+        }
+        _ => zh!(l, "订单 {id} {status}", "訂單 {id} {status}"),
+    };
     if let Some(placed) = str_of(o, "placed_at") {
-        s.push_str(&format!(" (placed on {})", date(placed)));
+        let placed = date(placed);
+        s.push_str(&say!(l, " (placed on {placed})", "（下单日期 {placed}）", "（下單日期 {placed}）"));
     }
     let items: Vec<String> = o
         .get("items")
@@ -128,120 +163,214 @@ fn order(o: &Map<String, Value>) -> String {
         })
         .unwrap_or_default();
     if !items.is_empty() {
-        s.push_str(&format!(": {}", items.join(", ")));
+        let items = items.join(if l == Language::English { ", " } else { "、" });
+        s.push_str(&say!(l, ": {items}", "：{items}", "：{items}"));
     }
     if let Some(total) = o.get("total").and_then(Value::as_f64) {
-        s.push_str(&format!("; total {}", money(total, currency)));
+        let total = money(total, currency);
+        s.push_str(&say!(l, "; total {total}", "；合计 {total}", "；合計 {total}"));
     }
-    s.push('.');
+    s.push_str(if l == Language::English { "." } else { "。" });
     if let Some(refunded) = o.get("refunded").and_then(Value::as_f64)
         && refunded > 0.0
     {
-        s.push_str(&format!(" {} has been refunded.", money(refunded, currency)));
+        let refunded = money(refunded, currency);
+        s.push_str(&say!(l, " {refunded} has been refunded.", "已退款 {refunded}。", "已退款 {refunded}。"));
     }
     match o.get("shipment").and_then(Value::as_object) {
         Some(ship) => {
-            s.push(' ');
-            s.push_str(&parcel_sentence(ship, str_of(o, "tracking_no")));
+            if l == Language::English {
+                s.push(' ');
+            }
+            s.push_str(&parcel_sentence(ship, str_of(o, "tracking_no"), l));
         }
         None => {
             if let Some(t) = str_of(o, "tracking_no") {
-                s.push_str(&format!(" Tracking number: {t}."));
+                s.push_str(&say!(l, " Tracking number: {t}.", "运单号：{t}。", "運單號：{t}。"));
             }
         }
     }
     s
 }
 
-/// "paid", "delivered on 2026-11-25", "waiting for payment" …
-fn status_words(o: &Map<String, Value>) -> String {
+/// "paid", "delivered on 2026-11-25", "waiting for payment" …; "已付款", "已于 2026-11-25 送达" ….
+fn status_words(o: &Map<String, Value>, l: Language) -> String {
     let status = str_of(o, "status").unwrap_or("unknown");
-    match status.to_ascii_uppercase().as_str() {
-        "DELIVERED" => match str_of(o, "delivered_at") {
-            Some(at) => format!("delivered on {}", date(at)),
-            None => "delivered".into(),
-        },
-        "PENDING_PAYMENT" | "UNPAID" => "waiting for payment".into(),
+    match (status.to_ascii_uppercase().as_str(), str_of(o, "delivered_at").map(date)) {
+        ("DELIVERED", Some(at)) => say!(l, "delivered on {at}", "已于 {at} 送达", "已於 {at} 送達"),
+        _ => status_word(status, l),
+    }
+}
+
+/// A status code in words: "SHIPPED" → "shipped", "已发货", "已發貨"; a code without Chinese
+/// words is kept as the shop's words.
+pub(crate) fn status_word(status: &str, l: Language) -> String {
+    let zh: Option<(&str, &str)> = match status.trim().to_ascii_uppercase().as_str() {
+        "PENDING_PAYMENT" | "UNPAID" => {
+            if l == Language::English {
+                return "waiting for payment".into();
+            }
+            Some(("待付款", "待付款"))
+        }
+        "PAID" => Some(("已付款", "已付款")),
+        "SHIPPED" => Some(("已发货", "已發貨")),
+        "DELIVERED" => Some(("已送达", "已送達")),
+        "CANCELLED" | "CANCELED" => Some(("已取消", "已取消")),
+        "REFUNDED" => Some(("已退款", "已退款")),
+        "IN_TRANSIT" => Some(("运输中", "運輸中")),
+        "HELD_AT_CUSTOMS" => Some(("海关扣留中", "海關扣留中")),
+        "DELAYED" => Some(("延误", "延誤")),
+        "PICKED_UP" => Some(("已揽收", "已攬收")),
+        "OUT_FOR_DELIVERY" => Some(("派送中", "派送中")),
+        "PROCESSING" => Some(("处理中", "處理中")),
+        _ => None,
+    };
+    match (l, zh) {
+        (Language::SimplifiedChinese, Some((hans, _))) => hans.into(),
+        (Language::TraditionalChinese, Some((_, hant))) => hant.into(),
         _ => plain(status),
     }
 }
 
+/// A carrier's event in words: the shop's English for English, Chinese for the events the demo
+/// carriers report, anything else as the carrier wrote it.
+fn event_word(what: &str, l: Language) -> String {
+    let zh: Option<(&str, &str)> = match what.trim().to_lowercase().as_str() {
+        "in transit" => Some(("运输中", "運輸中")),
+        "picked up" => Some(("已揽收", "已攬收")),
+        "delivered" => Some(("已签收", "已簽收")),
+        "out for delivery" => Some(("派送中", "派送中")),
+        "held at customs" => Some(("海关扣留", "海關扣留")),
+        "delayed: weather" => Some(("因天气延误", "因天氣延誤")),
+        _ => None,
+    };
+    match (l, zh) {
+        (Language::SimplifiedChinese, Some((hans, _))) => hans.into(),
+        (Language::TraditionalChinese, Some((_, hant))) => hant.into(),
+        _ => what.to_owned(),
+    }
+}
+
 /// The parcel part of an order: carrier, latest event with location, ETA.
-fn parcel_sentence(ship: &Map<String, Value>, tracking: Option<&str>) -> String {
-    let carrier = str_of(ship, "carrier").unwrap_or("the carrier");
+fn parcel_sentence(ship: &Map<String, Value>, tracking: Option<&str>, l: Language) -> String {
+    let carrier = str_of(ship, "carrier").unwrap_or(match l {
+        Language::English => "the carrier",
+        Language::SimplifiedChinese => "快递公司",
+        Language::TraditionalChinese => "快遞公司",
+    });
     let mut s = match tracking.or_else(|| str_of(ship, "tracking_no")) {
-        Some(t) => format!("Its parcel is with {carrier} (tracking {t})"),
-        None => format!("Its parcel is with {carrier}"),
+        Some(t) => say!(
+            l,
+            "Its parcel is with {carrier} (tracking {t})",
+            "包裹由 {carrier} 承运（运单号 {t}）",
+            "包裹由 {carrier} 承運（運單號 {t}）"
+        ),
+        None => say!(l, "Its parcel is with {carrier}", "包裹由 {carrier} 承运", "包裹由 {carrier} 承運"),
     };
     match ship.get("latest_event").and_then(Value::as_object) {
-        Some(e) => s.push_str(&format!("; latest event: {}.", event(e))),
-        None => s.push('.'),
+        Some(e) => {
+            let ev = event(e, l);
+            s.push_str(&say!(l, "; latest event: {ev}.", "；最新动态：{ev}。", "；最新動態：{ev}。"));
+        }
+        None => s.push_str(if l == Language::English { "." } else { "。" }),
     }
-    s.push_str(&eta_sentence(ship));
+    s.push_str(&eta_sentence(ship, l));
     s
 }
 
-fn shipment(t: &Map<String, Value>) -> String {
-    let carrier = str_of(t, "carrier").unwrap_or("the carrier");
+fn shipment(t: &Map<String, Value>, l: Language) -> String {
+    let carrier = str_of(t, "carrier").unwrap_or(match l {
+        Language::English => "the carrier",
+        Language::SimplifiedChinese => "快递公司",
+        Language::TraditionalChinese => "快遞公司",
+    });
     let mut s = match str_of(t, "order_id") {
-        Some(o) => format!("The parcel of order {o} is with {carrier}"),
-        None => format!("The parcel is with {carrier}"),
+        Some(o) => say!(
+            l,
+            "The parcel of order {o} is with {carrier}",
+            "订单 {o} 的包裹由 {carrier} 承运",
+            "訂單 {o} 的包裹由 {carrier} 承運"
+        ),
+        None => say!(l, "The parcel is with {carrier}", "包裹由 {carrier} 承运", "包裹由 {carrier} 承運"),
     };
     if let Some(tracking) = str_of(t, "tracking_no") {
-        s.push_str(&format!(" (tracking {tracking})"));
+        s.push_str(&say!(l, " (tracking {tracking})", "（运单号 {tracking}）", "（運單號 {tracking}）"));
     }
-    s.push('.');
+    s.push_str(if l == Language::English { "." } else { "。" });
     let latest = t
         .get("latest_event")
         .and_then(Value::as_object)
         .or_else(|| t.get("events").and_then(Value::as_array).and_then(|e| e.last()).and_then(Value::as_object));
-    let status = str_of(t, "status").map(plain);
+    let status = str_of(t, "status").map(|s| status_word(s, l));
     match latest {
         Some(e) => {
-            let ev = event(e);
-            s.push_str(&format!(" Latest event: {ev}."));
+            let ev = event(e, l);
+            s.push_str(&say!(l, " Latest event: {ev}.", "最新动态：{ev}。", "最新動態：{ev}。"));
             if let Some(st) = status
                 && !ev.to_lowercase().contains(&st)
             {
-                s.push_str(&format!(" Status: {st}."));
+                s.push_str(&say!(l, " Status: {st}.", "状态：{st}。", "狀態：{st}。"));
             }
         }
         None => {
             if let Some(st) = status {
-                s.push_str(&format!(" Status: {st}."));
+                s.push_str(&say!(l, " Status: {st}.", "状态：{st}。", "狀態：{st}。"));
             }
         }
     }
-    s.push_str(&eta_sentence(t));
+    s.push_str(&eta_sentence(t, l));
     s
 }
 
 /// " Estimated delivery: D." / " It was expected by D and is overdue …"; empty when delivered.
-fn eta_sentence(t: &Map<String, Value>) -> String {
+fn eta_sentence(t: &Map<String, Value>, l: Language) -> String {
     let delivered = str_of(t, "status").is_some_and(|s| s.eq_ignore_ascii_case("DELIVERED"));
     let passed = t.get("eta_passed").and_then(Value::as_bool).unwrap_or(false);
     match str_of(t, "eta") {
-        Some(eta) if passed => {
-            format!(" It was expected by {eta} and is now overdue; the carrier has not given a new delivery date.")
-        }
-        Some(eta) => format!(" Estimated delivery: {eta}."),
+        Some(eta) if passed => say!(
+            l,
+            " It was expected by {eta} and is now overdue; the carrier has not given a new delivery date.",
+            "原预计 {eta} 送达，现已逾期；承运商尚未给出新的送达日期。",
+            "原預計 {eta} 送達，現已逾期；承運商尚未提供新的送達日期。"
+        ),
+        Some(eta) => say!(l, " Estimated delivery: {eta}.", "预计送达：{eta}。", "預計送達：{eta}。"),
         None if delivered => String::new(),
-        None if passed => " It is overdue; the carrier has not given a new delivery date.".into(),
+        None if passed => say!(
+            l,
+            " It is overdue; the carrier has not given a new delivery date.",
+            "已逾期；承运商尚未给出新的送达日期。",
+            "已逾期；承運商尚未提供新的送達日期。"
+        ),
         None => String::new(),
     }
 }
 
-/// "in transit in Suzhou on 2026-11-07 03:00".
-fn event(e: &Map<String, Value>) -> String {
-    let what = str_of(e, "event").or_else(|| str_of(e, "status")).unwrap_or("update");
-    let mut s = what.to_owned();
-    if let Some(loc) = str_of(e, "location") {
-        s.push_str(&format!(" in {loc}"));
+/// "in transit in Suzhou on 2026-11-07 03:00"; "2026-11-07 03:00 于 Suzhou 运输中".
+fn event(e: &Map<String, Value>, l: Language) -> String {
+    let what = event_word(str_of(e, "event").or_else(|| str_of(e, "status")).unwrap_or("update"), l);
+    let at = str_of(e, "at").or_else(|| str_of(e, "time")).map(stamp);
+    let loc = str_of(e, "location");
+    match l {
+        Language::English => {
+            let mut s = what;
+            if let Some(loc) = loc {
+                s.push_str(&format!(" in {loc}"));
+            }
+            if let Some(at) = at {
+                s.push_str(&format!(" on {at}"));
+            }
+            s
+        }
+        _ => {
+            let mut parts: Vec<String> = Vec::new();
+            parts.extend(at);
+            if let Some(loc) = loc {
+                parts.push(zh!(l, "于 {loc}", "於 {loc}"));
+            }
+            parts.push(what);
+            parts.join(" ")
+        }
     }
-    if let Some(at) = str_of(e, "at").or_else(|| str_of(e, "time")) {
-        s.push_str(&format!(" on {}", stamp(at)));
-    }
-    s
 }
 
 fn newest(l: &Map<String, Value>) -> Option<&Map<String, Value>> {
@@ -256,42 +385,60 @@ fn newest(l: &Map<String, Value>) -> Option<&Map<String, Value>> {
     Some(best)
 }
 
-fn order_line(o: &Map<String, Value>) -> String {
+fn order_line(o: &Map<String, Value>, l: Language) -> String {
     let id = str_of(o, "order_id").unwrap_or("?");
     let mut parts = Vec::new();
     if let Some(placed) = str_of(o, "placed_at") {
-        parts.push(format!("placed on {}", date(placed)));
+        let placed = date(placed);
+        parts.push(say!(l, "placed on {placed}", "下单日期 {placed}", "下單日期 {placed}"));
     }
-    parts.push(status_words(o));
+    parts.push(status_words(o, l));
     if let Some(total) = o.get("total").and_then(Value::as_f64) {
-        parts.push(format!("total {}", money(total, str_of(o, "currency").unwrap_or(""))));
+        let total = money(total, str_of(o, "currency").unwrap_or(""));
+        parts.push(say!(l, "total {total}", "合计 {total}", "合計 {total}"));
     }
-    format!("{id} ({})", parts.join(", "))
+    match l {
+        Language::English => format!("{id} ({})", parts.join(", ")),
+        _ => format!("{id}（{}）", parts.join("，")),
+    }
 }
 
-fn order_list(l: &Map<String, Value>, only_newest: bool) -> String {
-    let orders: Vec<&Map<String, Value>> = l
+fn order_list(list: &Map<String, Value>, only_newest: bool, l: Language) -> String {
+    let orders: Vec<&Map<String, Value>> = list
         .get("orders")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_object).collect())
         .unwrap_or_default();
+    let none = || say!(l, "You have no orders yet.", "您还没有订单。", "您還沒有訂單。");
     if orders.is_empty() {
-        return "You have no orders yet.".into();
+        return none();
     }
     if only_newest {
-        return match newest(l) {
-            Some(o) => format!("Your most recent order is {}.", order_line(o)),
-            None => "You have no orders yet.".into(),
+        return match newest(list) {
+            Some(o) => {
+                let line = order_line(o, l);
+                say!(l, "Your most recent order is {line}.", "您最近的订单是 {line}。", "您最近的訂單是 {line}。")
+            }
+            None => none(),
         };
     }
     const SHOWN: usize = 20;
-    let lines: Vec<String> = orders.iter().take(SHOWN).map(|o| order_line(o)).collect();
+    let lines: Vec<String> = orders.iter().take(SHOWN).map(|o| order_line(o, l)).collect();
     let more = orders.len().saturating_sub(SHOWN);
-    let tail = if more > 0 { format!("; and {more} more") } else { String::new() };
-    format!("You have {} order(s): {}{tail}.", orders.len(), lines.join("; "))
+    let tail = match more {
+        0 => String::new(),
+        _ => say!(l, "; and {more} more", "；另有 {more} 个", "；另有 {more} 個"),
+    };
+    let (n, lines) = (orders.len(), lines.join(if l == Language::English { "; " } else { "；" }));
+    say!(
+        l,
+        "You have {n} order(s): {lines}{tail}.",
+        "您共有 {n} 个订单：{lines}{tail}。",
+        "您共有 {n} 個訂單：{lines}{tail}。"
+    )
 }
 
-fn products(p: &Map<String, Value>, args: &Value) -> Vec<String> {
+fn products(p: &Map<String, Value>, args: &Value, l: Language) -> Vec<String> {
     let matches: Vec<&Map<String, Value>> = p
         .get("matches")
         .and_then(Value::as_array)
@@ -307,18 +454,24 @@ fn products(p: &Map<String, Value>, args: &Value) -> Vec<String> {
         None => matches.first(),
     };
     match chosen {
-        Some(m) => out.push(product_sentence(m, asked_sku.as_deref())),
+        Some(m) => out.push(product_sentence(m, asked_sku.as_deref(), l)),
         None => out.push(match (&asked_sku, &asked_name) {
-            (Some(s), _) => format!("Product {s} was not found."),
-            (None, Some(n)) => format!("No product matching \"{n}\" was found."),
-            _ => "No matching product was found.".into(),
+            (Some(s), _) => say!(l, "Product {s} was not found.", "未找到商品 {s}。", "未找到商品 {s}。"),
+            (None, Some(n)) => say!(
+                l,
+                "No product matching \"{n}\" was found.",
+                "未找到与“{n}”相符的商品。",
+                "未找到與「{n}」相符的商品。"
+            ),
+            _ => say!(l, "No matching product was found.", "未找到相符的商品。", "未找到相符的商品。"),
         }),
     }
     if let Some(missing) = p.get("not_found").and_then(Value::as_array)
         && !missing.is_empty()
     {
         let list: Vec<String> = missing.iter().map(scalar).collect();
-        out.push(format!("Not found: {}.", list.join(", ")));
+        let list = list.join(if l == Language::English { ", " } else { "、" });
+        out.push(say!(l, "Not found: {list}.", "未找到：{list}。", "未找到：{list}。"));
     }
     out
 }
@@ -338,75 +491,71 @@ pub(crate) fn chosen_product(text: &str, asked_sku: Option<&str>) -> Option<Map<
     found.or(matches.first())?.as_object().cloned()
 }
 
-fn product_sentence(m: &Map<String, Value>, asked_sku: Option<&str>) -> String {
-    let name = str_of(m, "name").unwrap_or("The product");
+fn product_sentence(m: &Map<String, Value>, asked_sku: Option<&str>, l: Language) -> String {
+    let name = str_of(m, "name").unwrap_or(match l {
+        Language::English => "The product",
+        Language::SimplifiedChinese => "该商品",
+        Language::TraditionalChinese => "該商品",
+    });
     let sku = asked_sku.or_else(|| str_of(m, "sku"));
-    let mut s = match sku {
-        Some(sku) => format!("{name} ({sku})"),
-        None => name.to_owned(),
+    let mut s = match (sku, l) {
+        (Some(sku), Language::English) => format!("{name} ({sku})"),
+        (Some(sku), _) => format!("{name}（{sku}）"),
+        (None, _) => name.to_owned(),
     };
     match in_stock(m) {
         Some(true) => match m.get("stock").and_then(Value::as_u64) {
-            Some(n) => s.push_str(&format!(" is in stock ({n} available)")),
-            None => s.push_str(" is in stock"),
+            Some(n) => {
+                s.push_str(&say!(l, " is in stock ({n} available)", "有货（库存 {n} 件）", "有貨（庫存 {n} 件）"))
+            }
+            None => s.push_str(&say!(l, " is in stock", "有货", "有貨")),
         },
         Some(false) => {
-            s.push_str(" is out of stock");
+            s.push_str(&say!(l, " is out of stock", "缺货", "缺貨"));
             match str_of(m, "restock_date") {
-                Some(d) => s.push_str(&format!("; it is expected back in stock on {d}")),
-                None => s.push_str("; no restock date is known yet"),
+                Some(d) => {
+                    s.push_str(&say!(l, "; it is expected back in stock on {d}", "，预计 {d} 补货", "，預計 {d} 補貨"))
+                }
+                None => s.push_str(&say!(l, "; no restock date is known yet", "，暂无补货日期", "，暫無補貨日期")),
             }
         }
         None => {}
     }
     if let Some(price) = m.get("price").and_then(Value::as_f64) {
-        s.push_str(&format!("; price {}", money(price, str_of(m, "currency").unwrap_or(""))));
+        let price = money(price, str_of(m, "currency").unwrap_or(""));
+        s.push_str(&say!(l, "; price {price}", "；价格 {price}", "；價格 {price}"));
     }
-    s.push('.');
+    s.push_str(if l == Language::English { "." } else { "。" });
     s
 }
 
-fn coupon(c: &Map<String, Value>, args: &Value) -> String {
+fn coupon(c: &Map<String, Value>, args: &Value, l: Language) -> String {
     let code =
         str_of(c, "code").map(str::to_owned).or_else(|| args.get("code").map(scalar)).unwrap_or_else(|| "?".into());
     let currency = str_of(c, "currency").unwrap_or("");
     let reasons: Vec<String> =
         c.get("reasons").and_then(Value::as_array).map(|r| r.iter().map(scalar).collect()).unwrap_or_default();
     if c.get("exists").and_then(Value::as_bool) == Some(false) {
-        return format!("Coupon {code} does not exist.");
+        return say!(l, "Coupon {code} does not exist.", "优惠券 {code} 不存在。", "優惠券 {code} 不存在。");
     }
     let usable = c.get("usable").and_then(Value::as_bool).unwrap_or(false);
+    let why = reasons.join("; ");
     let mut s = if usable {
-        format!("Coupon {code} can be used")
+        say!(l, "Coupon {code} can be used.", "优惠券 {code} 可以使用。", "優惠券 {code} 可以使用。")
     } else if reasons.is_empty() {
-        format!("Coupon {code} cannot be used")
+        say!(l, "Coupon {code} cannot be used.", "优惠券 {code} 不能使用。", "優惠券 {code} 不能使用。")
     } else {
-        format!("Coupon {code} cannot be used: {}", reasons.join("; "))
+        say!(
+            l,
+            "Coupon {code} cannot be used: {why}.",
+            "优惠券 {code} 不能使用：{why}。",
+            "優惠券 {code} 不能使用：{why}。"
+        )
     };
-    s.push('.');
-    let mut terms = Vec::new();
-    match (str_of(c, "kind"), c.get("value").and_then(Value::as_f64)) {
-        (Some("percent"), Some(v)) => terms.push(format!("{}% off", number(v))),
-        (Some(_), Some(v)) | (None, Some(v)) => terms.push(format!("{} off", money(v, currency))),
-        _ => {}
-    }
-    if let Some(min) = c.get("min_spend").and_then(Value::as_f64) {
-        terms.push(format!("minimum spend {}", money(min, currency)));
-    }
-    if let Some(cats) = c.get("categories").and_then(Value::as_array)
-        && !cats.is_empty()
-    {
-        let list: Vec<String> = cats.iter().map(scalar).collect();
-        terms.push(format!("only for {} products", join_and(&list)));
-    }
-    if c.get("first_order_only").and_then(Value::as_bool) == Some(true) {
-        terms.push("first order only".into());
-    }
-    if let Some(until) = str_of(c, "valid_until") {
-        terms.push(format!("valid until {until}"));
-    }
+    let terms = coupon_terms(c, currency, l);
     if !terms.is_empty() {
-        s.push_str(&format!(" Terms: {}.", terms.join(", ")));
+        let terms = terms.join(if l == Language::English { ", " } else { "，" });
+        s.push_str(&say!(l, " Terms: {terms}.", "使用条件：{terms}。", "使用條件：{terms}。"));
     }
     if usable {
         let basket = match (
@@ -419,72 +568,137 @@ fn coupon(c: &Map<String, Value>, args: &Value) -> String {
         };
         match (c.get("discount").and_then(Value::as_f64), c.get("order_total").and_then(Value::as_f64)) {
             (Some(d), Some(total)) => {
-                let what = basket.map(|b| format!("{b} ")).unwrap_or_default();
-                s.push_str(&format!(" For {what}({}) it takes {} off.", money(total, currency), money(d, currency)));
+                let (d, total) = (money(d, currency), money(total, currency));
+                s.push_str(&match (basket, l) {
+                    (Some(b), _) => {
+                        say!(
+                            l,
+                            " For {b} ({total}) it takes {d} off.",
+                            "购买 {b}（{total}）可减 {d}。",
+                            "購買 {b}（{total}）可減 {d}。"
+                        )
+                    }
+                    (None, _) => say!(
+                        l,
+                        " For ({total}) it takes {d} off.",
+                        "订单金额 {total} 可减 {d}。",
+                        "訂單金額 {total} 可減 {d}。"
+                    ),
+                });
             }
-            (Some(d), None) => s.push_str(&format!(" Discount: {}.", money(d, currency))),
+            (Some(d), None) => {
+                let d = money(d, currency);
+                s.push_str(&say!(l, " Discount: {d}.", "优惠金额：{d}。", "優惠金額：{d}。"));
+            }
             _ => {}
         }
         if !reasons.is_empty() {
-            s.push_str(&format!(" Conditions: {}.", reasons.join("; ")));
+            s.push_str(&say!(l, " Conditions: {why}.", "附加条件：{why}。", "附加條件：{why}。"));
         }
     }
     s
 }
 
-fn refund_receipt(r: &Map<String, Value>) -> String {
+/// The terms of a coupon result: value, minimum spend, categories, first order, validity.
+fn coupon_terms(c: &Map<String, Value>, currency: &str, l: Language) -> Vec<String> {
+    let mut terms = Vec::new();
+    match (str_of(c, "kind"), c.get("value").and_then(Value::as_f64)) {
+        (Some("percent"), Some(v)) => {
+            let v = number(v);
+            terms.push(say!(l, "{v}% off", "立减 {v}%", "立減 {v}%"));
+        }
+        (Some(_), Some(v)) | (None, Some(v)) => {
+            let v = money(v, currency);
+            terms.push(say!(l, "{v} off", "立减 {v}", "立減 {v}"));
+        }
+        _ => {}
+    }
+    if let Some(min) = c.get("min_spend").and_then(Value::as_f64) {
+        let min = money(min, currency);
+        terms.push(say!(l, "minimum spend {min}", "最低消费 {min}", "最低消費 {min}"));
+    }
+    if let Some(cats) = c.get("categories").and_then(Value::as_array)
+        && !cats.is_empty()
+    {
+        let list: Vec<String> = cats.iter().map(scalar).collect();
+        let list = join_list(&list, l);
+        terms.push(say!(l, "only for {list} products", "仅限 {list} 类商品", "僅限 {list} 類商品"));
+    }
+    if c.get("first_order_only").and_then(Value::as_bool) == Some(true) {
+        terms.push(say!(l, "first order only", "仅限首单", "僅限首單"));
+    }
+    if let Some(until) = str_of(c, "valid_until") {
+        terms.push(say!(l, "valid until {until}", "有效期至 {until}", "有效期至 {until}"));
+    }
+    terms
+}
+
+fn refund_receipt(r: &Map<String, Value>, l: Language) -> String {
     let currency = str_of(r, "currency").unwrap_or("");
     let order = str_of(r, "order_id").unwrap_or("?");
-    let mut s = format!("Order {order} was refunded");
+    let mut s = say!(l, "Order {order} was refunded", "订单 {order} 已退款", "訂單 {order} 已退款");
     if let Some(amount) = r.get("amount").and_then(Value::as_f64) {
-        s.push_str(&format!(": {}", money(amount, currency)));
+        let amount = money(amount, currency);
+        s.push_str(&say!(l, ": {amount}", "：{amount}", "：{amount}"));
     }
     if let Some(id) = r.get("refund_id").map(scalar) {
-        s.push_str(&format!(" (refund id {id})"));
+        s.push_str(&say!(l, " (refund id {id})", "（退款编号 {id}）", "（退款編號 {id}）"));
     }
-    s.push('.');
+    s.push_str(if l == Language::English { "." } else { "。" });
     if let Some(total) = r.get("refunded_total").and_then(Value::as_f64) {
-        s.push_str(&format!(" Refunded on this order in total: {}.", money(total, currency)));
+        let total = money(total, currency);
+        s.push_str(&say!(
+            l,
+            " Refunded on this order in total: {total}.",
+            "该订单累计已退款：{total}。",
+            "該訂單累計已退款：{total}。"
+        ));
     }
     s
 }
 
-fn policy(p: &Map<String, Value>) -> String {
+fn policy(p: &Map<String, Value>, l: Language) -> String {
     let mut parts = Vec::new();
     let text = str_of(p, "text").map(str::trim).unwrap_or("");
     if !text.is_empty() {
-        parts.push(format!("Refund policy: {text}"));
+        parts.push(say!(l, "Refund policy: {text}", "退款政策：{text}", "退款政策：{text}"));
     }
     if let Some(days) = p.get("refund_window_days_after_delivery").and_then(Value::as_f64) {
         let days = number(days);
-        if !text.contains(&format!("{days} days")) {
-            parts.push(format!("Refunds are accepted within {days} days after delivery."));
+        if l != Language::English || !text.contains(&format!("{days} days")) {
+            parts.push(say!(
+                l,
+                "Refunds are accepted within {days} days after delivery.",
+                "签收后 {days} 天内可申请退款。",
+                "簽收後 {days} 天內可申請退款。"
+            ));
         }
     }
     if text.is_empty() {
         if p.get("refund_requires_paid").and_then(Value::as_bool) == Some(true) {
-            parts.push("Only paid orders can be refunded.".into());
+            parts.push(say!(
+                l,
+                "Only paid orders can be refunded.",
+                "仅已付款的订单可以退款。",
+                "僅已付款的訂單可以退款。"
+            ));
         }
         if let Some(max) = p.get("refund_max").map(scalar) {
-            parts.push(format!("The most that can be refunded: {max}."));
+            parts.push(say!(
+                l,
+                "The most that can be refunded: {max}.",
+                "最多可退金额：{max}。",
+                "最多可退金額：{max}。"
+            ));
         }
     }
-    if parts.is_empty() { generic_object(p) } else { parts.join(" ") }
+    if parts.is_empty() { generic_object(p) } else { parts.join(if l == Language::English { " " } else { "" }) }
 }
 
 // ------------------------------------------------------------------ helpers
 
 fn str_of<'a>(o: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     o.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
-}
-
-/// "a, b and c".
-fn join_and(items: &[String]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.clone(),
-        [init @ .., last] => format!("{} and {last}", init.join(", ")),
-    }
 }
 
 /// A JSON value as plain text: strings unquoted, numbers without a needless ".0".
@@ -537,129 +751,4 @@ fn generic_object(o: &Map<String, Value>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn one(kind: Option<ToolKind>, args: Value, result: Value) -> String {
-        render(kind, &args, &result.to_string()).join(" ")
-    }
-
-    #[test]
-    fn an_order_names_its_status_items_total_and_parcel() {
-        let s = one(
-            Some(ToolKind::GetOrder),
-            json!({"order_id": "A1013"}),
-            json!({"order_id": "A1013", "status": "SHIPPED", "placed_at": "2026-11-19T17:00:00+08:00",
-                   "items": [{"sku": "SKU-1008", "name": "Black Down Jacket L", "qty": 2, "unit_price": 899.0}],
-                   "total": 1798.0, "paid": 1798.0, "refunded": 0.0, "refundable": 1798.0, "currency": "CNY",
-                   "tracking_no": "YT649469840891",
-                   "shipment": {"carrier": "YTO Express", "status": "HELD_AT_CUSTOMS",
-                                "latest_event": {"at": "2026-11-22T03:00:00+08:00", "location": "Hangzhou", "event": "held at customs"},
-                                "eta": "2026-11-23", "eta_passed": true}}),
-        );
-        assert_eq!(
-            s,
-            "Order A1013 is shipped (placed on 2026-11-19): 2 × Black Down Jacket L; total 1798 CNY. \
-             Its parcel is with YTO Express (tracking YT649469840891); latest event: held at customs in Hangzhou on 2026-11-22 03:00. \
-             It was expected by 2026-11-23 and is now overdue; the carrier has not given a new delivery date."
-        );
-    }
-
-    #[test]
-    fn a_delivered_order_says_when() {
-        let s = one(
-            None,
-            json!({}),
-            json!({"order_id": "A1034", "status": "DELIVERED", "delivered_at": "2026-11-25T11:00:00+08:00"}),
-        );
-        assert_eq!(s, "Order A1034 was delivered on 2026-11-25.");
-    }
-
-    #[test]
-    fn an_overdue_parcel_is_called_overdue_without_a_new_date() {
-        let s = one(
-            Some(ToolKind::TrackShipment),
-            json!({"order_id": "A1031"}),
-            json!({"order_id": "A1031", "tracking_no": "SF250638245935", "carrier": "SF Express", "status": "IN_TRANSIT",
-                   "latest_event": {"at": "2026-11-07T03:00:00+08:00", "location": "Suzhou", "event": "in transit"},
-                   "events": [], "eta": "2026-11-09", "eta_passed": true, "note": "late"}),
-        );
-        assert!(s.contains("SF Express") && s.contains("in transit in Suzhou on 2026-11-07 03:00"), "{s}");
-        assert!(s.contains("overdue") && !s.contains("Estimated delivery"), "{s}");
-    }
-
-    #[test]
-    fn a_product_names_stock_restock_date_and_price() {
-        let s = one(
-            Some(ToolKind::GetProduct),
-            json!({"sku": "SKU-1016"}),
-            json!({"matches": [{"sku": "SKU-1016", "name": "Grey Running Shoes 43", "price": 549.0, "currency": "CNY",
-                                "stock": 0, "in_stock": false, "restock_date": "2026-12-05"}]}),
-        );
-        assert_eq!(
-            s,
-            "Grey Running Shoes 43 (SKU-1016) is out of stock; it is expected back in stock on 2026-12-05; price 549 CNY."
-        );
-        let none = one(Some(ToolKind::GetProduct), json!({"name": "flux capacitor"}), json!({"matches": []}));
-        assert_eq!(none, "No product matching \"flux capacitor\" was found.");
-    }
-
-    #[test]
-    fn a_coupon_names_usability_reasons_terms_and_discount() {
-        let s = one(
-            Some(ToolKind::CheckCoupon),
-            json!({"code": "TEA5", "product_name": "Green Tea 250g", "quantity": 2}),
-            json!({"code": "TEA5", "exists": true, "usable": true, "reasons": [], "kind": "fixed", "value": 5.0,
-                   "min_spend": 80.0, "valid_until": "2026-12-31", "categories": ["grocery"], "first_order_only": false,
-                   "discount": 5.0, "order_total": 176.0, "currency": "CNY"}),
-        );
-        assert_eq!(
-            s,
-            "Coupon TEA5 can be used. Terms: 5 CNY off, minimum spend 80 CNY, only for grocery products, valid until 2026-12-31. \
-             For 2 × Green Tea 250g (176 CNY) it takes 5 CNY off."
-        );
-        let no = one(
-            Some(ToolKind::CheckCoupon),
-            json!({"code": "WELCOME50"}),
-            json!({"code": "WELCOME50", "exists": true, "usable": false, "reasons": ["first order only"], "kind": "fixed",
-                   "value": 50.0, "min_spend": 200.0, "valid_until": "2027-03-31"}),
-        );
-        assert!(no.starts_with("Coupon WELCOME50 cannot be used: first order only."), "{no}");
-    }
-
-    #[test]
-    fn errors_name_the_entity_and_say_not_found() {
-        let s =
-            one(Some(ToolKind::TrackShipment), json!({"order_id": "A9999"}), json!({"error": "order A9999 not found"}));
-        assert_eq!(s, "Order A9999 was not found.");
-        let r = one(
-            Some(ToolKind::Refund),
-            json!({"order_id": "A1032"}),
-            json!({"error": "order A1032 is SHIPPED, not delivered"}),
-        );
-        assert_eq!(r, "The refund of order A1032 was not made: order A1032 is SHIPPED, not delivered.");
-    }
-
-    #[test]
-    fn the_policy_names_its_window_and_unknown_json_is_kept_as_key_value() {
-        let p = one(
-            Some(ToolKind::RefundPolicy),
-            json!({}),
-            json!({"refund_window_days_after_delivery": 7, "text": "Refunds within a week."}),
-        );
-        assert_eq!(p, "Refund policy: Refunds within a week. Refunds are accepted within 7 days after delivery.");
-        let g = one(None, json!({}), json!({"weather": "sunny", "temp": 21.5, "tags": ["a", "b"]}));
-        assert!(g.contains("weather: sunny") && g.contains("temp: 21.50") && g.contains("tags: a; b"), "{g}");
-    }
-
-    #[test]
-    fn the_newest_order_is_the_latest_placed() {
-        let list = json!({"customer_id": "C102", "orders": [
-            {"order_id": "A1003", "placed_at": "2026-11-27T20:00:00+08:00", "status": "SHIPPED", "total": 1997.0, "currency": "CNY"},
-            {"order_id": "A1015", "placed_at": "2026-11-14T13:00:00+08:00", "status": "DELIVERED", "total": 2795.0, "currency": "CNY"}]});
-        let (id, line) = newest_order(&list.to_string()).unwrap_or_default();
-        assert_eq!(id, "A1003");
-        assert_eq!(line, "Your most recent order is A1003 (placed on 2026-11-27, shipped, total 1997 CNY).");
-    }
-}
+mod tests;

@@ -1,16 +1,15 @@
-//! The offline reply writer and transcript compressor: subtask answers joined in plan order, plain sentences for what failed, and a label saying no LLM wrote it.
+//! The offline reply writer and transcript compressor: subtask answers joined in plan order, plain sentences for what failed, and a label saying no LLM wrote it, in the language the request names.
 
 use swarm_core::domain::truncate_chars;
+use swarm_core::language::Language;
 use swarm_core::ports::ChatMessage;
 use swarm_core::prompts::{ReplyInput, ReplyItem, ReplyStatus, parse_reply_input};
 
 use crate::intent::analyse;
+use crate::lang::{greeting, offline_label, zh, zh_clause};
 use crate::planner::{GREET_INSTRUCTION, HELP_INSTRUCTION};
 use crate::render;
-use crate::worker::{SUMMARY_ARROW, SUMMARY_BULLET, greeting};
-
-/// Last line of every reply the offline model writes.
-pub const OFFLINE_LABEL: &str = "— Answered by lambda-swarm's offline model (no LLM configured).";
+use crate::worker::{SUMMARY_ARROW, SUMMARY_BULLET};
 
 /// Longest facts line of a compressed tool call.
 const MAX_FACT_CHARS: usize = 300;
@@ -24,25 +23,28 @@ pub(crate) fn reply(messages: &[ChatMessage]) -> String {
         _ => None,
     });
     let Some((query, input)) = parsed else {
-        return format!("I could not put an answer together right now; please ask again.\n\n{OFFLINE_LABEL}");
+        let label = offline_label(Language::English);
+        return format!("I could not put an answer together right now; please ask again.\n\n{label}");
     };
     compose(&query, &input)
 }
 
 /// Succeeded answers in plan order, then one plain sentence per failed or
-/// skipped subtask (never its `problem` text), then the notes, then the label.
+/// skipped subtask (never its `problem` text), then the notes, then the label; our sentences in
+/// the language the input names, else the one the customer's message reads as.
 pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
+    let language = input.language.unwrap_or_else(|| Language::detect(query, None));
     let (greetings, work): (Vec<&ReplyItem>, Vec<&ReplyItem>) =
         input.results.iter().partition(|r| is_greeting(&r.instruction));
     let mut parts: Vec<String> = Vec::new();
     if work.is_empty() {
         let own = greetings.iter().find_map(|g| succeeded_answer(g));
-        parts.push(own.map_or_else(|| greeting(query), str::to_owned));
+        parts.push(own.map_or_else(|| greeting(language), str::to_owned));
     }
     for item in &work {
         match succeeded_answer(item) {
             Some(answer) => parts.push(answer.to_owned()),
-            None => parts.push(format!("I could not {} right now.", as_clause(&item.instruction))),
+            None => parts.push(could_not(&item.instruction, language)),
         }
     }
     for note in &input.notes {
@@ -51,8 +53,16 @@ pub(crate) fn compose(query: &str, input: &ReplyInput) -> String {
             parts.push(note.to_owned());
         }
     }
-    parts.push(OFFLINE_LABEL.to_owned());
+    parts.push(offline_label(language).to_owned());
     parts.join("\n\n")
+}
+
+/// "I could not check whether coupon SAVE20 can be used right now." / "抱歉，暂时无法查询优惠券 SAVE20 能否使用。"
+fn could_not(instruction: &str, language: Language) -> String {
+    match zh_clause(instruction, language) {
+        Some(clause) => zh!(language, "抱歉，暂时无法{clause}。", "抱歉，暫時無法{clause}。"),
+        None => format!("I could not {} right now.", as_clause(instruction)),
+    }
 }
 
 /// The answer the reply states: a succeeded subtask's, or our own sentence for a side effect
@@ -135,7 +145,8 @@ pub(crate) fn compress(messages: &[ChatMessage]) -> String {
 /// `• <tool> <args JSON> → <facts>` for one call and its result.
 fn fact_line(name: &str, args: &str, result: &str) -> String {
     let parsed = serde_json::from_str(args).unwrap_or(serde_json::Value::Null);
-    let facts = render::render(None, &parsed, result).join(" ").replace('\n', " ");
+    // Facts for the model's own later rounds, in English whatever the conversation's language.
+    let facts = render::render(None, &parsed, result, Language::English).join(" ").replace('\n', " ");
     let args = serde_json::to_string(&parsed).unwrap_or_else(|_| "null".into());
     format!("{SUMMARY_BULLET}{name} {args}{SUMMARY_ARROW}{}", truncate_chars(&facts, MAX_FACT_CHARS))
 }
@@ -182,6 +193,7 @@ fn from_text(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lang::OFFLINE_LABEL;
     use swarm_core::ports::ToolCall;
 
     fn item(
@@ -227,6 +239,7 @@ mod tests {
                 ),
             ],
             notes: vec!["2 subtasks over the limit were dropped.".into()],
+            language: None,
         };
         let reply = compose("q", &input);
         assert_eq!(
@@ -253,6 +266,7 @@ mod tests {
         let input = ReplyInput {
             results: vec![item("w01", GREET_INSTRUCTION, ReplyStatus::Failed, None, Some("boom"))],
             notes: vec![],
+            language: None,
         };
         let reply = compose("hi", &input);
         assert!(reply.starts_with("Hello! How can I help you today?"), "{reply}");

@@ -8,11 +8,13 @@ use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
+use swarm_core::language::Language;
 use swarm_core::ports::{ChatMessage, ToolCall, ToolSpec};
-use swarm_core::prompts::{CUSTOMER_MESSAGE_MARKER, DEPENDENCY_RESULTS_MARKER, SUBTASK_MARKER};
+use swarm_core::prompts::{CUSTOMER_MESSAGE_MARKER, DEPENDENCY_RESULTS_MARKER, SUBTASK_MARKER, split_answer_language};
 
 use crate::catalog::{ToolKind, arguments, find_tool};
 use crate::intent::{Analysis, analyse};
+use crate::lang::{say, zh};
 use crate::planner::GREET_INSTRUCTION;
 use crate::render;
 use crate::text::{self, Pat};
@@ -58,7 +60,9 @@ struct Subtask {
     instruction: String,
     reason: Option<String>,
     analysis: Analysis,
-    customer_query: String,
+    /// The language the answer is written in: the one the subtask message names, else the one
+    /// the customer's message reads as.
+    language: Language,
 }
 
 /// One work round.
@@ -98,6 +102,8 @@ fn read_subtask(messages: &[ChatMessage]) -> Subtask {
     let customer_query =
         users.iter().find_map(|u| u.strip_prefix(CUSTOMER_MESSAGE_MARKER)).unwrap_or_default().to_owned();
     let own = users.iter().rev().find(|u| u.starts_with(SUBTASK_MARKER)).or(users.last()).copied().unwrap_or_default();
+    let (own, named) = split_answer_language(own);
+    let language = named.unwrap_or_else(|| Language::detect(&customer_query, None));
     let (head, deps) = match own.split_once(DEPENDENCY_RESULTS_MARKER) {
         Some((head, deps)) => (head, deps),
         None => (own, ""),
@@ -122,7 +128,7 @@ fn read_subtask(messages: &[ChatMessage]) -> Subtask {
             analysis = analyse(&format!("{without_reason} ({})", ids.join(", ")));
         }
     }
-    Subtask { instruction, reason, analysis, customer_query }
+    Subtask { instruction, reason, analysis, language }
 }
 
 fn read_calls(messages: &[ChatMessage]) -> Vec<Done> {
@@ -229,7 +235,7 @@ impl<'a> State<'a> {
                 // A compressed list keeps the shop's order: newest first.
                 text::order_ids(result).into_iter().next()
             } else {
-                render::newest_order(result).map(|(id, _)| id)
+                render::newest_order(result, s.language).map(|(id, _)| id)
             }
         {
             if i.status {
@@ -301,16 +307,29 @@ impl<'a> State<'a> {
             return;
         }
         let status = render::field(result, "status").and_then(|v| v.as_str().map(str::to_owned));
+        let l = s.language;
         match (render::field(result, "refundable"), status.as_deref()) {
-            (Some(Value::Bool(false)), _) => {
-                self.lines.push(format!("No refund was made for order {id}: the shop marks it as not refundable."))
-            }
-            (Some(Value::Number(n)), _) if n.as_f64().is_some_and(|v| v <= 0.0) => {
-                self.lines.push(format!("No refund was made for order {id}: nothing is left to refund on it."));
-            }
-            (_, Some(status)) if status != "DELIVERED" => self.lines.push(format!(
-                "No refund was made for order {id}: it is {status}, not delivered, and the refund window starts at delivery."
+            (Some(Value::Bool(false)), _) => self.lines.push(say!(
+                l,
+                "No refund was made for order {id}: the shop marks it as not refundable.",
+                "订单 {id} 未退款：商店将该订单标记为不可退款。",
+                "訂單 {id} 未退款：商店將該訂單標記為不可退款。"
             )),
+            (Some(Value::Number(n)), _) if n.as_f64().is_some_and(|v| v <= 0.0) => self.lines.push(say!(
+                l,
+                "No refund was made for order {id}: nothing is left to refund on it.",
+                "订单 {id} 未退款：该订单已没有可退的金额。",
+                "訂單 {id} 未退款：該訂單已沒有可退的金額。"
+            )),
+            (_, Some(status)) if status != "DELIVERED" => {
+                let word = render::status_word(status, l);
+                self.lines.push(say!(
+                    l,
+                    "No refund was made for order {id}: it is {status}, not delivered, and the refund window starts at delivery.",
+                    "订单 {id} 未退款：该订单{word}，尚未送达，退款期限从送达时开始计算。",
+                    "訂單 {id} 未退款：該訂單{word}，尚未送達，退款期限從送達時開始計算。"
+                ))
+            }
             (Some(Value::Number(n)), _) => {
                 let amount = n.clone();
                 self.want(
@@ -327,6 +346,7 @@ impl<'a> State<'a> {
     /// The final answer: the facts of every result in plan order, then what could not be done.
     fn answer(&self, s: &Subtask) -> String {
         let i = s.analysis.intents;
+        let l = s.language;
         let mut lines: Vec<String> = Vec::new();
         let mut stock: (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
         for w in &self.wants {
@@ -337,7 +357,7 @@ impl<'a> State<'a> {
             }
             if w.kind == ToolKind::ListOrders
                 && i.latest
-                && let Some((_, line)) = render::newest_order(result)
+                && let Some((_, line)) = render::newest_order(result, l)
             {
                 lines.push(line);
                 continue;
@@ -357,21 +377,36 @@ impl<'a> State<'a> {
                     _ => {}
                 }
             }
-            lines.extend(render::render(Some(w.kind), &w.args, result));
+            lines.extend(render::render(Some(w.kind), &w.args, result, l));
         }
         lines.extend(self.lines.iter().cloned());
         if stock.0.len() + stock.1.len() >= 3 {
             let mut summary = Vec::new();
+            let sep = if l == Language::English { ", " } else { "、" };
             if !stock.1.is_empty() {
-                summary.push(format!("Out of stock: {}.", stock.1.join(", ")));
+                let out = stock.1.join(sep);
+                summary.push(say!(l, "Out of stock: {out}.", "缺货：{out}。", "缺貨：{out}。"));
             }
             if !stock.0.is_empty() {
-                summary.push(format!("In stock: {}.", stock.0.join(", ")));
+                let have = stock.0.join(sep);
+                summary.push(say!(l, "In stock: {have}.", "有货：{have}。", "有貨：{have}。"));
             }
-            lines.push(summary.join(" "));
+            lines.push(summary.join(if l == Language::English { " " } else { "" }));
         }
         for kind in &self.missing {
-            lines.push(format!("I have no tool to {} right now, so I could not check this.", kind.action()));
+            lines.push(match l {
+                Language::English => {
+                    format!("I have no tool to {} right now, so I could not check this.", kind.action())
+                }
+                _ => {
+                    let action = kind.action_zh(l);
+                    zh!(
+                        l,
+                        "我目前没有可以{action}的工具，因此无法查询这一项。",
+                        "我目前沒有可以{action}的工具，因此無法查詢這一項。"
+                    )
+                }
+            });
         }
         let mut unique: Vec<String> = Vec::new();
         for l in lines {
@@ -386,35 +421,41 @@ impl<'a> State<'a> {
     }
 }
 
-/// English and, for a Chinese message, Chinese greeting.
-pub(crate) fn greeting(customer_query: &str) -> String {
-    let en = "Hello! How can I help you today? I can check your orders and deliveries, product stock and prices, coupons and refunds.";
-    if text::has_cjk(customer_query) {
-        format!("您好！请问有什么可以帮您？我可以查询订单、物流、商品库存和价格、优惠券以及退款。\n{en}")
-    } else {
-        en.to_owned()
-    }
-}
-
 /// The answer of a subtask that looked nothing up.
 fn no_lookup_answer(s: &Subtask) -> String {
     let i = s.analysis.intents;
+    let l = s.language;
     if i.coupon_without_code {
-        return "Which coupon code would you like me to check? Please send it and I will look it up.".into();
+        return say!(
+            l,
+            "Which coupon code would you like me to check? Please send it and I will look it up.",
+            "请问您想查询哪个优惠券代码？请发给我，我来帮您查询。",
+            "請問您想查詢哪個優惠券代碼？請發給我，我來幫您查詢。"
+        );
     }
     if i.greeting || s.instruction == GREET_INSTRUCTION {
-        return greeting(&s.customer_query);
+        return crate::lang::greeting(l);
     }
     if i.actionable() {
-        return "I could not find anything to look up for this part of the question.".into();
+        return say!(
+            l,
+            "I could not find anything to look up for this part of the question.",
+            "这部分问题我没有找到可以查询的内容。",
+            "這部分問題我沒有找到可以查詢的內容。"
+        );
     }
-    "I can check your orders and deliveries, product stock and prices, coupons and refunds. What would you like me to look up?".into()
+    say!(
+        l,
+        "I can check your orders and deliveries, product stock and prices, coupons and refunds. What would you like me to look up?",
+        "我可以帮您查询订单和物流、商品库存和价格、优惠券以及退款。请问您想查询什么？",
+        "我可以幫您查詢訂單和物流、商品庫存和價格、優惠券以及退款。請問您想查詢什麼？"
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use swarm_core::prompts::work_messages;
+    use swarm_core::prompts::{work_messages, work_messages_in};
 
     fn tool(name: &str, props: Value) -> ToolSpec {
         ToolSpec {
@@ -575,7 +616,11 @@ mod tests {
     fn without_tools_a_greeting_is_answered_in_the_customers_language_too() {
         let msgs = work_messages("你好", &"w01".into(), GREET_INSTRUCTION, &[]);
         let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
-        assert!(text.starts_with("您好") && text.contains("How can I help"), "{text}");
+        assert_eq!(text, "您好！请问有什么可以帮您？我可以查询订单和物流、商品库存和价格、优惠券以及退款。");
+        // The language the subtask message names wins over the one the message reads as (你好 reads as both).
+        let msgs = work_messages_in("你好", &"w01".into(), GREET_INSTRUCTION, &[], Language::TraditionalChinese);
+        let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
+        assert_eq!(text, "您好！請問有什麼可以幫您？我可以查詢訂單和物流、商品庫存和價格、優惠券以及退款。");
     }
 
     #[test]
@@ -583,5 +628,39 @@ mod tests {
         let msgs = work_messages("q", &"w01".into(), "Check the status of order A1029.", &[]);
         let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
         assert_eq!(text, "I have no tool to look up orders right now, so I could not check this.");
+        let msgs =
+            work_messages_in("q", &"w01".into(), "Check the status of order A1029.", &[], Language::TraditionalChinese);
+        let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
+        assert_eq!(text, "我目前沒有可以查詢訂單的工具，因此無法查詢這一項。");
+    }
+
+    #[test]
+    fn the_answer_is_written_in_the_language_the_subtask_message_names() {
+        let instruction = "Refund order A1032 if the shop allows it; the customer's reason: \"late\".";
+        for (language, expected) in [
+            (
+                Language::English,
+                "No refund was made for order A1032: it is SHIPPED, not delivered, and the refund window starts at delivery.",
+            ),
+            (Language::SimplifiedChinese, "订单 A1032 未退款：该订单已发货，尚未送达，退款期限从送达时开始计算。"),
+            (Language::TraditionalChinese, "訂單 A1032 未退款：該訂單已發貨，尚未送達，退款期限從送達時開始計算。"),
+        ] {
+            let mut msgs = work_messages_in("Please refund A1032", &"w01".into(), instruction, &[], language);
+            msgs.push(ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall {
+                    id: "call_1".into(),
+                    name: "shop__get_order".into(),
+                    arguments: r#"{"order_id":"A1032"}"#.into(),
+                }],
+                reasoning_content: None,
+            });
+            msgs.push(ChatMessage::Tool {
+                tool_call_id: "call_1".into(),
+                content: json!({"order_id": "A1032", "status": "SHIPPED", "refundable": 100.0}).to_string(),
+            });
+            let Outcome::Answer(text) = work(&msgs, &tools()) else { panic!("answer expected") };
+            assert_eq!(text.lines().last(), Some(expected), "{language}");
+        }
     }
 }

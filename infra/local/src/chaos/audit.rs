@@ -1,6 +1,6 @@
 //! The chaos run's audit of the table: a reader of the table's stream of its own (beside the aggregator's trigger, and never faulted) that follows every write of every conversation and subtask item and counts, from the writes themselves, what the functions cannot be trusted to report — counts applied, reply writes, results recorded — and when each conversation became terminal.
 //!
-//! What the stream shows per write of a conversation item (`SK = META`, the new image):
+//! What the stream shows per write of a conversation item (its new image; the keys are read by the table's codec):
 //! - a **count** is a write that lowers `remaining`; a subtask id entering the `finished` set is
 //!   a subtask counted. A write that lowers `remaining` by more than the ids it adds applied a
 //!   count twice; one that adds more ids than it lowers `remaining` (or drops an id) lost a
@@ -11,7 +11,7 @@
 //!   should have failed).
 //! - a **flip** is a write from `RUNNING` to `AGGREGATING`.
 //!
-//! Per subtask item (`SK = TASK#…`): a **result** is a write that leaves it terminal with a
+//! Per subtask item: a **result** is a write that leaves it terminal with a
 //! result it did not have before.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
-use swarm_core::domain::{ConversationStatus, SubtaskStatus, now_ms};
+use swarm_adapters::aws::dynamo::codec::ItemKey;
+use swarm_core::domain::{ConversationStatus, SubtaskStatus};
+use swarm_core::time::{between, now_ms};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -73,7 +75,7 @@ impl ConversationAudit {
 
     /// Time from creation to the terminal write, when there was one.
     pub fn completion(&self) -> Option<Duration> {
-        self.terminal_at_ms.map(|t| Duration::from_millis(u64::try_from(t - self.created_at_ms).unwrap_or(0)))
+        self.terminal_at_ms.map(|t| between(self.created_at_ms, t))
     }
 }
 
@@ -114,16 +116,17 @@ impl AuditLog {
     /// Applies one stream record (Lambda JSON, `NEW_IMAGE`); `now_ms` is when it was read.
     pub fn apply(&mut self, record: &Value, now_ms: i64) {
         self.records += 1;
-        let keys = &record["dynamodb"]["Keys"];
         let image = &record["dynamodb"]["NewImage"];
-        let (Some(pk), Some(sk)) = (s_attr(keys, "PK"), s_attr(keys, "SK")) else { return };
-        let Some(id) = pk.strip_prefix("CONV#") else { return };
-        if sk == "META" {
-            let c = self.conversations.entry(id.to_owned()).or_default();
-            apply_conversation(c, image, now_ms);
-        } else if let Some(subtask) = sk.strip_prefix("TASK#") {
-            let t = self.subtasks.entry((id.to_owned(), subtask.to_owned())).or_default();
-            apply_subtask(t, image);
+        match ItemKey::of_json(&record["dynamodb"]["Keys"]) {
+            Some(ItemKey::Conversation(id)) => {
+                let c = self.conversations.entry(id.as_str().to_owned()).or_default();
+                apply_conversation(c, image, now_ms);
+            }
+            Some(ItemKey::Subtask(id, subtask)) => {
+                let t = self.subtasks.entry((id.as_str().to_owned(), subtask.into_string())).or_default();
+                apply_subtask(t, image);
+            }
+            _ => {}
         }
     }
 }

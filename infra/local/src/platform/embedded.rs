@@ -129,17 +129,18 @@ impl ChangeFeed for EmbeddedFeed {
 
 /// The stream record (`NEW_IMAGE`) of one write, with the item as the DynamoDB store writes it.
 ///
-/// Errors: [`StreamError::Permanent`] when a subtask item cannot be encoded (the store
-/// could not have written it either).
+/// Errors: [`StreamError::Permanent`] when an item cannot be encoded (the store could not
+/// have written it either).
 pub fn stream_record(change: &ItemChange) -> Result<Value, StreamError> {
     let item: Item = match &change.item {
         ChangedItem::Conversation(c) => conversation_item(c),
-        ChangedItem::Subtask(r) => subtask_item(r).map_err(|e| StreamError::Permanent(e.to_string()))?,
+        ChangedItem::Subtask(r) => subtask_item(r),
         ChangedItem::IdempotencyKey { customer_id, key, conversation_id, request_hash, ttl } => {
             idempotency_item(customer_id, key, conversation_id, request_hash.as_deref(), *ttl)
         }
-        ChangedItem::Approval(a) => approval_item(a).map_err(|e| StreamError::Permanent(e.to_string()))?,
-    };
+        ChangedItem::Approval(a) => approval_item(a),
+    }
+    .map_err(|e| StreamError::Permanent(e.to_string()))?;
     let image: std::collections::HashMap<String, StreamValue> =
         item.iter().map(|(k, v)| (k.clone(), stream_value(v))).collect();
     let keys = image.iter().filter(|(k, _)| *k == "PK" || *k == "SK").map(|(k, v)| (k.clone(), v.clone())).collect();

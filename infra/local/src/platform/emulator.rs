@@ -315,7 +315,8 @@ impl Backend for EmulatorBackend {
     }
 
     async fn conversation_count(&self) -> Result<usize, StoreError> {
-        use aws_sdk_dynamodb::types::{AttributeValue, Select};
+        use aws_sdk_dynamodb::types::Select;
+        use swarm_adapters::aws::dynamo::codec::conversation_sort_key;
         let retry = AwsRetryPolicy::default();
         let mut count = 0usize;
         let mut start = None;
@@ -325,7 +326,7 @@ impl Backend for EmulatorBackend {
                 .scan()
                 .table_name(&self.table)
                 .filter_expression("SK = :meta")
-                .expression_attribute_values(":meta", AttributeValue::S("META".into()))
+                .expression_attribute_values(":meta", conversation_sort_key())
                 .select(Select::Count)
                 .set_exclusive_start_key(start);
             let out = retry

@@ -2,19 +2,22 @@
 
 use std::sync::LazyLock;
 
-use serde_json::Value;
+use serde_json::{Value, json};
+use swarm_adapters::aws::dynamo::codec::conversation_record_pattern;
+use swarm_core::domain::ConversationStatus;
 
-/// The aggregator's event filter, exactly as `template.yaml` declares it
-/// (`Aggregator` → `Events` → `FilterCriteria.Filters[0].Pattern`; a unit test keeps them identical).
-pub const AGGREGATOR_FILTER_PATTERN: &str = r#"{"dynamodb": {"Keys": {"SK": {"S": ["META"]}}, "NewImage": {"remaining": {"N": ["0"]}, "status": {"S": ["RUNNING"]}}}}"#;
-
-/// The parsed pattern; `Null` (which matches nothing) only if the constant above were broken.
-static AGGREGATOR_FILTER: LazyLock<Value> =
-    LazyLock::new(|| serde_json::from_str(AGGREGATOR_FILTER_PATTERN).unwrap_or(Value::Null));
+/// The aggregator's event filter, exactly as `template.yaml` declares it (`Aggregator` → `Events`
+/// → `FilterCriteria.Filters[0].Pattern`; a unit test keeps them identical): a conversation
+/// item's record (the keys are the table codec's) whose new image has `remaining = 0` while `RUNNING`.
+pub static AGGREGATOR_FILTER: LazyLock<Value> = LazyLock::new(|| {
+    conversation_record_pattern(
+        json!({ "remaining": { "N": ["0"] }, "status": { "S": [ConversationStatus::Running.as_str()] } }),
+    )
+});
 
 /// Whether Lambda would pass this stream record (Lambda JSON, as
 /// [`record_to_lambda_json`](super::dynamo_stream::record_to_lambda_json) makes it) to the aggregator: the template's
-/// `FilterCriteria` pattern [`AGGREGATOR_FILTER_PATTERN`].
+/// `FilterCriteria` pattern [`AGGREGATOR_FILTER`].
 pub fn matches_aggregator_filter(record: &Value) -> bool {
     matches_pattern(record, &AGGREGATOR_FILTER)
 }
@@ -67,7 +70,7 @@ fn matches_rule(value: Option<&Value>, rule: &Value) -> bool {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
-mod tests {
+pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -83,21 +86,29 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_filter_is_the_one_template_yaml_declares() {
+    /// The stream filter patterns `template.yaml` declares, parsed.
+    pub(in crate::platform) fn template_stream_patterns() -> Vec<Value> {
         let template = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml")).unwrap();
-        let patterns: Vec<&str> = template
+        template
             .lines()
             .filter_map(|l| l.trim().strip_prefix("- Pattern: '"))
             .filter_map(|l| l.strip_suffix('\''))
             .filter(|p| p.contains("\"dynamodb\""))
+            .map(|p| serde_json::from_str(p).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_filter_is_the_one_template_yaml_declares() {
+        let patterns: Vec<Value> = template_stream_patterns()
+            .into_iter()
             // The table's other stream reader: the hand-off pipe (its own test checks its pattern).
-            .filter(|p| *p != super::super::handoff::HANDOFF_FILTER_PATTERN)
+            .filter(|p| *p != *super::super::handoff::HANDOFF_FILTER)
             .collect();
         assert_eq!(
             patterns,
-            vec![AGGREGATOR_FILTER_PATTERN],
-            "template.yaml's stream filter and this constant must be identical"
+            vec![AGGREGATOR_FILTER.clone()],
+            "template.yaml's stream filter and this one must be identical"
         );
         assert!(AGGREGATOR_FILTER.is_object());
     }

@@ -4,23 +4,22 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use swarm_core::domain::HandoffReason;
+use serde_json::{Value, json};
+use swarm_adapters::aws::dynamo::codec::conversation_record_pattern;
+use swarm_core::domain::{ConversationStatus, HandoffReason};
 use tokio::sync::watch;
 
 use super::ChangeFeed;
 use super::filter::matches_pattern;
 
 /// The pipe's filter, exactly as `template.yaml` declares it (`HandoffPipe` →
-/// `SourceParameters.FilterCriteria.Filters[0].Pattern`; a test keeps them identical).
-pub const HANDOFF_FILTER_PATTERN: &str =
-    r#"{"dynamodb": {"Keys": {"SK": {"S": ["META"]}}, "NewImage": {"status": {"S": ["HANDOFF"]}}}}"#;
+/// `SourceParameters.FilterCriteria.Filters[0].Pattern`; a test keeps them identical): a
+/// conversation item's record (the keys are the table codec's) whose new image is `HANDOFF`.
+pub static HANDOFF_FILTER: LazyLock<Value> =
+    LazyLock::new(|| conversation_record_pattern(json!({ "status": { "S": [ConversationStatus::Handoff.as_str()] } })));
 
 /// The event's `detail-type` on the bus.
 pub const HANDOFF_DETAIL_TYPE: &str = "conversation.handoff";
-
-static HANDOFF_FILTER: LazyLock<Value> =
-    LazyLock::new(|| serde_json::from_str(HANDOFF_FILTER_PATTERN).unwrap_or(Value::Null));
 
 /// One hand-off event: the `detail` the pipe's input template gives the bus.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,7 +117,7 @@ mod tests {
     fn the_filter_is_the_templates() {
         let template = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml")).unwrap();
         assert!(
-            template.contains(&format!("Pattern: '{HANDOFF_FILTER_PATTERN}'")),
+            super::super::filter::tests::template_stream_patterns().contains(&HANDOFF_FILTER),
             "template.yaml's HandoffPipe filter differs"
         );
         assert!(template.contains(&format!("DetailType: {HANDOFF_DETAIL_TYPE}")));

@@ -8,7 +8,7 @@ use aws_lambda_events::event::sqs::SqsBatchResponse;
 use swarm_core::faults::FaultPlan;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
-use worker::{Worker, WorkerMode};
+use worker::{MessageHandler, WorkerMode};
 
 use super::chaos::{Chaos, FaultKind};
 use super::counters::{Counters, Received, ReceivedLog, add};
@@ -40,7 +40,8 @@ pub struct EventSourceMapping {
     pub function: String,
     pub consumer: Arc<dyn QueueConsumer>,
     pub mode: WorkerMode,
-    pub worker: Arc<Worker>,
+    /// The function: the tasks worker on a tasks queue, the closer on a DLQ.
+    pub worker: Arc<dyn MessageHandler>,
     pub settings: MappingSettings,
     /// Invoke the function twice with every batch (at-least-once delivery drills).
     pub duplicate_deliveries: bool,
@@ -157,8 +158,7 @@ impl EventSourceMapping {
             WorkerMode::DeadLetters | WorkerMode::Sweep => add(&self.counters.dead_letter_invocations, 1),
         }
         let (event, context) = events::sqs_event(&self.queue, &self.function, deliveries, self.settings.timeout);
-        let handler =
-            worker::handler::handle(&self.worker, self.mode, lambda_runtime::LambdaEvent::new(event, context));
+        let handler = worker::handler::handle(self.worker.as_ref(), lambda_runtime::LambdaEvent::new(event, context));
         self.counters.function_started(&self.function);
         let ended = invoke(self.settings.timeout, self.faults.as_ref(), handler).await;
         self.counters.function_ended(&self.function);

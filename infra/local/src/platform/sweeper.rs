@@ -6,7 +6,7 @@ use std::time::Duration;
 use swarm_core::faults::FaultPlan;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
-use worker::{SweepReport, Worker};
+use worker::{Closer, SweepReport};
 
 use super::counters::{Counters, add};
 use super::invoke::{Ended, invoke};
@@ -14,7 +14,8 @@ use crate::events;
 
 /// The schedule and the sweep function.
 pub struct Sweeper {
-    pub worker: Arc<Worker>,
+    /// The sweep function: a closer alone.
+    pub worker: Arc<Closer>,
     /// Time between two invocations (`sweep.period_secs`).
     pub period: Duration,
     /// The sweep function's timeout: the invocation is cut there.

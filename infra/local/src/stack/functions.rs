@@ -28,7 +28,7 @@ use swarm_core::ports::{ConversationStore, ToolContext, ToolGateway};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 use worker::wiring::{AgentPorts, WorkerPorts};
-use worker::{Worker, WorkerMode};
+use worker::{Closer, MessageHandler, WorkerMode};
 
 use super::options::Wraps;
 use crate::platform::{Backend, FunctionClients};
@@ -44,10 +44,11 @@ pub struct Systems {
     pub queue: &'static str,
 }
 
-/// A function of the worker binary and the mode its config put it in.
+/// A function of the worker binary an SQS mapping feeds, and the mode its config put it in.
 #[derive(Clone)]
 pub struct WorkerFunction {
-    pub worker: Arc<Worker>,
+    /// What handles its messages: the tasks worker, or the closer alone (the DLQ consumer).
+    pub worker: Arc<dyn MessageHandler>,
     pub mode: WorkerMode,
 }
 
@@ -59,7 +60,8 @@ pub struct Functions {
     pub worker: WorkerFunction,
     pub refund_worker: WorkerFunction,
     pub dlq_consumer: WorkerFunction,
-    pub sweeper: WorkerFunction,
+    /// The sweep function: a closer alone.
+    pub sweeper: Arc<Closer>,
     pub aggregator: Arc<Aggregator>,
 }
 
@@ -90,7 +92,7 @@ impl Builder<'_> {
             worker: self.worker(Function::Worker).await?,
             refund_worker: self.worker(Function::RefundWorker).await?,
             dlq_consumer: self.worker(Function::DlqConsumer).await?,
-            sweeper: self.worker(Function::Sweeper).await?,
+            sweeper: self.sweeper().await?,
             aggregator: self.aggregator()?,
         })
     }
@@ -139,6 +141,21 @@ impl Builder<'_> {
     }
 
     async fn worker(&self, function: Function) -> anyhow::Result<WorkerFunction> {
+        let (built, mode) = self.worker_function(function).await?;
+        Ok(WorkerFunction { worker: built.messages(), mode })
+    }
+
+    /// The sweeper: its config's mode builds the closer alone.
+    async fn sweeper(&self) -> anyhow::Result<Arc<Closer>> {
+        let (built, _) = self.worker_function(Function::Sweeper).await?;
+        built.closer().context("the sweeper is not built as a closer")
+    }
+
+    /// A function of the worker binary as its crate's wiring builds it from its config, with its mode.
+    async fn worker_function(
+        &self,
+        function: Function,
+    ) -> anyhow::Result<(worker::wiring::WorkerFunction, WorkerMode)> {
         let FunctionConfig::Worker(config) = self.config(function)? else {
             anyhow::bail!("{} is not a function of the worker binary", function.name())
         };
@@ -156,9 +173,9 @@ impl Builder<'_> {
             queues: self.queues(&clients, &config.queues)?,
             agent,
         };
-        let worker = worker::wiring::worker(&config, ports, self.timings)
+        let built = worker::wiring::worker(&config, ports, self.timings)
             .with_context(|| format!("building the {} function", function.name()))?;
-        Ok(WorkerFunction { worker: Arc::new(worker), mode: config.mode })
+        Ok((built, config.mode))
     }
 
     async fn orchestrator(&self) -> anyhow::Result<(Arc<Orchestrator>, Arc<Approvals>)> {

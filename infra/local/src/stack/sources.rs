@@ -58,7 +58,7 @@ impl Sources<'_> {
         tasks.push(tokio::spawn(self.trigger(feed).run(self.shutdown.clone())));
         let t = self.timings;
         let sweeper = Arc::new(Sweeper {
-            worker: self.functions.sweeper.worker.clone(),
+            worker: self.functions.sweeper.clone(),
             period: t.sweep.period,
             timeout: lambda_timeout(t.sweep.timeout),
             faults: self.faults.clone(),

@@ -1,4 +1,4 @@
-//! What the store contract suites share: the macro that runs each contract test on both adapters, and a DynamoDB store on a fresh table of the emulator.
+//! What the store contract suites share: the macro that runs each contract test on both adapters, and a DynamoDB store (or client) on a fresh table of the emulator.
 
 use std::sync::Arc;
 
@@ -38,6 +38,12 @@ macro_rules! contract_tests {
 /// (with a loud line) when `SWARM_SKIP_AWS=1` names none. Errors: no emulator named, or the table
 /// could not be created.
 pub async fn dynamo_store(test: &str) -> Result<Option<Arc<DynamoConversationStore>>> {
+    Ok(dynamo_table(test).await?.map(|(client, table)| Arc::new(DynamoConversationStore::new(client, table))))
+}
+
+/// A client of the emulator named by `SWARM_AWS_ENDPOINT` and a fresh table on it, or `None` as
+/// [`dynamo_store`] says.
+pub async fn dynamo_table(test: &str) -> Result<Option<(aws_sdk_dynamodb::Client, String)>> {
     let suite = env!("CARGO_CRATE_NAME");
     let endpoint = match std::env::var("SWARM_AWS_ENDPOINT") {
         Ok(e) if !e.trim().is_empty() => e.trim().to_owned(),
@@ -67,5 +73,5 @@ pub async fn dynamo_store(test: &str) -> Result<Option<Arc<DynamoConversationSto
         uuid::Uuid::now_v7().simple()
     );
     create_table(&client, &table).await?;
-    Ok(Some(Arc::new(DynamoConversationStore::new(client, table))))
+    Ok(Some((client, table)))
 }

@@ -11,7 +11,7 @@ use swarm_core::ports::StoreError;
 
 use super::InMemoryConversationStore;
 
-/// `PRINCIPAL#…` and `LIMIT#…` items.
+/// The identity mappings and the rate counters (a principal's item and a customer's window's item).
 #[derive(Default)]
 pub(crate) struct AccessTables {
     /// `<kind>:<value>` → canonical customer id.

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use swarm_core::domain::{TaskMessage, now_ms};
+use swarm_core::domain::TaskMessage;
 use swarm_core::ports::{MAX_DELAY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
+use swarm_core::time::now_ms;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

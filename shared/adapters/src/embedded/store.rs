@@ -1,4 +1,4 @@
-//! Embedded conversation store: DynamoDB's single-table semantics (conditional writes, a lossless stream of new images) in memory.
+//! Embedded conversation store: DynamoDB's single-table semantics (conditional writes, a lossless stream of new images) in memory — its tables and stream, and its conversation, answer and accounting roles (the subtask and journal roles in `subtasks`, approvals in `approvals`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -6,15 +6,13 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
+use swarm_core::approval::Approval;
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskId, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskId, SubtaskRecord, Usage,
 };
-use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, CloseOutcome, ConversationRecords, CountOutcome,
-    CreateOutcome, IntentOutcome, JournalStore, LeaseOutcome, LeasePhase, RecordOutcome, StoreError, SubtaskStore,
+    AccountingStore, AnswerStore, ConversationRecords, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
+    StoreError,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -28,14 +26,14 @@ pub struct ItemChange {
     pub item: ChangedItem,
 }
 
-/// The item a write left, by kind (the table's layout: `META`, `TASK#…`, `IDEM`).
+/// The item a write left, by kind (the kinds of the DynamoDB table's items; their keys are its codec's).
 #[derive(Clone, Debug)]
 pub enum ChangedItem {
-    /// The conversation item (`PK = CONV#<id>`, `SK = META`).
+    /// The conversation item.
     Conversation(Conversation),
-    /// A subtask item (`PK = CONV#<id>`, `SK = TASK#<subtask id>`).
+    /// A subtask item.
     Subtask(SubtaskRecord),
-    /// The idempotency-key item (`PK = IDEM#<customer>#<key>`), written with its conversation.
+    /// The idempotency key's claim, written with its conversation.
     IdempotencyKey {
         customer_id: String,
         key: String,
@@ -44,7 +42,7 @@ pub enum ChangedItem {
         request_hash: Option<String>,
         ttl: i64,
     },
-    /// An approval item (`PK = APPROVALS`, `SK = <approval id>`).
+    /// An approval item.
     Approval(Approval),
 }
 
@@ -60,14 +58,15 @@ impl ItemChange {
     }
 }
 
+/// The table's items, by kind, and its stream's readers.
 #[derive(Default)]
-struct Tables {
+pub(super) struct Tables {
     conversations: HashMap<ConversationId, Conversation>,
-    subtasks: HashMap<ConversationId, BTreeMap<SubtaskId, SubtaskRecord>>,
+    pub(super) subtasks: HashMap<ConversationId, BTreeMap<SubtaskId, SubtaskRecord>>,
     /// (customer, key) → the conversation it created and the hash of the request that claimed it.
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
-    approvals: BTreeMap<String, Approval>,
+    pub(super) approvals: BTreeMap<String, Approval>,
     /// The stream's readers; each gets every change, in write order.
     subscribers: Vec<mpsc::UnboundedSender<ItemChange>>,
     last_sequence: u64,
@@ -76,7 +75,7 @@ struct Tables {
 impl Tables {
     /// Hands one write to every reader. Called with the lock held, so readers see writes in
     /// the order they were applied; a reader that went away is dropped.
-    fn emit(&mut self, created: bool, item: ChangedItem) {
+    pub(super) fn emit(&mut self, created: bool, item: ChangedItem) {
         self.last_sequence += 1;
         let change = ItemChange { sequence: self.last_sequence, created, item };
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
@@ -122,7 +121,7 @@ impl InMemoryConversationStore {
         self.lock().map(|t| t.conversations.len()).unwrap_or(0)
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Tables>, StoreError> {
+    pub(super) fn lock(&self) -> Result<std::sync::MutexGuard<'_, Tables>, StoreError> {
         self.tables.lock().map_err(|_| StoreError::Permanent("store lock poisoned".into()))
     }
 }
@@ -348,157 +347,6 @@ impl AnswerStore for InMemoryConversationStore {
 }
 
 #[async_trait]
-impl SubtaskStore for InMemoryConversationStore {
-    async fn get_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-    ) -> Result<Option<SubtaskRecord>, StoreError> {
-        Ok(self.lock()?.subtasks.get(id).and_then(|m| m.get(subtask_id)).cloned())
-    }
-
-    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        Ok(self.lock()?.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default())
-    }
-
-    async fn transition_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        from: &[SubtaskStatus],
-        to: SubtaskStatus,
-    ) -> Result<bool, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(false);
-        };
-        if !from.contains(&rec.status) {
-            return Ok(false);
-        }
-        rec.status = to;
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot));
-        Ok(true)
-    }
-
-    async fn begin_attempt(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        lease: &AttemptLease,
-        now_ms: i64,
-    ) -> Result<AttemptStart, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(AttemptStart::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(AttemptStart::AlreadyFinished(rec.clone()));
-        }
-        if rec.lease.as_ref().is_some_and(|held| !held.admits(&lease.holder, now_ms)) {
-            return Ok(AttemptStart::Leased(rec.clone()));
-        }
-        rec.lease = Some(lease.clone());
-        rec.status = SubtaskStatus::Running;
-        rec.attempts += 1;
-        if rec.started_at_ms.is_none() {
-            rec.started_at_ms = Some(now_ms);
-        }
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
-        Ok(AttemptStart::Started(snapshot))
-    }
-
-    async fn release_attempt(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        holder: &str,
-    ) -> Result<(), StoreError> {
-        let mut t = self.lock()?;
-        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
-            && rec.lease.as_ref().is_some_and(|l| l.holder == holder)
-        {
-            rec.lease = None;
-            let snapshot = rec.clone();
-            t.emit(false, ChangedItem::Subtask(snapshot));
-        }
-        Ok(())
-    }
-
-    async fn save_checkpoint(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        checkpoint: &str,
-    ) -> Result<(), StoreError> {
-        let mut t = self.lock()?;
-        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
-            && !rec.status.is_terminal()
-        {
-            rec.checkpoint = Some(checkpoint.to_owned());
-            let snapshot = rec.clone();
-            t.emit(false, ChangedItem::Subtask(snapshot));
-        }
-        Ok(())
-    }
-
-    async fn record_result(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        result: &SubtaskResult,
-        usage: &Usage,
-        tools_used: &[String],
-        now_ms: i64,
-    ) -> Result<RecordOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(RecordOutcome::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
-        }
-        rec.status = result.status();
-        rec.result = Some(result.clone());
-        rec.usage = *usage;
-        rec.tools_used = tools_used.to_vec();
-        rec.finished_at_ms = Some(now_ms);
-        rec.checkpoint = None;
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
-        Ok(RecordOutcome::Recorded(snapshot))
-    }
-
-    async fn close_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        result: &SubtaskResult,
-        journal_len: usize,
-        now_ms: i64,
-    ) -> Result<CloseOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(CloseOutcome::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(CloseOutcome::AlreadyFinished(rec.clone()));
-        }
-        if rec.effects.len() != journal_len {
-            return Ok(CloseOutcome::JournalChanged);
-        }
-        rec.status = result.status();
-        rec.result = Some(result.clone());
-        rec.finished_at_ms = Some(now_ms);
-        rec.checkpoint = None;
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
-        Ok(CloseOutcome::Recorded(snapshot))
-    }
-}
-
-#[async_trait]
 impl AccountingStore for InMemoryConversationStore {
     async fn count_finished(
         &self,
@@ -525,138 +373,14 @@ impl AccountingStore for InMemoryConversationStore {
     }
 }
 
-#[async_trait]
-impl JournalStore for InMemoryConversationStore {
-    async fn record_intent(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        holder: &str,
-        effect: &Effect,
-    ) -> Result<IntentOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(IntentOutcome::Missing);
-        };
-        let index = (effect.ordinal as usize).saturating_sub(1);
-        if rec.status.is_terminal() {
-            return Ok(IntentOutcome::Closed(rec.clone()));
-        }
-        if rec.lease.as_ref().is_none_or(|l| l.holder != holder) {
-            return Ok(IntentOutcome::LeaseLost);
-        }
-        if let Some(existing) = rec.effects.get(index) {
-            return Ok(IntentOutcome::Existing(existing.clone()));
-        }
-        if rec.effects.len() != index {
-            return Err(StoreError::Permanent(format!(
-                "journal of {subtask_id} has {} entries; intent {} does not follow them",
-                rec.effects.len(),
-                effect.ordinal
-            )));
-        }
-        rec.effects.push(effect.clone());
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot));
-        Ok(IntentOutcome::Recorded)
-    }
-
-    async fn record_effect_outcome(
-        &self,
-        id: &ConversationId,
-        subtask_id: &SubtaskId,
-        ordinal: u32,
-        change: &EffectChange,
-    ) -> Result<Option<Effect>, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(None);
-        };
-        let Some(entry) = rec.effects.get_mut((ordinal as usize).saturating_sub(1)) else {
-            return Ok(None);
-        };
-        if entry.state.is_final() {
-            return Ok(Some(entry.clone()));
-        }
-        *entry = change.apply(entry);
-        let after = entry.clone();
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot));
-        Ok(Some(after))
-    }
-}
-
-#[async_trait]
-impl ApprovalStore for InMemoryConversationStore {
-    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
-        let mut t = self.lock()?;
-        if let Some(existing) = t.approvals.get(&approval.id) {
-            return Ok(existing.clone());
-        }
-        t.approvals.insert(approval.id.clone(), approval.clone());
-        t.emit(true, ChangedItem::Approval(approval.clone()));
-        Ok(approval.clone())
-    }
-
-    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
-        Ok(self.lock()?.approvals.get(approval_id).cloned())
-    }
-
-    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
-        Ok(self.lock()?.approvals.values().rev().take(limit).cloned().collect())
-    }
-
-    async fn decide_approval(
-        &self,
-        approval_id: &str,
-        decision: &ApprovalDecision,
-    ) -> Result<DecideOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(a) = t.approvals.get_mut(approval_id) else { return Ok(DecideOutcome::Missing) };
-        if a.status != ApprovalStatus::Pending {
-            return Ok(DecideOutcome::Unchanged(a.clone()));
-        }
-        if decision.at_ms >= a.expires_at_ms {
-            a.status = ApprovalStatus::Expired;
-            let snapshot = a.clone();
-            t.emit(false, ChangedItem::Approval(snapshot.clone()));
-            return Ok(DecideOutcome::Unchanged(snapshot));
-        }
-        a.status = if decision.approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
-        a.decided_by = Some(decision.by.clone());
-        a.decided_at_ms = Some(decision.at_ms);
-        a.token = decision.token.clone();
-        let snapshot = a.clone();
-        t.emit(false, ChangedItem::Approval(snapshot.clone()));
-        Ok(DecideOutcome::Decided(snapshot))
-    }
-
-    async fn finish_approval(
-        &self,
-        approval_id: &str,
-        status: ApprovalStatus,
-        outcome: &EffectOutcome,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let mut t = self.lock()?;
-        let Some(a) = t.approvals.get_mut(approval_id) else { return Ok(false) };
-        if a.status != ApprovalStatus::Approved {
-            return Ok(false);
-        }
-        a.status = status;
-        a.outcome = Some(outcome.clone());
-        a.finished_at_ms = Some(at_ms);
-        let snapshot = a.clone();
-        t.emit(false, ChangedItem::Approval(snapshot));
-        Ok(true)
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
+    use swarm_core::domain::{Subtask, SubtaskResult};
+    use swarm_core::effects::AttemptLease;
+    use swarm_core::ports::SubtaskStore;
+
     use super::*;
-    use swarm_core::domain::Subtask;
 
     fn subtask(c: &Conversation, id: &str) -> SubtaskRecord {
         SubtaskRecord::new(

@@ -110,6 +110,7 @@ pub const APPROVAL_OLDEST_PENDING_SECONDS: &str = "swarm_approval_oldest_pending
 pub const APPROVALS_DECIDED: &str = "swarm_approvals_decided";
 pub const APPROVAL_WAIT_SECONDS: &str = "swarm_approval_wait_seconds";
 pub const HANDOFFS: &str = "swarm_handoffs";
+pub const EFFECTS_UNCONFIRMED: &str = "swarm_effects_unconfirmed";
 
 const fn def(
     name: &'static str,
@@ -379,6 +380,14 @@ pub const CATALOG: &[MetricDef] = &[
         "Conversations handed to a person: customer_asked, tool_failures, policy.",
         emitted("handoff", "aggregator, worker (the deadline path)"),
     ),
+    def(
+        EFFECTS_UNCONFIRMED,
+        Counter,
+        Count,
+        &[],
+        "Side effects whose outcome is still not known after every confirmation (replays used up, or the confirmation dead-lettered): left as submitted.",
+        emitted("effect_unconfirmed", "worker (confirmations, the DLQ consumer)"),
+    ),
 ];
 
 /// The catalogue entry of `name`.
@@ -441,7 +450,7 @@ pub fn conversation_finished(status: ConversationStatus, created_at_ms: i64, now
         ConversationStatus::Handoff => "handoff",
         _ => "done",
     };
-    let seconds = (now_ms - created_at_ms).max(0) as f64 / 1000.0;
+    let seconds = crate::time::between(created_at_ms, now_ms).as_secs_f64();
     histogram!(CONVERSATION_SECONDS, "status" => status).record(seconds);
 }
 
@@ -657,6 +666,11 @@ pub fn approval_decided(decision: Decision, waited: Duration) {
     };
     counter!(APPROVALS_DECIDED, "decision" => decision).increment(1);
     histogram!(APPROVAL_WAIT_SECONDS, "decision" => decision).record(waited.as_secs_f64());
+}
+
+/// A side effect's outcome is still not known after every confirmation: it stays submitted.
+pub fn effect_unconfirmed() {
+    counter!(EFFECTS_UNCONFIRMED).increment(1);
 }
 
 /// A conversation ended in a hand-off to a person.

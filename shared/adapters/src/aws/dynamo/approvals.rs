@@ -6,7 +6,7 @@ use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOut
 use swarm_core::effects::EffectOutcome;
 use swarm_core::ports::{ApprovalStore, StoreError};
 
-use super::codec::{APPROVALS_PK, approval_from_item, approval_item, s};
+use super::codec::{ItemKey, approval_from_item, approval_item, approvals_partition};
 use super::store::{DynamoConversationStore, to_store_error};
 use super::update::Update;
 use crate::aws::retry::sdk_error_is_transient;
@@ -22,14 +22,7 @@ impl ApprovalStore for DynamoConversationStore {
         }
         let condition = "attribute_not_exists(#PK)".to_owned();
         let created = self
-            .update(
-                "UpdateItem(create_approval)",
-                APPROVALS_PK.to_owned(),
-                approval.id.clone(),
-                u,
-                condition,
-                ReturnValue::None,
-            )
+            .update("UpdateItem(create_approval)", &ItemKey::approval(&approval.id), u, condition, ReturnValue::None)
             .await?;
         if created.is_some() {
             return Ok(approval.clone());
@@ -40,10 +33,7 @@ impl ApprovalStore for DynamoConversationStore {
     }
 
     async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
-        self.get_item(APPROVALS_PK.to_owned(), approval_id.to_owned())
-            .await?
-            .map(|item| approval_from_item(&item))
-            .transpose()
+        self.get_item(&ItemKey::approval(approval_id)).await?.map(|item| approval_from_item(&item)).transpose()
     }
 
     async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
@@ -52,7 +42,7 @@ impl ApprovalStore for DynamoConversationStore {
             .query()
             .table_name(&self.table)
             .key_condition_expression("PK = :pk")
-            .expression_attribute_values(":pk", s(APPROVALS_PK))
+            .expression_attribute_values(":pk", approvals_partition())
             .scan_index_forward(false)
             .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
             .consistent_read(true);

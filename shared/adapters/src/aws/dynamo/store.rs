@@ -16,8 +16,8 @@ use swarm_core::ports::{
 };
 
 use super::codec::{
-    APPROVALS_PK, Item, META, SWEEP_INDEX, approval_item, conv_pk, conversation_from_item, conversation_item, get_n,
-    idem_pk, idempotency_item, key, lease_from_item, n, opt_s, s, subtask_item,
+    Item, ItemKey, SWEEP_INDEX, approval_item, conversation_from_item, conversation_id_of_keys, conversation_item,
+    idempotency_claim, idempotency_item, n, remaining_of, s, subtask_item,
 };
 use super::update::Update;
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
@@ -98,8 +98,8 @@ impl DynamoConversationStore {
         &self.table
     }
 
-    pub(super) async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>, StoreError> {
-        let req = self.client.get_item().table_name(&self.table).set_key(Some(key(pk, sk))).consistent_read(true);
+    pub(super) async fn get_item(&self, key: &ItemKey) -> Result<Option<Item>, StoreError> {
+        let req = self.client.get_item().table_name(&self.table).set_key(Some(key.item())).consistent_read(true);
         let out = self
             .retry
             .run("dynamodb", "GetItem", sdk_error_is_transient, || req.clone().send())
@@ -108,12 +108,11 @@ impl DynamoConversationStore {
         Ok(out.item)
     }
 
-    /// Runs one conditional `UpdateItem`. `Ok(None)` when the condition failed.
+    /// Runs one conditional `UpdateItem` on the item of `key`. `Ok(None)` when the condition failed.
     pub(super) async fn update(
         &self,
         op: &'static str,
-        pk: String,
-        sk: String,
+        key: &ItemKey,
         mut update: Update,
         condition: String,
         return_values: ReturnValue,
@@ -123,7 +122,7 @@ impl DynamoConversationStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(pk, sk)))
+            .set_key(Some(key.item()))
             .update_expression(update.expression())
             .condition_expression(condition)
             .set_expression_attribute_names(Some(update.names))
@@ -193,7 +192,7 @@ impl DynamoConversationStore {
         let was = u.value("was", s(from.code()));
         let condition = format!("attribute_exists(#PK) AND {status} = {was}");
         Ok(self
-            .update("UpdateItem(approval)", APPROVALS_PK.to_owned(), after.id.clone(), u, condition, ReturnValue::None)
+            .update("UpdateItem(approval)", &ItemKey::approval(&after.id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -221,7 +220,7 @@ fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
 #[async_trait]
 impl ConversationRecords for DynamoConversationStore {
     async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
-        let meta = conversation_item(conversation);
+        let meta = conversation_item(conversation)?;
         let Some(idem_key) = &conversation.idempotency_key else {
             let req = self
                 .client
@@ -237,14 +236,14 @@ impl ConversationRecords for DynamoConversationStore {
                 Err(e) => Err(to_store_error("PutItem", e)),
             };
         };
-        let idem_pk = idem_pk(&conversation.customer_id, idem_key);
         let idem = idempotency_item(
             &conversation.customer_id,
             idem_key,
             &conversation.id,
             conversation.request_hash.as_deref(),
             conversation.ttl,
-        );
+        )?;
+        let claim = ItemKey::Idempotency { customer_id: conversation.customer_id.clone(), key: idem_key.clone() };
         let req = self
             .client
             .transact_write_items()
@@ -255,15 +254,14 @@ impl ConversationRecords for DynamoConversationStore {
             Err(e) => {
                 let codes = cancellation_codes(&e);
                 if codes.get(1).is_some_and(|c| c == "ConditionalCheckFailed") {
-                    let existing = self.get_item(idem_pk, "IDEM".to_owned()).await?;
-                    let id = existing.as_ref().and_then(|i| opt_s(i, "conversation_id")).ok_or_else(|| {
+                    let existing = self.get_item(&claim).await?.ok_or_else(|| {
                         StoreError::Transient("idempotency key claimed but its item is gone (expired?); retry".into())
                     })?;
-                    let id = ConversationId::from_trusted(id);
-                    let claimed_by = existing.as_ref().and_then(|i| opt_s(i, "request_hash"));
+                    let claimed = idempotency_claim(&existing)?;
+                    let id = claimed.conversation_id;
                     tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
                     // A claim without a hash (written before hashes were kept) matches any request.
-                    return Ok(match (claimed_by, &conversation.request_hash) {
+                    return Ok(match (claimed.request_hash, &conversation.request_hash) {
                         (Some(a), Some(b)) if &a != b => CreateOutcome::KeyReused(id),
                         _ => CreateOutcome::Existing(id),
                     });
@@ -277,7 +275,7 @@ impl ConversationRecords for DynamoConversationStore {
     }
 
     async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
-        self.get_item(conv_pk(id), META.to_owned()).await?.map(|item| conversation_from_item(&item)).transpose()
+        self.get_item(&ItemKey::conversation(id)).await?.map(|item| conversation_from_item(&item)).transpose()
     }
 
     async fn start_run(
@@ -291,10 +289,10 @@ impl ConversationRecords for DynamoConversationStore {
         // subtasks are batch-written first and the conversation flipped last. The
         // status check first keeps "not PLANNING writes nothing" for every caller
         // but a concurrent second start_run of the same conversation.
-        let Some(current) = self.get_item(conv_pk(id), META.to_owned()).await? else {
+        let Some(current) = self.get_conversation(id).await? else {
             return Ok(false);
         };
-        if opt_s(&current, "status").as_deref() != Some(ConversationStatus::Planning.as_str()) {
+        if current.status != ConversationStatus::Planning {
             return Ok(false);
         }
         let items = subtasks.iter().map(subtask_item).collect::<Result<Vec<_>, _>>()?;
@@ -310,7 +308,7 @@ impl ConversationRecords for DynamoConversationStore {
         u.add_usage(usage);
         let condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
         let flipped = self
-            .update("UpdateItem(start_run)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update("UpdateItem(start_run)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some();
         tracing::info!(conversation_id = %id, subtasks = count, flipped, "run started");
@@ -330,14 +328,7 @@ impl ConversationRecords for DynamoConversationStore {
         }
         let condition = u.status_in(&[from.as_str()]);
         Ok(self
-            .update(
-                "UpdateItem(transition_conversation)",
-                conv_pk(id),
-                META.to_owned(),
-                u,
-                condition,
-                ReturnValue::None,
-            )
+            .update("UpdateItem(transition_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -353,7 +344,7 @@ impl ConversationRecords for DynamoConversationStore {
             ConversationStatus::Aggregating.as_str(),
         ]);
         Ok(self
-            .update("UpdateItem(fail_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update("UpdateItem(fail_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -386,10 +377,9 @@ impl ConversationRecords for DynamoConversationStore {
                 .await
                 .map_err(|e| to_store_error("Query(sweep)", e))?;
             for item in page.items() {
-                let pk = opt_s(item, "PK").unwrap_or_default();
-                match pk.strip_prefix("CONV#") {
-                    Some(id) => out.push(ConversationId::from_trusted(id)),
-                    None => tracing::warn!(pk, "sweep index holds an item that is not a conversation"),
+                match conversation_id_of_keys(item.clone()) {
+                    Some(id) => out.push(id),
+                    None => tracing::warn!("sweep index holds an item that is not a conversation"),
                 }
             }
             match page.last_evaluated_key {
@@ -446,13 +436,13 @@ impl AnswerStore for DynamoConversationStore {
             }
         };
         match self
-            .update("UpdateItem(acquire_lease)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::AllOld)
+            .update("UpdateItem(acquire_lease)", &ItemKey::conversation(id), u, condition, ReturnValue::AllOld)
             .await?
         {
             Some(old) => {
+                let old = conversation_from_item(&old)?;
                 // From RUNNING the lease on the item (the planning one) is not an aggregation taken over.
-                let was_running = opt_s(&old, "status").as_deref() == Some(ConversationStatus::Running.as_str());
-                let taken_over = if was_running { None } else { lease_from_item(&old)? };
+                let taken_over = if old.status == ConversationStatus::Running { None } else { old.lease };
                 Ok(LeaseOutcome::Acquired { taken_over })
             }
             None => {
@@ -485,7 +475,7 @@ impl AnswerStore for DynamoConversationStore {
             .remove("sweep_shard");
         let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
         Ok(self
-            .update("UpdateItem(finish_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update("UpdateItem(finish_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -501,7 +491,7 @@ impl AnswerStore for DynamoConversationStore {
             ConversationStatus::Aggregating.as_str(),
         ]);
         Ok(self
-            .update("UpdateItem(request_handoff)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update("UpdateItem(request_handoff)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -523,7 +513,7 @@ impl AnswerStore for DynamoConversationStore {
             .remove("sweep_shard");
         let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
         Ok(self
-            .update("UpdateItem(hand_off)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .update("UpdateItem(hand_off)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some())
     }
@@ -548,15 +538,15 @@ impl AccountingStore for DynamoConversationStore {
         let zero = u.value("zero", n(0));
         let condition = format!("attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero}");
         match self
-            .update("UpdateItem(count_finished)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::UpdatedNew)
+            .update("UpdateItem(count_finished)", &ItemKey::conversation(id), u, condition, ReturnValue::UpdatedNew)
             .await?
         {
             Some(item) => {
-                let remaining: u32 = get_n(&item, "remaining")?;
+                let remaining = remaining_of(&item)?;
                 tracing::info!(conversation_id = %id, subtask_id = %subtask_id, remaining, "subtask counted");
                 Ok(CountOutcome::Counted { remaining })
             }
-            None => match self.get_item(conv_pk(id), META.to_owned()).await? {
+            None => match self.get_item(&ItemKey::conversation(id)).await? {
                 None => Ok(CountOutcome::Missing),
                 Some(_) => {
                     tracing::info!(conversation_id = %id, subtask_id = %subtask_id, "subtask already counted");

@@ -9,7 +9,8 @@ use swarm_core::ports::{
 };
 
 use super::codec::{
-    Item, TASK_PREFIX, conv_pk, effect_value, fit_checkpoint, fit_result, n, s, subtask_from_item, task_sk, to_json,
+    Item, ItemKey, conversation_partition, effect_value, fit_checkpoint, fit_result, n, s, subtask_from_item,
+    subtask_sort_prefix, to_json,
 };
 use super::store::{DynamoConversationStore, to_store_error};
 use super::update::Update;
@@ -26,8 +27,10 @@ fn journal_has(u: &mut Update, len: usize) -> String {
         let zero = u.value("jzero", n(0));
         format!("(attribute_not_exists({effects}) OR size({effects}) = {zero})")
     } else {
+        // attribute_exists first: a missing list fails the condition (as DynamoDB answers `size()`
+        // of it) instead of an emulator's HTTP 500 (moto evaluates AND left to right, stopping early).
         let len = u.value("jlen", n(len));
-        format!("size({effects}) = {len}")
+        format!("(attribute_exists({effects}) AND size({effects}) = {len})")
     }
 }
 
@@ -38,7 +41,7 @@ impl SubtaskStore for DynamoConversationStore {
         id: &ConversationId,
         subtask_id: &SubtaskId,
     ) -> Result<Option<SubtaskRecord>, StoreError> {
-        self.get_item(conv_pk(id), task_sk(subtask_id)).await?.map(|item| subtask_from_item(&item)).transpose()
+        self.get_item(&ItemKey::subtask(id, subtask_id)).await?.map(|item| subtask_from_item(&item)).transpose()
     }
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
@@ -51,8 +54,8 @@ impl SubtaskStore for DynamoConversationStore {
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("PK = :pk AND begins_with(SK, :task)")
-                .expression_attribute_values(":pk", s(conv_pk(id)))
-                .expression_attribute_values(":task", s(TASK_PREFIX))
+                .expression_attribute_values(":pk", conversation_partition(id))
+                .expression_attribute_values(":task", subtask_sort_prefix())
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take());
             let page = self
@@ -86,7 +89,13 @@ impl SubtaskStore for DynamoConversationStore {
         let from: Vec<&str> = from.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
         Ok(self
-            .update("UpdateItem(transition_subtask)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+            .update(
+                "UpdateItem(transition_subtask)",
+                &ItemKey::subtask(id, subtask_id),
+                u,
+                condition,
+                ReturnValue::None,
+            )
             .await?
             .is_some())
     }
@@ -115,7 +124,7 @@ impl SubtaskStore for DynamoConversationStore {
         let (at, me) = (u.value("at", n(now_ms)), u.value("me", s(&lease.holder)));
         let condition = format!("{open} AND (attribute_not_exists({until}) OR {until} <= {at} OR {holder} = {me})");
         match self
-            .update("UpdateItem(begin_attempt)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::AllNew)
+            .update("UpdateItem(begin_attempt)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::AllNew)
             .await?
         {
             Some(item) => Ok(AttemptStart::Started(subtask_from_item(&item)?)),
@@ -145,7 +154,7 @@ impl SubtaskStore for DynamoConversationStore {
         let me = u.value("me", s(holder));
         let condition = format!("attribute_exists(#PK) AND {name} = {me}");
         // Another holder's lease (or none) is left alone: nothing to do, as in the trait.
-        self.update("UpdateItem(release_attempt)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+        self.update("UpdateItem(release_attempt)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::None)
             .await?;
         Ok(())
     }
@@ -161,7 +170,7 @@ impl SubtaskStore for DynamoConversationStore {
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
         // A terminal or missing subtask keeps no checkpoint: nothing to do, as in the trait.
-        self.update("UpdateItem(save_checkpoint)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+        self.update("UpdateItem(save_checkpoint)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::None)
             .await?;
         Ok(())
     }
@@ -193,7 +202,7 @@ impl SubtaskStore for DynamoConversationStore {
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
         match self
-            .update("UpdateItem(record_result)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::AllNew)
+            .update("UpdateItem(record_result)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::AllNew)
             .await?
         {
             Some(item) => Ok(RecordOutcome::Recorded(subtask_from_item(&item)?)),
@@ -226,7 +235,7 @@ impl SubtaskStore for DynamoConversationStore {
         let unchanged = journal_has(&mut u, journal_len);
         let condition = format!("{open} AND {unchanged}");
         if let Some(item) = self
-            .update("UpdateItem(close_subtask)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::AllNew)
+            .update("UpdateItem(close_subtask)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::AllNew)
             .await?
         {
             return Ok(CloseOutcome::Recorded(subtask_from_item(&item)?));
@@ -264,7 +273,7 @@ impl JournalStore for DynamoConversationStore {
         let follows = journal_has(&mut u, (effect.ordinal as usize).saturating_sub(1));
         let condition = format!("{open} AND {lease_holder} = {me} AND {follows}");
         if self
-            .update("UpdateItem(record_intent)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
+            .update("UpdateItem(record_intent)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::None)
             .await?
             .is_some()
         {
@@ -313,8 +322,7 @@ impl JournalStore for DynamoConversationStore {
             if self
                 .update(
                     "UpdateItem(record_effect_outcome)",
-                    conv_pk(id),
-                    task_sk(subtask_id),
+                    &ItemKey::subtask(id, subtask_id),
                     u,
                     condition,
                     ReturnValue::None,

@@ -1,0 +1,238 @@
+//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it, open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use swarm_core::answer::{AnswerOutcome, Answerer, ModelFreeReply, answer_conversation};
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, FailureKind, SubtaskResult, TaskMessage, now_ms,
+};
+use swarm_core::faults::{self, CrashPoint};
+use swarm_core::obs;
+use swarm_core::obs::metrics::DeadlineAction;
+use swarm_core::ports::{
+    AccountingStore, AnswerStore, ConversationRecords, MAX_DELAY_SECONDS, QueueError, StoreError, SubtaskStore,
+    TaskQueue,
+};
+
+use super::closing::{Closed, Closing};
+use crate::clock::ms_between;
+use crate::dependencies::{DependencyState, dependency_results};
+use crate::outcome::Outcome;
+use crate::settings::WorkerSettings;
+
+/// What one run of the deadline path did: the message's outcome and, when it moved the
+/// conversation on, how (counted in `swarm_deadline_expired`; the sweep counts it by action too).
+pub type DeadlineRun = (Outcome, Option<DeadlineAction>);
+
+/// The deadline path's stores, queue and timings.
+pub struct DeadlinePath {
+    conversations: Arc<dyn ConversationRecords>,
+    answers: Arc<dyn AnswerStore>,
+    subtasks: Arc<dyn SubtaskStore>,
+    accounts: Arc<dyn AccountingStore>,
+    closing: Closing,
+    /// Where the conversation's next deadline message goes (the tasks queue).
+    deadlines: Arc<dyn TaskQueue>,
+    /// `DelaySeconds` of the next run while the conversation is not terminal.
+    rearm_secs: u32,
+    /// The aggregation lease this path takes when it answers the conversation itself.
+    aggregation_lease: Duration,
+}
+
+impl DeadlinePath {
+    /// The path over the four store roles it uses, closing through `closing`, its deadline
+    /// messages to `deadlines`, the re-arm delay and aggregation lease of `settings`.
+    pub fn new(
+        conversations: Arc<dyn ConversationRecords>,
+        answers: Arc<dyn AnswerStore>,
+        subtasks: Arc<dyn SubtaskStore>,
+        accounts: Arc<dyn AccountingStore>,
+        closing: Closing,
+        deadlines: Arc<dyn TaskQueue>,
+        settings: &WorkerSettings,
+    ) -> Self {
+        Self {
+            conversations,
+            answers,
+            subtasks,
+            accounts,
+            closing,
+            deadlines,
+            rearm_secs: settings.rearm_secs,
+            aggregation_lease: settings.aggregation_lease,
+        }
+    }
+
+    /// The deadline path: a conversation past its deadline is aggregated with what it has.
+    ///
+    /// - `PLANNING` (its creator died): failed cleanly.
+    /// - `RUNNING`: open subtasks are closed (failed, or skipped after a failed dependency) and every
+    ///   finished subtask counted. When that brought `remaining` to 0 the stream triggers the
+    ///   aggregator; when `remaining` was already 0 (the stream record was lost, or an earlier run of
+    ///   this path closed the subtasks and nothing answered since) this path aggregates itself.
+    /// - `AGGREGATING`: an aggregation whose lease expired (its holder died) is taken over.
+    ///
+    /// Aggregating here answers the conversation as the aggregator does ([`answer_conversation`])
+    /// with the model-free reply. With `rearm`, a conversation this run leaves non-terminal gets
+    /// its next deadline message (`rearm_secs`): the path ends only when the conversation does.
+    /// The sweep runs it without `rearm` (the sweep itself comes back).
+    pub async fn run(&self, id: &ConversationId, rearm: bool) -> Result<DeadlineRun, StoreError> {
+        let Some(conversation) = self.conversations.get_conversation(id).await? else {
+            return Ok((Outcome::Poison(format!("unknown conversation {id}")), None));
+        };
+        if conversation.status.is_terminal() {
+            return Ok((Outcome::Ignored("conversation already over".into()), None));
+        }
+        if !rearm {
+            // The sweep runs outside the conversation's trace: its span points at it.
+            obs::context::link_current(conversation.trace_parent.as_deref());
+        }
+        let now = now_ms();
+        if now < conversation.deadline_ms {
+            return Ok((self.not_due(&conversation, now, rearm).await, None));
+        }
+        tracing::Span::current().record("status", conversation.status.as_str());
+        let (outcome, action) = self.when_due(&conversation, now).await?;
+        if action.is_some() {
+            obs::metrics::deadline_expired();
+        }
+        let over = matches!(outcome, Outcome::Concluded(_) | Outcome::Poison(_));
+        if rearm && !over {
+            if let Err(e) = self.arm(id, self.rearm_secs).await {
+                return Ok((Outcome::Retry(format!("could not re-arm the deadline: {e}")), action));
+            }
+            tracing::info!(delay_secs = self.rearm_secs, "conversation not over yet: deadline path re-armed");
+        }
+        Ok((outcome, action))
+    }
+
+    /// A conversation whose deadline is still ahead: re-armed for the rest (SQS delays are at most
+    /// 15 minutes), or left alone by the sweep.
+    async fn not_due(&self, conversation: &Conversation, now: i64, rearm: bool) -> Outcome {
+        if !rearm {
+            return Outcome::Ignored("deadline not reached yet".into());
+        }
+        let left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
+        let left = u32::try_from(left).unwrap_or(MAX_DELAY_SECONDS).clamp(1, MAX_DELAY_SECONDS);
+        match self.arm(&conversation.id, left).await {
+            Ok(()) => Outcome::Ignored("deadline not reached yet; re-armed".into()),
+            Err(e) => Outcome::Retry(format!("could not re-arm the deadline: {e}")),
+        }
+    }
+
+    /// What the path does with a conversation past its deadline, by its status.
+    async fn when_due(&self, conversation: &Conversation, now: i64) -> Result<DeadlineRun, StoreError> {
+        let id = &conversation.id;
+        Ok(match conversation.status {
+            ConversationStatus::Planning => {
+                tracing::warn!("planning never finished: failing the conversation");
+                if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
+                    obs::metrics::conversation_finished(
+                        ConversationStatus::Failed,
+                        conversation.created_at_ms,
+                        now_ms(),
+                    );
+                    (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
+                } else {
+                    (Outcome::Ignored("planning moved on meanwhile".into()), None)
+                }
+            }
+            ConversationStatus::Running => {
+                let closed = self.close_open_subtasks(id, now).await?;
+                faults::at(CrashPoint::DeadlineAfterClose).await;
+                let remaining = self.conversations.get_conversation(id).await?.map_or(0, |c| c.remaining);
+                if closed > 0 {
+                    tracing::warn!(closed, remaining, "deadline passed: open subtasks closed as failed");
+                    (
+                        Outcome::Ignored(format!("{closed} open subtasks closed; the aggregator answers")),
+                        Some(DeadlineAction::Closed),
+                    )
+                } else if remaining == 0 {
+                    tracing::warn!("nothing open and nothing answered: aggregating with what it has");
+                    self.answer(conversation).await?
+                } else {
+                    (Outcome::Ignored(format!("{remaining} subtasks still uncounted")), None)
+                }
+            }
+            ConversationStatus::Aggregating => self.answer(conversation).await?,
+            ConversationStatus::Done | ConversationStatus::Failed | ConversationStatus::Handoff => {
+                (Outcome::Ignored("conversation already over".into()), None)
+            }
+        })
+    }
+
+    /// Sends the conversation's next deadline message, `delay` seconds from now.
+    async fn arm(&self, id: &ConversationId, delay: u32) -> Result<(), QueueError> {
+        let message = TaskMessage::Deadline { conversation_id: id.clone() };
+        self.deadlines.send(&[message], delay.min(MAX_DELAY_SECONDS)).await
+    }
+
+    /// Closes every open subtask (skipped after a failed dependency, else failed for the deadline)
+    /// and counts every subtask (a crash may have left some uncounted). Answers how many
+    /// subtasks this call closed.
+    async fn close_open_subtasks(&self, id: &ConversationId, now: i64) -> Result<usize, StoreError> {
+        let mut all = self.subtasks.list_subtasks(id).await?;
+        let mut closed = 0;
+        // Everything still open fails — unless its journal holds side effects: those are reported as they
+        // stand (done, being confirmed, waiting for approval), never as not done.
+        for i in 0..all.len() {
+            if all[i].status.is_terminal() {
+                continue;
+            }
+            let result = match dependency_results(&all[i], &all) {
+                DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
+                _ => SubtaskResult::failed(
+                    FailureKind::DeadlinePassed,
+                    "the conversation's deadline passed before it finished",
+                ),
+            };
+            match self.closing.close_open(id, &all[i].subtask.id, result, now).await? {
+                Closed::Now(rec) => {
+                    closed += 1;
+                    all[i] = rec;
+                }
+                // A result recorded meanwhile (with the tokens its worker used).
+                Closed::Before(rec) => all[i] = rec,
+                Closed::Missing => {}
+            }
+        }
+        // The plan's subtasks never change once it runs: the ids read above are all of them. Each is
+        // counted with the usage its record holds (a worker that died between recording its result and
+        // counting it spent those tokens: the cost metric and the token budget see them).
+        for rec in &all {
+            self.accounts.count_finished(id, &rec.subtask.id, &rec.usage).await?;
+        }
+        Ok(closed)
+    }
+
+    /// Answers the conversation with the model-free reply, through the aggregation lease: from
+    /// `RUNNING` with nothing remaining, or taking over an aggregation whose lease expired; never
+    /// while another holder's lease is live. Answers what it did when it answered
+    /// ([`DeadlineAction::Aggregated`], or `TakenOver` from an expired holder).
+    async fn answer(&self, conversation: &Conversation) -> Result<DeadlineRun, StoreError> {
+        let answerer = Answerer { kind: "deadline", lease: self.aggregation_lease };
+        let answered =
+            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), conversation, answerer, &ModelFreeReply)
+                .await?;
+        Ok(match answered {
+            AnswerOutcome::Answered { status, taken_over, .. } => {
+                tracing::warn!(
+                    handoff = status == ConversationStatus::Handoff,
+                    "conversation answered by the deadline path (model-free reply)"
+                );
+                let action = if taken_over.is_some() { DeadlineAction::TakenOver } else { DeadlineAction::Aggregated };
+                (Outcome::Concluded(status), Some(action))
+            }
+            AnswerOutcome::Held(lease) => {
+                let left = ms_between(now_ms(), lease.until_ms).as_millis();
+                (Outcome::Ignored(format!("aggregation lease held by {} for {left} ms more", lease.holder)), None)
+            }
+            AnswerOutcome::NotInPhase { status, remaining } => {
+                (Outcome::Ignored(format!("conversation is {status} with {remaining} remaining")), None)
+            }
+            AnswerOutcome::Overtaken => (Outcome::Ignored("another aggregation answered first".into()), None),
+            AnswerOutcome::Missing => (Outcome::Poison(format!("unknown conversation {}", conversation.id)), None),
+        })
+    }
+}

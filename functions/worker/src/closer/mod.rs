@@ -1,0 +1,144 @@
+//! The closer: whatever ends work no model and no tool will finish — the deadline path, the sweep and dead letters. It needs neither a model nor a gateway credential: the DLQ consumer and the sweeper are built as a closer alone, and the tasks worker holds one for its deadline messages.
+
+mod closing;
+mod deadline;
+mod sweep;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use swarm_core::domain::{ConversationId, FailureKind, SubtaskId, SubtaskResult, TaskMessage, now_ms};
+use swarm_core::obs;
+use swarm_core::ports::{ConversationStore, StoreError};
+use swarm_core::roles::TaskQueues;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use self::closing::{Closed, Closing};
+use self::deadline::DeadlinePath;
+use self::sweep::Sweep;
+pub use self::sweep::SweepReport;
+use crate::bookkeeping::Bookkeeping;
+use crate::outcome::{MessageHandler, Outcome, subtask_span};
+use crate::settings::WorkerSettings;
+
+/// The closer of a worker function: the deadline path, the sweep, dead letters.
+pub struct Closer {
+    deadline_path: Arc<DeadlinePath>,
+    closing: Closing,
+    bookkeeping: Bookkeeping,
+    sweep: Sweep,
+    /// The queues it sends to, and makes a failed message visible again on.
+    queues: TaskQueues,
+    /// Kept back from the Lambda deadline.
+    safety_margin: Duration,
+    /// Seconds until a message reported in `batchItemFailures` comes back.
+    retry_visibility_secs: u32,
+}
+
+impl Closer {
+    /// The closer over `store` (each of its parts holds the roles it uses: no journal), sending to
+    /// `queues` (deadline messages to the default one, released dependents to their role's: never
+    /// a queue it does not hold), with `settings`' re-arm, aggregation lease and sweep timings.
+    pub fn new(store: Arc<dyn ConversationStore>, queues: TaskQueues, settings: &WorkerSettings) -> Self {
+        let closing = Closing::new(store.clone());
+        let deadline_path = Arc::new(DeadlinePath::new(
+            store.clone(),
+            store.clone(),
+            store.clone(),
+            store.clone(),
+            closing.clone(),
+            queues.default_queue().clone(),
+            settings,
+        ));
+        Self {
+            sweep: Sweep::new(store.clone(), store.clone(), deadline_path.clone(), settings.sweep),
+            bookkeeping: Bookkeeping::new(store.clone(), store, queues.clone()),
+            deadline_path,
+            closing,
+            queues,
+            safety_margin: settings.safety_margin,
+            retry_visibility_secs: settings.retry_visibility_secs,
+        }
+    }
+
+    /// A [`TaskMessage::Deadline`]: the deadline path in its own span (the conversation's status is
+    /// recorded once read), re-armed while the conversation is not terminal.
+    pub async fn deadline(&self, id: &ConversationId) -> Outcome {
+        let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
+        self.deadline_path.run(id, true).instrument(span).await.map_or_else(Outcome::from, |(outcome, _)| outcome)
+    }
+
+    /// One sweep: the deadline path (without re-arming) of every conversation past its deadline that
+    /// is not terminal, until `deadline`; then the approvals-waiting gauges.
+    pub async fn sweep(&self, deadline: Instant) -> SweepReport {
+        self.sweep.run(deadline).await
+    }
+
+    /// Handles a message that reached the DLQ: the subtask is recorded as
+    /// failed and counted, so the conversation still completes — or, when its journal
+    /// holds side effects, as what the journal says (never "failed" for something done).
+    pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
+        match message {
+            TaskMessage::Run { conversation_id, subtask_id, .. } => {
+                let span = subtask_span(&conversation_id, &subtask_id);
+                self.dead_run(&conversation_id, &subtask_id).instrument(span).await.unwrap_or_else(Outcome::from)
+            }
+            TaskMessage::Deadline { conversation_id } => self.deadline(&conversation_id).await,
+            TaskMessage::Execute { approval_id, .. } => {
+                // The approval stays approved: an operator posting it again enqueues it again.
+                tracing::error!(%approval_id, "an approved side effect reached the dead-letter queue; it did not run");
+                Outcome::Ignored("approved side effect dead-lettered".into())
+            }
+            TaskMessage::Confirm { subtask_id, .. } => {
+                tracing::error!(%subtask_id, "a confirmation reached the dead-letter queue; the side effect stays submitted");
+                obs::metrics::effect_unconfirmed();
+                Outcome::Ignored("confirmation dead-lettered".into())
+            }
+        }
+    }
+
+    /// A dead-lettered run: the subtask closed (failed, or as its journal says) and counted.
+    async fn dead_run(&self, id: &ConversationId, subtask_id: &SubtaskId) -> Result<Outcome, StoreError> {
+        let fallback = SubtaskResult::failed(
+            FailureKind::DeadLetter,
+            "gave up after repeated failures (the message reached the dead-letter queue)",
+        );
+        tracing::warn!("dead letter: recording the subtask as failed");
+        obs::metrics::dead_letter();
+        match self.closing.close_open(id, subtask_id, fallback, now_ms()).await? {
+            Closed::Now(rec) | Closed::Before(rec) => {
+                self.bookkeeping.count_and_release(id, &rec).await?;
+                Ok(Outcome::Finished(rec.status))
+            }
+            Closed::Missing => Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
+        }
+    }
+}
+
+#[async_trait]
+impl MessageHandler for Closer {
+    fn safety_margin(&self) -> Duration {
+        self.safety_margin
+    }
+
+    /// A dead-letter queue's message ([`Closer::handle_dead_letter`]).
+    async fn on_message(&self, message: TaskMessage, _deadline: Instant) -> Outcome {
+        self.handle_dead_letter(message).await
+    }
+
+    /// Makes a message reported in `batchItemFailures` visible again after the retry visibility
+    /// timeout rather than the queue's. A queue this function does not send to (a DLQ) keeps its
+    /// own timeout. A failure is logged: the message then comes back after the queue's visibility
+    /// timeout, and the sweep covers its conversation.
+    async fn retry_later(&self, queue: &str, receipt_handle: &str) {
+        let Some(q) = self.queues.by_name(queue) else {
+            tracing::debug!(queue, "not a tasks queue: the message keeps the queue's visibility timeout");
+            return;
+        };
+        if let Err(e) = q.change_visibility(receipt_handle, self.retry_visibility_secs).await {
+            tracing::warn!(queue, error = %e, "ChangeMessageVisibility failed: the message returns after the queue's visibility timeout");
+        }
+    }
+}

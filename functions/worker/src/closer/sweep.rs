@@ -1,0 +1,124 @@
+//! The sweep (EventBridge Scheduler, every minute): the deadline path of every conversation past its deadline that is not terminal, from the sparse, sharded index — the net under a lost deadline message — and the approvals-waiting gauges.
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use swarm_core::approval::ApprovalStatus;
+use swarm_core::domain::now_ms;
+use swarm_core::obs;
+use swarm_core::obs::metrics::SweepOutcome;
+use swarm_core::ports::{ApprovalStore, ConversationRecords};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::deadline::DeadlinePath;
+use crate::clock::ms_between;
+use crate::outcome::Outcome;
+use crate::settings::SweepSettings;
+
+/// Approvals the sweep reads for the waiting gauges (one `Query` page of the approvals partition).
+const SWEEP_APPROVALS_READ: usize = 1_000;
+
+/// What one sweep did (the sweep function's answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// Conversations past their deadline and not terminal, as the index had them.
+    pub found: usize,
+    /// Of those, answered (or failed, when planning never finished) by this sweep.
+    pub answered: usize,
+    /// Moved on otherwise: subtasks closed for the aggregator, a live lease left alone, already over.
+    pub moved: usize,
+    /// Cut off by the sweep's own deadline (the next sweep takes them).
+    pub unfinished: usize,
+    /// Store errors (a shard not read, a deadline path that failed).
+    pub errors: usize,
+}
+
+/// The sweep: the index, the deadline path it runs, the approvals it gauges.
+pub struct Sweep {
+    conversations: Arc<dyn ConversationRecords>,
+    approvals: Arc<dyn ApprovalStore>,
+    deadline_path: Arc<DeadlinePath>,
+    settings: SweepSettings,
+}
+
+impl Sweep {
+    pub fn new(
+        conversations: Arc<dyn ConversationRecords>,
+        approvals: Arc<dyn ApprovalStore>,
+        deadline_path: Arc<DeadlinePath>,
+        settings: SweepSettings,
+    ) -> Self {
+        Self { conversations, approvals, deadline_path, settings }
+    }
+
+    /// One sweep: every conversation past its deadline that is not terminal (the sparse, sharded
+    /// index), its deadline path run (without re-arming), `max_parallel` at a time, until `deadline`.
+    pub async fn run(&self, deadline: Instant) -> SweepReport {
+        obs::metrics::sweep_ran();
+        let now = now_ms();
+        let mut report = SweepReport::default();
+        let mut due = Vec::new();
+        for shard in 0..self.settings.shards {
+            match self.conversations.overdue_conversations(shard, now, self.settings.per_shard).await {
+                Ok(ids) => due.extend(ids),
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "sweep: reading a shard of the index failed");
+                    report.errors += 1;
+                }
+            }
+        }
+        report.found = due.len();
+        let runs = futures::stream::iter(due.into_iter().map(|id| async move {
+            let span = tracing::info_span!(
+                "sweep",
+                otel.name = "sweep conversation",
+                conversation_id = %id,
+                status = tracing::field::Empty
+            );
+            tokio::time::timeout_at(deadline, self.deadline_path.run(&id, false).instrument(span)).await
+        }))
+        .buffer_unordered(self.settings.max_parallel);
+        let outcomes: Vec<_> = runs.collect().await;
+        for outcome in outcomes {
+            let counted = match outcome {
+                Err(_) => {
+                    report.unfinished += 1;
+                    SweepOutcome::CutOff
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "sweep: a deadline path failed");
+                    report.errors += 1;
+                    SweepOutcome::Error
+                }
+                Ok(Ok((Outcome::Concluded(_), action))) => {
+                    report.answered += 1;
+                    action.map_or(SweepOutcome::Untouched, SweepOutcome::Moved)
+                }
+                Ok(Ok((_, action))) => {
+                    report.moved += 1;
+                    action.map_or(SweepOutcome::Untouched, SweepOutcome::Moved)
+                }
+            };
+            obs::metrics::sweep_conversation(counted);
+        }
+        self.gauge_approvals(now).await;
+        tracing::info!(?report, "sweep done");
+        report
+    }
+
+    /// Sets the approvals-waiting gauges (how many, the oldest's age) from the newest
+    /// [`SWEEP_APPROVALS_READ`] approvals: the sweep runs every minute, so the alarm on the oldest
+    /// one's age never depends on an operator looking. A failed read leaves the gauges as they were.
+    async fn gauge_approvals(&self, now: i64) {
+        match self.approvals.list_approvals(SWEEP_APPROVALS_READ).await {
+            Ok(all) => {
+                let pending: Vec<_> = all.iter().filter(|a| a.status_at(now) == ApprovalStatus::Pending).collect();
+                let oldest = pending.iter().map(|a| a.created_at_ms).min().unwrap_or(now);
+                obs::metrics::approvals_waiting(pending.len(), ms_between(oldest, now));
+            }
+            Err(e) => tracing::warn!(error = %e, "sweep: reading the approvals failed; their gauges are not updated"),
+        }
+    }
+}

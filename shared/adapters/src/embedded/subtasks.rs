@@ -1,0 +1,222 @@
+//! The subtask and journal roles of [`InMemoryConversationStore`]: subtask records read, flipped, attempted under a lease and finished, and their side-effect journals.
+
+use async_trait::async_trait;
+use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use swarm_core::effects::{AttemptLease, Effect, EffectChange};
+use swarm_core::ports::{
+    AttemptStart, CloseOutcome, IntentOutcome, JournalStore, RecordOutcome, StoreError, SubtaskStore,
+};
+
+use super::store::{ChangedItem, InMemoryConversationStore};
+
+#[async_trait]
+impl SubtaskStore for InMemoryConversationStore {
+    async fn get_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+    ) -> Result<Option<SubtaskRecord>, StoreError> {
+        Ok(self.lock()?.subtasks.get(id).and_then(|m| m.get(subtask_id)).cloned())
+    }
+
+    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
+        Ok(self.lock()?.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default())
+    }
+
+    async fn transition_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        from: &[SubtaskStatus],
+        to: SubtaskStatus,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(false);
+        };
+        if !from.contains(&rec.status) {
+            return Ok(false);
+        }
+        rec.status = to;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(true)
+    }
+
+    async fn begin_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        lease: &AttemptLease,
+        now_ms: i64,
+    ) -> Result<AttemptStart, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(AttemptStart::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(AttemptStart::AlreadyFinished(rec.clone()));
+        }
+        if rec.lease.as_ref().is_some_and(|held| !held.admits(&lease.holder, now_ms)) {
+            return Ok(AttemptStart::Leased(rec.clone()));
+        }
+        rec.lease = Some(lease.clone());
+        rec.status = SubtaskStatus::Running;
+        rec.attempts += 1;
+        if rec.started_at_ms.is_none() {
+            rec.started_at_ms = Some(now_ms);
+        }
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(AttemptStart::Started(snapshot))
+    }
+
+    async fn release_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let mut t = self.lock()?;
+        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
+            && rec.lease.as_ref().is_some_and(|l| l.holder == holder)
+        {
+            rec.lease = None;
+            let snapshot = rec.clone();
+            t.emit(false, ChangedItem::Subtask(snapshot));
+        }
+        Ok(())
+    }
+
+    async fn save_checkpoint(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        checkpoint: &str,
+    ) -> Result<(), StoreError> {
+        let mut t = self.lock()?;
+        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
+            && !rec.status.is_terminal()
+        {
+            rec.checkpoint = Some(checkpoint.to_owned());
+            let snapshot = rec.clone();
+            t.emit(false, ChangedItem::Subtask(snapshot));
+        }
+        Ok(())
+    }
+
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        usage: &Usage,
+        tools_used: &[String],
+        now_ms: i64,
+    ) -> Result<RecordOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(RecordOutcome::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        rec.usage = *usage;
+        rec.tools_used = tools_used.to_vec();
+        rec.finished_at_ms = Some(now_ms);
+        rec.checkpoint = None;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(RecordOutcome::Recorded(snapshot))
+    }
+
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        journal_len: usize,
+        now_ms: i64,
+    ) -> Result<CloseOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(CloseOutcome::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(CloseOutcome::AlreadyFinished(rec.clone()));
+        }
+        if rec.effects.len() != journal_len {
+            return Ok(CloseOutcome::JournalChanged);
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        rec.finished_at_ms = Some(now_ms);
+        rec.checkpoint = None;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(CloseOutcome::Recorded(snapshot))
+    }
+}
+
+#[async_trait]
+impl JournalStore for InMemoryConversationStore {
+    async fn record_intent(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        holder: &str,
+        effect: &Effect,
+    ) -> Result<IntentOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(IntentOutcome::Missing);
+        };
+        let index = (effect.ordinal as usize).saturating_sub(1);
+        if rec.status.is_terminal() {
+            return Ok(IntentOutcome::Closed(rec.clone()));
+        }
+        if rec.lease.as_ref().is_none_or(|l| l.holder != holder) {
+            return Ok(IntentOutcome::LeaseLost);
+        }
+        if let Some(existing) = rec.effects.get(index) {
+            return Ok(IntentOutcome::Existing(existing.clone()));
+        }
+        if rec.effects.len() != index {
+            return Err(StoreError::Permanent(format!(
+                "journal of {subtask_id} has {} entries; intent {} does not follow them",
+                rec.effects.len(),
+                effect.ordinal
+            )));
+        }
+        rec.effects.push(effect.clone());
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(IntentOutcome::Recorded)
+    }
+
+    async fn record_effect_outcome(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        ordinal: u32,
+        change: &EffectChange,
+    ) -> Result<Option<Effect>, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(None);
+        };
+        let Some(entry) = rec.effects.get_mut((ordinal as usize).saturating_sub(1)) else {
+            return Ok(None);
+        };
+        if entry.state.is_final() {
+            return Ok(Some(entry.clone()));
+        }
+        *entry = change.apply(entry);
+        let after = entry.clone();
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(Some(after))
+    }
+}
