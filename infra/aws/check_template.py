@@ -25,9 +25,12 @@
 #   - no conversation hangs: the aggregator's stream mapping has an on-failure destination (an SQS queue) that
 #     an alarm watches; the table has the sweep's sparse index, a function is scheduled to sweep it, and its
 #     role names the index; the gateway is told its instance cap (its reserved concurrency)
+#   - every gateway role's tool list is an allowlist (no wildcard, no deny list); every pipe reading a stream has an
+#     SQS dead-letter destination an alarm watches and its role may send to (check_allowlists.py)
 #   - each function is given the URL of exactly the queues its role may send to (TASKS_QUEUE_URL, REFUND_QUEUE_URL)
 #   - with --wiring FILE (`swarm-local wiring --json`): the local stack wires every function as the template does -
-#     the same variable names, a sender for exactly the queues its role may send to, the same role token
+#     the same variable names, a sender for exactly the queues its role may send to, the same role token, the same
+#     tool list for each gateway role
 # Usage with the local wiring: ... check_template.py template.yaml samconfig.toml --wiring wiring.json
 import ast
 import json
@@ -38,6 +41,7 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from translate import expand  # noqa: E402
+from check_allowlists import check_gateway_roles, check_local_roles, check_pipes  # noqa: E402
 
 EXPECTED_FILTER = {
     "dynamodb": {
@@ -69,7 +73,7 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 # writes and the sweep index, sending nothing); the aggregator's stream mapping sends a dropped batch to its
 # on-failure queue with the function's role; the gateway reads the role tokens (and an external shop's token) and
 # the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table only; the
-# hand-off pipe reads the table's stream (and puts events on the default bus).
+# hand-off pipe reads the table's stream (and puts events on the default bus, a record it gives up on its DLQ).
 ROLE_NEEDS = {
     "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
                              secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
@@ -89,7 +93,7 @@ ROLE_NEEDS = {
     "ToolGatewayRole": dict(secrets={"SupportTokenSecret", "RefundTokenSecret", "PlannerTokenSecret",
                                      "ShopToolsTokenSecret", "ApprovalKeySecret"}, invoke={"ShopTools"}),
     "ShopToolsRole": dict(writes={"ShopLedgerTable:<any item>"}),
-    "HandoffPipeRole": dict(stream=True),
+    "HandoffPipeRole": dict(send={"HandoffDeadLetterQueue"}, stream=True),
 }
 # Secrets a parameter can name instead of the stack creating them.
 SECRET_PARAMS = {"LlmApiKeySecretArn": "LlmApiKeySecret", "ShopToolsTokenSecretArn": "ShopToolsTokenSecret"}
@@ -335,6 +339,8 @@ class Checker:
         self.check_queue_urls(functions)
         self.check_least_privilege()
         self.check_nothing_public()
+        check_gateway_roles(self)
+        check_pipes(self)
         if self.timings is not None:
             self.check_timings()
         return self.findings
@@ -630,6 +636,7 @@ class Checker:
                 self.fail(f"wiring {name}", f"holds the gateway token {got.get('token')!r} locally, {want['token']!r} in the template")
             if want["token"] and want["token"]["role"] != want["token"]["secret_role"]:
                 self.fail(name, f"acts as {want['token']['role']!r} with the token of {want['token']['secret_role']!r}")
+        check_local_roles(self, local)
 
     def check_nothing_public(self):
         """The demo shop is reachable only through the gateway: AWS_IAM URL, no public permission, the gateway may invoke it."""

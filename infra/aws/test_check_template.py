@@ -9,6 +9,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_allowlists import gateway_roles  # noqa: E402
 from check_template import ROLE_NEEDS, ROOT, Checker, Timings, evaluate, overrides  # noqa: E402
 from translate import expand  # noqa: E402
 
@@ -307,6 +308,76 @@ class LeastPrivilege(unittest.TestCase):
         self.assertTrue(any("ShopToolsTokenSecretArn" in f for f in found), found)
 
 
+class Allowlists(unittest.TestCase):
+    """Gateway roles name their tools; a pipe reading a stream has a dead-letter destination."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.expanded = expand(TEMPLATE)
+        cls.timings = Timings()
+
+    def findings(self, template):
+        return Checker(template, {}, "defaults", self.timings).run()
+
+    def gateway_config(self, t):
+        return t["Resources"]["ToolGateway"]["Properties"]["Environment"]["Variables"]["GATEWAY_CONFIG"]["Fn::Sub"]
+
+    def test_every_role_of_the_template_names_its_tools(self):
+        roles = gateway_roles(Checker(self.expanded, {}, "defaults", self.timings))
+        self.assertEqual(set(roles), {"support", "refund", "planner"})
+        self.assertNotIn("shop__refund", roles["support"]["tools"])
+        self.assertIn("shop__refund", roles["refund"]["tools"])
+        for name, role in roles.items():
+            self.assertTrue(role["tools"], name)
+            self.assertFalse(any("*" in tool for tool in role["tools"]), (name, role))
+            self.assertEqual(role["deny"], [], name)
+
+    def test_a_wildcard_role_tool_list_is_refused(self):
+        t = copy.deepcopy(self.expanded)
+        config = self.gateway_config(t)
+        config[0] = config[0].replace('"support": {"token": "${!env:SUPPORT_TOKEN}", "tools": [',
+                                      '"support": {"token": "${!env:SUPPORT_TOKEN}", "tools": ["ev__*", ', 1)
+        self.assertIn("ev__*", config[0])
+        found = self.findings(t)
+        self.assertIn("[defaults] GATEWAY_CONFIG role support: tool list holds the wildcard 'ev__*'; name each tool "
+                      "(an allowlist)", found)
+        self.assertEqual(len(found), 1, found)
+
+    def test_a_wildcard_minus_a_deny_is_refused(self):
+        t = copy.deepcopy(self.expanded)
+        config = self.gateway_config(t)
+        config[0] = config[0].replace('"planner": {"token": "${!env:PLANNER_TOKEN}", "tools": [',
+                                      '"planner": {"token": "${!env:PLANNER_TOKEN}", "deny": ["shop__refund"], '
+                                      '"tools": ["shop__*", ', 1)
+        found = self.findings(t)
+        self.assertTrue(any("GATEWAY_CONFIG role planner: tool list holds the wildcard 'shop__*'" in f for f in found),
+                        found)
+        self.assertTrue(any("GATEWAY_CONFIG role planner: has a deny list ['shop__refund']" in f for f in found), found)
+
+    def test_a_pipe_without_a_dead_letter_destination_is_refused(self):
+        t = copy.deepcopy(self.expanded)
+        del t["Resources"]["HandoffPipe"]["Properties"]["SourceParameters"]["DynamoDBStreamParameters"][
+            "DeadLetterConfig"]
+        found = self.findings(t)
+        self.assertIn("[defaults] HandoffPipe: no SQS dead-letter destination (DeadLetterConfig.Arn): a record given "
+                      "up would vanish", found)
+
+    def test_a_pipe_dead_letter_queue_nobody_watches_or_the_pipe_may_not_send_to_is_refused(self):
+        t = copy.deepcopy(self.expanded)
+        alarms = [k for k, r in t["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"
+                  and any(d.get("Value") == {"Fn::GetAtt": ["HandoffDeadLetterQueue", "QueueName"]}
+                          for d in r["Properties"].get("Dimensions", []))]
+        self.assertEqual(len(alarms), 1, alarms)
+        del t["Resources"][alarms[0]]
+        statements = t["Resources"]["HandoffPipeRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        statements[:] = [st for st in statements if st.get("Sid") != "DeadLetters"]
+        found = self.findings(t)
+        self.assertIn("[defaults] HandoffPipe: no alarm watches the dead-letter destination HandoffDeadLetterQueue",
+                      found)
+        self.assertIn("[defaults] HandoffPipe: the pipe's role HandoffPipeRole may not send to its dead-letter "
+                      "destination HandoffDeadLetterQueue", found)
+
+
 class Wiring(unittest.TestCase):
     """The local stack's wiring against the template's: the variables, the queues a function holds a sender for,
     the role token - on the local wiring `swarm-local wiring --json` printed (SWARM_WIRING_JSON), else on the
@@ -323,7 +394,9 @@ class Wiring(unittest.TestCase):
         else:
             wired = Checker(cls.expanded, {}, "wiring", cls.timings).wiring()
             servers = ["ToolGateway", "ShopTools"]
-            cls.local = {"functions": {k: v for k, v in wired.items() if k not in servers}, "servers": servers}
+            roles = gateway_roles(Checker(cls.expanded, {}, "wiring", cls.timings))
+            cls.local = {"functions": {k: v for k, v in wired.items() if k not in servers}, "servers": servers,
+                         "gateway_roles": {name: {"tools": role["tools"]} for name, role in roles.items()}}
 
     def findings(self, local, template=None):
         checker = Checker(template or self.expanded, {}, "wiring", self.timings)
@@ -357,6 +430,16 @@ class Wiring(unittest.TestCase):
                       "sender for it", found)
         self.assertTrue(any(f.startswith("[wiring] wiring Worker: holds the gateway token") for f in found), found)
         self.assertIn("[wiring] wiring Sweeper: a function of the template the local stack does not build", found)
+
+    def test_a_gateway_role_listing_other_tools_locally_fails(self):
+        local = copy.deepcopy(self.local)
+        local["gateway_roles"]["support"]["tools"] = ["shop__*"]
+        found = self.findings(local)
+        self.assertEqual(len(found), 1, found)
+        self.assertTrue(found[0].startswith("[wiring] wiring gateway role support: lists ['shop__*'] locally"), found)
+        del local["gateway_roles"]
+        self.assertIn("[wiring] wiring gateway: the local wiring does not say its gateway roles' tool lists",
+                      self.findings(local))
 
     def test_a_queue_url_given_without_the_permission_to_send_is_found_in_the_template(self):
         t = copy.deepcopy(self.expanded)

@@ -157,7 +157,7 @@ impl ReplyWriter for ModelReply<'_> {
                 (compose_reply(input), r.usage, false)
             }
             Err(e) => {
-                tracing::warn!(conversation_id = %id, error = %e, "reply model failed; writing the model-free reply");
+                tracing::warn!(conversation_id = %id, error = %e.log_safe(), "reply model failed; writing the model-free reply");
                 (compose_reply(input), Usage::default(), false)
             }
         };

@@ -7,7 +7,7 @@ use swarm_core::approval::{
     Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, TokenClaim, is_approval_id,
 };
 use swarm_core::domain::TaskMessage;
-use swarm_core::effects::{EffectChange, EffectOutcome, EffectState};
+use swarm_core::effects::{EffectChange, EffectOutcome, EffectState, effect_key};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::obs;
 use swarm_core::ports::ConversationStore;
@@ -117,8 +117,9 @@ impl Approvals {
         Ok(OperatorApprovalView::build(&approval, now_ms()))
     }
 
-    /// The token of `approval`'s exact call, valid for the execution window from `now`.
+    /// The token of `approval`'s exact call under its journal key, valid for the execution window from `now`.
     fn sign(&self, approval: &Approval, now: i64) -> String {
+        let key = effect_key(&approval.conversation_id, &approval.subtask_id, approval.ordinal);
         self.key.sign(&TokenClaim {
             approval_id: &approval.id,
             conversation_id: approval.conversation_id.as_str(),
@@ -126,6 +127,7 @@ impl Approvals {
             tool: &approval.action.tool,
             order_id: &approval.action.order_id,
             amount_cents: approval.action.amount_cents,
+            idempotency_key: &key,
             expires_at_ms: after_ms(now, self.execute_within),
         })
     }

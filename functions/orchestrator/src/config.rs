@@ -9,6 +9,7 @@ use swarm_core::access::CustomerLimits;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
 
 use crate::OrchestratorSettings;
+use crate::api::OperatorAllowlist;
 
 /// Everything the orchestrator Lambda reads from its environment.
 #[derive(Clone, Debug)]
@@ -30,12 +31,15 @@ pub struct OrchestratorConfig {
     /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`): the key approval tokens
     /// are signed with, shared only with the gateway. Unset: the approvals API is off.
     pub approval_key: Option<SecretSource>,
+    /// `OPERATOR_PRINCIPALS`: the IAM users and roles (ARNs, comma-separated) who decide
+    /// approvals on AWS; a principal mapped to a customer never does. Unset: nobody.
+    pub operators: OperatorAllowlist,
 }
 
 impl OrchestratorConfig {
     /// Variables read by the orchestrator itself (the pieces list theirs).
     const OWN_VARS: &'static [&'static str] =
-        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"];
+        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN", "OPERATOR_PRINCIPALS"];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -63,6 +67,14 @@ impl OrchestratorConfig {
                 value: text,
             })?,
         };
+        let operators = match vars.get("OPERATOR_PRINCIPALS") {
+            None => OperatorAllowlist::default(),
+            Some(text) => OperatorAllowlist::parse(&text).map_err(|reason| ConfigError::Invalid {
+                var: "OPERATOR_PRINCIPALS",
+                accepted: format!("IAM user or role ARNs separated by commas ({reason})"),
+                value: text,
+            })?,
+        };
         let deadline_secs = vars
             .number("DEADLINE_SECS", 1..=86_400, "a whole number of seconds from 1 to 86400")?
             .unwrap_or(swarm_core::domain::DEFAULT_DEADLINE_SECS);
@@ -77,6 +89,7 @@ impl OrchestratorConfig {
             roles,
             deadline_secs,
             approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
+            operators,
         })
     }
 
@@ -123,6 +136,7 @@ mod tests {
         assert_eq!(c.settings().deadline_secs, 120);
         assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
         assert!(c.approval_key.is_none(), "no key: the approvals API is off");
+        assert!(c.operators.is_empty(), "no operators unless named");
         let with =
             parse(&[("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval")])
                 .unwrap();
@@ -139,6 +153,11 @@ mod tests {
             ("AUTH_MODE", "open", r#"AUTH_MODE must be none, jwt or iam, not "open""#),
             ("DEADLINE_SECS", "soon", r#"DEADLINE_SECS must be a whole number of seconds from 1 to 86400, not "soon""#),
             ("ROLE_TABLE", "refund", "ROLE_TABLE must be tool=role pairs separated by commas"),
+            (
+                "OPERATOR_PRINCIPALS",
+                "arn:aws:iam::123456789012:user/*",
+                "OPERATOR_PRINCIPALS must be IAM user or role ARNs",
+            ),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();
             assert!(e.to_string().starts_with(message), "{var}={value}: {e}");

@@ -473,7 +473,7 @@ impl Orchestrator {
                 Err(e) => {
                     last_error = match e {
                         CallError::OutOfTime { .. } => "planning ran out of time".to_owned(),
-                        CallError::Failed(err) => format!("the planning model failed: {err}"),
+                        CallError::Failed(err) => format!("the planning model failed: {}", err.log_safe()),
                     };
                     tracing::warn!(attempt, error = %last_error, "planning call failed");
                     break;

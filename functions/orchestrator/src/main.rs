@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use orchestrator::api::IamOperators;
 use orchestrator::wiring::{self, OrchestratorPorts};
 use orchestrator::{ApiState, Auth, OperatorAuth, OrchestratorConfig};
 use swarm_adapters::config::{AwsClients, ExposeSecret};
@@ -24,14 +25,16 @@ async fn main() -> Result<(), lambda_http::Error> {
         tools: config.gateway.connect(&config.secrets).await?,
     };
     let core = wiring::orchestrator(&config, ports, Timings::standard());
-    let auth = Auth::from_config(&config.auth, access);
+    let auth = Auth::from_config(&config.auth, access.clone());
     let mut state = ApiState::new(Arc::new(core), auth);
     if let Some(source) = &config.approval_key {
         let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose_secret())?;
         let approvals =
             wiring::approvals(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());
-        // The approvals routes use AWS_IAM authorization in the template, whatever customers use.
-        state = state.with_approvals(Arc::new(approvals), OperatorAuth::Iam);
+        // The approvals routes use AWS_IAM authorization in the template, whatever customers use;
+        // the operators are the configured principals, never a customer's.
+        let operators = OperatorAuth::Iam(IamOperators::new(&config.operators, access));
+        state = state.with_approvals(Arc::new(approvals), operators);
     }
     let router = orchestrator::router(state).layer(axum::middleware::from_fn_with_state(telemetry, flush_after));
     lambda_http::run(router).await

@@ -23,6 +23,20 @@ pub const CUSTOMER_HEADER: &str = "x-swarm-customer-id";
 /// conversation, the subtask and the call's position (never from model output).
 pub const IDEMPOTENCY_HEADER: &str = "x-swarm-idempotency-key";
 
+/// The header carrying the consent limit of a refund the gateway lets through without a
+/// person's approval, in cents: the order's refunds so far plus this one may total at most this
+/// much, otherwise nothing is refunded and the call is answered [`APPROVAL_REQUIRED`]. Written by
+/// the tool gateway from its configuration (`side_effects.<tool>.consent.above`); absent for a
+/// call a person approved and where no consent is configured.
+pub const CONSENT_LIMIT_HEADER: &str = "x-swarm-consent-limit-cents";
+/// The header carrying the approval a person gave for this refund (its id), written by the tool
+/// gateway once it verified the approval's token for exactly this call. The shop pays one
+/// approval once: a refund under an approval already used by another key is refused.
+pub const APPROVAL_ID_HEADER: &str = "x-swarm-approval-id";
+/// The JSON-RPC error code of a refund that needs a person's approval first (the gateway's
+/// `APPROVAL_REQUIRED`, which it turns into the approval the worker records).
+pub const APPROVAL_REQUIRED: i32 = -32012;
+
 /// Hosts accepted by default (rmcp's DNS-rebinding guard): loopback only.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 

@@ -99,4 +99,15 @@ pub struct RefundArgs {
     /// gateway's `x-swarm-idempotency-key` header and never this value.
     #[serde(default)]
     pub idempotency_key: String,
+    /// The most the order's refunds, this one included, may total without a person's approval, in
+    /// cents. Filled by the tool gateway and hidden from the model (taking it tells the gateway
+    /// that the shop enforces it); the shop uses the gateway's `x-swarm-consent-limit-cents`
+    /// header and never this value.
+    #[serde(default)]
+    pub consent_limit_cents: Option<i64>,
+    /// The approval a person gave for this refund, from the gateway's `x-swarm-approval-id`
+    /// header only: never an argument, never in the schema.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub approval_id: Option<String>,
 }

@@ -112,21 +112,37 @@ impl Config {
 /// The variables [`init_tracing`] reads.
 pub const TRACING_VARS: &[&str] = &["RUST_LOG", "AWS_LAMBDA_LOG_LEVEL"];
 
-/// Installs the global `tracing` subscriber: `RUST_LOG` (or `AWS_LAMBDA_LOG_LEVEL`) filter,
-/// default `info` (rmcp at `warn`: it logs every stateless request); JSON lines when `json`. A second call does nothing.
+/// Installs the global `tracing` subscriber: `RUST_LOG` filter, else `AWS_LAMBDA_LOG_LEVEL` with
+/// rmcp held at `warn` at most (at `debug` it logs whole requests, whose arguments quote the
+/// customer), default `info` (rmcp at `warn`: it logs every stateless request); JSON lines when
+/// `json`. A second call does nothing.
 pub fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let directives = TRACING_VARS
-        .iter()
-        .find_map(|key| std::env::var(key).ok().map(|v| v.trim().to_lowercase()).filter(|v| !v.is_empty()));
+    let var = |key: &str| std::env::var(key).ok().map(|v| v.trim().to_lowercase()).filter(|v| !v.is_empty());
+    let directives = var("RUST_LOG").or_else(|| var("AWS_LAMBDA_LOG_LEVEL").map(|l| lambda_directives(&l)));
     let filter =
         directives.and_then(|d| EnvFilter::try_new(d).ok()).unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json { builder.json().with_ansi(false).without_time().try_init() } else { builder.try_init() };
 }
 
+/// The filter of Lambda's `ApplicationLogLevel` (lowercase `trace` .. `fatal`): that level, rmcp at `warn` at most.
+fn lambda_directives(level: &str) -> String {
+    match level {
+        "error" | "fatal" => "error,rmcp=error".to_owned(),
+        other => format!("{other},rmcp=warn"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lambdas_log_level_never_raises_rmcps_past_warn() {
+        assert_eq!(super::lambda_directives("debug"), "debug,rmcp=warn");
+        assert_eq!(super::lambda_directives("info"), "info,rmcp=warn");
+        assert_eq!(super::lambda_directives("fatal"), "error,rmcp=error");
+    }
+
     use std::collections::HashMap;
 
     use super::*;

@@ -43,6 +43,11 @@ pub enum Refusal {
     /// A shop rule forbids the request (e.g. the refund window has closed).
     #[error("{0}")]
     Refused(String),
+    /// The refund would take the order's refunds past the consent limit the gateway set: a
+    /// person must approve it first. Nothing was refunded; answered with the JSON-RPC error
+    /// [`crate::access::APPROVAL_REQUIRED`], never as a result the model reads as final.
+    #[error("{0}")]
+    NeedsApproval(String),
     /// The refund ledger could not be reached or kept changing: nothing was recorded, and the
     /// same request may succeed later.
     #[error("{0}")]

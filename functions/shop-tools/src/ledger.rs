@@ -6,10 +6,14 @@
 //! | --- | --- |
 //! | `KEY#<customer>#<idempotency key>` | `refund` S (the [`RefundRecord`] as JSON) |
 //! | `ORDER#<order id>` | `refunded_cents` N, `refunds` N (count, the version a new refund is conditional on) |
+//! | `APPROVAL#<approval id>` | `key` S (the `KEY#…` item the approval paid) |
 //!
-//! A refund is one `TransactWriteItems`: the key item `attribute_not_exists(PK)` and the order
-//! item conditional on the count of refunds the shop's checks were made against — so a key
-//! refunds once, and two refunds with different keys can never both spend the same money.
+//! A refund is one `TransactWriteItems`: the key item `attribute_not_exists(PK)`, the order
+//! item conditional on the count of refunds the shop's checks were made against, and for a
+//! refund a person approved the approval item `attribute_not_exists(PK)` — so a key refunds
+//! once, two refunds with different keys can never both spend the same money, and an approval
+//! pays one refund whatever key it comes with. (Refunds recorded before approvals were claimed
+//! have no approval item and no `approval_id`; they read as refunds without one.)
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -40,6 +44,10 @@ pub struct RefundRecord {
     pub refunded_total_cents: i64,
     pub reason: Option<String>,
     pub idempotency_key: String,
+    /// The approval a person gave for it, when one was needed (absent on records written before
+    /// approvals were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 /// What the ledger holds for one order: refunded through it, in cents, and how many refunds.
@@ -57,6 +65,8 @@ pub enum LedgerWrite {
     KeyTaken(RefundRecord),
     /// Another refund of the order landed since its totals were read: read again and decide again.
     OrderChanged,
+    /// The refund's approval already paid a refund under another key: nothing recorded.
+    ApprovalUsed,
 }
 
 /// A ledger call failed; retrying may help when transient.
@@ -81,8 +91,9 @@ pub trait RefundLedger: Send + Sync {
     async fn by_key(&self, customer_id: &str, key: &str) -> Result<Option<RefundRecord>, LedgerError>;
     /// What the ledger holds for each of `order_ids` (absent orders: zero).
     async fn orders(&self, order_ids: &[&str]) -> Result<HashMap<String, OrderRefunds>, LedgerError>;
-    /// Records `refund` under its customer and key, conditional on the key being new and its
-    /// order still holding `before` (the totals the shop's checks used).
+    /// Records `refund` under its customer and key, conditional on the key being new, its
+    /// order still holding `before` (the totals the shop's checks used) and its approval, if
+    /// any, not having paid another refund.
     async fn record(&self, refund: &RefundRecord, before: OrderRefunds) -> Result<LedgerWrite, LedgerError>;
     /// Every refund, in no particular order (tests and the local stack's checks).
     async fn all(&self) -> Result<Vec<RefundRecord>, LedgerError>;
@@ -92,6 +103,8 @@ pub trait RefundLedger: Send + Sync {
 struct Memory {
     by_key: HashMap<(String, String), RefundRecord>,
     orders: HashMap<String, OrderRefunds>,
+    /// Approval id → the (customer, key) it paid.
+    approvals: HashMap<String, (String, String)>,
     /// Recording order, for [`RefundLedger::all`].
     order: Vec<(String, String)>,
 }
@@ -134,6 +147,12 @@ impl RefundLedger for InMemoryLedger {
         if now != before {
             return Ok(LedgerWrite::OrderChanged);
         }
+        if let Some(approval) = &refund.approval_id {
+            if state.approvals.contains_key(approval) {
+                return Ok(LedgerWrite::ApprovalUsed);
+            }
+            state.approvals.insert(approval.clone(), slot.clone());
+        }
         state.orders.insert(
             refund.order_id.clone(),
             OrderRefunds { cents: now.cents + refund.amount_cents, count: now.count + 1 },
@@ -171,6 +190,10 @@ fn key_pk(customer_id: &str, key: &str) -> String {
 
 fn order_pk(order_id: &str) -> String {
     format!("ORDER#{order_id}")
+}
+
+fn approval_pk(approval_id: &str) -> String {
+    format!("APPROVAL#{approval_id}")
 }
 
 fn sdk_error<E, R>(op: &str, e: &SdkError<E, R>) -> LedgerError
@@ -334,13 +357,22 @@ impl RefundLedger for DynamoLedger {
             update = update.expression_attribute_values(":before", n(before.count));
         }
         let update = update.build().map_err(|e| LedgerError::Permanent(e.to_string()))?;
-        let sent = self
+        let mut transaction = self
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put).build())
-            .transact_items(TransactWriteItem::builder().update(update).build())
-            .send()
-            .await;
+            .transact_items(TransactWriteItem::builder().update(update).build());
+        if let Some(approval) = &refund.approval_id {
+            let claim = Put::builder()
+                .table_name(&self.table)
+                .item("PK", s(approval_pk(approval)))
+                .item("key", s(key_pk(&refund.customer_id, &refund.idempotency_key)))
+                .condition_expression("attribute_not_exists(PK)")
+                .build()
+                .map_err(|e| LedgerError::Permanent(e.to_string()))?;
+            transaction = transaction.transact_items(TransactWriteItem::builder().put(claim).build());
+        }
+        let sent = transaction.send().await;
         let error = match sent {
             Ok(_) => return Ok(LedgerWrite::Recorded),
             Err(e) => e,
@@ -362,6 +394,9 @@ impl RefundLedger for DynamoLedger {
         }
         if codes.get(1).is_some_and(|c| c == "ConditionalCheckFailed") {
             return Ok(LedgerWrite::OrderChanged);
+        }
+        if codes.get(2).is_some_and(|c| c == "ConditionalCheckFailed") {
+            return Ok(LedgerWrite::ApprovalUsed);
         }
         if codes.iter().any(|c| c == "TransactionConflict") {
             return Ok(LedgerWrite::OrderChanged);
@@ -404,5 +439,6 @@ mod tests {
         assert_ne!(key_pk("a#b", "c"), key_pk("a", "b#c"));
         assert_eq!(key_pk("C104", "swarm:x:w01:1"), "KEY#C104#swarm:x:w01:1");
         assert_eq!(order_pk("A1033"), "ORDER#A1033");
+        assert_eq!(approval_pk("c.w01.1"), "APPROVAL#c.w01.1");
     }
 }

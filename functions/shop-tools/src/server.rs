@@ -11,14 +11,17 @@ use axum::http::request::Parts;
 use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, JsonObject};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::access::{CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess, header_text};
+use crate::access::{
+    APPROVAL_ID_HEADER, APPROVAL_REQUIRED, CONSENT_LIMIT_HEADER, CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess,
+    header_text,
+};
 use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
 use crate::error::{Refusal, ShopError};
 use crate::shop::Shop;
@@ -193,23 +196,43 @@ impl ShopTools {
         description = "Refund an order (money back) for the customer: the whole refundable amount or a given amount, if the order is delivered, paid and within the refund window. Needs a unique idempotency_key; repeating a key never refunds twice.",
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
     )]
-    async fn refund(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+    async fn refund(
+        &self,
+        arguments: JsonObject,
+        Extension(parts): Extension<Parts>,
+    ) -> Result<CallToolResult, ErrorData> {
         let mut args = match parse::<RefundArgs>("refund", arguments) {
             Ok(args) => args,
-            Err(refused) => return refused,
+            Err(refused) => return Ok(refused),
         };
         args.customer_id = match customer_of("refund", &parts) {
             Ok(customer) => customer,
-            Err(refused) => return refused,
+            Err(refused) => return Ok(refused),
         };
         args.idempotency_key = match header_text(&parts.headers, IDEMPOTENCY_HEADER) {
             Some(key) => key.to_owned(),
             None => {
                 tracing::warn!(tool = "refund", outcome = "no_idempotency_key", "tool call refused");
-                return refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}"));
+                return Ok(refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}")));
             }
         };
-        answer("refund", Some(&args.customer_id), self.shop.refund(&args).await)
+        // The gateway's word only: whatever the arguments held is replaced.
+        args.consent_limit_cents = match header_text(&parts.headers, CONSENT_LIMIT_HEADER).map(str::parse::<i64>) {
+            None => None,
+            Some(Ok(limit)) if limit >= 0 => Some(limit),
+            Some(_) => {
+                tracing::warn!(tool = "refund", outcome = "bad_consent_limit", "tool call refused");
+                return Ok(refusal_result(&format!("{CONSENT_LIMIT_HEADER} must be a whole number of cents")));
+            }
+        };
+        args.approval_id = header_text(&parts.headers, APPROVAL_ID_HEADER).map(str::to_owned);
+        match self.shop.refund(&args).await {
+            Err(Refusal::NeedsApproval(message)) => {
+                tracing::info!(tool = "refund", customer_id = %args.customer_id, outcome = "needs_approval", "tool call refused");
+                Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), message, None))
+            }
+            answered => Ok(answer("refund", Some(&args.customer_id), answered)),
+        }
     }
 }
 

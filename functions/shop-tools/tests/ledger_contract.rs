@@ -45,6 +45,8 @@ contract_tests!(
     a_new_shop_instance_on_the_same_ledger_knows_every_refund_and_key,
     the_same_key_from_two_customers_is_two_refunds,
     a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_checked_against,
+    refunds_racing_under_a_consent_limit_never_take_the_order_past_it,
+    an_approval_pays_one_refund_whatever_key_it_comes_with,
 );
 
 fn refund(customer: &str, order: &str, key: &str, amount: Option<f64>) -> RefundArgs {
@@ -54,6 +56,7 @@ fn refund(customer: &str, order: &str, key: &str, amount: Option<f64>) -> Refund
         amount,
         reason: Some("contract".into()),
         idempotency_key: key.into(),
+        ..RefundArgs::default()
     }
 }
 
@@ -90,6 +93,38 @@ async fn refunds_racing_with_different_keys_never_exceed_what_was_paid(ledger: L
     let mut ids: Vec<String> = all.iter().map(|r| r.refund_id.clone()).collect();
     ids.sort();
     assert_eq!(ids, ["RF-A1016-1", "RF-A1016-2"]);
+    Ok(())
+}
+
+async fn refunds_racing_under_a_consent_limit_never_take_the_order_past_it(ledger: Ledger) -> Result<()> {
+    use shop_tools::error::Refusal;
+    let shop = Arc::new(Shop::demo_with(ledger.clone())?);
+    let limited = |i: usize| RefundArgs {
+        consent_limit_cents: Some(25_000),
+        ..refund("C103", "A1016", &format!("limit-{i}"), Some(99.0))
+    };
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (shop, args) = (shop.clone(), limited(i));
+            tokio::spawn(async move { shop.refund(&args).await })
+        })
+        .collect();
+    let (mut done, mut asked) = (0, 0);
+    for t in tasks {
+        match t.await? {
+            Ok(_) => done += 1,
+            Err(Refusal::NeedsApproval(_)) => asked += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    let moved: i64 = ledger.all().await?.iter().map(|r| r.amount_cents).sum();
+    assert_eq!((done, asked, moved), (2, 6, 19_800), "two refunds of 99 fit under 250, a third does not");
+    // A key that already refunded answers its receipt, whatever the limit says now.
+    let replay = shop
+        .refund(&RefundArgs { consent_limit_cents: Some(0), ..refund("C103", "A1016", "limit-0", Some(99.0)) })
+        .await;
+    let first = ledger.all().await?.into_iter().any(|r| r.idempotency_key == "limit-0");
+    assert_eq!(replay.is_ok(), first, "{replay:?}");
     Ok(())
 }
 
@@ -130,6 +165,7 @@ async fn a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_check
         refunded_total_cents: shop_tools::money::to_cents(amount),
         reason: None,
         idempotency_key: key.into(),
+        approval_id: None,
     };
     let none = OrderRefunds::default();
     assert_eq!(ledger.record(&record("k1", 5.0), none).await?, LedgerWrite::Recorded);
@@ -143,6 +179,38 @@ async fn a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_check
     assert_eq!(ledger.orders(&["A1016"]).await?.get("A1016"), Some(&OrderRefunds { cents: 1_000, count: 2 }));
     assert_eq!(ledger.by_key("C103", "k2").await?, Some(record("k2", 5.0)));
     assert_eq!(ledger.by_key("C104", "k2").await?, None);
+    Ok(())
+}
+
+async fn an_approval_pays_one_refund_whatever_key_it_comes_with(ledger: Ledger) -> Result<()> {
+    use shop_tools::error::Refusal;
+    let shop = Arc::new(Shop::demo_with(ledger.clone())?);
+    let approved =
+        |key: &str| RefundArgs { approval_id: Some("conv-1.w01.1".into()), ..refund("C103", "A1016", key, Some(10.0)) };
+    // Four keys at once under one approval: one refund.
+    let tasks: Vec<_> = (1..=4)
+        .map(|i| {
+            let (shop, args) = (shop.clone(), approved(&format!("approved-{i}")));
+            tokio::spawn(async move { shop.refund(&args).await })
+        })
+        .collect();
+    let mut paid = Vec::new();
+    for t in tasks {
+        match t.await? {
+            Ok(receipt) => paid.push(receipt),
+            Err(Refusal::Refused(why)) => assert!(why.contains("already paid a refund"), "{why}"),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(paid.len(), 1, "one approval, one refund");
+    let all = ledger.all().await?;
+    assert_eq!((all.len(), all[0].approval_id.as_deref()), (1, Some("conv-1.w01.1")));
+    // The key that was paid replays its receipt; another approval is another refund.
+    let key = all[0].idempotency_key.clone();
+    assert_eq!(shop.refund(&approved(&key)).await?, paid[0]);
+    let other = RefundArgs { approval_id: Some("conv-1.w01.2".into()), ..refund("C103", "A1016", "next", Some(10.0)) };
+    shop.refund(&other).await?;
+    assert_eq!(ledger.all().await?.len(), 2);
     Ok(())
 }
 

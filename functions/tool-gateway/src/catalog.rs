@@ -28,7 +28,8 @@ pub struct ExposedTool {
     /// `x-swarm-idempotency-key`, which must be present; never retried; listed with
     /// [`SIDE_EFFECTING_META`] so workers journal it.
     pub side_effecting: bool,
-    /// Calls above an amount need an approval token (`side_effects.<tool>.consent`).
+    /// Calls above an amount need an approval token (`side_effects.<tool>.consent`); the
+    /// upstream takes its `limit_arg` (hidden here) and holds the order's limit.
     pub consent: Option<ConsentConfig>,
 }
 
@@ -362,7 +363,8 @@ pub struct Skipped {
 /// be made acceptable, are skipped (and reported), never renamed or sent as is.
 /// Which tools have side effects is `side_effects` (the gateway's configuration, by exposed
 /// name), never a name match: a tool that takes the idempotency argument but is not declared,
-/// or is declared but takes none, is skipped too (fail closed).
+/// or is declared but takes none, is skipped too (fail closed); so is a tool with consent that
+/// takes no consent-limit argument (it could not hold the order's limit).
 pub fn expose_tools(
     upstream: usize,
     config: &UpstreamConfig,
@@ -416,6 +418,20 @@ pub fn expose_tools(
             _ => {}
         }
         let side_effecting = declared.is_some();
+        let consent = declared.and_then(|d| d.consent.clone());
+        if let Some(consent) = &consent
+            && !hide_argument(&mut schema, &consent.limit_arg)
+        {
+            skipped.push(Skipped {
+                tool: original,
+                reason: format!(
+                    "side_effects.{name}.consent needs the upstream to hold the order's consent limit, \
+                     but it takes no {} argument",
+                    consent.limit_arg
+                ),
+            });
+            continue;
+        }
         let schema = match normalise_schema(&schema) {
             Ok(s) => s,
             Err(reason) => {
@@ -438,7 +454,7 @@ pub fn expose_tools(
             listed: tool,
             customer_scoped,
             side_effecting,
-            consent: declared.and_then(|d| d.consent.clone()),
+            consent,
         }));
     }
     (exposed, skipped)
@@ -581,6 +597,23 @@ mod tests {
             json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]})
         );
         assert_eq!(t.listed.name, "shop__refund");
+    }
+
+    #[test]
+    fn a_tool_with_consent_that_cannot_hold_the_orders_limit_is_left_out() {
+        let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"},
+            "idempotency_key": {"type": "string"}}});
+        let consent = SideEffectConfig { consent: Some(ConsentConfig::every_call()) };
+        let declared = BTreeMap::from([("shop__refund".to_owned(), consent)]);
+        let (tools, skipped) = expose_tools(0, &upstream("shop"), &declared, vec![tool("refund", schema.clone())]);
+        assert!(tools.is_empty());
+        assert!(skipped[0].reason.contains("takes no consent_limit_cents argument"), "{skipped:?}");
+        let mut holding = schema;
+        holding["properties"]["consent_limit_cents"] = json!({"type": "integer"});
+        let (tools, skipped) = expose_tools(0, &upstream("shop"), &declared, vec![tool("refund", holding)]);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let listed = serde_json::Value::Object((*tools[0].listed.input_schema).clone());
+        assert_eq!(listed["properties"], json!({"order_id": {"type": "string"}}), "the limit is the gateway's, hidden");
     }
 
     fn case_tool(name: &str) -> Tool {

@@ -19,6 +19,35 @@ pub struct DemoTokens {
 /// The demo roles, in the order [`demo_config`] defines them.
 pub const DEMO_ROLES: [&str; 3] = ["support", "refund", "planner"];
 
+/// The shop's tools that touch no money.
+const SHOP_READS: [&str; 6] = [
+    "shop__get_order",
+    "shop__list_customer_orders",
+    "shop__track_shipment",
+    "shop__get_product",
+    "shop__check_coupon",
+    "shop__get_refund_policy",
+];
+
+/// Each demo role's tools, by name (an allowlist, as `template.yaml`'s `GATEWAY_CONFIG`): a tool
+/// the shop adds reaches no role until it is named here.
+pub const DEMO_ROLE_TOOLS: [(&str, &[&str]); 3] = [
+    ("support", &SHOP_READS),
+    ("refund", &["shop__get_order", "shop__list_customer_orders", "shop__get_refund_policy", "shop__refund"]),
+    (
+        "planner",
+        &[
+            "shop__get_order",
+            "shop__list_customer_orders",
+            "shop__track_shipment",
+            "shop__get_product",
+            "shop__check_coupon",
+            "shop__get_refund_policy",
+            "shop__refund",
+        ],
+    ),
+];
+
 /// 32 random bytes as hex.
 fn random_token() -> SecretString {
     use rand::RngCore;
@@ -60,7 +89,8 @@ impl DemoTokens {
 /// `Authorization: Bearer <tokens.shop_upstream()>`;
 /// roles `support` (every shop tool but `shop__refund`), `refund`
 /// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
-/// `shop__list_customer_orders`) and `planner` (lists every tool, calls none);
+/// `shop__list_customer_orders`) and `planner` (lists every shop tool, calls none), each
+/// [`DEMO_ROLE_TOOLS`] by name (the template's lists);
 /// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`).
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| tokens.token(role).cloned().unwrap_or_default();
@@ -68,20 +98,14 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let mut shop = UpstreamConfig::new("shop", shop_url);
     let credential = format!("Bearer {}", tokens.shop_upstream().expose_secret());
     shop.headers.insert("authorization".into(), SecretString::from(credential));
-    let role = |name: &str, tools: &[&str], deny: &[&str], call: bool| {
-        let owned = |list: &[&str]| list.iter().map(|t| (*t).to_owned()).collect();
-        (name.to_owned(), RoleConfig { token: token(name), tools: owned(tools), deny: owned(deny), call })
-    };
-    let roles = BTreeMap::from([
-        role("support", &["shop__*"], &["shop__refund"], true),
-        role(
-            "refund",
-            &["shop__refund", "shop__get_refund_policy", "shop__get_order", "shop__list_customer_orders"],
-            &[],
-            true,
-        ),
-        role("planner", &["*"], &[], false),
-    ]);
+    let roles: BTreeMap<String, RoleConfig> = DEMO_ROLE_TOOLS
+        .iter()
+        .map(|(name, tools)| {
+            let tools = tools.iter().map(|t| (*t).to_owned()).collect();
+            let role = RoleConfig { token: token(name), tools, deny: Vec::new(), call: *name != "planner" };
+            ((*name).to_owned(), role)
+        })
+        .collect();
     let mut config = GatewayConfig::new(vec![shop], roles);
     config.side_effects =
         BTreeMap::from([("shop__refund".to_owned(), SideEffectConfig { consent: Some(ConsentConfig::every_call()) })]);
@@ -114,5 +138,21 @@ mod tests {
         }
         assert!(!printed.contains(a.approval_key()) && printed.contains("REDACTED"), "{printed}");
         assert_eq!(a.role_tokens().len(), 3);
+    }
+
+    #[test]
+    fn demo_roles_name_their_tools_and_only_the_refund_role_may_refund() {
+        let config = demo_config("http://127.0.0.1:1/mcp", &DemoTokens::generate());
+        for (name, role) in &config.roles {
+            assert!(role.deny.is_empty(), "{name}");
+            assert!(role.tools.iter().all(|t| !t.contains(['*', '?', '['])), "{name}: {:?}", role.tools);
+        }
+        let may_refund: Vec<(&str, bool)> = config
+            .roles
+            .iter()
+            .filter(|(_, r)| r.tools.iter().any(|t| t == "shop__refund"))
+            .map(|(name, r)| (name.as_str(), r.call))
+            .collect();
+        assert_eq!(may_refund, [("planner", false), ("refund", true)], "the planner lists it and calls nothing");
     }
 }

@@ -15,7 +15,7 @@ use rmcp::{
 };
 use secrecy::ExposeSecret;
 use swarm_adapters::mcp::{
-    HEADER_CONVERSATION_ID, HEADER_GATEWAY_TOKEN, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
+    APPROVAL_REQUIRED, HEADER_CONVERSATION_ID, HEADER_GATEWAY_TOKEN, HEADER_SUBTASK_ID, OUTCOME_UNKNOWN, RequestHeaders,
 };
 use swarm_core::approval::ApprovalKey;
 use tokio::time::Instant;
@@ -445,12 +445,14 @@ impl Gateway {
         let config = &slot.config;
         guard::customer_scope(&tool, &config.customer_scoped_arg, headers, &mut arguments, &mut forward, &policy.name)?;
         guard::idempotency(&tool, &config.idempotency_arg, headers, &mut arguments, &mut forward)?;
+        let mut asks_for = None;
         if let Some(consent) = tool.consent.as_ref().filter(|_| tool.side_effecting) {
-            guard::consent(name, consent, self.inner.approval_key.as_ref(), &arguments, headers)?;
+            let granted = guard::consent(name, consent, self.inner.approval_key.as_ref(), &arguments, headers)?;
+            asks_for = granted.apply(&consent.limit_arg, &mut arguments, &mut forward);
         }
         guard::rate_limit(&self.inner.limits, &tool)?;
         guard::breaker(&slot.breaker, &config.name, name, &self.inner.metrics)?;
-        Ok(Admitted { slot, tool, arguments, headers: forward.into_headers() })
+        Ok(Admitted { slot, tool, arguments, headers: forward.into_headers(), asks_for })
     }
 
     /// The tool `name` from the catalogue, refreshed once when it is not there.
@@ -470,7 +472,7 @@ impl Gateway {
         name: &str,
         cancel: &CancellationToken,
     ) -> (Outcome, Result<CallToolResult, ErrorData>) {
-        let Admitted { slot, tool, arguments, headers } = call;
+        let Admitted { slot, tool, arguments, headers, asks_for } = call;
         let upstream = slot.config.name.as_str();
         let upstream_span = tracing::info_span!(
             "upstream_call",
@@ -496,6 +498,18 @@ impl Gateway {
         if let Some(state) = transition {
             self.inner.metrics.record_breaker(upstream, state);
         }
+        if let (Err(UpstreamError::Protocol(e)), Some(refusal)) = (&result, asks_for)
+            && e.code.0 == APPROVAL_REQUIRED
+        {
+            // The upstream held the consent limit against the order's refunds so far.
+            tracing::info!(
+                tool = name,
+                upstream,
+                code = APPROVAL_REQUIRED,
+                "side effect needs approval: the order's consent limit"
+            );
+            return (Outcome::Refused, refusal.answer());
+        }
         answer_of(result, tool.side_effecting, name, upstream)
     }
 }
@@ -506,6 +520,8 @@ struct Admitted<'a> {
     tool: Arc<ExposedTool>,
     arguments: JsonObject,
     headers: RequestHeaders,
+    /// The refusal to answer should the upstream find the order's consent limit reached.
+    asks_for: Option<Refusal>,
 }
 
 /// The caller's answer to what the upstream did, and how the call is counted.

@@ -7,8 +7,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, JsonObject};
 use swarm_adapters::mcp::{
-    APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID, HEADER_CUSTOMER_ID,
-    HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
+    APPROVAL_REASON_FROM, APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID,
+    HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
 };
 use swarm_core::access::is_canonical_customer_id;
 use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction, TokenError};
@@ -18,6 +18,15 @@ use crate::catalog::{ExposedTool, RolePolicy};
 use crate::config::ConsentConfig;
 use crate::metrics::{Metrics, Outcome};
 use crate::protect::{Admission, Breaker, BreakerState, LimitHit, RateLimits};
+
+/// The header carrying a consent-gated call's limit to the upstream, in cents: the order's
+/// refunds so far plus this one may total at most this much without a person's approval
+/// (`side_effects.<tool>.consent.above`). Absent on a call a person approved.
+pub const HEADER_CONSENT_LIMIT: &str = "x-swarm-consent-limit-cents";
+
+/// The header carrying, on a call a person approved, the approval's id to the upstream: the
+/// upstream pays one approval once, whatever key it is presented with.
+pub const HEADER_APPROVAL_ID: &str = "x-swarm-approval-id";
 
 /// A `tools/call` answer with `is_error: true` and text `{"error": message}`.
 pub fn error_result(message: &str) -> CallToolResult {
@@ -50,8 +59,11 @@ pub enum Refusal {
     NoApprovalKey { tool: String },
     /// The approval token is not valid for exactly this call.
     ApprovalRefused(TokenError),
-    /// A person must approve exactly this action first.
-    ApprovalRequired(ProposedAction),
+    /// A person must approve exactly this action first (the upstream found it could run, past the
+    /// order's consent limit). The action carries no reason: that is model text quoting the
+    /// customer, and an error's data reaches logs (rmcp logs every error response at WARN); the
+    /// caller reads it from its own call's `reason_arg`.
+    ApprovalRequired { action: ProposedAction, reason_arg: String },
     /// The tool's or the gateway's call rate is exhausted.
     RateLimited { hit: LimitHit, tool: String },
     /// The upstream's breaker is open (or its half-open probe is out).
@@ -95,7 +107,7 @@ impl Refusal {
             ),
             Self::NoApprovalKey { tool } => format!("tool {tool} needs consent and this gateway has no approval key"),
             Self::ApprovalRefused(e) => e.to_string(),
-            Self::ApprovalRequired(action) => format!(
+            Self::ApprovalRequired { action, .. } => format!(
                 "approval required: {} of {} on order {} needs a person's approval first; it was not executed",
                 action.tool,
                 action.amount(),
@@ -116,14 +128,22 @@ impl Refusal {
     }
 
     /// The answer to the caller: a result the model reads, or a typed MCP error (an unknown tool;
-    /// consent, which the worker acts on by code).
+    /// consent, which the worker acts on by code). An approval's `data` is
+    /// `{tool, order_id, amount_cents, reason_from}`: the validated facts and the name of the
+    /// argument holding the reason, never the reason itself.
     pub fn answer(self) -> Result<CallToolResult, ErrorData> {
         let text = self.text();
         match self {
             Self::UnknownTool(_) => Err(ErrorData::invalid_params(text, None)),
             Self::ApprovalRefused(_) => Err(ErrorData::new(ErrorCode(APPROVAL_REFUSED), text, None)),
-            Self::ApprovalRequired(action) => {
-                Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), text, serde_json::to_value(&action).ok()))
+            Self::ApprovalRequired { action, reason_arg } => {
+                let data = serde_json::json!({
+                    "tool": action.tool,
+                    "order_id": action.order_id,
+                    "amount_cents": action.amount_cents,
+                    (APPROVAL_REASON_FROM): reason_arg,
+                });
+                Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), text, Some(data)))
             }
             _ => Ok(error_result(&text)),
         }
@@ -136,7 +156,7 @@ impl Refusal {
             Self::ApprovalRefused(_) => {
                 tracing::info!(tool, role, code = APPROVAL_REFUSED, "side effect refused before dispatch: consent")
             }
-            Self::ApprovalRequired(_) => {
+            Self::ApprovalRequired { .. } => {
                 tracing::info!(tool, role, code = APPROVAL_REQUIRED, "side effect refused before dispatch: consent")
             }
             _ => tracing::warn!(tool, role, reason = self.text().as_str(), "tool call refused"),
@@ -247,6 +267,9 @@ fn call_facts<'a>(
     else {
         return Err(Refusal::NoConsentHeaders { tool: tool.to_owned() });
     };
+    // The idempotency guard ran first: a side-effecting call without its key never gets here.
+    let idempotency_key =
+        headers.get(HEADER_IDEMPOTENCY_KEY).ok_or_else(|| Refusal::NoIdempotencyKey { tool: tool.to_owned() })?;
     let order_id = arguments
         .get(&consent.order_arg)
         .and_then(serde_json::Value::as_str)
@@ -260,19 +283,34 @@ fn call_facts<'a>(
         .ok_or_else(|| Refusal::NoAmount { amount_arg: consent.amount_arg.clone() })?;
     // The MCP edge speaks decimals; an approval is for whole cents.
     let amount_cents = (amount * 100.0).round() as i64;
-    Ok(CallFacts { conversation_id, customer_id, tool, order_id, amount_cents })
+    Ok(CallFacts { conversation_id, customer_id, tool, order_id, amount_cents, idempotency_key })
 }
 
-/// Consent before money moves: a call above its threshold needs a valid approval token for
-/// exactly this approval, conversation, customer, tool, order and amount; without one it is
-/// refused before dispatch with the action a person must approve.
+/// What consent lets through, and on which terms.
+#[derive(Debug)]
+pub enum Consent {
+    /// A person approved exactly this call (its token named this approval).
+    Approved(String),
+    /// No approval: the call goes upstream with `limit_cents` as its consent limit; when the
+    /// upstream answers that the order's refunds would pass it, `action` is what a person must
+    /// approve (its reason in the call's `reason_arg`).
+    Limited { limit_cents: i64, action: ProposedAction, reason_arg: String },
+}
+
+/// Consent before money moves: a call carrying an approval token must carry a valid one for
+/// exactly this approval, conversation, customer, tool, order, amount and idempotency key (the
+/// upstream learns the approval id and pays it once); a call without one goes
+/// upstream limited by the threshold ([`Consent::Limited`]). The upstream makes its own checks
+/// first (the order is the customer's, the amount is refundable, the window is open) and then
+/// holds the limit against the order's refunds so far: a person is asked only about a call that
+/// could run, and splitting a refund gains nothing.
 pub fn consent(
     tool: &str,
     consent: &ConsentConfig,
     key: Option<&ApprovalKey>,
     arguments: &JsonObject,
     headers: &CallerHeaders<'_>,
-) -> Result<(), Refusal> {
+) -> Result<Consent, Refusal> {
     let call = call_facts(tool, consent, arguments, headers)?;
     // validate() requires a key with consent; a gateway without one moves no money.
     let key = key.ok_or_else(|| Refusal::NoApprovalKey { tool: tool.to_owned() })?;
@@ -281,7 +319,7 @@ pub fn consent(
         return match key.verify(token, &call, swarm_core::domain::now_ms()) {
             Ok(approval_id) => {
                 tracing::info!(approval_id, order_id, amount_cents, "approved side effect dispatched");
-                Ok(())
+                Ok(Consent::Approved(approval_id))
             }
             Err(e) => {
                 tracing::warn!(tool, order_id, error = %e, "approval token refused");
@@ -289,17 +327,27 @@ pub fn consent(
             }
         };
     }
-    if amount_cents <= consent.above_cents {
-        return Ok(());
+    let action = ProposedAction { tool: tool.to_owned(), order_id: order_id.to_owned(), amount_cents, reason: None };
+    Ok(Consent::Limited { limit_cents: consent.above_cents, action, reason_arg: consent.reason_arg.clone() })
+}
+
+impl Consent {
+    /// Puts the limit of a call without approval into `arg` and its header, or the approval's id
+    /// into the header of an approved one; answers the refusal to give should the upstream find
+    /// the order's limit reached (`None` for an approved call).
+    pub fn apply(self, arg: &str, arguments: &mut JsonObject, forward: &mut Forward) -> Option<Refusal> {
+        match self {
+            Self::Approved(approval_id) => {
+                forward.push(HEADER_APPROVAL_ID, &approval_id);
+                None
+            }
+            Self::Limited { limit_cents, action, reason_arg } => {
+                arguments.insert(arg.to_owned(), limit_cents.into());
+                forward.push(HEADER_CONSENT_LIMIT, &limit_cents.to_string());
+                Some(Refusal::ApprovalRequired { action, reason_arg })
+            }
+        }
     }
-    let reason = ProposedAction::clean_reason(arguments.get(&consent.reason_arg).and_then(serde_json::Value::as_str));
-    tracing::info!(tool, order_id, amount_cents, "side effect needs approval");
-    Err(Refusal::ApprovalRequired(ProposedAction {
-        tool: tool.to_owned(),
-        order_id: order_id.to_owned(),
-        amount_cents,
-        reason,
-    }))
 }
 
 /// One cell of the tool's and the gateway's rate limits; never waits.
@@ -341,11 +389,18 @@ mod tests {
         assert_eq!((unknown.code, unknown.message.as_ref()), (ErrorCode::INVALID_PARAMS, "unknown tool nope"));
         let action =
             ProposedAction { tool: "shop__refund".into(), order_id: "A1".into(), amount_cents: 79_700, reason: None };
-        let required = answer(Refusal::ApprovalRequired(action)).unwrap_err();
+        let required = answer(Refusal::ApprovalRequired { action, reason_arg: "reason".into() }).unwrap_err();
         assert_eq!(required.code, ErrorCode(APPROVAL_REQUIRED));
         assert_eq!(
             required.message,
             "approval required: shop__refund of 797.00 on order A1 needs a person's approval first; it was not executed"
+        );
+        assert_eq!(
+            required.data,
+            Some(
+                serde_json::json!({"tool": "shop__refund", "order_id": "A1", "amount_cents": 79_700, "reason_from": "reason"})
+            ),
+            "the facts and where the reason is, never model text"
         );
         let refused = answer(Refusal::ApprovalRefused(TokenError::Expired)).unwrap_err();
         assert_eq!(refused.code, ErrorCode(APPROVAL_REFUSED));

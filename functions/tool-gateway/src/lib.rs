@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 pub use config::function::GatewayFunctionConfig;
 pub use config::{GatewayConfig, Prefix, RoleConfig, UpstreamConfig};
-pub use demo::{DemoTokens, demo_config};
+pub use demo::{DEMO_ROLE_TOOLS, DemoTokens, demo_config};
 pub use error::GatewayError;
 pub use gateway::{Gateway, UpstreamStatus};
 pub use guard::{Refusal, error_result};

@@ -1,4 +1,4 @@
-//! Consent before money moves, enforced at the gateway before dispatch: a refund above the configured amount is refused (typed) until it carries a valid approval token for exactly that approval, conversation, customer, order and amount; below the amount it runs as before; a side-effecting call that never answered is reported as "outcome unknown", never as refused.
+//! Consent before money moves, enforced by the gateway with the upstream's help: a refund without an approval goes upstream limited by the configured amount, and past it is refused (typed) with what a person must approve; with a token it runs only if the token is valid for exactly that approval, conversation, customer, order and amount; below the amount it runs as before; a side-effecting call that never answered is reported as "outcome unknown", never as refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic on a broken precondition
 
 mod support;
@@ -24,6 +24,7 @@ fn token(customer: &str, order: &str, amount_cents: i64, expires_at_ms: i64) -> 
         tool: "shop__refund",
         order_id: order,
         amount_cents,
+        idempotency_key: "swarm:conv-test:w01:1",
         expires_at_ms,
     })
 }
@@ -37,8 +38,8 @@ fn refund(order: &str, amount: f64, approval: Option<&str>) -> serde_json::Value
 }
 
 #[tokio::test]
-async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person_must_approve() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+async fn a_refund_above_the_amount_is_refused_with_what_a_person_must_approve() {
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let listed = tools.list_tools(&ctx("refund", "C104")).await.unwrap();
@@ -61,14 +62,16 @@ async fn a_refund_above_the_amount_is_refused_before_dispatch_with_what_a_person
             reason: Some("it broke[2J".into())
         }
     );
-    assert!(up.fake.state.calls_of("refund").is_empty(), "nothing reached the shop");
+    let asked = up.fake.state.calls_of("refund");
+    assert_eq!(asked.len(), 1, "the shop checked it, limited to the threshold");
+    assert_eq!(asked[0].arguments["consent_limit_cents"], 0);
     assert_eq!(gateway.metrics().refusals, 1);
     assert!(SIDE_EFFECTING_META.contains("side_effecting"));
 }
 
 #[tokio::test]
 async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_person() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let everything = json!({"order_id": "A1033", "_idempotency_key": "k"});
@@ -82,7 +85,7 @@ async fn a_refund_without_an_amount_or_with_a_bad_order_id_is_not_put_before_a_p
 
 #[tokio::test]
 async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 0)).await;
     let tools = adapter(&url);
     let later = now_ms() + 60_000;
@@ -94,8 +97,11 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
     assert_eq!(calls.len(), 1);
     assert!(calls[0].arguments.get("_approval").is_none(), "the token never goes upstream");
 
-    // The same token for another amount, order or customer; an expired one; one signed with another key.
+    // The same token for another amount, order, customer or idempotency key; an expired one; one signed with another key.
+    let mut under_another_key = refund("A1033", 1874.0, Some(&good));
+    under_another_key["_idempotency_key"] = json!("swarm:conv-test:w01:2");
     let refused = [
+        (ctx("refund", "C104"), under_another_key),
         (ctx("refund", "C104"), refund("A1033", 5000.0, Some(&good))),
         (ctx("refund", "C104"), refund("A1034", 1874.0, Some(&good))),
         (ctx("refund", "C105"), refund("A1033", 1874.0, Some(&good))),
@@ -112,6 +118,7 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
                     tool: "shop__refund",
                     order_id: "A1033",
                     amount_cents: 187_400,
+                    idempotency_key: "swarm:conv-test:w01:1",
                     expires_at_ms: later,
                 })),
             ),
@@ -126,7 +133,7 @@ async fn a_valid_token_lets_exactly_its_call_through_and_nothing_else() {
 
 #[tokio::test]
 async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(with_consent(config(vec![upstream("shop", &up.url)]), 10_000)).await;
     let tools = adapter(&url);
     let out = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 99.5, None), T).await.unwrap();
@@ -135,7 +142,12 @@ async fn below_the_amount_a_refund_runs_as_before_and_above_it_waits() {
     assert!(at_limit.is_ok_and(|o| !o.is_error), "the amount itself needs no approval");
     let above = tools.call_tool(&ctx("refund", "C104"), "shop__refund", refund("A1033", 100.01, None), T).await;
     assert!(matches!(above, Err(ToolError::ApprovalRequired(ref a)) if a.amount_cents == 10_001), "{above:?}");
-    assert_eq!(up.fake.state.calls_of("refund").len(), 2);
+    assert_eq!(up.fake.state.calls_of("refund").len(), 3, "the shop checks every call, at its limit");
+    let calls = up.fake.state.calls_of("refund");
+    assert!(
+        calls.iter().all(|c| c.arguments["consent_limit_cents"] == 10_000),
+        "the upstream holds the order to the threshold: {calls:?}"
+    );
 }
 
 #[tokio::test]
@@ -160,7 +172,7 @@ async fn a_side_effect_that_timed_out_is_outcome_unknown() {
 
 #[tokio::test]
 async fn a_side_effect_that_never_answered_is_outcome_unknown_not_refused() {
-    let up = start_upstream(FakeUpstream::new(shop_tools()), false).await;
+    let up = start_upstream(FakeUpstream::new(consent_shop_tools()), false).await;
     let (_gateway, url) = start_gateway(config(vec![upstream("shop", &up.url)])).await;
     let tools = adapter(&url);
     up.fake.state.fail.store(false, Ordering::SeqCst);

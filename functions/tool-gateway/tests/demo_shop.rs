@@ -24,20 +24,30 @@ struct Stack {
 }
 
 async fn stack() -> Stack {
+    stack_with(None).await
+}
+
+/// The demo stack, its refunds needing approval above `above_cents` when given (the demo's: every refund).
+async fn stack_with(above_cents: Option<i64>) -> Stack {
     let tokens = DemoTokens::generate();
     let shop = Arc::new(Shop::demo().unwrap());
     let access = ShopAccess::local(tokens.shop_upstream().clone()).unwrap();
     let (shop_addr, _shop_task) =
         shop_tools::serve("127.0.0.1:0".parse().unwrap(), shop.clone(), access).await.unwrap();
     let shop_url = format!("http://{shop_addr}/mcp");
-    let config = demo_config(&shop_url, &tokens);
+    let mut config = demo_config(&shop_url, &tokens);
+    if let Some(above) = above_cents {
+        for consent in config.side_effects.values_mut().filter_map(|e| e.consent.as_mut()) {
+            consent.above_cents = above;
+        }
+    }
     let (gateway_addr, _gateway_task) = tool_gateway::serve("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
     let tools = McpToolGateway::new(&format!("http://{gateway_addr}/mcp"), tokens.role_tokens(), T).unwrap();
     Stack { shop, shop_url, tools, tokens }
 }
 
-/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` in conversation `conv-demo`.
-fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String {
+/// An operator's approval token for `customer`'s refund of `amount_cents` on `order` under `key` in conversation `conv-demo`.
+fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64, key: &str) -> String {
     ApprovalKey::new(s.tokens.approval_key()).unwrap().sign(&TokenClaim {
         approval_id: "conv-demo.w01.1",
         conversation_id: "conv-demo",
@@ -45,6 +55,7 @@ fn approved(s: &Stack, customer: &str, order: &str, amount_cents: i64) -> String
         tool: "shop__refund",
         order_id: order,
         amount_cents,
+        idempotency_key: key,
         expires_at_ms: now_ms() + 60_000,
     })
 }
@@ -120,7 +131,7 @@ async fn every_refund_waits_for_approval_and_with_it_runs_once_per_idempotency_k
     );
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged until a person approves");
     let mut with_token = args.clone();
-    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000));
+    with_token["_approval"] = json!(approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1"));
     for _ in 0..2 {
         let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", with_token.clone(), T).await.unwrap();
         assert!(!out.is_error, "{}", out.text);
@@ -159,7 +170,7 @@ async fn the_shop_refuses_a_direct_call_without_the_gateways_credential_and_move
         .auth_header("0000000000000000000000000000000000000000000000000000000000000000");
     assert!(().serve(StreamableHttpClientTransport::from_config(config)).await.is_err());
     // Through the gateway, as the refund role and with an operator's approval, it works (once).
-    let token = approved(&s, "C106", "A1007", 1_000);
+    let token = approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1");
     let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await.unwrap();
     assert!(!out.is_error, "{}", out.text);
@@ -171,7 +182,7 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
     let s = stack().await;
     // A1007 is C106's: the refund role acting for C104 cannot refund it, whatever the arguments say —
     // not even with an operator's approval for C104.
-    let token = approved(&s, "C104", "A1007", 1_000);
+    let token = approved(&s, "C104", "A1007", 1_000, "conv-probe/w01/1");
     let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
     assert!(out.is_error);
@@ -188,4 +199,75 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
         s.tools.call_tool(&ctx("support", "c106"), "shop__get_order", json!({"order_id": "A1007"}), T).await.unwrap();
     assert!(read.is_error, "{}", read.text);
     assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+}
+
+/// Issue 17 point 11a: the threshold holds for the order, not for one call. With approvals above
+/// 100, ten refunds of 99 on one order (sent at once, each with its own key) move 99 — the first
+/// that lands — and the other nine wait for a person.
+#[tokio::test]
+async fn refunds_split_under_the_threshold_move_no_more_than_it_without_a_person() {
+    let s = stack_with(Some(10_000)).await;
+    let who = ctx("refund", "C108");
+    let calls = (1..=10).map(|i| {
+        let args = json!({"order_id": "A1033", "amount": 99.0, "_idempotency_key": format!("conv-demo/w{i:02}/1")});
+        s.tools.call_tool(&who, "shop__refund", args, T)
+    });
+    let (mut ran, mut asked) = (0, 0);
+    for answer in futures::future::join_all(calls).await {
+        match answer {
+            Ok(out) if !out.is_error => ran += 1,
+            Err(ToolError::ApprovalRequired(action)) => {
+                assert_eq!((action.order_id.as_str(), action.amount_cents), ("A1033", 9_900));
+                asked += 1;
+            }
+            other => panic!("neither ran nor waits for a person: {other:?}"),
+        }
+    }
+    let moved: i64 = s.shop.refunds().await.unwrap().iter().map(|r| r.amount_cents).sum();
+    assert_eq!((ran, asked, moved), (1, 9, 9_900), "990 must not move without an operator");
+}
+
+/// Issue 17 point 11e: consent is asked only for a refund that could run. Another customer's
+/// order, more than is refundable, an order not delivered yet: the shop's answer reaches the
+/// model and no person is asked; the customer's own refundable order still waits for one.
+#[tokio::test]
+async fn a_person_is_asked_only_about_a_refund_the_shop_would_make() {
+    let s = stack().await;
+    for (customer, order, amount, why) in [
+        ("C104", "A1007", 10.0, "order A1007 not found"),
+        ("C106", "A1007", 99_999.0, "exceeds what is refundable"),
+        ("C107", "A1032", 10.0, "not delivered"),
+    ] {
+        let args = json!({"order_id": order, "amount": amount, "_idempotency_key": format!("conv-demo/{customer}/1")});
+        match s.tools.call_tool(&ctx("refund", customer), "shop__refund", args, T).await {
+            Ok(out) => assert!(out.is_error && out.text.contains(why), "{customer} {order}: {}", out.text),
+            Err(e) => panic!("a person was asked about a refund that cannot run ({customer}, {order}, {amount}): {e}"),
+        }
+    }
+    let own = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": "conv-demo/C106/2"});
+    let err = s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", own, T).await.unwrap_err();
+    assert!(matches!(err, ToolError::ApprovalRequired(ref a) if a.amount_cents == 1_000), "{err:?}");
+    assert!(s.shop.refunds().await.unwrap().is_empty(), "the ledger is unchanged");
+}
+
+/// Issue 17 point 11b: an approval moves its money once, whatever key it is presented with. One
+/// operator's token for a refund of 10, presented with four idempotency keys, refunds 10: it binds
+/// its key (the gateway refuses it with another), and the shop pays one approval once.
+#[tokio::test]
+async fn one_approval_presented_with_four_keys_refunds_once() {
+    let s = stack().await;
+    let token = approved(&s, "C106", "A1007", 1_000, "conv-demo/w01/1");
+    let mut refused = 0;
+    for key in ["conv-demo/w01/1", "conv-demo/w01/2", "conv-demo/w01/3", "replayed-key"] {
+        let args = json!({"order_id": "A1007", "amount": 10.0, "_idempotency_key": key, "_approval": token});
+        match s.tools.call_tool(&ctx("refund", "C106"), "shop__refund", args, T).await {
+            Ok(out) if !out.is_error => {}
+            Ok(_) | Err(ToolError::ApprovalRefused(_)) => refused += 1,
+            Err(other) => panic!("{key}: {other:?}"),
+        }
+    }
+    let refunds = s.shop.refunds().await.unwrap();
+    let moved: i64 = refunds.iter().map(|r| r.amount_cents).sum();
+    assert_eq!((refunds.len(), moved, refused), (1, 1_000, 3), "one approval, one refund: {refunds:?}");
+    assert_eq!(refunds[0].idempotency_key, "conv-demo/w01/1");
 }

@@ -51,8 +51,10 @@ impl Bookkeeping {
             RecordOutcome::Recorded(written) => {
                 obs::metrics::subtask_finished(&result);
                 faults::at(CrashPoint::WorkerAfterRecordResult).await;
-                if let SubtaskResult::Failed { kind, reason } = &result {
-                    tracing::warn!(kind = kind.code(), reason = %reason, "subtask failed");
+                if let SubtaskResult::Failed { kind, .. } = &result {
+                    // The reason is stored, never logged: it can hold a provider's or a tool's words,
+                    // which quote the customer.
+                    tracing::warn!(kind = kind.code(), "subtask failed");
                 }
                 tracing::info!(
                     status = status.as_str(),

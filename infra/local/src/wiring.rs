@@ -78,7 +78,7 @@ impl Function {
         const BASE: [(&str, Local); 2] = [("TRACE_EXPORT", Param("TraceExport")), ("TABLE_NAME", Table)];
         const GATEWAY: [(&str, Local); 2] =
             [("GATEWAY_URL", GatewayUrl), ("GATEWAY_URL_AUTH", Param("GatewayUrlAuth"))];
-        const ORCHESTRATOR: [(&str, Local); 18] = [
+        const ORCHESTRATOR: [(&str, Local); 19] = [
             BASE[0],
             BASE[1],
             ("DEADLINE_SECS", Param("DeadlineSecs")),
@@ -97,6 +97,7 @@ impl Function {
             ("GATEWAY_TOKEN_SECRET_ARN", Secret(LocalSecret::PlannerToken)),
             ("WORKER_ROLE", Literal("planner")),
             ("APPROVAL_KEY_SECRET_ARN", Secret(LocalSecret::ApprovalKey)),
+            ("OPERATOR_PRINCIPALS", Param("OperatorPrincipalArns")),
         ];
         const WORKER: [(&str, Local); 11] = [
             BASE[0],
@@ -254,6 +255,8 @@ impl LocalValues {
             ("JwtCustomerClaim", "sub"),
             ("JwtCustomerMapping", "table"),
             ("GatewayUrlAuth", "NONE"),
+            // Locally operators hold the stack's operator token; nobody is an IAM operator.
+            ("OperatorPrincipalArns", ""),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
@@ -377,7 +380,8 @@ fn secret_of(source: &SecretSource) -> Option<LocalSecret> {
 
 /// The local wiring as `infra/aws/check_template.py` reads it: per function its variable names, the
 /// queues it holds a sender for and the role token it holds (role and secret), each taken from the
-/// function's config parsed from its environment, as the stack builds it.
+/// function's config parsed from its environment, as the stack builds it; and the tools each role of
+/// the stack's gateway may use (`gateway_roles`).
 ///
 /// Errors: a function's config does not parse from its variables.
 pub fn describe() -> Result<Value, ConfigError> {
@@ -395,7 +399,11 @@ pub fn describe() -> Result<Value, ConfigError> {
         });
         functions.insert(function.name().to_owned(), json!({ "env": env, "sends": sends, "token": token }));
     }
-    Ok(json!({ "functions": functions, "servers": SERVERS }))
+    let gateway_roles: serde_json::Map<String, Value> = tool_gateway::DEMO_ROLE_TOOLS
+        .iter()
+        .map(|(role, tools)| ((*role).to_owned(), json!({ "tools": tools })))
+        .collect();
+    Ok(json!({ "functions": functions, "servers": SERVERS, "gateway_roles": gateway_roles }))
 }
 
 /// The stack's secrets by their local ARN ([`LocalSecret::arn`]): the role tokens and the approval

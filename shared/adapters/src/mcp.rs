@@ -60,9 +60,14 @@ pub const HEADER_APPROVAL: &str = "x-swarm-approval";
 pub const APPROVAL_ARGUMENT: &str = "_approval";
 /// `_meta` key of a listed tool the gateway's configuration declares side-effecting (value `true`).
 pub const SIDE_EFFECTING_META: &str = "lambda-swarm/side_effecting";
-/// JSON-RPC error code of a consent-gated call refused before dispatch until a person approves
-/// it; `data` is the [`swarm_core::approval::ProposedAction`] the gateway validated.
+/// JSON-RPC error code of a consent-gated call refused until a person approves it; `data` is the
+/// [`swarm_core::approval::ProposedAction`] the gateway validated, without its reason (model text
+/// quoting the customer, which an error's data must not carry: it reaches logs) and with
+/// [`APPROVAL_REASON_FROM`] naming the call's argument that holds it.
 pub const APPROVAL_REQUIRED: i32 = -32012;
+/// The field of an [`APPROVAL_REQUIRED`] error's `data` naming the argument of the call that
+/// holds the reason; the client reads the reason from the arguments it sent.
+pub const APPROVAL_REASON_FROM: &str = "reason_from";
 /// JSON-RPC error code of a call whose approval token the gateway refused (expired, or not for this call).
 pub const APPROVAL_REFUSED: i32 = -32013;
 /// JSON-RPC error code of a side-effecting call dispatched upstream whose answer never came
@@ -231,7 +236,7 @@ impl McpToolGateway {
             params,
             extensions: Default::default(),
         });
-        match self.request(ctx, request, Vec::new(), self.call_timeout).await? {
+        match self.request(ctx, request, Vec::new(), self.call_timeout, None).await? {
             ServerResult::ListToolsResult(page) => Ok(page),
             _ => Err(ToolError::Permanent("tools/list answered with another result type".into())),
         }
@@ -296,13 +301,15 @@ impl McpToolGateway {
         }
     }
 
-    /// Sends one request with the context headers and a deadline; maps errors.
+    /// Sends one request with the context headers and a deadline; maps errors (a tool call's
+    /// `arguments` complete an approval request with its reason).
     async fn request(
         &self,
         ctx: &ToolContext,
         mut request: ClientRequest,
         extra: Vec<(HeaderName, HeaderValue)>,
         timeout: Duration,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> Result<ServerResult, ToolError> {
         let session = self.session(&ctx.role).await?;
         let headers = context_headers(ctx, extra)?;
@@ -318,7 +325,7 @@ impl McpToolGateway {
             .await
             .unwrap_or(Err(ServiceError::Timeout { timeout }));
         result.map_err(|e| {
-            let error = classify(e, timeout);
+            let error = classify(e, timeout, arguments);
             if matches!(error, ToolError::Unavailable(_)) && session.peer().is_transport_closed() {
                 self.forget_session(&ctx.role, &session);
             }
@@ -352,13 +359,44 @@ pub fn trace_header() -> Option<(HeaderName, HeaderValue)> {
     Some((HeaderName::from_static(swarm_core::obs::context::TRACEPARENT), HeaderValue::from_str(&value).ok()?))
 }
 
-/// Maps an rmcp client error to the port's classification.
-fn classify(error: ServiceError, timeout: Duration) -> ToolError {
+/// The `data` of an [`APPROVAL_REQUIRED`] error: the action, and where its reason is.
+#[derive(serde::Deserialize)]
+struct ApprovalRequest {
+    #[serde(flatten)]
+    action: swarm_core::approval::ProposedAction,
+    #[serde(default)]
+    reason_from: Option<String>,
+}
+
+impl ApprovalRequest {
+    /// The action, its reason read (cleaned, bounded) from the call's own `arguments` when the
+    /// gateway named where it is.
+    fn into_action(
+        self,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> swarm_core::approval::ProposedAction {
+        let mut action = self.action;
+        if action.reason.is_none()
+            && let (Some(arg), Some(arguments)) = (self.reason_from, arguments)
+        {
+            let text = arguments.get(&arg).and_then(serde_json::Value::as_str);
+            action.reason = swarm_core::approval::ProposedAction::clean_reason(text);
+        }
+        action
+    }
+}
+
+/// Maps an rmcp client error to the port's classification; `arguments` are the call's.
+fn classify(
+    error: ServiceError,
+    timeout: Duration,
+    arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> ToolError {
     match error {
         ServiceError::Timeout { .. } | ServiceError::Cancelled { .. } => ToolError::Timeout(timeout),
         ServiceError::McpError(e) if e.code.0 == APPROVAL_REQUIRED => {
-            match e.data.clone().map(serde_json::from_value::<swarm_core::approval::ProposedAction>) {
-                Some(Ok(action)) => ToolError::ApprovalRequired(action),
+            match e.data.clone().map(serde_json::from_value::<ApprovalRequest>) {
+                Some(Ok(request)) => ToolError::ApprovalRequired(request.into_action(arguments)),
                 _ => ToolError::Permanent(format!(
                     "gateway asked for an approval without saying for what: {}",
                     e.message
@@ -544,10 +582,11 @@ impl ToolGateway for McpToolGateway {
                 }
             }
         }
+        let sent = arguments.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(
             CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
         ));
-        match self.request(ctx, request, extra, timeout).await? {
+        match self.request(ctx, request, extra, timeout, Some(&sent)).await? {
             ServerResult::CallToolResult(result) => {
                 Ok(ToolOutput { text: result_text(&result), is_error: result.is_error.unwrap_or(false) })
             }

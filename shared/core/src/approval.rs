@@ -1,11 +1,12 @@
 //! Consent before money moves: what a side effect awaiting a person's approval would do, the approval record and its states, and the approval token the gateway verifies without a table read.
 //!
-//! The gateway refuses a consent-gated call (a refund above its configured amount) before
-//! dispatch unless the call carries a valid token for exactly that approval, conversation,
-//! customer, tool, order and amount. Only the approvals API (the orchestrator) signs tokens and
-//! only the gateway verifies them: both hold the [`ApprovalKey`]. A token says "a person agreed
-//! to this exact call until this instant"; that the call runs at most once comes from its
-//! side-effect key and the journal ([`crate::effects`]), not from the token.
+//! The gateway lets a consent-gated call past the consent limit only with a valid token for
+//! exactly that approval, conversation, customer, tool, order, amount and idempotency key. Only
+//! the approvals API (the orchestrator) signs tokens and only the gateway verifies them: both hold
+//! the [`ApprovalKey`]. A token says "a person agreed to this exact call, under this key, until this
+//! instant"; that it runs at most once comes from its side-effect key (the tool server answers a
+//! repeated key with its first answer) and the journal ([`crate::effects`]) — and the tool server
+//! pays one approval once, whatever key it comes with (the gateway forwards the approval's id).
 
 use std::fmt;
 
@@ -161,6 +162,8 @@ pub struct TokenClaim<'a> {
     pub tool: &'a str,
     pub order_id: &'a str,
     pub amount_cents: i64,
+    /// The side effect's idempotency key ([`crate::effects::effect_key`]): the token runs under this key only.
+    pub idempotency_key: &'a str,
     /// The token is refused from this instant (Unix epoch milliseconds).
     pub expires_at_ms: i64,
 }
@@ -173,6 +176,8 @@ pub struct CallFacts<'a> {
     pub tool: &'a str,
     pub order_id: &'a str,
     pub amount_cents: i64,
+    /// The key the call carries (`x-swarm-idempotency-key`).
+    pub idempotency_key: &'a str,
 }
 
 /// Why a token was refused.
@@ -182,7 +187,9 @@ pub enum TokenError {
     Malformed,
     #[error("the approval token has expired")]
     Expired,
-    #[error("the approval token is not for this call (approval, conversation, customer, tool, order or amount differ)")]
+    #[error(
+        "the approval token is not for this call (approval, conversation, customer, tool, order, amount or idempotency key differ)"
+    )]
     Mismatch,
 }
 
@@ -208,14 +215,18 @@ impl ApprovalKey {
         (Self(hex.as_bytes().to_vec()), hex)
     }
 
-    fn mac(&self, claim: &TokenClaim<'_>) -> HmacSha256 {
+    /// The MAC of `claim`; `bind_key` false is the legacy form without the idempotency key
+    /// ([`TOKEN_V1`], verified only).
+    fn mac(&self, claim: &TokenClaim<'_>, bind_key: bool) -> HmacSha256 {
         // `new_from_slice` accepts any key length for HMAC.
         let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable_hmac());
         let amount = claim.amount_cents.to_string();
         let expires = claim.expires_at_ms.to_string();
+        let (domain, key) =
+            if bind_key { ("swarm-approval-v2", Some(claim.idempotency_key)) } else { (TOKEN_V1, None) };
         // Length-prefixed fields: no two claims share an encoding, whatever the ids contain.
-        for field in [
-            "swarm-approval-v1",
+        let fields = [
+            domain,
             claim.approval_id,
             claim.conversation_id,
             claim.customer_id,
@@ -223,25 +234,33 @@ impl ApprovalKey {
             claim.order_id,
             &amount,
             &expires,
-        ] {
+        ];
+        for field in fields.into_iter().chain(key) {
             mac.update(&(field.len() as u64).to_be_bytes());
             mac.update(field.as_bytes());
         }
         mac
     }
 
-    /// The token of `claim`: `<expires_at_ms>~<approval_id>~<hex HMAC>`.
+    /// The token of `claim`: `v2~<expires_at_ms>~<approval_id>~<hex HMAC>`, the MAC over every
+    /// field of the claim, the idempotency key included.
     pub fn sign(&self, claim: &TokenClaim<'_>) -> String {
-        let tag = self.mac(claim).finalize().into_bytes();
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}~{}~{hex}", claim.expires_at_ms, claim.approval_id)
+        format!("{TOKEN_V2_PREFIX}{}~{}~{}", claim.expires_at_ms, claim.approval_id, hex(&self.mac(claim, true)))
     }
 
     /// Checks `token` against the call it arrived with at `now_ms` (the approval id and the
-    /// expiry are the token's); answers the approval id it names.
+    /// expiry are the token's); answers the approval id it names. A token in the legacy form
+    /// (`<expires_at_ms>~<approval_id>~<hex>`, signed before tokens bound the key) binds every
+    /// field but the key; it is accepted until it expires (a token lives
+    /// `money.approval_execute_within` at most), the tool server holding its approval to one key.
     /// Errors: [`TokenError`] — never which field differed (nothing to probe with).
     pub fn verify(&self, token: &str, call: &CallFacts<'_>, now_ms: i64) -> Result<String, TokenError> {
-        let mut parts = token.trim().splitn(3, '~');
+        let token = token.trim();
+        let (bind_key, rest) = match token.strip_prefix(TOKEN_V2_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, token),
+        };
+        let mut parts = rest.splitn(3, '~');
         let (Some(expires), Some(approval_id), Some(hex)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(TokenError::Malformed);
         };
@@ -260,14 +279,24 @@ impl ApprovalKey {
             tool: call.tool,
             order_id: call.order_id,
             amount_cents: call.amount_cents,
+            idempotency_key: call.idempotency_key,
             expires_at_ms,
         };
-        self.mac(&claim).verify_slice(&tag).map_err(|_| TokenError::Mismatch)?;
+        self.mac(&claim, bind_key).verify_slice(&tag).map_err(|_| TokenError::Mismatch)?;
         if now_ms >= expires_at_ms {
             return Err(TokenError::Expired);
         }
         Ok(approval_id.to_owned())
     }
+}
+
+/// The MAC domain of tokens signed before they bound the idempotency key (verified, never signed).
+const TOKEN_V1: &str = "swarm-approval-v1";
+/// What a token binding the idempotency key starts with.
+const TOKEN_V2_PREFIX: &str = "v2~";
+
+fn hex(mac: &HmacSha256) -> String {
+    mac.clone().finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// HMAC takes keys of any length, so `new_from_slice` cannot fail; a panic-free fallback for the type checker.
@@ -288,6 +317,7 @@ mod tests {
             tool: "shop__refund",
             order_id: "A1033",
             amount_cents: 187_400,
+            idempotency_key: "swarm:0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07:w02:1",
             expires_at_ms,
         }
     }
@@ -303,6 +333,7 @@ mod tests {
             tool: c.tool,
             order_id: c.order_id,
             amount_cents: c.amount_cents,
+            idempotency_key: c.idempotency_key,
         }
     }
 
@@ -322,9 +353,11 @@ mod tests {
             TokenClaim { customer_id: "C105", ..c.clone() },
             TokenClaim { conversation_id: "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d08", ..c.clone() },
             TokenClaim { tool: "shop__redeem_coupon", ..c.clone() },
+            TokenClaim { idempotency_key: "swarm:0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07:w02:2", ..c.clone() },
         ] {
             assert_eq!(verify(&token, &changed, 1), Err(TokenError::Mismatch), "{changed:?}");
         }
+        assert!(token.starts_with("v2~1000~"), "{token}");
         // A later expiry written into the token breaks the signature.
         let stretched = token.replacen("1000~", "9999~", 1);
         assert_eq!(verify(&stretched, &c, 1), Err(TokenError::Mismatch));
@@ -332,6 +365,20 @@ mod tests {
         assert_eq!(other_key.verify(&token, &facts(&c), 1), Err(TokenError::Mismatch));
         assert_eq!(verify("garbage", &c, 1), Err(TokenError::Malformed));
         assert_eq!(verify("1~bad id~00", &c, 1), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn a_legacy_token_binds_everything_but_the_key_and_a_new_one_cannot_pass_for_it() {
+        let c = claim(1_000);
+        let v1 = format!("1000~{}~{}", c.approval_id, hex(&key().mac(&c, false)));
+        assert_eq!(verify(&v1, &c, 999).unwrap(), c.approval_id, "signed before this release: still valid");
+        let other_key = TokenClaim { idempotency_key: "another-key", ..c.clone() };
+        assert_eq!(verify(&v1, &other_key, 999).unwrap(), c.approval_id, "the tool server holds it to one key");
+        assert_eq!(verify(&v1, &TokenClaim { amount_cents: 1, ..c.clone() }, 999), Err(TokenError::Mismatch));
+        assert_eq!(verify(&v1, &c, 1_000), Err(TokenError::Expired));
+        // A new token with its version stripped is not a legacy token.
+        let stripped = key().sign(&c).trim_start_matches("v2~").to_owned();
+        assert_eq!(verify(&stripped, &c, 1), Err(TokenError::Mismatch));
     }
 
     #[test]

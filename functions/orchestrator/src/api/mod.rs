@@ -29,7 +29,7 @@ use serde_json::json;
 
 pub use caller::{Auth, Caller, JwtIdentity};
 pub use error::HttpError;
-pub use operator::{Operator, OperatorAuth};
+pub use operator::{IamOperators, Operator, OperatorAllowlist, OperatorAuth};
 pub use tokens::TokenTable;
 
 use crate::approvals::{Approvals, Decision};

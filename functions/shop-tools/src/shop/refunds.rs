@@ -1,4 +1,4 @@
-//! Refunds: the refund policy, and a refund of (part of) a delivered, paid order within its window — idempotent by the customer's key, checked against the ledger's totals of the order and recorded conditional on them.
+//! Refunds: the refund policy, and a refund of (part of) a delivered, paid order within its window — idempotent by the customer's key, checked against the ledger's totals of the order (the policy first, then the consent limit the gateway set) and recorded conditional on them.
 
 use chrono::Duration;
 
@@ -35,16 +35,24 @@ impl Shop {
     /// Refunds (part of) a delivered, paid order within the refund window.
     ///
     /// Idempotent by `(customer_id, idempotency_key)`: a repeated key returns the first
-    /// receipt and moves no money; the same key for another order or amount is refused.
+    /// receipt and moves no money; the same key for another order or amount is refused. A
+    /// refund a person approved (`approval_id`, from the gateway) is recorded with its approval,
+    /// which pays one refund: the same approval under another key is refused.
     /// The checks are made against the ledger's totals of the order and the refund is recorded
     /// conditional on those totals and on the key being new (one conditional write on
     /// DynamoDB), so concurrent calls — on any instance — cannot refund the same money twice.
     /// A refusal records nothing.
     ///
+    /// With a consent limit (`consent_limit_cents`, from the gateway), a refund that would take
+    /// the order's refunds — all of them so far plus this one — past the limit is not made: it
+    /// needs a person's approval. That check comes after every policy check (only a refund that
+    /// could run is put before a person) and is made against the same totals the refund is
+    /// recorded conditional on, so refunds sent at once cannot split their way past it.
+    ///
     /// Errors: [`Refusal::NotFound`] (order), [`Refusal::InvalidArguments`] (key, amount),
     /// [`Refusal::Refused`] with the policy reason, e.g. "order A1032 is SHIPPED, not
-    /// delivered: the refund window starts at delivery"; [`Refusal::Unavailable`] when the
-    /// ledger cannot be reached (nothing recorded).
+    /// delivered: the refund window starts at delivery"; [`Refusal::NeedsApproval`] past the
+    /// consent limit; [`Refusal::Unavailable`] when the ledger cannot be reached (nothing recorded).
     pub async fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
         let key = request.idempotency_key.trim();
@@ -77,6 +85,14 @@ impl Shop {
                     return Ok(record.receipt());
                 }
                 LedgerWrite::KeyTaken(first) => return Self::replay(&first, order, key, wanted),
+                LedgerWrite::ApprovalUsed => {
+                    tracing::warn!(order_id = %order.order_id, "an approval already paid under another key was presented again");
+                    return Err(Refusal::Refused(format!(
+                        "this approval already paid a refund of order {} under another idempotency key; an approval \
+                         pays one refund, nothing was refunded",
+                        order.order_id
+                    )));
+                }
                 // Another refund of this order landed first: check again against the new totals.
                 LedgerWrite::OrderChanged => continue,
             }
@@ -133,6 +149,17 @@ impl Shop {
                 money(refunded, currency)
             )));
         }
+        if let Some(limit) = request.consent_limit_cents
+            && refunded + amount > limit
+        {
+            return Err(Refusal::NeedsApproval(format!(
+                "a refund of {} on order {id} needs a person's approval: the order's refunds would total {}, \
+                 above the {} allowed without one; nothing was refunded",
+                money(amount, currency),
+                money(refunded + amount, currency),
+                money(limit, currency)
+            )));
+        }
         Ok(RefundRecord {
             refund_id: format!("RF-{id}-{}", before.count + 1),
             customer_id: customer.customer_id.clone(),
@@ -142,6 +169,7 @@ impl Shop {
             refunded_total_cents: refunded + amount,
             reason: request.reason.as_ref().map(|r| r.trim().to_string()).filter(|r| !r.is_empty()),
             idempotency_key: key.to_string(),
+            approval_id: request.approval_id.clone(),
         })
     }
 

@@ -206,9 +206,15 @@ pub struct SideEffectConfig {
     pub consent: Option<ConsentConfig>,
 }
 
-/// Consent before money moves: a call whose amount is above `above` (in the order's currency;
-/// `0` means every call) is refused before dispatch unless it carries a valid approval token for
-/// exactly its approval, conversation, customer, tool, order and amount.
+/// Consent before money moves: a call without an approval goes upstream with `above` (in the
+/// order's currency; `0` means every refund) as its consent limit (`limit_arg` and
+/// `x-swarm-consent-limit-cents`). The upstream makes its own checks first (the order is the
+/// customer's, the amount refundable) and then refuses, with `APPROVAL_REQUIRED`, a call that
+/// would take the order's refunds so far past the limit — so a person is asked only about a call
+/// that could run, and the threshold holds for the order, not for one call. A call with an
+/// approval token goes upstream without a limit only if the token is valid for exactly its
+/// approval, conversation, customer, tool, order, amount and idempotency key. An upstream tool that does not take
+/// `limit_arg` is not exposed (it could not hold the limit).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ConsentConfig {
@@ -224,6 +230,10 @@ pub struct ConsentConfig {
     /// Argument holding the reason, shown to the operator (cleaned, bounded).
     #[serde(default = "default_reason_arg")]
     pub reason_arg: String,
+    /// Argument the gateway fills with the consent limit in cents and hides from the model; the
+    /// upstream tool must take it (it enforces the limit against the order's refunds so far).
+    #[serde(default = "default_limit_arg")]
+    pub limit_arg: String,
 }
 
 impl ConsentConfig {
@@ -234,6 +244,7 @@ impl ConsentConfig {
             order_arg: default_order_arg(),
             amount_arg: default_amount_arg(),
             reason_arg: default_reason_arg(),
+            limit_arg: default_limit_arg(),
         }
     }
 }
@@ -255,6 +266,9 @@ fn default_amount_arg() -> String {
 }
 fn default_reason_arg() -> String {
     "reason".into()
+}
+fn default_limit_arg() -> String {
+    "consent_limit_cents".into()
 }
 
 /// A worker role: its credential and what it may see and call.

@@ -101,6 +101,19 @@ pub fn shop_tools() -> Vec<Tool> {
     ]
 }
 
+/// [`shop_tools`] whose `refund` also takes the consent limit (what a tool with consent must take).
+pub fn consent_shop_tools() -> Vec<Tool> {
+    let mut tools = shop_tools();
+    for tool in tools.iter_mut().filter(|t| t.name == "refund") {
+        let mut schema = (*tool.input_schema).clone();
+        if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+            properties.insert("consent_limit_cents".into(), json!({"type": "integer"}));
+        }
+        tool.input_schema = Arc::new(schema);
+    }
+    tools
+}
+
 impl FakeUpstream {
     pub fn new(tools: Vec<Tool>) -> Self {
         Self { state: Arc::default(), tools: Arc::new(tools) }
@@ -141,6 +154,14 @@ impl ServerHandler for FakeUpstream {
             .push(Received { tool: request.name.to_string(), arguments: arguments.clone() });
         if self.state.fail.load(Ordering::SeqCst) {
             return Err(ErrorData::internal_error("injected failure", None));
+        }
+        // The consent contract, per call (no ledger here): past the limit nothing happens.
+        let limit = arguments.get("consent_limit_cents").and_then(serde_json::Value::as_i64);
+        let amount = arguments.get("amount").and_then(serde_json::Value::as_f64).map(|a| (a * 100.0).round() as i64);
+        if let (Some(limit), Some(amount)) = (limit, amount)
+            && amount > limit
+        {
+            return Err(ErrorData::new(rmcp::model::ErrorCode(-32012), "needs a person's approval", None));
         }
         if request.name == "slow" && self.state.hang.load(Ordering::SeqCst) {
             tokio::select! {

@@ -169,7 +169,7 @@ impl Agent {
                 }
             }
             Err(CallError::Failed(e)) => {
-                tracing::warn!(error = %e, "language model failed");
+                tracing::warn!(error = %e.log_safe(), "language model failed");
                 Asked::End(LoopEnd::Done(SubtaskResult::failed(
                     FailureKind::ModelFailed,
                     format!("the language model failed: {e}"),

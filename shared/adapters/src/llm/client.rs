@@ -309,7 +309,7 @@ impl HttpChatModel {
             }
             Err(e) if e.is_transient() => Err(e),
             Err(e) => {
-                tracing::warn!(model = %self.model, error = %e, "the larger output limit was refused; keeping the cut answer");
+                tracing::warn!(model = %self.model, error = %e.log_safe(), "the larger output limit was refused; keeping the cut answer");
                 Ok(cut)
             }
         }

@@ -178,11 +178,27 @@ pub fn installed() -> Option<Telemetry> {
 }
 
 fn log_filter(default_level: &str) -> EnvFilter {
-    let level = std::env::var("RUST_LOG")
-        .ok()
-        .or_else(|| std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().map(|l| l.to_lowercase()))
-        .unwrap_or_else(|| default_level.to_owned());
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let lambda_level = std::env::var("AWS_LAMBDA_LOG_LEVEL").ok();
+    let level = filter_directives(rust_log, lambda_level.as_deref(), default_level);
     EnvFilter::try_new(&level).unwrap_or_else(|_| EnvFilter::new(default_level))
+}
+
+/// The filter directives: `RUST_LOG` as written, else Lambda's `ApplicationLogLevel` (`TRACE` ..
+/// `FATAL`, as `AWS_LAMBDA_LOG_LEVEL`) with rmcp held at `warn` at most, else `default_level`.
+/// rmcp logs whole requests (tool arguments, which quote the customer) at `debug`, so a level
+/// raised for a function's own logs must not raise rmcp's.
+fn filter_directives(rust_log: Option<String>, lambda_level: Option<&str>, default_level: &str) -> String {
+    if let Some(directives) = rust_log {
+        return directives;
+    }
+    let Some(level) = lambda_level else { return default_level.to_owned() };
+    let level = match level.to_ascii_lowercase().as_str() {
+        "fatal" => "error".to_owned(),
+        other => other.to_owned(),
+    };
+    let rmcp = if level == "error" { "error" } else { "warn" };
+    format!("{level},rmcp={rmcp}")
 }
 
 fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
@@ -414,5 +430,27 @@ mod recorder {
             .set_quantiles(&[0.5, 0.9, 0.99])
             .and_then(|b| b.install_recorder())
             .map_err(|e| TelemetryError::Setup(format!("Prometheus metrics: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::filter_directives;
+
+    #[test]
+    fn lambdas_log_level_never_raises_rmcps_past_warn() {
+        let lambda = |level| filter_directives(None, Some(level), "info,rmcp=warn");
+        assert_eq!(lambda("INFO"), "info,rmcp=warn");
+        assert_eq!(lambda("DEBUG"), "debug,rmcp=warn");
+        assert_eq!(lambda("TRACE"), "trace,rmcp=warn");
+        assert_eq!(lambda("WARN"), "warn,rmcp=warn");
+        assert_eq!(lambda("ERROR"), "error,rmcp=error");
+        assert_eq!(lambda("FATAL"), "error,rmcp=error");
+    }
+
+    #[test]
+    fn rust_log_is_taken_as_written_and_the_default_when_nothing_is_set() {
+        assert_eq!(filter_directives(Some("debug".into()), Some("INFO"), "info,rmcp=warn"), "debug");
+        assert_eq!(filter_directives(None, None, "info,rmcp=warn"), "info,rmcp=warn");
     }
 }

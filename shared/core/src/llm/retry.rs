@@ -73,6 +73,16 @@ impl CallError {
         }
     }
 
+    /// What a log line may say of this error: the model error's class and HTTP status, never the
+    /// provider's message ([`LlmError::log_safe`]).
+    pub fn log_safe(&self) -> String {
+        match self {
+            Self::Failed(e) => e.log_safe().to_string(),
+            Self::OutOfTime { last: Some(e) } => format!("out of time for the LLM call (last error: {})", e.log_safe()),
+            Self::OutOfTime { last: None } => "out of time for the LLM call".to_owned(),
+        }
+    }
+
     /// The underlying model error, if any.
     pub fn llm_error(&self) -> Option<&LlmError> {
         match self {
@@ -206,10 +216,10 @@ async fn rounds(
         let delay = backoff_delay(attempt, retry_after, policy, &mut rand::rng());
         let wake = Instant::now() + delay;
         if wake + MIN_ATTEMPT_TIME > deadline {
-            tracing::info!(model = %model.label(), attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %error, "llm retry would pass the deadline");
+            tracing::info!(model = %model.label(), attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %error.log_safe(), "llm retry would pass the deadline");
             return Err(CallError::OutOfTime { last: Some(error) });
         }
-        tracing::info!(model = %model.label(), attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %error, "llm call will be retried");
+        tracing::info!(model = %model.label(), attempt = attempt + 1, delay_ms = delay.as_millis() as u64, error = %error.log_safe(), "llm call will be retried");
         let class = obs::metrics::llm_error_class(&error);
         obs::metrics::llm_retry(attempts.model, class);
         attempts.retry_class = Some(class);

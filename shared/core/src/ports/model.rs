@@ -174,6 +174,30 @@ impl LlmError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
     }
+
+    /// What a log line or a stored failure reason may say of this error: its class and HTTP
+    /// status, never the provider's message (providers quote what they refused: the customer's
+    /// words).
+    pub fn log_safe(&self) -> LogSafeLlmError<'_> {
+        LogSafeLlmError(self)
+    }
+}
+
+/// [`LlmError::log_safe`]: displays the class and HTTP status only.
+#[derive(Debug, Clone, Copy)]
+pub struct LogSafeLlmError<'a>(&'a LlmError);
+
+impl std::fmt::Display for LogSafeLlmError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            LlmError::RateLimited { status, .. } => write!(f, "rate limited (HTTP {status})"),
+            LlmError::Transient { status: Some(s), .. } => write!(f, "transient LLM failure (HTTP {s})"),
+            LlmError::Transient { status: None, .. } => write!(f, "transient LLM failure"),
+            LlmError::ContextLength { status, .. } => write!(f, "context length exceeded (HTTP {status})"),
+            LlmError::Permanent { status, .. } => write!(f, "permanent LLM failure (HTTP {status})"),
+            LlmError::Rejected { status, kind, .. } => write!(f, "request refused (HTTP {status}, {})", kind.as_str()),
+        }
+    }
 }
 
 /// An OpenAI-compatible chat-completions model (or the offline stand-in).
@@ -190,5 +214,31 @@ pub trait ChatModel: Send + Sync {
     /// `true` for the deterministic offline model; replies then say so.
     fn is_offline(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LlmError, Rejection};
+
+    #[test]
+    fn a_log_safe_error_says_its_class_and_status_never_the_providers_message() {
+        let quoted = "content policy violation in message 'my parrot Zephyrine'".to_owned();
+        let errors = [
+            (
+                LlmError::RateLimited { status: 429, retry_after: None, message: quoted.clone() },
+                "rate limited (HTTP 429)",
+            ),
+            (LlmError::Transient { status: None, message: quoted.clone() }, "transient LLM failure"),
+            (LlmError::Transient { status: Some(503), message: quoted.clone() }, "transient LLM failure (HTTP 503)"),
+            (LlmError::ContextLength { status: 400, message: quoted.clone() }, "context length exceeded (HTTP 400)"),
+            (LlmError::Permanent { status: 400, message: quoted.clone() }, "permanent LLM failure (HTTP 400)"),
+        ];
+        for (error, said) in errors {
+            assert_eq!(error.log_safe().to_string(), said);
+            assert!(error.to_string().contains("Zephyrine"), "the error itself keeps the message");
+        }
+        let rejected = LlmError::Rejected { status: 400, kind: Rejection::ToolsMissing, message: quoted };
+        assert!(!rejected.log_safe().to_string().contains("Zephyrine"));
     }
 }
