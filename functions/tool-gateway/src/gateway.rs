@@ -26,7 +26,7 @@ use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
     config::{GatewayConfig, SideEffectConfig, UpstreamConfig},
     error::GatewayError,
-    guard::{self, CallerHeaders, Forward, Refusal, error_result},
+    guard::{self, CallerHeaders, Forward, Refusal, error_result, refused_result},
     metrics::{CallLabels, Metrics, MetricsSnapshot, Outcome},
     protect::{Breaker, BreakerState, RateLimits},
     upstream::{UpstreamClient, UpstreamError, upstream_http_client},
@@ -539,9 +539,10 @@ fn answer_of(
         Err(UpstreamError::Cancelled) => {
             (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
         }
+        // Not sent upstream (a lost session), or not a side effect: the tool's answer it is not.
         Err(e) => (
             Outcome::UpstreamError,
-            Ok(error_result(&format!("upstream {upstream} is unavailable ({e}); try {name} again later"))),
+            Ok(refused_result(&format!("upstream {upstream} is unavailable ({e}); try {name} again later"))),
         ),
     }
 }

@@ -91,7 +91,7 @@ impl ToolGateway for Ledger {
         if self.held_back.contains(order.as_str()) {
             return Err(ToolError::Timeout(timeout));
         }
-        Ok(ToolOutput { text: receipt.to_string(), is_error: false })
+        Ok(ToolOutput { text: receipt.to_string(), is_error: false, refused: false })
     }
 }
 
