@@ -159,6 +159,7 @@ impl Dispatcher {
             decided_by: None,
             decided_at_ms: None,
             token: None,
+            reissued_at_ms: None,
             outcome: None,
             finished_at_ms: None,
             ttl,
