@@ -539,11 +539,13 @@ fn answer_of(
         Err(UpstreamError::Cancelled) => {
             (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
         }
-        // Not sent upstream (a lost session), or not a side effect: the tool's answer it is not.
-        Err(e) => (
-            Outcome::UpstreamError,
-            Ok(refused_result(&format!("upstream {upstream} is unavailable ({e}); try {name} again later"))),
-        ),
+        // A lost session: the upstream refused the call unseen, so it is marked refused (never a
+        // side effect's outcome). Otherwise a read-only call that may have been seen: an error result.
+        Err(e) => {
+            let text = format!("upstream {upstream} is unavailable ({e}); try {name} again later");
+            let unseen = matches!(e, UpstreamError::SessionExpired);
+            (Outcome::UpstreamError, Ok(if unseen { refused_result(&text) } else { error_result(&text) }))
+        }
     }
 }
 
