@@ -34,8 +34,8 @@ pub struct WorkerConfig {
     /// `LLM_TOKEN_BUDGET`: the conversation-wide token stop; past it the
     /// remaining subtasks end with that reason. Unset → no stop.
     pub token_budget: Option<u64>,
-    /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`), read in sweep mode only:
-    /// the sweep re-enqueues approved side effects not run past their token's window with a fresh
+    /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`), for the sweeper only (the
+    /// wiring refuses it in tasks and DLQ mode): the sweep re-enqueues approved side effects not run past their token's window with a fresh
     /// token (to the role's queue it is given, e.g. `REFUND_QUEUE_URL`). Unset: it counts them only.
     pub approval_key: Option<SecretSource>,
 }
@@ -83,10 +83,7 @@ impl WorkerConfig {
             llm: agent.then(|| LlmConfig::from_lookup(&lookup)).transpose()?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
             token_budget,
-            approval_key: match mode {
-                WorkerMode::Sweep => SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
-                WorkerMode::Tasks | WorkerMode::DeadLetters => None,
-            },
+            approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
         })
     }
 
@@ -164,14 +161,11 @@ mod tests {
     }
 
     #[test]
-    fn only_the_sweeper_reads_the_approval_key() {
+    fn the_approval_key_is_read_from_its_secret_and_absent_when_unset() {
         let arn = ("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval");
         let sweep = parse(&[("WORKER_MODE", "sweep"), arn]).unwrap();
         assert_eq!(sweep.approval_key.map(|k| k.var().to_owned()).as_deref(), Some("APPROVAL_KEY_SECRET_ARN"));
         assert!(parse(&[("WORKER_MODE", "sweep")]).unwrap().approval_key.is_none());
-        for mode in ["tasks", "dlq"] {
-            assert!(parse(&[("WORKER_MODE", mode), arn]).unwrap().approval_key.is_none(), "{mode}");
-        }
     }
 
     #[test]
