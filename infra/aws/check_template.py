@@ -69,8 +69,9 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 # (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
 # workers and the DLQ consumer never send to the refund queue (refund subtasks wait for their dependencies on it);
 # only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer and
-# the sweeper run no model and no tool, so they read no secret (the sweeper runs the deadline path: conversation
-# writes and the sweep index, sending nothing); the aggregator's stream mapping sends a dropped batch to its
+# the sweeper run no model and no tool (the sweeper runs the deadline path: conversation writes and the sweep
+# index; and re-enqueues approved refunds not run past their token's window with a fresh token: the approval key,
+# APPROVALS and the refund queue); the aggregator's stream mapping sends a dropped batch to its
 # on-failure queue with the function's role; the gateway reads the role tokens (and an external shop's token) and
 # the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table only; the
 # hand-off pipe reads the table's stream (and puts events on the default bus, a record it gives up on its DLQ).
@@ -85,7 +86,7 @@ ROLE_NEEDS = {
                              writes={"CONV#*", "APPROVALS"}),
     "DlqConsumerRole": dict(send={"TasksQueue"}, consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"},
                             writes={"CONV#*"}),
-    "SweeperRole": dict(writes={"CONV#*"}),
+    "SweeperRole": dict(send={"RefundQueue"}, secrets={"ApprovalKeySecret"}, writes={"CONV#*", "APPROVALS"}),
     # The role SAM makes for the sweeper's EventBridge Scheduler schedule: it invokes the sweeper, nothing else.
     "SweeperScheduleRole": dict(invoke={"Sweeper"}),
     "AggregatorRole": dict(send={"AggregatorFailuresQueue"}, secrets={"LlmApiKeySecret"}, writes={"CONV#*"},

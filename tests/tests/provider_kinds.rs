@@ -269,7 +269,11 @@ fn large_round() -> (AgentSubtask, Arc<StaticTools>) {
     let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]});
     let tools = StaticTools::named(&["shop__get_order"], "Look up an order", schema).on_call("shop__get_order", |a| {
         let id = a["order_id"].as_str().unwrap_or("?").to_owned();
-        Ok(ToolOutput { text: format!("订单 {id} 已付款。{}", "物流记录".repeat(2_000)), is_error: false })
+        Ok(ToolOutput {
+            text: format!("订单 {id} 已付款。{}", "物流记录".repeat(2_000)),
+            is_error: false,
+            refused: false,
+        })
     });
     (AgentSubtask::new("Look up five orders", &calls), Arc::new(tools))
 }

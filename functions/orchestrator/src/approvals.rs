@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::approval::{
-    Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, TokenClaim, is_approval_id,
-};
+use swarm_core::approval::{Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, is_approval_id};
 use swarm_core::domain::TaskMessage;
 use swarm_core::effects::{EffectChange, EffectOutcome, EffectState, effect_key};
 use swarm_core::faults::{self, CrashPoint};
@@ -120,16 +118,7 @@ impl Approvals {
     /// The token of `approval`'s exact call under its journal key, valid for the execution window from `now`.
     fn sign(&self, approval: &Approval, now: i64) -> String {
         let key = effect_key(&approval.conversation_id, &approval.subtask_id, approval.ordinal);
-        self.key.sign(&TokenClaim {
-            approval_id: &approval.id,
-            conversation_id: approval.conversation_id.as_str(),
-            customer_id: &approval.customer_id,
-            tool: &approval.action.tool,
-            order_id: &approval.action.order_id,
-            amount_cents: approval.action.amount_cents,
-            idempotency_key: &key,
-            expires_at_ms: after_ms(now, self.execute_within),
-        })
+        self.key.sign(&approval.claim(&key, after_ms(now, self.execute_within)))
     }
 
     /// Sends the approved call to its role's queue.

@@ -68,6 +68,7 @@ async fn rig() -> Rig {
         decided_by: None,
         decided_at_ms: None,
         token: None,
+        reissued_at_ms: None,
         outcome: None,
         finished_at_ms: None,
         ttl: now / 1000 + 86_400,

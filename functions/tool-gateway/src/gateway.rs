@@ -26,7 +26,7 @@ use crate::{
     catalog::{Catalog, ExposedTool, RolePolicy, expose_tools, merge},
     config::{GatewayConfig, SideEffectConfig, UpstreamConfig},
     error::GatewayError,
-    guard::{self, CallerHeaders, Forward, Refusal, error_result},
+    guard::{self, CallerHeaders, Forward, Refusal, error_result, refused_result},
     metrics::{CallLabels, Metrics, MetricsSnapshot, Outcome},
     protect::{Breaker, BreakerState, RateLimits},
     upstream::{UpstreamClient, UpstreamError, upstream_http_client},
@@ -555,10 +555,13 @@ fn answer_of(
         Err(UpstreamError::Cancelled) => {
             (Outcome::UpstreamError, Err(ErrorData::internal_error("request cancelled", None)))
         }
-        Err(e) => (
-            Outcome::UpstreamError,
-            Ok(error_result(&format!("upstream {upstream} is unavailable ({e}); try {name} again later"))),
-        ),
+        // A lost session: the upstream refused the call unseen, so it is marked refused (never a
+        // side effect's outcome). Otherwise a read-only call that may have been seen: an error result.
+        Err(e) => {
+            let text = format!("upstream {upstream} is unavailable ({e}); try {name} again later");
+            let unseen = matches!(e, UpstreamError::SessionExpired);
+            (Outcome::UpstreamError, Ok(if unseen { refused_result(&text) } else { error_result(&text) }))
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, JsonObject};
 use swarm_adapters::mcp::{
     APPROVAL_REASON_FROM, APPROVAL_REFUSED, APPROVAL_REQUIRED, HEADER_APPROVAL, HEADER_CONVERSATION_ID,
-    HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, RequestHeaders,
+    HEADER_CUSTOMER_ID, HEADER_IDEMPOTENCY_KEY, HEADER_SUBTASK_ID, REFUSED_META, RequestHeaders,
 };
 use swarm_core::access::is_canonical_customer_id;
 use swarm_core::approval::{ApprovalKey, CallFacts, ProposedAction, TokenError};
@@ -32,6 +32,16 @@ pub const HEADER_APPROVAL_ID: &str = "x-swarm-approval-id";
 pub fn error_result(message: &str) -> CallToolResult {
     let text = serde_json::json!({ "error": message }).to_string();
     CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// [`error_result`] of a call the gateway refused before dispatch, marked so ([`REFUSED_META`]):
+/// the caller never reads it as the tool's answer (a replay of a side effect stays unknown).
+pub fn refused_result(message: &str) -> CallToolResult {
+    let mut result = error_result(message);
+    let mut meta = rmcp::model::MetaObject::new();
+    meta.0.insert(REFUSED_META.to_owned(), serde_json::Value::Bool(true));
+    result.meta = Some(meta);
+    result
 }
 
 /// Why a `tools/call` was not dispatched.
@@ -145,7 +155,7 @@ impl Refusal {
                 });
                 Err(ErrorData::new(ErrorCode(APPROVAL_REQUIRED), text, Some(data)))
             }
-            _ => Ok(error_result(&text)),
+            _ => Ok(refused_result(&text)),
         }
     }
 

@@ -26,7 +26,8 @@ async fn call_over_the_tool_rate_limit_gets_a_fallback_result_without_dispatch()
     let first = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
     assert!(!first.is_error, "{}", first.text);
     let second = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "B"}), T).await.unwrap();
-    assert!(second.is_error);
+    assert!(second.is_error && second.refused, "marked refused before dispatch");
+    assert!(!first.refused);
     assert!(second.text.contains("rate limit"), "{}", second.text);
     assert_eq!(up.fake.state.calls_of("get_product").len(), 1);
     assert_eq!(gateway.metrics().tools["shop__get_product"].rate_limited, 1);
@@ -92,10 +93,12 @@ async fn upstream_internal_errors_open_the_breaker_but_bad_arguments_do_not() {
     for _ in 0..2 {
         let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
         assert!(out.is_error && out.text.contains("injected failure"), "{}", out.text);
+        assert!(!out.refused, "the upstream's own error answer");
     }
     assert_eq!(gateway.upstream_status()[0].breaker, BreakerState::Open);
     let out = tools.call_tool(&ctx("support", "C1"), "shop__get_product", json!({"sku": "A"}), T).await.unwrap();
     assert!(out.text.contains("circuit open"), "{}", out.text);
+    assert!(out.is_error && out.refused, "the open breaker's refusal is marked: a replay never records it");
     assert_eq!(up.fake.state.calls_of("get_product").len(), 2);
 }
 

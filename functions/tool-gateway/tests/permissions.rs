@@ -142,7 +142,7 @@ async fn unknown_token_gets_an_unauthorized_error_not_a_tool_list() {
 #[tokio::test]
 async fn role_without_a_configured_token_fails_in_the_adapter_without_a_request() {
     let err = adapter("http://127.0.0.1:9/mcp").list_tools(&ctx("nobody", "C104")).await.unwrap_err();
-    assert!(matches!(&err, ToolError::Permanent(m) if m.contains("nobody")), "{err:?}");
+    assert!(matches!(&err, ToolError::Local(m) if m.contains("nobody")), "{err:?}");
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The worker's one typed config (tasks, refund and DLQ functions alike): every variable it reads, parsed once at cold start from the shared pieces.
 
 use swarm_adapters::config::{
-    ConfigError, GatewayClientConfig, QueueUrls, SecretsExtension, TableConfig, Vars, var_list,
+    ConfigError, GatewayClientConfig, QueueUrls, SecretSource, SecretsExtension, TableConfig, Vars, var_list,
 };
 use swarm_adapters::llm::LlmConfig;
 use swarm_core::roles::DEFAULT_ROLE;
@@ -34,11 +34,16 @@ pub struct WorkerConfig {
     /// `LLM_TOKEN_BUDGET`: the conversation-wide token stop; past it the
     /// remaining subtasks end with that reason. Unset → no stop.
     pub token_budget: Option<u64>,
+    /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`), for the sweeper only (the
+    /// wiring refuses it in tasks and DLQ mode): the sweep re-enqueues approved side effects not run past their token's window with a fresh
+    /// token (to the role's queue it is given, e.g. `REFUND_QUEUE_URL`). Unset: it counts them only.
+    pub approval_key: Option<SecretSource>,
 }
 
 impl WorkerConfig {
     /// Variables read by the worker itself (the pieces list theirs).
-    const OWN_VARS: &'static [&'static str] = &["WORKER_MODE", "LLM_TOKEN_BUDGET"];
+    const OWN_VARS: &'static [&'static str] =
+        &["WORKER_MODE", "LLM_TOKEN_BUDGET", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -78,6 +83,7 @@ impl WorkerConfig {
             llm: agent.then(|| LlmConfig::from_lookup(&lookup)).transpose()?,
             secrets: SecretsExtension::from_lookup(&lookup)?,
             token_budget,
+            approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
         })
     }
 
@@ -152,6 +158,14 @@ mod tests {
         let map: HashMap<&str, &str> = BASE.iter().copied().filter(|(k, _)| !k.starts_with("GATEWAY_")).collect();
         let e = WorkerConfig::from_lookup(|k| map.get(k).map(|v| v.to_string())).unwrap_err();
         assert!(e.to_string().starts_with("GATEWAY_URL is required"), "{e}");
+    }
+
+    #[test]
+    fn the_approval_key_is_read_from_its_secret_and_absent_when_unset() {
+        let arn = ("APPROVAL_KEY_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:approval");
+        let sweep = parse(&[("WORKER_MODE", "sweep"), arn]).unwrap();
+        assert_eq!(sweep.approval_key.map(|k| k.var().to_owned()).as_deref(), Some("APPROVAL_KEY_SECRET_ARN"));
+        assert!(parse(&[("WORKER_MODE", "sweep")]).unwrap().approval_key.is_none());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, the queues it may send to, the models and gateway client (none in DLQ and sweep mode: they hold neither secret), the function built by [`worker::wiring`] (the tasks worker, or the closer alone), then the SQS handler or the sweep's (telemetry flushed after every invocation).
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use swarm_adapters::config::AwsClients;
+use swarm_adapters::config::{AwsClients, ExposeSecret};
+use swarm_core::approval::ApprovalKey;
 use swarm_core::timings::Timings;
 use worker::wiring::{self, WorkerPorts};
 use worker::{WorkerConfig, WorkerMode, handler};
@@ -15,6 +16,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         store: aws.store(&config.table),
         queues: aws.queues(&config.queues),
         agent: wiring::connect_agent(&config).await?,
+        approval_key: match &config.approval_key {
+            Some(source) => Some(ApprovalKey::new(source.resolve(&config.secrets).await?.expose_secret())?),
+            None => None,
+        },
     };
     let function = wiring::worker(&config, ports, Timings::standard())?;
     if let (WorkerMode::Sweep, Some(closer)) = (config.mode, function.closer()) {

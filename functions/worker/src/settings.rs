@@ -62,6 +62,10 @@ pub struct SweepSettings {
     pub max_parallel: usize,
     /// Conversations taken from each shard by one sweep.
     pub per_shard: usize,
+    /// An approved side effect not run this long after its token was issued is past the token's
+    /// window (`money.approval_execute_within_secs`): the sweep counts it and, holding the approval
+    /// key, re-enqueues it with a fresh token valid as long again.
+    pub reissue_after: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -105,6 +109,7 @@ impl WorkerSettings {
                 shards: timings.sweep.shards.max(1),
                 max_parallel: timings.sweep.max_parallel.max(1),
                 per_shard: timings.sweep.per_shard.max(1),
+                reissue_after: timings.money.approval_execute_within,
             },
         }
     }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use swarm_core::approval::ApprovalKey;
 use swarm_core::ports::{ChatModel, ConversationStore, ToolGateway};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
@@ -17,6 +18,9 @@ pub struct WorkerPorts {
     /// The models and the gateway client: `WORKER_MODE=tasks` only; `None` in DLQ and sweep mode,
     /// which run no model and call no tool (their functions hold no LLM key and no gateway token).
     pub agent: Option<AgentPorts>,
+    /// The approval key, sweep mode only: the sweep then re-issues approved side effects not run
+    /// ([`Closer::with_approval_key`]); `None` everywhere else.
+    pub approval_key: Option<ApprovalKey>,
 }
 
 /// The ports of a function that runs the tool loop.
@@ -35,6 +39,8 @@ pub enum WiringError {
     AgentMissing,
     #[error("WORKER_MODE={0} runs no model and calls no tool: it is given neither models nor a gateway client")]
     AgentGiven(&'static str),
+    #[error("WORKER_MODE={0} signs no approval token: only the sweeper is given the approval key")]
+    ApprovalKeyGiven(&'static str),
 }
 
 /// A function of the worker binary, as its mode builds it.
@@ -72,6 +78,11 @@ impl WorkerFunction {
 /// Errors: [`WiringError`] when the agent ports do not fit the mode.
 pub fn worker(config: &WorkerConfig, ports: WorkerPorts, timings: &Timings) -> Result<WorkerFunction, WiringError> {
     let settings = config.settings_from(timings);
+    match (config.mode, &ports.approval_key) {
+        (WorkerMode::Tasks, Some(_)) => return Err(WiringError::ApprovalKeyGiven("tasks")),
+        (WorkerMode::DeadLetters, Some(_)) => return Err(WiringError::ApprovalKeyGiven("dlq")),
+        _ => {}
+    }
     match (config.mode, ports.agent) {
         (WorkerMode::Tasks, Some(agent)) => Ok(WorkerFunction::Tasks(Arc::new(Worker::new(
             ports.store,
@@ -85,7 +96,12 @@ pub fn worker(config: &WorkerConfig, ports: WorkerPorts, timings: &Timings) -> R
         (WorkerMode::DeadLetters, Some(_)) => Err(WiringError::AgentGiven("dlq")),
         (WorkerMode::Sweep, Some(_)) => Err(WiringError::AgentGiven("sweep")),
         (WorkerMode::DeadLetters | WorkerMode::Sweep, None) => {
-            Ok(WorkerFunction::Closer(Arc::new(Closer::new(ports.store, ports.queues, &settings))))
+            let closer = Closer::new(ports.store, ports.queues, &settings);
+            let closer = match ports.approval_key {
+                Some(key) => closer.with_approval_key(key),
+                None => closer,
+            };
+            Ok(WorkerFunction::Closer(Arc::new(closer)))
         }
     }
 }
@@ -125,7 +141,12 @@ mod tests {
 
     fn ports(agent: Option<AgentPorts>) -> WorkerPorts {
         let queue: Arc<dyn TaskQueue> = Arc::new(InMemoryQueue::new(QueueSettings::default()));
-        WorkerPorts { store: Arc::new(InMemoryConversationStore::new()), queues: TaskQueues::new(queue), agent }
+        WorkerPorts {
+            store: Arc::new(InMemoryConversationStore::new()),
+            queues: TaskQueues::new(queue),
+            agent,
+            approval_key: None,
+        }
     }
 
     fn agent() -> AgentPorts {
@@ -141,5 +162,10 @@ mod tests {
         assert!(worker(&config("dlq"), ports(None), timings).is_ok());
         assert_eq!(worker(&config("dlq"), ports(Some(agent())), timings).err(), Some(WiringError::AgentGiven("dlq")));
         assert!(worker(&config("sweep"), ports(None), timings).is_ok());
+        let keyed = || WorkerPorts { approval_key: Some(ApprovalKey::generate().0), ..ports(None) };
+        assert!(worker(&config("sweep"), keyed(), timings).is_ok());
+        assert_eq!(worker(&config("dlq"), keyed(), timings).err(), Some(WiringError::ApprovalKeyGiven("dlq")));
+        let keyed_agent = WorkerPorts { approval_key: Some(ApprovalKey::generate().0), ..ports(Some(agent())) };
+        assert_eq!(worker(&config("tasks"), keyed_agent, timings).err(), Some(WiringError::ApprovalKeyGiven("tasks")));
     }
 }

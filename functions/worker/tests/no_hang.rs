@@ -351,7 +351,10 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     let w = Closer::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), &settings);
     let report = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
 
-    assert_eq!(report, SweepReport { found: 3, answered: 2, moved: 1, unfinished: 0, errors: 0 });
+    assert_eq!(
+        report,
+        SweepReport { found: 3, answered: 2, moved: 1, unfinished: 0, errors: 0, approved_not_run: 0, reissued: 0 }
+    );
     let status = |c: Option<Conversation>| c.map(|c| (c.status, c.remaining));
     assert_eq!(status(store.get_conversation(&lost).await.unwrap()), Some((ConversationStatus::Done, 0)));
     assert_eq!(status(store.get_conversation(&planning.id).await.unwrap()), Some((ConversationStatus::Failed, 0)));
@@ -360,7 +363,10 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     assert_eq!(tasks.depth(), 0, "the sweep re-arms nothing: it comes back itself");
     // The next sweep answers the one whose subtasks it closed, if nothing else did.
     let again = w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await;
-    assert_eq!(again, SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0 });
+    assert_eq!(
+        again,
+        SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0, approved_not_run: 0, reissued: 0 }
+    );
     assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Done);
     assert_eq!(w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await, SweepReport::default());
 }

@@ -82,6 +82,7 @@ impl ToolGateway for Ledger {
             return Ok(ToolOutput {
                 text: r#"{"order_id":"A1033","status":"DELIVERED","refundable":1874.0}"#.into(),
                 is_error: false,
+                refused: false,
             });
         }
         if self.needs_approval && arguments.get("_approval").is_none() {
@@ -105,7 +106,7 @@ impl ToolGateway for Ledger {
                 || json!({"refunded": true, "refund_id": format!("RF-A1033-{n}"), "amount": arguments["amount"]}),
             )
             .clone();
-        Ok(ToolOutput { text: receipt.to_string(), is_error: false })
+        Ok(ToolOutput { text: receipt.to_string(), is_error: false, refused: false })
     }
 }
 

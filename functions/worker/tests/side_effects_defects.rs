@@ -91,7 +91,7 @@ impl ToolGateway for Ledger {
         if self.held_back.contains(order.as_str()) {
             return Err(ToolError::Timeout(timeout));
         }
-        Ok(ToolOutput { text: receipt.to_string(), is_error: false })
+        Ok(ToolOutput { text: receipt.to_string(), is_error: false, refused: false })
     }
 }
 
@@ -184,7 +184,7 @@ fn deployed(s: &Setup, env: &[(&str, &str)], agent: Option<AgentPorts>) -> wirin
         let queue = if label == "refund" { s.refund_queue.clone() } else { s.tasks.clone() };
         Arc::new(queue) as Arc<dyn TaskQueue>
     });
-    let ports = WorkerPorts { store: s.store.clone(), queues, agent };
+    let ports = WorkerPorts { store: s.store.clone(), queues, agent, approval_key: None };
     let timings = Timings::standard().scaled(1.0 / 30.0);
     wiring::worker(&config, ports, &timings).expect("the mode fits its ports")
 }

@@ -323,6 +323,7 @@ fn five_big_results() -> (ChatResponse, Arc<StaticTools>) {
         Ok(swarm_core::ports::ToolOutput {
             text: format!("订单 {id} 已付款。{}", "物流记录".repeat(2_000)),
             is_error: false,
+            refused: false,
         })
     });
     (calls(&round, FinishReason::ToolCalls), Arc::new(tools))

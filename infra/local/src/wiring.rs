@@ -128,7 +128,13 @@ impl Function {
         ];
         const DLQ_CONSUMER: [(&str, Local); 4] =
             [BASE[0], BASE[1], ("WORKER_MODE", Literal("dlq")), ("TASKS_QUEUE_URL", Queue(QueueRef::Tasks))];
-        const SWEEPER: [(&str, Local); 3] = [BASE[0], BASE[1], ("WORKER_MODE", Literal("sweep"))];
+        const SWEEPER: [(&str, Local); 5] = [
+            BASE[0],
+            BASE[1],
+            ("WORKER_MODE", Literal("sweep")),
+            ("REFUND_QUEUE_URL", Queue(QueueRef::Refund)),
+            ("APPROVAL_KEY_SECRET_ARN", Secret(LocalSecret::ApprovalKey)),
+        ];
         const AGGREGATOR: [(&str, Local); 5] = [BASE[0], BASE[1], LLM[0], LLM[1], LLM[2]];
         match self {
             Function::Orchestrator => &ORCHESTRATOR,
@@ -459,7 +465,8 @@ mod tests {
         assert_eq!(sends("Worker"), json!(["TasksQueue"]));
         assert_eq!(sends("RefundWorker"), json!(["RefundQueue", "TasksQueue"]));
         assert_eq!(sends("DlqConsumer"), json!(["TasksQueue"]));
-        assert_eq!(sends("Sweeper"), json!([]));
+        // Approved refunds not run past their token's window, re-enqueued with a fresh token.
+        assert_eq!(sends("Sweeper"), json!(["RefundQueue"]));
         assert_eq!(sends("Aggregator"), json!([]));
         let token = |name: &str| (f(name)["token"]["role"].clone(), f(name)["token"]["secret_role"].clone());
         assert_eq!(token("Orchestrator"), (json!("planner"), json!("planner")));

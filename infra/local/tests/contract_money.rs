@@ -29,6 +29,7 @@ contract_tests!(
     closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read,
     an_approval_is_created_once_decided_once_and_then_finished,
     a_pending_approval_past_its_expiry_cannot_be_decided,
+    an_approved_call_not_run_takes_a_fresh_token_only_while_approved,
     approvals_list_newest_conversation_first,
     a_handoff_requested_while_running_ends_the_conversation_in_handoff,
 );
@@ -92,6 +93,7 @@ fn approval(conv: &Conversation, subtask: &str, ordinal: u32, expires_at_ms: i64
         decided_by: None,
         decided_at_ms: None,
         token: None,
+        reissued_at_ms: None,
         outcome: None,
         finished_at_ms: None,
         ttl: conv.ttl,
@@ -325,6 +327,42 @@ async fn a_pending_approval_past_its_expiry_cannot_be_decided(store: Store) -> R
     );
     let outcome = EffectOutcome::new("x", false);
     assert!(!store.finish_approval(&rejected.id, ApprovalStatus::Executed, &outcome, now_ms()).await?);
+    Ok(())
+}
+
+async fn an_approved_call_not_run_takes_a_fresh_token_only_while_approved(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01", "w02"]).await?;
+    let pending = approval(&conv, "w01", 1, now_ms() + 3_600_000);
+    store.create_approval(&pending).await?;
+    assert_eq!(store.reissue_token(&pending.id, "fresh", now_ms()).await?, None, "not approved yet");
+    let at = now_ms();
+    let approve = ApprovalDecision { approve: true, by: "ops-alice".into(), at_ms: at, token: Some("old".into()) };
+    store.decide_approval(&pending.id, &approve).await?;
+    let after = store.reissue_token(&pending.id, "fresh", at + 5).await?.context("an approved call takes a token")?;
+    assert_eq!(
+        (after.token.as_deref(), after.reissued_at_ms, after.token_issued_at_ms()),
+        (Some("fresh"), Some(at + 5), Some(at + 5))
+    );
+    assert_eq!(
+        (after.status, after.decided_by.as_deref(), after.decided_at_ms),
+        (ApprovalStatus::Approved, Some("ops-alice"), Some(at)),
+        "the decision is kept"
+    );
+    // A retry after a lost answer writes the same again.
+    assert_eq!(store.reissue_token(&pending.id, "fresh", at + 5).await?, Some(after.clone()));
+    assert_eq!(store.get_approval(&pending.id).await?, Some(after));
+    // Once it ran (or for a rejected or missing one): no token.
+    let receipt = EffectOutcome::new("ok", false);
+    assert!(store.finish_approval(&pending.id, ApprovalStatus::Executed, &receipt, at + 6).await?);
+    assert_eq!(store.reissue_token(&pending.id, "later", at + 7).await?, None);
+    assert_eq!(store.get_approval(&pending.id).await?.and_then(|a| a.token).as_deref(), Some("fresh"));
+    let rejected = approval(&conv, "w02", 1, now_ms() + 3_600_000);
+    store.create_approval(&rejected).await?;
+    store
+        .decide_approval(&rejected.id, &ApprovalDecision { approve: false, by: "ops".into(), at_ms: at, token: None })
+        .await?;
+    assert_eq!(store.reissue_token(&rejected.id, "t", at + 1).await?, None);
+    assert_eq!(store.reissue_token("nobody.w01.1", "t", at + 1).await?, None);
     Ok(())
 }
 

@@ -60,10 +60,13 @@ pub const HEADER_APPROVAL: &str = "x-swarm-approval";
 pub const APPROVAL_ARGUMENT: &str = "_approval";
 /// `_meta` key of a listed tool the gateway's configuration declares side-effecting (value `true`).
 pub const SIDE_EFFECTING_META: &str = "lambda-swarm/side_effecting";
-/// JSON-RPC error code of a consent-gated call refused until a person approves it; `data` is the
-/// [`swarm_core::approval::ProposedAction`] the gateway validated, without its reason (model text
-/// quoting the customer, which an error's data must not carry: it reaches logs) and with
-/// [`APPROVAL_REASON_FROM`] naming the call's argument that holds it.
+/// `_meta` key of a `tools/call` result the gateway answered itself, refusing the call before
+/// dispatch (value `true`): the tool never saw the call ([`swarm_core::ports::ToolOutput::refused`]).
+pub const REFUSED_META: &str = "lambda-swarm/refused_before_dispatch";
+/// JSON-RPC error code of a consent-gated call refused before dispatch until a person approves
+/// it; `data` is the [`swarm_core::approval::ProposedAction`] the gateway validated, without its
+/// reason (model text quoting the customer, which an error's data must not carry: it reaches
+/// logs) and with [`APPROVAL_REASON_FROM`] naming the call's argument that holds it.
 pub const APPROVAL_REQUIRED: i32 = -32012;
 /// The field of an [`APPROVAL_REQUIRED`] error's `data` naming the argument of the call that
 /// holds the reason; the client reads the reason from the arguments it sent.
@@ -101,10 +104,12 @@ type Listing = (tokio::time::Instant, Arc<Vec<ToolSpec>>);
 /// - Errors: a call that does not answer within its timeout is
 ///   [`ToolError::Timeout`] (an MCP `notifications/cancelled` is sent and the
 ///   HTTP request dropped); transport failures and 5xx/429 are
-///   [`ToolError::Unavailable`]; an unknown role, a refused credential, an
-///   MCP protocol error or bad arguments are [`ToolError::Permanent`].
-///   Refusals of a permitted credential (tool not allowed for the role, rate
-///   limit, open breaker) arrive as `ToolOutput { is_error: true }`.
+///   [`ToolError::Unavailable`]; a role this client holds no credential for is
+///   [`ToolError::Local`] (nothing sent); a refused credential, an MCP protocol
+///   error or bad arguments are [`ToolError::Permanent`]. Refusals of a permitted
+///   credential (tool not allowed for the role, rate limit, open breaker) arrive
+///   as `ToolOutput { is_error: true, refused: true }` (the gateway marks them
+///   with [`REFUSED_META`]).
 /// - `tools/list` answers are reused per role for [`DEFAULT_LIST_TTL`]
 ///   (change with [`McpToolGateway::with_list_ttl`]; zero turns it off); a
 ///   burst of first listings makes one request. Errors are never cached.
@@ -255,7 +260,7 @@ impl McpToolGateway {
         let token = self
             .tokens
             .get(role)
-            .ok_or_else(|| ToolError::Permanent(format!("no gateway credential configured for role {role:?}")))?;
+            .ok_or_else(|| ToolError::Local(format!("no gateway credential configured for role {role:?}")))?;
         let _guard = tokio::time::timeout(self.call_timeout, self.connecting.lock())
             .await
             .map_err(|_| ToolError::Timeout(self.call_timeout))?;
@@ -588,7 +593,10 @@ impl ToolGateway for McpToolGateway {
         ));
         match self.request(ctx, request, extra, timeout, Some(&sent)).await? {
             ServerResult::CallToolResult(result) => {
-                Ok(ToolOutput { text: result_text(&result), is_error: result.is_error.unwrap_or(false) })
+                let refused =
+                    result.meta.as_ref().and_then(|m| m.0.get(REFUSED_META)).and_then(|v| v.as_bool()).unwrap_or(false);
+                let is_error = result.is_error.unwrap_or(false);
+                Ok(ToolOutput { text: result_text(&result), is_error: is_error || refused, refused })
             }
             _ => Err(ToolError::Permanent(format!("tools/call {name} answered with an unsupported result type"))),
         }

@@ -90,6 +90,10 @@ pub struct Approval {
     /// The signed token of an approved side effect (see [`ApprovalKey`]); never shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// When the sweep last gave it a fresh token, having found it approved and not run past its
+    /// token's window (Unix epoch milliseconds); `None` while the decision's token is the one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reissued_at_ms: Option<i64>,
     /// What the tool answered when it ran (or why it did not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<EffectOutcome>,
@@ -106,6 +110,27 @@ impl Approval {
             ApprovalStatus::Expired
         } else {
             self.status
+        }
+    }
+
+    /// When its current token was issued (the decision's, or the sweep's latest re-issue), Unix
+    /// epoch milliseconds; `None` before a decision.
+    pub fn token_issued_at_ms(&self) -> Option<i64> {
+        self.reissued_at_ms.or(self.decided_at_ms)
+    }
+
+    /// What a token for exactly this approval's call binds — under `idempotency_key`, the call's
+    /// journal key ([`crate::effects::effect_key`]) — refused from `expires_at_ms`.
+    pub fn claim<'a>(&'a self, idempotency_key: &'a str, expires_at_ms: i64) -> TokenClaim<'a> {
+        TokenClaim {
+            approval_id: &self.id,
+            conversation_id: self.conversation_id.as_str(),
+            customer_id: &self.customer_id,
+            tool: &self.action.tool,
+            order_id: &self.action.order_id,
+            amount_cents: self.action.amount_cents,
+            idempotency_key,
+            expires_at_ms,
         }
     }
 }
@@ -430,6 +455,7 @@ mod tests {
             decided_by: None,
             decided_at_ms: None,
             token: None,
+            reissued_at_ms: None,
             outcome: None,
             finished_at_ms: None,
             ttl: 0,

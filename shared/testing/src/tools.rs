@@ -33,7 +33,11 @@ impl StaticTools {
             specs,
             answers: HashMap::new(),
             default_answer: Arc::new(|name, args| {
-                Ok(ToolOutput { text: json!({ "tool": name, "arguments": args }).to_string(), is_error: false })
+                Ok(ToolOutput {
+                    text: json!({ "tool": name, "arguments": args }).to_string(),
+                    is_error: false,
+                    refused: false,
+                })
             }),
             delays: HashMap::new(),
             default_delay: Duration::ZERO,

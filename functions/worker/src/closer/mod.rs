@@ -1,5 +1,6 @@
 //! The closer: whatever ends work no model and no tool will finish — the deadline path, the sweep and dead letters. It needs neither a model nor a gateway credential: the DLQ consumer and the sweeper are built as a closer alone, and the tasks worker holds one for its deadline messages.
 
+mod backstop;
 mod closing;
 mod deadline;
 mod sweep;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::{ConversationId, FailureKind, SubtaskId, SubtaskResult, TaskMessage, now_ms};
 use swarm_core::obs;
 use swarm_core::ports::{ConversationStore, StoreError};
@@ -15,6 +17,7 @@ use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use self::backstop::Reissue;
 use self::closing::{Closed, Closing};
 use self::deadline::DeadlinePath;
 use self::sweep::Sweep;
@@ -63,6 +66,13 @@ impl Closer {
         }
     }
 
+    /// This closer's sweep holding the approval key: it re-enqueues approved side effects not run
+    /// past their token's window to their role's queue (of this closer's queues) with a fresh token.
+    pub fn with_approval_key(mut self, key: ApprovalKey) -> Self {
+        self.sweep = self.sweep.with_reissue(Reissue::new(key, self.queues.clone()));
+        self
+    }
+
     /// A [`TaskMessage::Deadline`]: the deadline path in its own span (the conversation's status is
     /// recorded once read), re-armed while the conversation is not terminal.
     pub async fn deadline(&self, id: &ConversationId) -> Outcome {
@@ -87,7 +97,8 @@ impl Closer {
             }
             TaskMessage::Deadline { conversation_id } => self.deadline(&conversation_id).await,
             TaskMessage::Execute { approval_id, .. } => {
-                // The approval stays approved: an operator posting it again enqueues it again.
+                // The approval stays approved: once its token's window has passed, the sweep re-enqueues
+                // it with a fresh token (a re-post within the window enqueues it again as it is).
                 tracing::error!(%approval_id, "an approved side effect reached the dead-letter queue; it did not run");
                 Outcome::Ignored("approved side effect dead-lettered".into())
             }

@@ -1,4 +1,4 @@
-//! The sweep (EventBridge Scheduler, every minute): the deadline path of every conversation past its deadline that is not terminal, from the sparse, sharded index — the net under a lost deadline message — and the approvals-waiting gauges.
+//! The sweep (EventBridge Scheduler, every minute): the deadline path of every conversation past its deadline that is not terminal, from the sparse, sharded index — the net under a lost deadline message — the approvals-waiting gauges, and the backstop of approved side effects not run.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use swarm_core::ports::{ApprovalStore, ConversationRecords};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::backstop::{self, Reissue};
 use super::deadline::DeadlinePath;
 use crate::clock::ms_between;
 use crate::outcome::Outcome;
@@ -33,6 +34,12 @@ pub struct SweepReport {
     pub unfinished: usize,
     /// Store errors (a shard not read, a deadline path that failed).
     pub errors: usize,
+    /// Approved side effects not run past their token's window.
+    #[serde(default)]
+    pub approved_not_run: usize,
+    /// Of those, re-enqueued to their role's queue with a fresh token.
+    #[serde(default)]
+    pub reissued: usize,
 }
 
 /// The sweep: the index, the deadline path it runs, the approvals it gauges.
@@ -41,6 +48,8 @@ pub struct Sweep {
     approvals: Arc<dyn ApprovalStore>,
     deadline_path: Arc<DeadlinePath>,
     settings: SweepSettings,
+    /// Re-issues approved side effects not run (a sweeper given the approval key); `None`: counts them only.
+    reissue: Option<Reissue>,
 }
 
 impl Sweep {
@@ -50,7 +59,13 @@ impl Sweep {
         deadline_path: Arc<DeadlinePath>,
         settings: SweepSettings,
     ) -> Self {
-        Self { conversations, approvals, deadline_path, settings }
+        Self { conversations, approvals, deadline_path, settings, reissue: None }
+    }
+
+    /// This sweep re-issuing approved side effects not run past their token's window ([`backstop`]).
+    pub fn with_reissue(mut self, reissue: Reissue) -> Self {
+        self.reissue = Some(reissue);
+        self
     }
 
     /// One sweep: every conversation past its deadline that is not terminal (the sparse, sharded
@@ -103,22 +118,31 @@ impl Sweep {
             };
             obs::metrics::sweep_conversation(counted);
         }
-        self.gauge_approvals(now).await;
+        self.approvals(now, &mut report).await;
         tracing::info!(?report, "sweep done");
         report
     }
 
     /// Sets the approvals-waiting gauges (how many, the oldest's age) from the newest
     /// [`SWEEP_APPROVALS_READ`] approvals: the sweep runs every minute, so the alarm on the oldest
-    /// one's age never depends on an operator looking. A failed read leaves the gauges as they were.
-    async fn gauge_approvals(&self, now: i64) {
+    /// one's age never depends on an operator looking. The same read feeds the backstop of approved
+    /// side effects not run ([`backstop::run`]). A failed read leaves the gauges as they were.
+    async fn approvals(&self, now: i64, report: &mut SweepReport) {
         match self.approvals.list_approvals(SWEEP_APPROVALS_READ).await {
             Ok(all) => {
                 let pending: Vec<_> = all.iter().filter(|a| a.status_at(now) == ApprovalStatus::Pending).collect();
                 let oldest = pending.iter().map(|a| a.created_at_ms).min().unwrap_or(now);
                 obs::metrics::approvals_waiting(pending.len(), ms_between(oldest, now));
+                let window = self.settings.reissue_after;
+                let done = backstop::run(self.approvals.as_ref(), &all, self.reissue.as_ref(), window, now).await;
+                report.approved_not_run = done.not_run;
+                report.reissued = done.reissued;
+                report.errors += done.errors;
             }
-            Err(e) => tracing::warn!(error = %e, "sweep: reading the approvals failed; their gauges are not updated"),
+            Err(e) => {
+                tracing::warn!(error = %e, "sweep: reading the approvals failed; their gauges are not updated");
+                report.errors += 1;
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use swarm_core::faults::{self, CrashPoint};
 use swarm_core::ports::{ApprovalStore, JournalStore, StoreError, SubtaskStore, ToolContext};
 use tokio::time::Instant;
 
-use super::dispatch::{Dispatcher, EffectEnd};
+use super::dispatch::{Dispatcher, EffectEnd, Sent};
 use crate::outcome::Outcome;
 
 /// Executes approved side effects.
@@ -77,7 +77,8 @@ impl ApprovedEffects {
             conversation_id: id.clone(),
             subtask_id: approval.subtask_id.clone(),
         };
-        let ended = self.dispatcher.dispatch_recorded(&ctx, &effect, Some(&token), record.ttl, deadline).await?;
+        let ended =
+            self.dispatcher.dispatch_recorded(&ctx, &effect, Some(&token), Sent::Maybe, record.ttl, deadline).await?;
         let (status, outcome) = match &ended {
             EffectEnd::Unknown => {
                 return Ok(Outcome::Retry("the approved side effect's outcome is not known yet".into()));

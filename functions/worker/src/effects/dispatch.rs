@@ -21,6 +21,15 @@ const EFFECT_DISPATCHES: u32 = 3;
 const IDEMPOTENCY_ARGUMENT: &str = "_idempotency_key";
 const APPROVAL_ARGUMENT: &str = "_approval";
 
+/// Whether a journal entry may have been dispatched before this dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Its intent was just written by this attempt: nothing dispatched it before.
+    Never,
+    /// A re-run, a confirmation or an approved execution: an earlier dispatch may have run it.
+    Maybe,
+}
+
 /// How a dispatched side effect ended.
 pub enum EffectEnd {
     /// Its outcome is recorded (done, or refused before dispatch).
@@ -57,11 +66,18 @@ impl Dispatcher {
     /// Dispatches a journal entry exactly as recorded (its tool, arguments and key, plus an
     /// approval token when given), replaying it while its outcome is unknown and time is left.
     /// A gateway asking for approval creates the approval (idempotently, by the entry's position).
+    ///
+    /// Only the tool's own answer is an outcome. Once the entry may have run (`sent`, or an
+    /// earlier dispatch here that got no answer), an answer from anything else — the gateway's
+    /// refusal before dispatch (an open breaker, a rate limit, a refused approval token), a proxy's
+    /// or the gateway's permanent error — says nothing about that run: the outcome stays unknown
+    /// (confirmed later). A call this client could not send at all is never an outcome.
     pub async fn dispatch_recorded(
         &self,
         ctx: &ToolContext,
         effect: &Effect,
         token: Option<&str>,
+        sent: Sent,
         ttl: i64,
         deadline: Instant,
     ) -> Result<EffectEnd, StoreError> {
@@ -72,6 +88,7 @@ impl Dispatcher {
         }
         let args = serde_json::Value::Object(args);
         let mut answer = Err(ToolError::Unavailable("not dispatched: no time left".into()));
+        let mut maybe_ran = sent == Sent::Maybe;
         for dispatch in 0..EFFECT_DISPATCHES {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || (dispatch > 0 && left < self.tool_timeout / 2) {
@@ -80,14 +97,20 @@ impl Dispatcher {
             answer = self.tools.call_tool(ctx, &effect.tool, args.clone(), self.tool_timeout.min(left)).await;
             match &answer {
                 Err(e) if e.is_transient() => {
+                    // Dispatched, perhaps: a timeout or a lost connection may have reached the tool.
+                    maybe_ran = true;
                     tracing::warn!(tool = %effect.tool, ordinal = effect.ordinal, error = %e, "side effect's outcome unknown; replaying with its key");
                 }
                 _ => break,
             }
         }
         faults::at(CrashPoint::WorkerAfterDispatch).await;
+        if maybe_ran && !answered_by_the_tool(&answer) {
+            tracing::warn!(tool = %effect.tool, ordinal = effect.ordinal, "a replay was answered by something other than the tool; its outcome stays unknown");
+            return Ok(EffectEnd::Unknown);
+        }
         Ok(match answer {
-            Ok(ToolOutput { text, is_error }) => EffectEnd::Recorded(EffectOutcome::new(&text, is_error)),
+            Ok(ToolOutput { text, is_error, .. }) => EffectEnd::Recorded(EffectOutcome::new(&text, is_error)),
             Err(ToolError::ApprovalRequired(action)) => match self.ask_approval(ctx, effect, action, ttl).await? {
                 Some(pending) => EffectEnd::Awaiting(pending),
                 None => EffectEnd::Recorded(EffectOutcome::new(
@@ -99,6 +122,10 @@ impl Dispatcher {
                 EffectEnd::Recorded(EffectOutcome::new(&format!("the approval was refused: {why}"), true))
             }
             Err(e) if e.is_transient() => EffectEnd::Unknown,
+            Err(ToolError::Local(e)) => {
+                tracing::error!(tool = %effect.tool, role = %ctx.role, error = %e, "a side effect could not be sent by this function; its outcome stays unknown");
+                EffectEnd::Unknown
+            }
             Err(e) => EffectEnd::Recorded(EffectOutcome::new(&format!("refused before dispatch: {e}"), true)),
         })
     }
@@ -132,6 +159,7 @@ impl Dispatcher {
             decided_by: None,
             decided_at_ms: None,
             token: None,
+            reissued_at_ms: None,
             outcome: None,
             finished_at_ms: None,
             ttl,
@@ -172,5 +200,15 @@ impl Dispatcher {
             self.journal.record_effect_outcome(&ctx.conversation_id, &ctx.subtask_id, effect.ordinal, &change).await?;
         faults::at(CrashPoint::WorkerAfterOutcome).await;
         Ok(after)
+    }
+}
+
+/// Whether `answer` came from the tool itself (its result, error or not), or is a request for
+/// consent (the gateway asks before any run of the call): what a replay may record.
+fn answered_by_the_tool(answer: &Result<ToolOutput, ToolError>) -> bool {
+    match answer {
+        Ok(out) => !out.refused,
+        Err(ToolError::ApprovalRequired(_)) => true,
+        Err(_) => false,
     }
 }

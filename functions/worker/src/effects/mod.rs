@@ -13,7 +13,7 @@ use swarm_core::ports::{IntentOutcome, JournalStore, StoreError, ToolContext};
 use tokio::time::Instant;
 
 pub use self::approved::ApprovedEffects;
-pub use self::dispatch::{Dispatcher, EffectEnd};
+pub use self::dispatch::{Dispatcher, EffectEnd, Sent};
 use crate::confirmations::{Confirmations, Scheduled};
 use crate::outcome::Outcome;
 
@@ -116,7 +116,8 @@ impl SideEffects {
     ) -> EffectRun {
         let effect = &journaled.effect;
         tracing::info!(tool = %effect.tool, ordinal = effect.ordinal, replay = !journaled.fresh, "side effect dispatched");
-        let ended = match self.dispatcher.dispatch_recorded(ctx, effect, None, attempt.ttl, deadline).await {
+        let sent = if journaled.fresh { Sent::Never } else { Sent::Maybe };
+        let ended = match self.dispatcher.dispatch_recorded(ctx, effect, None, sent, attempt.ttl, deadline).await {
             Ok(ended) => ended,
             Err(e) => return EffectRun::StoreFailed(format!("the side effect's approval could not be recorded: {e}")),
         };
@@ -138,7 +139,7 @@ impl SideEffects {
     ) -> Result<Vec<Effect>, StoreError> {
         let mut effects = record.effects.clone();
         for effect in effects.iter_mut().filter(|e| e.state == EffectState::Intent) {
-            let ended = self.dispatcher.dispatch_recorded(ctx, effect, None, record.ttl, deadline).await?;
+            let ended = self.dispatcher.dispatch_recorded(ctx, effect, None, Sent::Maybe, record.ttl, deadline).await?;
             if let Some(after) = self.dispatcher.record_end(ctx, effect, &ended).await? {
                 *effect = after;
             }
@@ -162,7 +163,8 @@ impl SideEffects {
         };
         let mut still_unknown = false;
         for effect in record.effects.iter().filter(|e| e.state == EffectState::Intent) {
-            let ended = self.dispatcher.dispatch_recorded(&ctx, effect, None, record.ttl, deadline).await?;
+            let ended =
+                self.dispatcher.dispatch_recorded(&ctx, effect, None, Sent::Maybe, record.ttl, deadline).await?;
             if matches!(ended, EffectEnd::Unknown) {
                 still_unknown = true;
             }

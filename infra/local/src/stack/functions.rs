@@ -168,10 +168,17 @@ impl Builder<'_> {
             None => None,
         };
         let clients = self.clients(function)?;
+        let approval_key = match &config.approval_key {
+            Some(source) => {
+                Some(ApprovalKey::new(self.secrets.resolve(source)?.expose_secret()).map_err(anyhow::Error::msg)?)
+            }
+            None => None,
+        };
         let ports = WorkerPorts {
             store: self.store(function, &clients),
             queues: self.queues(&clients, &config.queues)?,
             agent,
+            approval_key,
         };
         let built = worker::wiring::worker(&config, ports, self.timings)
             .with_context(|| format!("building the {} function", function.name()))?;

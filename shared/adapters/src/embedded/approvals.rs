@@ -71,4 +71,17 @@ impl ApprovalStore for InMemoryConversationStore {
         t.emit(false, ChangedItem::Approval(snapshot));
         Ok(true)
     }
+
+    async fn reissue_token(&self, approval_id: &str, token: &str, at_ms: i64) -> Result<Option<Approval>, StoreError> {
+        let mut t = self.lock()?;
+        let Some(a) = t.approvals.get_mut(approval_id) else { return Ok(None) };
+        if a.status != ApprovalStatus::Approved {
+            return Ok(None);
+        }
+        a.token = Some(token.to_owned());
+        a.reissued_at_ms = Some(at_ms);
+        let snapshot = a.clone();
+        t.emit(false, ChangedItem::Approval(snapshot.clone()));
+        Ok(Some(snapshot))
+    }
 }

@@ -111,6 +111,8 @@ pub const APPROVALS_DECIDED: &str = "swarm_approvals_decided";
 pub const APPROVAL_WAIT_SECONDS: &str = "swarm_approval_wait_seconds";
 pub const HANDOFFS: &str = "swarm_handoffs";
 pub const EFFECTS_UNCONFIRMED: &str = "swarm_effects_unconfirmed";
+pub const APPROVED_NOT_RUN: &str = "swarm_approved_not_run";
+pub const APPROVALS_REISSUED: &str = "swarm_approvals_reissued";
 
 const fn def(
     name: &'static str,
@@ -388,6 +390,22 @@ pub const CATALOG: &[MetricDef] = &[
         "Side effects whose outcome is still not known after every confirmation (replays used up, or the confirmation dead-lettered): left as submitted.",
         emitted("effect_unconfirmed", "worker (confirmations, the DLQ consumer)"),
     ),
+    def(
+        APPROVED_NOT_RUN,
+        Gauge,
+        Count,
+        &[],
+        "Approved side effects not run past their token's window (a crash after the decision, a failed enqueue, a dead-lettered execute): set every sweep.",
+        emitted("approved_not_run", "worker (the sweep)"),
+    ),
+    def(
+        APPROVALS_REISSUED,
+        Counter,
+        Count,
+        &[],
+        "Approved side effects the sweep re-enqueued to their role's queue with a fresh token.",
+        emitted("approval_reissued", "worker (the sweep)"),
+    ),
 ];
 
 /// The catalogue entry of `name`.
@@ -647,6 +665,16 @@ pub fn approval_requested() {
 pub fn approvals_waiting(count: usize, oldest: Duration) {
     gauge!(APPROVALS_PENDING).set(count as f64);
     gauge!(APPROVAL_OLDEST_PENDING_SECONDS).set(oldest.as_secs_f64());
+}
+
+/// Approved side effects not run past their token's window, as the sweep found them.
+pub fn approved_not_run(count: usize) {
+    gauge!(APPROVED_NOT_RUN).set(count as f64);
+}
+
+/// An approved side effect re-enqueued by the sweep with a fresh token.
+pub fn approval_reissued() {
+    counter!(APPROVALS_REISSUED).increment(1);
 }
 
 /// How an approval was decided.

@@ -28,6 +28,11 @@ pub struct ToolOutput {
     pub text: String,
     /// The tool (or the gateway, for refusals and fallbacks) reported an error.
     pub is_error: bool,
+    /// The gateway refused the call before dispatch (not permitted, rate limit, open breaker, an
+    /// upstream session lost): the tool never saw this call, so the answer says nothing about an
+    /// earlier dispatch of the same side effect. Always with `is_error`.
+    #[serde(default)]
+    pub refused: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,10 @@ pub enum ToolError {
     /// Bad credential, protocol error, unknown tool: retry will not help.
     #[error("tool gateway error: {0}")]
     Permanent(String),
+    /// This client could not send the call at all (it holds no credential for the role): nothing
+    /// reached the gateway. Never a side effect's outcome. Not transient: the wiring decides it.
+    #[error("tool call not sent: {0}")]
+    Local(String),
     /// The gateway refused a consent-gated call before dispatch: a person must approve exactly
     /// this action first (typed, from the gateway's error code; never read from text).
     #[error("approval required: {} {} on order {}", .0.tool, .0.amount(), .0.order_id)]

@@ -68,6 +68,7 @@ fn approval(
         decided_by: Some("local-operator".into()),
         decided_at_ms: Some(1_500),
         token: None,
+        reissued_at_ms: None,
         outcome: outcome.map(|(text, is_error)| EffectOutcome::new(text, is_error)),
         finished_at_ms: None,
         ttl: 0,

@@ -99,4 +99,13 @@ impl ApprovalStore for DynamoConversationStore {
         let after = Approval { status, outcome: Some(outcome.clone()), finished_at_ms: Some(at_ms), ..current };
         self.rewrite_approval(&after, ApprovalStatus::Approved).await
     }
+
+    async fn reissue_token(&self, approval_id: &str, token: &str, at_ms: i64) -> Result<Option<Approval>, StoreError> {
+        let Some(current) = self.get_approval(approval_id).await? else { return Ok(None) };
+        if current.status != ApprovalStatus::Approved {
+            return Ok(None);
+        }
+        let after = Approval { token: Some(token.to_owned()), reissued_at_ms: Some(at_ms), ..current };
+        Ok(self.rewrite_approval(&after, ApprovalStatus::Approved).await?.then_some(after))
+    }
 }

@@ -310,6 +310,18 @@ store_roles! {
             at_ms: i64,
         ) -> Result<bool, StoreError>
             as FinishApproval;
+
+        /// Gives an approved call that has not run a fresh `token`, issued at `at_ms` (the sweep's
+        /// re-issue, past the old token's window), conditional on it being `APPROVED`. Answers the
+        /// approval after it, or `None` when it is not approved (executed, expired) or missing. A
+        /// retry after a lost answer writes the same again: the condition still holds.
+        async fn reissue_token(
+            &self,
+            approval_id: &str,
+            token: &str,
+            at_ms: i64,
+        ) -> Result<Option<Approval>, StoreError>
+            as ReissueToken;
     }
 }
 
@@ -397,7 +409,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 26);
+        assert_eq!(StoreOp::ALL.len(), 27);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }

@@ -508,6 +508,7 @@ mod tests {
             decided_by: Some("ops".into()),
             decided_at_ms: Some(1),
             token: Some("t".into()),
+            reissued_at_ms: Some(2),
             outcome: None,
             finished_at_ms: None,
             ttl: 3,
