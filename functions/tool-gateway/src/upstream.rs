@@ -21,7 +21,7 @@ use rmcp::{
     },
 };
 use swarm_adapters::mcp::sigv4::SigV4Signer;
-use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, trace_header};
+use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, trace_headers};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::UpstreamConfig, error::GatewayError};
@@ -201,10 +201,11 @@ impl UpstreamClient {
     ) -> Result<ServerResult, UpstreamError> {
         let session = self.session(timeout).await?;
         // The caller's trace context travels on to the upstream, beside the call's own headers.
-        if let Some(trace) = trace_header() {
+        let trace = trace_headers();
+        if !trace.is_empty() {
             let mut headers: Vec<(HeaderName, HeaderValue)> =
                 request.extensions().get::<RequestHeaders>().map(|h| h.0.as_ref().clone()).unwrap_or_default();
-            headers.push(trace);
+            headers.extend(trace);
             request.extensions_mut().insert(RequestHeaders(Arc::new(headers)));
         }
         let handle = session

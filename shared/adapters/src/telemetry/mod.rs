@@ -15,6 +15,7 @@ mod buffer;
 pub mod config;
 #[cfg(feature = "otlp")]
 pub mod export;
+pub mod logs;
 pub mod propagation;
 
 use std::sync::{Arc, OnceLock};
@@ -228,21 +229,31 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
         || std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let filter = log_filter(&options.default_level);
     // Logs go to stderr so a CLI's stdout stays clean (and EMF lines, on stdout, stay alone).
-    let fmt = if json {
-        tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(false)
-            .without_time()
+    let json_format = json.then(|| logs::LambdaJson::new(&options.config.service));
+    let fmt = match &json_format {
+        Some(format) => tracing_subscriber::fmt::layer()
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(format.clone())
             .with_writer(std::io::stderr)
             .with_filter(filter)
-            .boxed()
-    } else {
-        tracing_subscriber::fmt::layer().with_target(false).with_writer(std::io::stderr).with_filter(filter).boxed()
+            .boxed(),
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        None => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
     };
     let subscriber = Registry::default().with(fmt).with(otel_layer);
-    if subscriber.try_init().is_ok() && record_spans {
-        swarm_core::obs::context::install(propagation::current_traceparent);
-        swarm_core::obs::context::install_link(|span, tp| propagation::add_link(span, Some(tp)));
+    if subscriber.try_init().is_ok() {
+        if let Some(format) = &json_format {
+            tracing::dispatcher::get_default(|dispatch| format.attach(dispatch));
+        }
+        if record_spans {
+            swarm_core::obs::context::install(propagation::current_traceparent);
+            swarm_core::obs::context::install_link(|span, tp| propagation::add_link(span, Some(tp)));
+        }
     }
 
     #[cfg(feature = "emf")]
