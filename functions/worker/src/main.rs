@@ -1,4 +1,4 @@
-//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ and sweep mode: they hold neither secret), then the SQS handler or the sweep's (telemetry flushed after every invocation).
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, queues, models and gateway client (none in DLQ and sweep mode: they hold neither secret), then the SQS handler or the sweep's (telemetry flushed after every response).
 
 use std::sync::Arc;
 
@@ -24,25 +24,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let (store, queues) = (aws.store(&config.table), aws.queues(&config.queues));
     let core = Arc::new(Worker::new(store, queues, main_model, sub_model, tools, config.settings()));
     let mode = config.mode;
-    if mode == WorkerMode::Sweep {
-        return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-            let (core, telemetry) = (core.clone(), telemetry.clone());
-            async move {
-                let answer = handler::sweep(&core, event).await;
-                telemetry.flush().await;
-                answer
-            }
-        }))
-        .await;
-    }
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (core, telemetry) = (core.clone(), telemetry.clone());
-        async move {
-            let answer = handler::handle(&core, mode, event).await;
-            // The sandbox freezes after the response: spans and metrics go out now or never.
-            telemetry.flush().await;
-            answer
+    swarm_adapters::telemetry::lambda::run(&telemetry, |flush| async move {
+        if mode == WorkerMode::Sweep {
+            let sweep = service_fn(move |event: LambdaEvent<serde_json::Value>| {
+                let core = core.clone();
+                async move { handler::sweep(&core, event).await }
+            });
+            return lambda_runtime::run(flush.wrap(sweep)).await;
         }
-    }))
+        let tasks = service_fn(move |event: LambdaEvent<_>| {
+            let core = core.clone();
+            async move { handler::handle(&core, mode, event).await }
+        });
+        lambda_runtime::run(flush.wrap(tasks)).await
+    })
     .await
 }

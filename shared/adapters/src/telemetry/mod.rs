@@ -3,7 +3,8 @@
 //! - [`init`] / [`init_with_default`]: logs only (CLIs, tests).
 //! - [`function`]: what a Lambda's `main` calls — logs, spans exported as
 //!   [`TelemetryConfig`] says (`TRACE_EXPORT`, `OTEL_EXPORTER_OTLP_ENDPOINT`), EMF
-//!   metrics on Lambda; call [`Telemetry::flush`] at the end of every invocation.
+//!   metrics on Lambda; [`lambda::run`] (feature `lambda`) flushes them after every
+//!   response, from an internal extension, so no caller waits on the export.
 //! - [`install`]: the same with explicit [`Options`] (the local stack, tests).
 //!
 //! The OpenTelemetry layer sees only spans of the swarm's own crates, at INFO and
@@ -15,6 +16,8 @@ mod buffer;
 pub mod config;
 #[cfg(feature = "otlp")]
 pub mod export;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod logs;
 pub mod propagation;
 
@@ -52,7 +55,7 @@ pub const VARS: &[&str] = &[
 const SPAN_TARGETS: &[&str] =
     &["swarm_core", "swarm_adapters", "orchestrator", "worker", "aggregator", "tool_gateway", "swarm_local"];
 
-/// Longest a flush waits for the span export (the invocation's response waits for it).
+/// Longest a flush waits for the span export (the sandbox stays thawed, and billed, that long).
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where metrics go.
@@ -313,8 +316,8 @@ impl opentelemetry_sdk::trace::SpanProcessor for SharedBuffer {
 
 impl Telemetry {
     /// Exports the spans finished so far and writes the metrics recorded since the last flush
-    /// (EMF: one JSON line per dimension set on stdout). Called at the end of every invocation:
-    /// a Lambda sandbox freezes once the response is sent, and what is not out by then is lost.
+    /// (EMF: one JSON line per dimension set on stdout). On Lambda, [`lambda::run`] calls it after
+    /// every response, before the sandbox may freeze (what is not out by then is lost).
     /// The export waits at most [`FLUSH_TIMEOUT`]; a failure is logged, never returned.
     pub async fn flush(&self) {
         let spans = self.inner.buffer.as_ref().map(|b| b.drain()).unwrap_or_default();
