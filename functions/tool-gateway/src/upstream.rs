@@ -118,7 +118,7 @@ impl std::fmt::Debug for UpstreamClient {
 
 impl UpstreamClient {
     /// `http` is shared by all upstreams (built with `pool_max_idle_per_host(0)`); an upstream
-    /// with `sigv4` signs every request with the function's credentials from the environment.
+    /// with `sigv4` signs every request with the function's credentials (the default provider chain).
     /// Errors: [`GatewayError::Config`] for a header that is not valid HTTP.
     pub fn new(config: &UpstreamConfig, http: reqwest::Client) -> Result<Self, GatewayError> {
         let mut headers = HashMap::with_capacity(config.headers.len());

@@ -191,8 +191,7 @@ fn log_filter(default_level: &str) -> EnvFilter {
 
 fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
     #[cfg(feature = "otlp")]
-    let exporter = export::exporter(&options.config.traces, export::environment())
-        .map_err(|e| TelemetryError::Setup(e.to_string()))?;
+    let exporter = export::exporter(&options.config.traces).map_err(|e| TelemetryError::Setup(e.to_string()))?;
     #[cfg(not(feature = "otlp"))]
     if options.config.traces != TraceExport::Off {
         return Err(TelemetryError::Setup("span export needs swarm-adapters' `otlp` feature".into()));
