@@ -7,6 +7,7 @@
 //! | `LLM_BASE_URL` | OpenAI-compatible base URL, e.g. `https://api.moonshot.cn/v1`; **required** (a Lambda refuses to start without it; only `swarm-local` and tests choose the offline model when it is unset) |
 //! | `LLM_API_KEY` | bearer key; required unless the provider looks local (localhost, 127.0.0.1, ollama, vllm) |
 //! | `LLM_API_KEY_REQUIRED` | `true`/`false`: override the "needs a key" guess |
+//! | `LLM_AUTH` | `bearer` (default: `LLM_API_KEY` as a bearer token) or `sigv4`: sign every request with the function's AWS credentials (Amazon Bedrock's own endpoint, `https://bedrock-runtime.<region>.amazonaws.com/openai/v1`; no key, none stored); the region is the endpoint's, else `AWS_REGION` |
 //! | `LLM_MODEL` | model name; required |
 //! | `LLM_PRESET` | `openai`, `kimi`, `deepseek`, `vllm`, `ollama`, `bedrock`, `generic`; default guessed from the base URL ([`Preset::guess`]) |
 //! | `LLM_OUTPUT_LIMIT_FIELD` | `max_tokens`, `max_completion_tokens` or `none`; default per preset |
@@ -56,6 +57,19 @@ impl LlmEndpoint {
     }
 }
 
+/// How requests to the LLM endpoint authenticate (`LLM_AUTH`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlmAuth {
+    /// `Authorization: Bearer <key>` when a key is configured (none for a local keyless server).
+    Bearer,
+    /// SigV4 with the function's credentials (signing name [`BEDROCK_SIGNING_SERVICE`]) in
+    /// `region`: Amazon Bedrock's OpenAI-compatible endpoint, authorised by the role's IAM policy.
+    SigV4 { region: String },
+}
+
+/// The SigV4 signing name of Amazon Bedrock's runtime endpoints.
+pub const BEDROCK_SIGNING_SERVICE: &str = "bedrock";
+
 /// Default per-request timeout (`LLM_TIMEOUT_SECS`), seconds: the timing table's `llm.request_timeout_secs`.
 pub const DEFAULT_TIMEOUT_SECS: u64 = swarm_core::timings::Timings::STANDARD.llm.request_timeout.as_secs();
 /// Default cap on concurrent calls per model instance (`LLM_MAX_IN_FLIGHT`).
@@ -77,6 +91,8 @@ pub struct LlmConfig {
     /// `LLM_API_KEY_SECRET_ARN` when `LLM_API_KEY` is unset: the main key is
     /// fetched at cold start; until [`LlmConfig::with_key`], `main.api_key` is `None`.
     pub key_secret: Option<String>,
+    /// `LLM_AUTH`: a bearer key, or SigV4 (then no key is read or fetched).
+    pub auth: LlmAuth,
     /// The main endpoint needs a key (a hosted provider, or `LLM_API_KEY_REQUIRED=true`).
     key_required: bool,
     /// The sub endpoint takes the main key (same host, no `LLM_SUB_API_KEY`).
@@ -113,6 +129,7 @@ impl LlmConfig {
         "LLM_API_KEY",
         "LLM_API_KEY_SECRET_ARN",
         "LLM_API_KEY_REQUIRED",
+        "LLM_AUTH",
         "LLM_MODEL",
         "LLM_SEND_REASONING",
         "LLM_SUB_MODEL",
@@ -155,11 +172,14 @@ impl LlmConfig {
             )
         })?;
         let base = parse_base_url("LLM_BASE_URL", &raw_base)?;
-        let key_required_override = parse_bool(&get, "LLM_API_KEY_REQUIRED")?;
+        let auth = read_auth(&get, &base)?;
+        let signed = auth != LlmAuth::Bearer;
+        // A signed request carries no key: none is required, read or fetched.
+        let key_required_override = if signed { Some(false) } else { parse_bool(&get, "LLM_API_KEY_REQUIRED")? };
         let key_required = key_required_override.unwrap_or_else(|| !looks_local(&base));
         let plain_key = lookup("LLM_API_KEY");
-        let key_secret =
-            get("LLM_API_KEY_SECRET_ARN").filter(|_| plain_key.as_deref().is_none_or(|k| k.trim().is_empty()));
+        let key_secret = get("LLM_API_KEY_SECRET_ARN")
+            .filter(|_| !signed && plain_key.as_deref().is_none_or(|k| k.trim().is_empty()));
         let key = match &key_secret {
             Some(_) => None,
             None => check_key("LLM_API_KEY", plain_key, &base, key_required_override)?,
@@ -190,7 +210,7 @@ impl LlmConfig {
                 // be sent to another provider.
                 let own_key = lookup("LLM_SUB_API_KEY");
                 let shares = own_key.is_none() && sub_base.host == base.host;
-                let sub_key = if shares && key_secret.is_some() {
+                let sub_key = if shares && (key_secret.is_some() || signed) {
                     None
                 } else {
                     let raw = own_key
@@ -243,7 +263,7 @@ impl LlmConfig {
             Some(v) => PriceTable::with_defaults()
                 .merged(PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?),
         };
-        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, key_secret, key_required, sub_shares_key })
+        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, key_secret, auth, key_required, sub_shares_key })
     }
 
     /// The config with the main key fetched from `LLM_API_KEY_SECRET_ARN`,
@@ -292,9 +312,21 @@ pub fn build_models(c: &LlmConfig) -> Result<Models, LlmConfigError> {
             "the key has not been fetched; build the models with LlmConfig::models",
         ));
     }
-    let main: Arc<dyn ChatModel> = Arc::new(HttpChatModel::new(&c.main, c.timeout, c.max_in_flight, c.prices.clone())?);
+    let signer = match &c.auth {
+        LlmAuth::Bearer => None,
+        LlmAuth::SigV4 { region } => Some(crate::sigv4::SigV4Signer::from_env(BEDROCK_SIGNING_SERVICE, region)),
+    };
+    let model = |endpoint: &LlmEndpoint, sign: bool| -> Result<Arc<dyn ChatModel>, LlmConfigError> {
+        let model = HttpChatModel::new(endpoint, c.timeout, c.max_in_flight, c.prices.clone())?;
+        Ok(match signer.clone().filter(|_| sign) {
+            Some(signer) => Arc::new(model.signed(signer)),
+            None => Arc::new(model),
+        })
+    };
+    let main = model(&c.main, true)?;
     let sub: Arc<dyn ChatModel> = match &c.sub {
-        Some(s) => Arc::new(HttpChatModel::new(s, c.timeout, c.max_in_flight, c.prices.clone())?),
+        // SigV4 credentials go only to the main endpoint's host, as a key would.
+        Some(s) => model(s, host_of(&s.base_url) == host_of(&c.main.base_url))?,
         None => main.clone(),
     };
     Ok(Models { main, sub })
@@ -410,6 +442,46 @@ fn check_key(
             format!("looks like a placeholder, not a real key for {}; paste the provider's key", base.host),
         )),
         Some(k) => Ok(Some(SecretString::new(k))),
+    }
+}
+
+/// The host of a base URL, lower case (empty when it does not parse).
+fn host_of(url: &str) -> String {
+    reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_ascii_lowercase)).unwrap_or_default()
+}
+
+/// `LLM_AUTH`: `bearer` (default) or `sigv4`. With `sigv4` the region is the one in Bedrock's
+/// host (`bedrock-runtime.<region>.amazonaws.com`, `bedrock-runtime-fips.<region>…`,
+/// `bedrock-mantle.<region>.api.aws`), else `AWS_REGION`; a key set beside it is refused (the
+/// request would carry two credentials).
+fn read_auth(get: &impl Fn(&str) -> Option<String>, base: &BaseUrl) -> Result<LlmAuth, LlmConfigError> {
+    match get("LLM_AUTH").map(|v| v.to_ascii_lowercase()).as_deref() {
+        None | Some("bearer") => Ok(LlmAuth::Bearer),
+        Some("sigv4") => {
+            for var in ["LLM_API_KEY", "LLM_API_KEY_SECRET_ARN"] {
+                if get(var).is_some() {
+                    return Err(LlmConfigError::invalid(
+                        var,
+                        "set together with LLM_AUTH=sigv4; SigV4 signs with the function's AWS credentials, unset the key",
+                    ));
+                }
+            }
+            let from_host = base
+                .host
+                .split('.')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .find(|w| w[0].starts_with("bedrock-runtime") || w[0] == "bedrock-mantle")
+                .map(|w| w[1].to_owned());
+            let region = from_host.or_else(|| get("AWS_REGION")).ok_or_else(|| {
+                LlmConfigError::invalid(
+                    "LLM_AUTH",
+                    "sigv4 needs a region: a https://bedrock-runtime.<region>.amazonaws.com/openai/v1 base URL, or AWS_REGION",
+                )
+            })?;
+            Ok(LlmAuth::SigV4 { region })
+        }
+        Some(other) => Err(LlmConfigError::invalid("LLM_AUTH", format!("{other:?} is not bearer or sigv4"))),
     }
 }
 

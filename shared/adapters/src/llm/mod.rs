@@ -8,6 +8,6 @@ pub mod profile;
 pub mod wire;
 
 pub use client::HttpChatModel;
-pub use config::{LlmConfig, LlmConfigError, LlmEndpoint, build_models};
+pub use config::{BEDROCK_SIGNING_SERVICE, LlmAuth, LlmConfig, LlmConfigError, LlmEndpoint, build_models};
 pub use limiter::AIMD_GROWTH_SUCCESSES;
 pub use profile::{OutputLimitField, OutputTokens, Preset, Profile, ReasoningField, ToolHistory};
