@@ -17,8 +17,50 @@ use swarm_core::view::OperatorApprovalView;
 
 use crate::core::ApiError;
 
-/// Most approvals one `GET /approvals` lists.
+/// Most approvals one `GET /approvals` page lists.
 pub const MAX_LISTED: usize = 100;
+/// Most approvals one page reads to fill itself when a status filter skips some: past it the page
+/// ends early, with a cursor to go on from.
+pub const MAX_SCANNED: usize = 1_000;
+
+/// Where the next page starts: opaque to clients (base64url of a small JSON object), so the index
+/// under it can change; today the last approval id the page looked at (the store lists newest first).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Cursor {
+    v: u8,
+    after: String,
+}
+
+impl Cursor {
+    fn encode(after: &str) -> String {
+        use base64::Engine as _;
+        let json = serde_json::json!({ "v": 1, "after": after }).to_string();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// Errors: 400 `bad_cursor` for anything this API did not hand out.
+    fn decode(text: &str) -> Result<Self, ApiError> {
+        use base64::Engine as _;
+        let bad = || ApiError::BadRequest {
+            code: "bad_cursor",
+            message: "cursor is not one this API handed out; start again without it".into(),
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim()).map_err(|_| bad())?;
+        let cursor: Self = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        if cursor.v != 1 || !is_approval_id(&cursor.after) {
+            return Err(bad());
+        }
+        Ok(cursor)
+    }
+}
+
+/// One page of [`Approvals::list`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalsPage {
+    pub approvals: Vec<OperatorApprovalView>,
+    /// The cursor of the next page; `None` on the last.
+    pub next_cursor: Option<String>,
+}
 
 /// What an operator decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,20 +83,40 @@ impl Approvals {
         Self { store, queues, key, execute_within: timings.money.approval_execute_within }
     }
 
-    /// The newest approvals (at most `limit`, at most [`MAX_LISTED`]), optionally only those in `status` now.
+    /// A page of approvals, newest first: at most `limit` (1..=[`MAX_LISTED`]), optionally only
+    /// those in `status` now, starting after `cursor` (a page's `next_cursor`).
+    ///
+    /// Errors: 400 `bad_cursor` for a cursor this API did not hand out; 503 when the store is unavailable.
     pub async fn list(
         &self,
         status: Option<ApprovalStatus>,
         limit: usize,
-    ) -> Result<Vec<OperatorApprovalView>, ApiError> {
+        cursor: Option<&str>,
+    ) -> Result<ApprovalsPage, ApiError> {
+        let after = cursor.filter(|c| !c.trim().is_empty()).map(Cursor::decode).transpose()?.map(|c| c.after);
+        let limit = limit.clamp(1, MAX_LISTED);
         let now = now_ms();
-        let all = self.store.list_approvals(MAX_LISTED).await?;
-        Ok(all
-            .iter()
-            .filter(|a| status.is_none_or(|s| a.status_at(now) == s))
-            .take(limit.clamp(1, MAX_LISTED))
-            .map(|a| OperatorApprovalView::build(a, now))
-            .collect())
+        // The store lists newest first (ids grow with time): a page continues below its cursor.
+        let listed = self.store.list_approvals(MAX_SCANNED).await?;
+        let total = listed.len();
+        let mut scanned = 0;
+        let mut last_seen = None;
+        let mut approvals = Vec::new();
+        for a in listed.iter().filter(|a| after.as_deref().is_none_or(|k| a.id.as_str() < k)) {
+            scanned += 1;
+            last_seen = Some(a.id.as_str());
+            if status.is_none_or(|s| a.status_at(now) == s) {
+                approvals.push(OperatorApprovalView::build(a, now));
+                if approvals.len() == limit {
+                    break;
+                }
+            }
+        }
+        // More may follow when the page stopped before the end of what the store holds.
+        let skipped = after.as_deref().map_or(0, |k| listed.iter().filter(|a| a.id.as_str() >= k).count());
+        let more = skipped + scanned < total || (total == MAX_SCANNED && scanned > 0);
+        let next_cursor = last_seen.filter(|_| more).map(Cursor::encode);
+        Ok(ApprovalsPage { approvals, next_cursor })
     }
 
     /// Records `decision` by `operator` on approval `id`. Approving signs a token for exactly the

@@ -25,7 +25,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     )
     .with_limits(access.clone(), config.limits);
     let auth = Auth::from_config(&config.auth, access);
-    let mut state = ApiState::new(Arc::new(core), auth);
+    let mut state = ApiState::new(Arc::new(core), auth).with_cors(config.cors.clone());
     if let Some(source) = &config.approval_key {
         let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose())?;
         let approvals = Approvals::new(aws.store(&config.table), aws.queues(&config.queues), key, Timings::standard());

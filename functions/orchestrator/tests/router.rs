@@ -104,15 +104,18 @@ where
     (status, headers, body)
 }
 
-/// The one error shape: `{"error": {"code", "message"}}` and nothing else, as JSON.
+/// The one error shape: an RFC 9457 problem document (`type`, `title`, `status`, `detail`)
+/// that keeps `{"error": {"code", "message"}}`, and nothing else, as `application/problem+json`.
 fn assert_error(answer: &(StatusCode, HeaderMap, Value), status: u16, code: &str) {
     let (got, headers, body) = answer;
     assert_eq!(got.as_u16(), status, "{body}");
-    assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/json", "{code}");
-    assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+    assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/problem+json", "{code}");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(5), "{body}");
     assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2), "{body}");
     assert_eq!(body["error"]["code"], code, "{body}");
     assert!(!body["error"]["message"].as_str().unwrap_or("").is_empty(), "{body}");
+    assert_eq!(body["type"], format!("urn:lambda-swarm:problem:{code}"), "{body}");
+    assert_eq!((body["status"].as_u64(), &body["detail"]), (Some(u64::from(status)), &body["error"]["message"]));
 }
 
 async fn customer_of(rig: &Rig, answer: &Value) -> String {
@@ -136,13 +139,13 @@ async fn without_auth_the_body_names_the_customer_202_then_200() {
 }
 
 #[tokio::test]
-async fn malformed_json_is_400_and_json_of_the_wrong_shape_422() {
+async fn malformed_json_and_json_of_the_wrong_shape_are_400() {
     let r = rig();
     for body in ["{", "not json at all", "", r#"{"message": "hi", "customer_id": "C104""#] {
         assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_json");
     }
     for body in [r#"{"message": 5, "customer_id": "C104"}"#, r#"["hi"]"#, r#""hi""#] {
-        assert_error(&send(router(&r, Auth::None), post(body)).await, 422, "bad_fields");
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_fields");
     }
     for (body, code) in [
         (r#"{"customer_id": "C104"}"#, "missing_message"),

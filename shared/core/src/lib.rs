@@ -18,6 +18,7 @@ pub mod ports;
 pub mod prompts;
 pub mod reply;
 pub mod roles;
+pub mod schema;
 mod secret;
 pub mod timings;
 pub mod untrusted;

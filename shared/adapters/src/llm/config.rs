@@ -149,6 +149,7 @@ impl LlmConfig {
         "LLM_TIMEOUT_SECS",
         "LLM_MAX_IN_FLIGHT",
         "LLM_PRICES",
+        "AWS_REGION",
     ];
 
     /// Reads the settings through `lookup` (a variable name → its value).
