@@ -16,7 +16,9 @@ pub mod chaos;
 pub mod events;
 pub mod http;
 pub mod models;
+pub mod operator;
 pub mod platform;
+pub mod progress;
 pub mod stack;
 pub mod waterfall;
 
