@@ -280,7 +280,7 @@ async fn worker_short_of_time_hands_back_and_resumes_without_repeating_tool_call
     assert_eq!(s.status, SubtaskStatus::Succeeded, "{s:?}");
     assert_eq!(s.tools_used, vec!["shop__get_order".to_owned()], "the finished tool call was not repeated");
     let id = ConversationId::parse(&view.conversation_id).unwrap();
-    let rec = stack.store().get_subtask(&id, &s.id).await.unwrap().unwrap();
+    let rec = stack.store().get_subtask(&id, &s.id.as_str().into()).await.unwrap().unwrap();
     assert_eq!(rec.attempts, 2, "handed back once, resumed once");
     assert!(rec.checkpoint.is_none(), "the checkpoint is cleared with the result");
     assert!(view.reply.unwrap().contains("A1029"));

@@ -437,7 +437,7 @@ async fn a_reply_of_a_hundred_maximal_subtasks_fits_its_item_and_names_every_fai
     let records: Vec<SubtaskRecord> = (0..100)
         .map(|i| {
             let subtask = Subtask {
-                id: format!("w{i:03}"),
+                id: format!("w{i:03}").into(),
                 instruction: format!("w{i:03} 查询订单 A{i:04} 的状态和物流"),
                 tools: vec![],
                 depends_on: vec![],

@@ -24,7 +24,7 @@ use swarm_adapters::llm::{LlmConfig, build_models};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::domain::{Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskResult, TaskMessage, Usage};
 use swarm_core::llm::Models;
-use swarm_core::ports::{ConversationStore, TaskQueue, ToolGateway, ToolOutput};
+use swarm_core::ports::{ConversationRecords, SubtaskStore, TaskQueue, ToolGateway, ToolOutput};
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
 use swarm_local::{LocalStack, StackOptions};
@@ -240,9 +240,9 @@ async fn direct(
 impl Direct {
     async fn run(&self) -> Result<SubtaskRecord> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let outcome = self.worker.handle(TaskMessage::run(&self.id, "w01"), deadline).await;
+        let outcome = self.worker.handle(TaskMessage::run(&self.id, &"w01".into()), deadline).await;
         anyhow::ensure!(matches!(outcome, Outcome::Finished(_)), "{outcome:?}");
-        self.store.get_subtask(&self.id, "w01").await?.context("subtask")
+        self.store.get_subtask(&self.id, &"w01".into()).await?.context("subtask")
     }
 }
 

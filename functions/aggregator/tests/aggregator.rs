@@ -11,7 +11,10 @@ use swarm_adapters::embedded::InMemoryConversationStore;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult, Usage,
 };
-use swarm_core::ports::{ChatResponse, ConversationStore, FinishReason, LlmError};
+use swarm_core::ports::{
+    AccountingStore, AnswerStore, ChatResponse, ConversationRecords, ConversationStore, FinishReason, LlmError,
+    SubtaskStore,
+};
 use swarm_testing::{ScriptedModel, text_response};
 
 /// The reply model: writes the same reply every time, or (`fail`) is refused every time.
@@ -45,8 +48,8 @@ async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> C
         ("w02", SubtaskResult::failed(FailureKind::ToolsUnavailable, "HTTP 500 upstream exploded")),
     ];
     for (sid, r) in results {
-        store.record_result(&c.id, sid, &r, &Usage::default(), &[], 0).await.unwrap();
-        store.count_finished(&c.id, sid, &Usage::default()).await.unwrap();
+        store.record_result(&c.id, &sid.into(), &r, &Usage::default(), &[], 0).await.unwrap();
+        store.count_finished(&c.id, &sid.into(), &Usage::default()).await.unwrap();
     }
     c.id
 }

@@ -10,7 +10,7 @@ use orchestrator::{Orchestrator, OrchestratorSettings};
 use serde_json::json;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
-use swarm_core::ports::{ChatMessage, ConversationStore, TaskQueue, ToolError};
+use swarm_core::ports::{ChatMessage, ConversationRecords, SubtaskStore, TaskQueue, ToolError};
 use swarm_core::roles::{DEFAULT_ROLE, RoleTable, TaskQueues};
 use swarm_testing::{ScriptedModel, StaticTools, text_response};
 
@@ -92,8 +92,8 @@ async fn unusable_plan_is_retried_once_with_the_validation_error_shown() {
     // w01 is queued now; w02 (the refund role's) too, whatever its dependency: it waits for w01 on its
     // own queue, because no other function may send there. The deadline message is delayed.
     let queued = drain(&r.tasks).await;
-    assert_eq!(queued, vec![TaskMessage::run(&created.conversation_id, "w01")]);
-    assert_eq!(drain(&r.refunds).await, vec![TaskMessage::run(&created.conversation_id, "w02")]);
+    assert_eq!(queued, vec![TaskMessage::run(&created.conversation_id, &"w01".into())]);
+    assert_eq!(drain(&r.refunds).await, vec![TaskMessage::run(&created.conversation_id, &"w02".into())]);
 }
 
 #[tokio::test]
@@ -118,7 +118,7 @@ async fn the_fallback_subtask_gets_the_tools_the_role_table_leaves_to_the_defaul
     assert_eq!(subtasks.len(), 1);
     assert_eq!(subtasks[0].subtask.tools, ["shop__get_order", "shop__refund"]);
     assert_eq!(subtasks[0].role, DEFAULT_ROLE);
-    assert_eq!(drain(&r.tasks).await, vec![TaskMessage::run(&created.conversation_id, "w01")]);
+    assert_eq!(drain(&r.tasks).await, vec![TaskMessage::run(&created.conversation_id, &"w01".into())]);
 }
 
 #[tokio::test]
@@ -164,6 +164,9 @@ async fn a_customers_fan_out_limit_cuts_the_plan_and_says_so() {
     let queued: Vec<TaskMessage> = drain(&r.tasks).await;
     assert_eq!(
         queued,
-        [TaskMessage::run(&created.conversation_id, "w01"), TaskMessage::run(&created.conversation_id, "w02")]
+        [
+            TaskMessage::run(&created.conversation_id, &"w01".into()),
+            TaskMessage::run(&created.conversation_id, &"w02".into())
+        ]
     );
 }

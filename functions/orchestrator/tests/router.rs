@@ -16,7 +16,7 @@ use swarm_adapters::config::ClaimMapping;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::access::{AccessStore, CustomerLimits, Principal, RateWindow};
 use swarm_core::domain::{ConversationId, now_ms};
-use swarm_core::ports::{ConversationStore, TaskQueue, ToolError};
+use swarm_core::ports::{ConversationRecords, ConversationStore, TaskQueue, ToolError};
 use swarm_core::roles::{RoleTable, TaskQueues};
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, StoreOp, text_response};
 use tower::ServiceExt as _;

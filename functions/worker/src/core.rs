@@ -12,8 +12,8 @@ use tracing::Instrument;
 use swarm_core::approval::{Approval, ApprovalStatus, PendingApproval, ProposedAction, approval_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, MAX_CHECKPOINT_BYTES, MAX_REPLY_BYTES,
-    MAX_RESULT_CHARS, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage, now_ms,
-    truncate_bytes, truncate_chars,
+    MAX_RESULT_CHARS, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, ToolCallRecord, Usage,
+    now_ms, truncate_bytes, truncate_chars,
 };
 use swarm_core::effects::{
     AttemptLease, Effect, EffectChange, EffectOutcome, EffectState, MAX_EFFECT_ARGUMENT_BYTES, MAX_EFFECTS_PER_SUBTASK,
@@ -416,7 +416,7 @@ impl Worker {
     async fn run(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         handbacks: u32,
         deadline: Instant,
     ) -> Result<Outcome, StoreError> {
@@ -450,8 +450,7 @@ impl Worker {
                 // Another delivery runs it now: look again once its lease has ended.
                 let until = rec.lease.as_ref().map_or(0, |l| l.until_ms);
                 let wait = u32::try_from((until - now_ms()).max(0) / 1000 + 1).unwrap_or(MAX_DELAY_SECONDS);
-                let again =
-                    TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks };
+                let again = TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.clone(), handbacks };
                 return Ok(self.requeue(&rec.role, again, wait, "another attempt holds the lease".into()).await);
             }
             AttemptStart::Started(rec) => rec,
@@ -496,7 +495,7 @@ impl Worker {
                         )));
                     }
                     let again =
-                        TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.to_owned(), handbacks };
+                        TaskMessage::Run { conversation_id: id.clone(), subtask_id: subtask_id.clone(), handbacks };
                     let why = format!("dependency {dep} not finished yet");
                     return Ok(self.requeue(&record.role, again, self.settings.dependency_wait_secs, why).await);
                 }
@@ -511,7 +510,7 @@ impl Worker {
             role: record.role.clone(),
             customer_id: conversation.customer_id.clone(),
             conversation_id: id.clone(),
-            subtask_id: subtask_id.to_owned(),
+            subtask_id: subtask_id.clone(),
         };
         let checkpoint = record.checkpoint.as_deref().and_then(|c| serde_json::from_str::<Checkpoint>(c).ok());
         if !record.effects.is_empty() {
@@ -583,7 +582,7 @@ impl Worker {
                 self.store.release_attempt(id, subtask_id, &lease.holder).await?;
                 let again = TaskMessage::Run {
                     conversation_id: id.clone(),
-                    subtask_id: subtask_id.to_owned(),
+                    subtask_id: subtask_id.clone(),
                     handbacks: handbacks + 1,
                 };
                 let delay = self.settings.handback_delay_secs.min(MAX_DELAY_SECONDS);
@@ -687,7 +686,7 @@ impl Worker {
     async fn confirm(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         attempt: u32,
         deadline: Instant,
     ) -> Result<Outcome, StoreError> {
@@ -905,7 +904,7 @@ impl Worker {
     async fn close_open(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         fallback: SubtaskResult,
         now: i64,
     ) -> Result<bool, StoreError> {
@@ -916,7 +915,7 @@ impl Worker {
             }
             let result = journal_result(&rec.effects).unwrap_or_else(|| fallback.clone()).bounded();
             match self.store.close_subtask(id, subtask_id, &result, rec.effects.len(), now).await? {
-                CloseOutcome::Recorded => {
+                CloseOutcome::Recorded(_) => {
                     obs::metrics::subtask_finished(&result);
                     if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
                         self.schedule_confirm(&rec, 0).await;
@@ -933,7 +932,7 @@ impl Worker {
     async fn finish(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         result: SubtaskResult,
         usage: Usage,
         tools_used: &[String],
@@ -947,7 +946,7 @@ impl Worker {
                 self.count_and_release(id, &rec).await?;
                 Ok(Outcome::AlreadyFinished)
             }
-            RecordOutcome::Recorded => {
+            RecordOutcome::Recorded(written) => {
                 obs::metrics::subtask_finished(&result);
                 faults::at(CrashPoint::WorkerAfterRecordResult).await;
                 if let SubtaskResult::Failed { kind, reason } = &result {
@@ -959,16 +958,13 @@ impl Worker {
                     tokens = usage.total_tokens(),
                     "subtask finished"
                 );
-                // The record this attempt started from knows the dependents; only a
-                // dead letter (no attempt) reads the item back.
+                // The record this attempt started from knows the dependents; a dead letter
+                // (no attempt) counts the record as written.
                 let rec = match known {
-                    Some(r) => Some(SubtaskRecord { usage, ..r.clone() }),
-                    None => self.store.get_subtask(id, subtask_id).await?,
+                    Some(r) => SubtaskRecord { usage, ..r.clone() },
+                    None => written,
                 };
-                match rec {
-                    Some(rec) => self.count_and_release(id, &rec).await?,
-                    None => return Ok(Outcome::Poison(format!("subtask {subtask_id} vanished"))),
-                }
+                self.count_and_release(id, &rec).await?;
                 Ok(Outcome::Finished(status))
             }
         }
@@ -1020,14 +1016,11 @@ impl Worker {
                     Release::Skip(sid, dependency) => {
                         let result = SubtaskResult::Skipped { dependency };
                         match self.store.record_result(id, &sid, &result, &Usage::default(), &[], now_ms()).await? {
-                            outcome @ (RecordOutcome::Recorded | RecordOutcome::AlreadyFinished(_)) => {
-                                if matches!(outcome, RecordOutcome::Recorded) {
-                                    obs::metrics::subtask_finished(&result);
-                                }
-                                if let Some(r) = self.store.get_subtask(id, &sid).await? {
-                                    stack.push(r);
-                                }
+                            RecordOutcome::Recorded(r) => {
+                                obs::metrics::subtask_finished(&result);
+                                stack.push(r);
                             }
+                            RecordOutcome::AlreadyFinished(r) => stack.push(r),
                             RecordOutcome::Missing => {}
                         }
                     }
@@ -1766,7 +1759,7 @@ impl Worker {
 }
 
 /// The span of one subtask's work: every event logged while running it carries its ids.
-fn subtask_span(conversation_id: &ConversationId, subtask_id: &str) -> tracing::Span {
+fn subtask_span(conversation_id: &ConversationId, subtask_id: &SubtaskId) -> tracing::Span {
     tracing::info_span!("subtask", conversation_id = %conversation_id, subtask_id = %subtask_id)
 }
 
@@ -1830,9 +1823,9 @@ fn tool_outcomes<'a>(
 pub enum DependencyState {
     Ready(Vec<DependencyResult>),
     /// This dependency ended failed or skipped.
-    Failed(String),
+    Failed(SubtaskId),
     /// This dependency is not finished.
-    Waiting(String),
+    Waiting(SubtaskId),
 }
 
 /// Pure: the results of `record`'s dependencies among `all`.
@@ -1859,15 +1852,15 @@ pub fn dependency_results(record: &SubtaskRecord, all: &[SubtaskRecord]) -> Depe
 #[derive(Debug, PartialEq, Eq)]
 pub enum Release {
     /// All its dependencies succeeded: flip `PENDING → QUEUED` and enqueue.
-    Enqueue(String),
+    Enqueue(SubtaskId),
     /// A dependency failed or was skipped: record it skipped, naming that dependency.
-    Skip(String, String),
+    Skip(SubtaskId, SubtaskId),
 }
 
 /// Pure: the dependents of `finished` that can now be decided. One whose
 /// other dependencies are still open is left for the last parent to finish.
-pub fn release_decisions(all: &[SubtaskRecord], finished: &str) -> Vec<Release> {
-    let by_id: HashMap<&str, &SubtaskRecord> = all.iter().map(|r| (r.subtask.id.as_str(), r)).collect();
+pub fn release_decisions(all: &[SubtaskRecord], finished: &SubtaskId) -> Vec<Release> {
+    let by_id: HashMap<&SubtaskId, &SubtaskRecord> = all.iter().map(|r| (&r.subtask.id, r)).collect();
     let mut out = Vec::new();
     for r in all {
         if r.status != SubtaskStatus::Pending || !r.subtask.depends_on.iter().any(|d| d == finished) {
@@ -1876,7 +1869,7 @@ pub fn release_decisions(all: &[SubtaskRecord], finished: &str) -> Vec<Release> 
         let mut open = false;
         let mut failed = None;
         for d in &r.subtask.depends_on {
-            match by_id.get(d.as_str()).map(|x| x.status) {
+            match by_id.get(d).map(|x| x.status) {
                 Some(SubtaskStatus::Succeeded) => {}
                 Some(s) if s.is_terminal() => {
                     failed.get_or_insert_with(|| d.clone());
@@ -1909,7 +1902,7 @@ mod tests {
                 id: id.into(),
                 instruction: id.into(),
                 tools: vec![],
-                depends_on: deps.iter().map(|d| d.to_string()).collect(),
+                depends_on: deps.iter().map(|d| (*d).into()).collect(),
             },
             "support".into(),
         );
@@ -1942,25 +1935,25 @@ mod tests {
     fn dependent_is_released_only_when_all_parents_succeeded() {
         use SubtaskStatus::*;
         let all = vec![rec("a", &[], Succeeded), rec("b", &[], Running), rec("c", &["a", "b"], Pending)];
-        assert!(release_decisions(&all, "a").is_empty());
+        assert!(release_decisions(&all, &"a".into()).is_empty());
         let all = vec![rec("a", &[], Succeeded), rec("b", &[], Succeeded), rec("c", &["a", "b"], Pending)];
-        assert_eq!(release_decisions(&all, "b"), vec![Release::Enqueue("c".into())]);
+        assert_eq!(release_decisions(&all, &"b".into()), vec![Release::Enqueue("c".into())]);
     }
 
     #[test]
     fn dependent_of_a_failed_parent_is_skipped_naming_it() {
         use SubtaskStatus::*;
         let all = vec![rec("a", &[], Failed), rec("b", &["a"], Pending), rec("c", &["b"], Pending)];
-        assert_eq!(release_decisions(&all, "a"), vec![Release::Skip("b".into(), "a".into())]);
+        assert_eq!(release_decisions(&all, &"a".into()), vec![Release::Skip("b".into(), "a".into())]);
         // c waits for b's decision, not a's.
-        assert!(release_decisions(&all, "x").is_empty());
+        assert!(release_decisions(&all, &"x".into()).is_empty());
     }
 
     #[test]
     fn already_queued_dependent_is_not_released_twice() {
         use SubtaskStatus::*;
         let all = vec![rec("a", &[], Succeeded), rec("b", &["a"], Queued)];
-        assert!(release_decisions(&all, "a").is_empty());
+        assert!(release_decisions(&all, &"a".into()).is_empty());
     }
 
     #[test]
@@ -1993,7 +1986,7 @@ mod tests {
     }
 
     fn state(messages: Vec<ChatMessage>, tool_calls: Vec<ToolCallRecord>) -> LoopState {
-        let mut all = work_messages("q", "w01", "Check A1029.", &[]);
+        let mut all = work_messages("q", &"w01".into(), "Check A1029.", &[]);
         all.extend(messages);
         LoopState { messages: all, tool_calls, usage: Usage::default(), effects: 0 }
     }

@@ -16,7 +16,8 @@ use swarm_core::domain::{
     SubtaskStatus, TaskMessage, Usage, link_dependents, now_ms, sweep_shard,
 };
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, QueueError, TaskQueue, ToolCall,
+    AccountingStore, AnswerStore, ChatMessage, ChatModel, ChatResponse, ConversationRecords, ConversationStore,
+    FinishReason, QueueError, SubtaskStore, TaskQueue, ToolCall,
 };
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
@@ -28,7 +29,7 @@ fn subtask(id: &str, depends_on: &[&str]) -> Subtask {
         id: id.into(),
         instruction: format!("Check order A1029 ({id})."),
         tools: vec!["shop__get_order".into(), "shop__track_shipment".into()],
-        depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+        depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
     }
 }
 
@@ -117,7 +118,7 @@ async fn repeated_missing_and_empty_tool_call_ids_are_made_unique_and_every_call
         tools.clone(),
         WorkerSettings { min_round_time: Duration::from_millis(10), ..WorkerSettings::default() },
     );
-    let outcome = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    let outcome = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
 
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded), "no internal transcript error");
     assert_eq!(tools.ran().len(), 4, "every call ran once");
@@ -173,16 +174,16 @@ async fn a_dependent_whose_message_could_not_be_sent_is_never_queued_and_the_ret
     let model = Arc::new(ScriptedModel::always(Ok(text_response("A1029 is paid."))));
     let w = worker(store.clone(), sends, model);
 
-    let first = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    let first = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
     assert!(first.should_retry(), "the failed send is retried with the parent's message: {first:?}");
-    let w02 = store.get_subtask(&id, "w02").await.unwrap().unwrap();
+    let w02 = store.get_subtask(&id, &"w02".into()).await.unwrap().unwrap();
     assert_eq!((w02.status, tasks.depth()), (SubtaskStatus::Pending, 0), "no message, so not QUEUED");
-    let second = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    let second = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
     assert_eq!(second, Outcome::AlreadyFinished);
-    assert_eq!(store.get_subtask(&id, "w02").await.unwrap().unwrap().status, SubtaskStatus::Queued);
+    assert_eq!(store.get_subtask(&id, &"w02".into()).await.unwrap().unwrap().status, SubtaskStatus::Queued);
     let sent = tasks.receive(10, Duration::ZERO).await.unwrap();
     assert_eq!(sent.len(), 1);
-    assert_eq!(serde_json::from_str::<TaskMessage>(&sent[0].body).unwrap(), TaskMessage::run(&id, "w02"));
+    assert_eq!(serde_json::from_str::<TaskMessage>(&sent[0].body).unwrap(), TaskMessage::run(&id, &"w02".into()));
     // Never QUEUED before its message was sent: the only QUEUED write came after the successful send.
     let mut w02_writes = Vec::new();
     while let Ok(change) = changes.try_recv() {
@@ -205,7 +206,7 @@ async fn a_subtask_stops_for_the_conversations_deadline_and_records_what_it_has_
         Arc::new(ScriptedModel::always(Ok(text_response("late"))).stall_work_on("A1029", Duration::from_secs(50)));
     let w = worker(store.clone(), Arc::new(tasks.clone()), model);
     let started = tokio::time::Instant::now();
-    let outcome = w.handle(TaskMessage::run(&id, "w01"), lambda_deadline()).await;
+    let outcome = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
 
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Failed), "recorded, not handed back");
     assert!(
@@ -214,7 +215,7 @@ async fn a_subtask_stops_for_the_conversations_deadline_and_records_what_it_has_
         started.elapsed()
     );
     assert_eq!(tasks.depth(), 0, "no hand-back message");
-    let rec = store.get_subtask(&id, "w01").await.unwrap().unwrap();
+    let rec = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.result.and_then(|r| r.failure_kind()), Some(FailureKind::DeadlinePassed));
     assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0, "counted");
 }
@@ -226,7 +227,7 @@ async fn a_message_reported_for_retry_comes_back_after_the_retry_visibility_not_
     let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
     let throttled = Arc::new(FlakyStore::new(Arc::new(InMemoryConversationStore::new())).fail_everything("Throttling"));
     let w = worker(throttled, Arc::new(tasks.clone()), model);
-    tasks.send(&[TaskMessage::run(&ConversationId::new(), "w01")], 0).await.unwrap();
+    tasks.send(&[TaskMessage::run(&ConversationId::new(), &"w01".into())], 0).await.unwrap();
     let received = tasks.receive(1, Duration::ZERO).await.unwrap();
     let event: SqsEvent = serde_json::from_value(json!({"Records": [{
         "messageId": received[0].message_id, "receiptHandle": received[0].receipt_handle, "body": received[0].body,
@@ -268,8 +269,8 @@ async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answer
     let store = Arc::new(InMemoryConversationStore::new());
     let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &[])], 200, 120).await;
     let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
-    store.record_result(&id, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
-    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    store.record_result(&id, &"w01".into(), &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&id, &"w01".into(), &Usage::default()).await.unwrap();
     let tasks = queue("tasks", 30);
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
 
@@ -298,8 +299,8 @@ async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is
     let store = Arc::new(InMemoryConversationStore::new());
     let id = running(&store, vec![subtask("w01", &[])], 200, 120).await;
     let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
-    store.record_result(&id, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
-    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    store.record_result(&id, &"w01".into(), &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&id, &"w01".into(), &Usage::default()).await.unwrap();
     // The stream record of remaining = 0 never reached the aggregator.
     let tasks = queue("tasks", 30);
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
@@ -315,7 +316,7 @@ async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is
 async fn an_aggregation_whose_lease_is_live_is_left_alone_and_the_deadline_path_re_arms() {
     let store = Arc::new(InMemoryConversationStore::new());
     let id = running(&store, vec![subtask("w01", &[])], 200, 120).await;
-    store.count_finished(&id, "w01", &Usage::default()).await.unwrap();
+    store.count_finished(&id, &"w01".into(), &Usage::default()).await.unwrap();
     let phase = swarm_core::ports::LeasePhase::Aggregating { turn: 0 };
     store.acquire_lease(&id, phase, "aggregator:alive", now_ms(), now_ms() + 90_000).await.unwrap();
     let tasks = queue("tasks", 30);
@@ -334,8 +335,8 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
     // Answered by the sweep: nothing remaining, its trigger lost.
     let lost = running(&store, vec![subtask("w01", &[])], 200, 120).await;
     let result = SubtaskResult::Succeeded { text: "A1029 is paid.".into(), tool_calls: vec![] };
-    store.record_result(&lost, "w01", &result, &Usage::default(), &[], now_ms()).await.unwrap();
-    store.count_finished(&lost, "w01", &Usage::default()).await.unwrap();
+    store.record_result(&lost, &"w01".into(), &result, &Usage::default(), &[], now_ms()).await.unwrap();
+    store.count_finished(&lost, &"w01".into(), &Usage::default()).await.unwrap();
     // Its creator died while planning.
     let mut planning = Conversation::new("C104", "q", now_ms() - 200_000, 120);
     planning.sweep_shard = Some(sweep_shard(&planning.id, 8));

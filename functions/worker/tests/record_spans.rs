@@ -11,7 +11,7 @@ use lambda_runtime::LambdaEvent;
 use serde_json::json;
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::domain::{Conversation, ConversationId, Subtask, SubtaskRecord, SubtaskStatus, TaskMessage, Usage};
-use swarm_core::ports::{ConversationStore, TaskQueue};
+use swarm_core::ports::{ConversationRecords, SubtaskStore, TaskQueue};
 use swarm_core::roles::TaskQueues;
 use swarm_testing::{ScriptedModel, StaticTools, text_response};
 use tracing::field::{Field, Visit};
@@ -130,7 +130,7 @@ async fn each_record_of_a_concurrent_batch_logs_only_under_its_own_ids() {
     );
     let mut context = lambda_runtime::Context::default();
     context.deadline = (swarm_core::domain::now_ms() as u64) + 60_000;
-    let event = batch(&[&TaskMessage::run(&a, a_subtask), &TaskMessage::run(&b, b_subtask)]);
+    let event = batch(&[&TaskMessage::run(&a, &a_subtask.into()), &TaskMessage::run(&b, &b_subtask.into())]);
 
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
@@ -140,7 +140,7 @@ async fn each_record_of_a_concurrent_batch_logs_only_under_its_own_ids() {
         .unwrap();
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": []}));
     for (id, subtask_id) in [(&a, a_subtask), (&b, b_subtask)] {
-        assert_eq!(store.get_subtask(id, subtask_id).await.unwrap().unwrap().status, SubtaskStatus::Succeeded);
+        assert_eq!(store.get_subtask(id, &subtask_id.into()).await.unwrap().unwrap().status, SubtaskStatus::Succeeded);
     }
 
     let logged = capture.0.lock().unwrap().clone();

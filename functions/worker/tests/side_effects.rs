@@ -16,8 +16,8 @@ use swarm_core::domain::{
 use swarm_core::effects::EffectState;
 use swarm_core::faults::{self, CrashPoint, FaultPlan, Invocation};
 use swarm_core::ports::{
-    ChatModel, ChatResponse, ConversationStore, FinishReason, TaskQueue, ToolCall, ToolContext, ToolError, ToolGateway,
-    ToolOutput, ToolSpec,
+    ApprovalStore, ChatModel, ChatResponse, ConversationRecords, FinishReason, SubtaskStore, TaskQueue, ToolCall,
+    ToolContext, ToolError, ToolGateway, ToolOutput, ToolSpec,
 };
 use swarm_core::reply::{compose_reply, reply_input};
 use swarm_core::roles::TaskQueues;
@@ -121,7 +121,7 @@ fn subtask(conv: &Conversation, id: &str, role: &str, tools: &[&str], depends_on
         id: id.into(),
         instruction: format!("Step {id} for order A1033."),
         tools: tools.iter().map(|t| t.to_string()).collect(),
-        depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+        depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
     };
     SubtaskRecord::new(conv, subtask, role.into())
 }
@@ -212,7 +212,7 @@ async fn a_refund_killed_at_any_point_between_its_writes_runs_once_and_the_model
         let ledger = Arc::new(Ledger::new());
         let model = scripted(vec![refund_call(100.0), text_response("Refunded 100.00 on A1033.")]);
         let w = worker(&s, model.clone(), ledger.clone());
-        let message = TaskMessage::run(&s.id, "w01");
+        let message = TaskMessage::run(&s.id, &"w01".into());
         // The first delivery dies at the point; its lease ends with its invocation.
         assert!(dies_at(point, w.handle(message.clone(), after(Duration::from_millis(200)))).await, "{point}");
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -229,7 +229,7 @@ async fn a_refund_killed_at_any_point_between_its_writes_runs_once_and_the_model
         let key = format!("swarm:{}:w01:1", s.id);
         assert!(sent.iter().all(|a| a["_idempotency_key"] == key.as_str()), "{point}: one positional key: {sent:?}");
         assert_eq!(model.requests().len(), model_requests, "{point}: the re-run never asked the model");
-        let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+        let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
         assert_eq!(rec.status, SubtaskStatus::Succeeded, "{point}");
         assert_eq!(rec.effects.len(), 1);
         assert_eq!(rec.effects[0].state, EffectState::Done);
@@ -251,12 +251,12 @@ async fn a_second_delivery_during_a_live_attempt_is_handed_back_until_the_lease_
     let ledger = Arc::new(Ledger { delay: Duration::from_millis(300), ..Ledger::new() });
     let model = scripted(vec![refund_call(100.0), text_response("Refunded.")]);
     let w = Arc::new(worker(&s, model.clone(), ledger.clone()));
-    let message = TaskMessage::run(&s.id, "w01");
+    let message = TaskMessage::run(&s.id, &"w01".into());
     let first = {
         let (w, m) = (w.clone(), message.clone());
         tokio::spawn(async move { w.handle(m, after(Duration::from_secs(10))).await })
     };
-    while s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap().effects.is_empty() {
+    while s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap().effects.is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The refund is in flight under the first attempt's lease.
@@ -268,7 +268,7 @@ async fn a_second_delivery_during_a_live_attempt_is_handed_back_until_the_lease_
     assert_eq!(first.await.unwrap(), Outcome::Finished(SubtaskStatus::Succeeded));
     assert_eq!((ledger.dispatches().len(), ledger.refunds()), (1, 1));
     assert_eq!(model.requests().len(), 2, "only the first delivery ran the model");
-    assert_eq!(s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap().attempts, 1);
+    assert_eq!(s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap().attempts, 1);
 }
 
 #[tokio::test]
@@ -294,7 +294,7 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
             ..WorkerSettings::default()
         },
     );
-    let run = w.handle(TaskMessage::run(&s.id, "w01"), after(Duration::from_secs(10)));
+    let run = w.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10)));
     assert!(dies_at(CrashPoint::WorkerAfterDispatch, run).await, "the worker died with the refund in flight");
     assert_eq!(ledger.refunds(), 1, "the shop made it; nobody recorded its answer");
 
@@ -304,7 +304,7 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
     let deadline =
         w.handle(TaskMessage::Deadline { conversation_id: s.id.clone() }, after(Duration::from_secs(10))).await;
     assert_eq!(deadline, Outcome::Ignored("1 open subtasks closed; the aggregator answers".into()));
-    let closed = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let closed = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(closed.status, SubtaskStatus::Submitted, "not reported failed");
     let conv = s.store.get_conversation(&s.id).await.unwrap().unwrap();
     assert_eq!(conv.remaining, 0, "counted: the conversation can answer");
@@ -317,7 +317,7 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
     // The confirmation replays the call with its key: the outcome lands on the conversation, GET shows it.
     let confirm = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 0 };
     assert_eq!(w.handle(confirm, after(Duration::from_secs(10))).await, Outcome::Finished(SubtaskStatus::Submitted));
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.status, SubtaskStatus::Submitted);
     assert_eq!(rec.effects[0].state, EffectState::Done);
     let view = ConversationView::build(&conv, &[rec]);
@@ -334,12 +334,12 @@ async fn a_refund_needing_approval_waits_for_review_and_runs_once_with_it_howeve
     let ledger = Arc::new(Ledger { needs_approval: true, ..Ledger::new() });
     let model = scripted(vec![refund_call(1874.0)]);
     let w = worker(&s, model.clone(), ledger.clone());
-    let outcome = w.handle(TaskMessage::run(&s.id, "w01"), after(Duration::from_secs(10))).await;
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::AwaitingApproval));
     assert_eq!(model.requests().len(), 1, "no further round once it waits for a person");
     assert_eq!(ledger.refunds(), 0, "nothing moved");
 
-    let id = approval_id(&s.id, "w01", 1);
+    let id = approval_id(&s.id, &"w01".into(), 1);
     let approval = s.store.get_approval(&id).await.unwrap().expect("approval recorded");
     assert_eq!(approval.status, ApprovalStatus::Pending);
     assert_eq!(
@@ -351,7 +351,7 @@ async fn a_refund_needing_approval_waits_for_review_and_runs_once_with_it_howeve
             reason: Some("the headphones crackle".into())
         }
     );
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     let reply = compose_reply(&reply_input(std::slice::from_ref(&rec), &[]));
     assert!(reply.starts_with("Waiting for review: a refund of 1874.00 on order A1033"), "{reply}");
     assert_eq!(s.store.get_conversation(&s.id).await.unwrap().unwrap().remaining, 0);
@@ -394,17 +394,17 @@ async fn a_refund_subtask_waits_for_its_dependency_on_its_own_queue_and_nobody_e
     let model = scripted(vec![text_response("A1033 was delivered."), refund_call(100.0), text_response("Refunded.")]);
     let w = worker(&s, model.clone(), ledger.clone());
     // Enqueued at planning, w02 arrives before w01 finished: handed back to its own queue.
-    let waiting = w.handle(TaskMessage::run(&s.id, "w02"), after(Duration::from_secs(10))).await;
+    let waiting = w.handle(TaskMessage::run(&s.id, &"w02".into()), after(Duration::from_secs(10))).await;
     assert!(matches!(waiting, Outcome::Requeued(ref why) if why.contains("w01")), "{waiting:?}");
     assert_eq!(s.refund_queue.approximate_depth().delayed, 1);
     assert!(model.requests().is_empty(), "no model while it waits");
     // The parent finishes: it releases nothing to the refund queue (that message waits itself).
-    let parent = w.handle(TaskMessage::run(&s.id, "w01"), after(Duration::from_secs(10))).await;
+    let parent = w.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
     assert_eq!(parent, Outcome::Finished(SubtaskStatus::Succeeded));
     assert_eq!(s.refund_queue.approximate_depth().total(), 1, "no second message for w02");
     assert_eq!(s.tasks.approximate_depth().total(), 0, "and none on the tasks queue");
     // The waiting message comes back and runs.
-    let ran = w.handle(TaskMessage::run(&s.id, "w02"), after(Duration::from_secs(10))).await;
+    let ran = w.handle(TaskMessage::run(&s.id, &"w02".into()), after(Duration::from_secs(10))).await;
     assert_eq!(ran, Outcome::Finished(SubtaskStatus::Succeeded));
     assert_eq!(ledger.refunds(), 1);
     let conv = s.store.get_conversation(&s.id).await.unwrap().unwrap();
@@ -418,11 +418,11 @@ async fn a_refund_subtask_whose_dependency_failed_is_skipped_and_moves_nothing()
     })
     .await;
     let failed = SubtaskResult::failed(swarm_core::domain::FailureKind::ModelFailed, "x");
-    s.store.record_result(&s.id, "w01", &failed, &Usage::default(), &[], now_ms()).await.unwrap();
+    s.store.record_result(&s.id, &"w01".into(), &failed, &Usage::default(), &[], now_ms()).await.unwrap();
     let ledger = Arc::new(Ledger::new());
     let model = scripted(vec![]);
     let w = worker(&s, model.clone(), ledger.clone());
-    let outcome = w.handle(TaskMessage::run(&s.id, "w02"), after(Duration::from_secs(10))).await;
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w02".into()), after(Duration::from_secs(10))).await;
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Skipped));
     assert!(ledger.dispatches().is_empty() && model.requests().is_empty());
 }

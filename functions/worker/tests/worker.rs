@@ -13,8 +13,8 @@ use swarm_core::domain::{
     Conversation, ConversationId, FailureKind, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage,
 };
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatResponse, ConversationStore, FinishReason, LlmError, TaskQueue, ToolCall, ToolChoice,
-    ToolError, ToolGateway,
+    ChatMessage, ChatModel, ChatResponse, ConversationRecords, FinishReason, LlmError, SubtaskStore, TaskQueue,
+    ToolCall, ToolChoice, ToolError, ToolGateway,
 };
 use swarm_core::roles::TaskQueues;
 use swarm_testing::{FlakyStore, ScriptedModel, StaticTools, text_response};
@@ -111,7 +111,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
     ]);
     let tools = fake_tools();
     let w = worker(&s, model.clone(), tools.clone());
-    let outcome = w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await;
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded));
 
     let seen = model.requests();
@@ -145,7 +145,7 @@ async fn every_tool_call_gets_one_answer_in_call_order_whatever_happens_to_it() 
             .any(|m| matches!(m, ChatMessage::Assistant { reasoning_content: Some(r), .. } if r == "thinking"))
     );
 
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.usage.prompt_tokens, Some(100));
     assert_eq!(rec.usage.cached_tokens, Some(64));
     assert_eq!(rec.tools_used.len(), 5);
@@ -160,7 +160,7 @@ async fn calls_cut_off_by_length_are_never_executed() {
     ]);
     let tools = fake_tools();
     let w = worker(&s, model.clone(), tools.clone());
-    w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
+    w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await;
     assert!(tools.ran().is_empty(), "no tool ran with guessed arguments");
     let seen = model.requests();
     let answered = seen[1].messages.iter().any(|m| matches!(m, ChatMessage::Tool { tool_call_id, content } if tool_call_id == "call_t" && content.contains("cut off")));
@@ -172,8 +172,11 @@ async fn permanent_llm_failure_records_a_failed_subtask_with_the_cause() {
     let s = setup(&[]).await;
     let model = scripted(vec![]);
     let w = worker(&s, model, fake_tools());
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Failed)
+    );
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert!(
         matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::ModelFailed, ref reason }) if reason.contains("script exhausted"))
     );
@@ -201,8 +204,8 @@ fn context() -> lambda_runtime::Context {
 async fn partial_batch_response_lists_only_retryable_failures_in_the_lambda_shape() {
     let s = setup(&[]).await;
     let w = worker(&s, scripted(vec![text_response("Hello!")]), fake_tools());
-    let good = serde_json::to_string(&TaskMessage::run(&s.id, "w01")).unwrap();
-    let unknown = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), "w01")).unwrap();
+    let good = serde_json::to_string(&TaskMessage::run(&s.id, &"w01".into())).unwrap();
+    let unknown = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), &"w01".into())).unwrap();
     let e = event(&[&good, "not json", &unknown]);
     let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(e, context())).await.unwrap();
     // Unparseable and unknown-conversation messages are poison: acknowledged, not retried forever.
@@ -224,7 +227,7 @@ async fn throttled_store_reports_the_message_for_redelivery() {
         fake_tools(),
         WorkerSettings::default(),
     );
-    let body = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), "w01")).unwrap();
+    let body = serde_json::to_string(&TaskMessage::run(&ConversationId::new(), &"w01".into())).unwrap();
     let e = event(&["not json", &body]);
     let response = worker::handler::handle(&w, WorkerMode::Tasks, LambdaEvent::new(e, context())).await.unwrap();
     assert_eq!(serde_json::to_value(&response).unwrap(), json!({"batchItemFailures": [{"itemIdentifier": "m1"}]}));
@@ -259,9 +262,12 @@ async fn subtasks_stop_with_that_reason_once_the_conversation_token_budget_is_sp
         fake_tools(),
         WorkerSettings { token_budget: Some(1_000), ..WorkerSettings::default() },
     );
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Failed)
+    );
     assert!(model.requests().is_empty(), "no LLM call past the budget");
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert!(
         matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::TokenBudgetExhausted, ref reason }) if reason.contains("token budget (1000 tokens)")),
         "{:?}",
@@ -330,7 +336,10 @@ async fn the_last_round_keeps_the_tools_and_forbids_calls_with_tool_choice_none(
         text_response("Order A1029 is paid."),
     ]);
     let w = worker_with(&s, model.clone(), fake_tools(), WorkerSettings { max_rounds: 2, ..settings() });
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Succeeded)
+    );
     let seen = model.requests();
     assert_eq!(seen[0].tool_choice, ToolChoice::Auto);
     assert_eq!(seen[1].tool_choice, ToolChoice::None, "the last round forbids calls");
@@ -344,7 +353,10 @@ async fn one_round_of_large_results_fits_its_budget_together_each_cut_fairly_wit
     let (round, tools) = five_big_results();
     let model = scripted(vec![round, text_response("A1-A5 are paid.")]);
     let w = worker_with(&s, model.clone(), tools, WorkerSettings { round_budget_tokens: 6_000, ..settings() });
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Succeeded)
+    );
     let second = &model.requests()[1];
     let results = tool_messages(second);
     assert_eq!(results.len(), 5);
@@ -370,7 +382,10 @@ async fn a_context_length_error_shrinks_the_latest_round_and_never_resends_the_s
         Ok(text_response("A1, A2, A3, A4 and A5 are paid.")),
     ]));
     let w = worker_with(&s, model.clone(), tools, WorkerSettings { round_budget_tokens: 30_000, ..settings() });
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Succeeded)
+    );
     let seen = model.requests();
     assert_eq!(seen.len(), 3);
     assert_ne!(seen[1].messages, seen[2].messages, "never the same request twice");
@@ -383,16 +398,19 @@ async fn a_context_length_error_shrinks_the_latest_round_and_never_resends_the_s
         tokens(&small)
     );
     assert!(small.iter().all(|r| r.contains("已付款") && r.contains("characters shown")));
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert!(matches!(rec.result, Some(SubtaskResult::Succeeded { ref text, .. }) if text.contains("A5 are paid")));
 
     // Nothing to shorten (no round yet): the subtask fails clearly instead of resending.
     let s = setup(&[]).await;
     let model = Arc::new(ScriptedModel::always(Err(too_long)));
     let w = worker_with(&s, model.clone(), fake_tools(), settings());
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Failed)
+    );
     assert_eq!(model.calls(), 1);
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert!(
         matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::ModelFailed, ref reason }) if reason.contains("cannot be shortened")),
         "{:?}",
@@ -409,9 +427,12 @@ async fn an_answer_cut_off_by_length_is_never_stored_as_final() {
         length_cut(None),
     ]);
     let w = worker_with(&s, model.clone(), fake_tools(), settings());
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Succeeded)
+    );
     assert_eq!(model.calls(), 3, "asked once more with a shorter history, then stopped");
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     let Some(SubtaskResult::Succeeded { text, .. }) = rec.result else { panic!("{:?}", rec.result) };
     assert!(
         text.starts_with("(partial: the model's answer was cut off by its output limit) Facts found so far: "),
@@ -423,8 +444,11 @@ async fn an_answer_cut_off_by_length_is_never_stored_as_final() {
     let s = setup(&[]).await;
     let model = scripted(vec![length_cut(None), length_cut(None)]);
     let w = worker_with(&s, model, fake_tools(), settings());
-    assert_eq!(w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await, Outcome::Finished(SubtaskStatus::Failed));
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    assert_eq!(
+        w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await,
+        Outcome::Finished(SubtaskStatus::Failed)
+    );
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert!(
         matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::NoAnswer, ref reason }) if reason.contains("cut off"))
     );
@@ -443,7 +467,7 @@ async fn a_schema_that_does_not_compile_is_reported_and_its_calls_refused_not_ru
         text_response("I could not look it up."),
     ]);
     let w = worker_with(&s, model.clone(), tools.clone(), settings());
-    w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
+    w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await;
     assert!(tools.ran().is_empty());
     let results = model.requests();
     assert!(tool_messages(&results[1])[0].contains("does not compile"), "{:?}", tool_messages(&results[1]));
@@ -457,7 +481,7 @@ async fn a_model_written_tool_name_is_recorded_only_in_a_safe_form() {
         text_response("Done."),
     ]);
     let w = worker_with(&s, model, fake_tools(), settings());
-    w.handle(TaskMessage::run(&s.id, "w01"), deadline()).await;
-    let rec = s.store.get_subtask(&s.id, "w01").await.unwrap().unwrap();
+    w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.tools_used, vec!["get_order_2026-01-01_INFO_forged_line"]);
 }

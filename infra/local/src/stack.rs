@@ -17,7 +17,7 @@ use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore};
 use swarm_adapters::mcp::McpToolGateway;
 use swarm_core::access::{AccessStore, CustomerLimits};
 use swarm_core::approval::ApprovalKey;
-use swarm_core::domain::ConversationId;
+use swarm_core::domain::{ConversationId, SubtaskId};
 use swarm_core::faults::FaultPlan;
 use swarm_core::llm::Models;
 use swarm_core::obs::{TracedQueue, TracedStore};
@@ -722,7 +722,7 @@ async fn warm_up(tools: &dyn ToolGateway) {
             role: role.to_owned(),
             customer_id: "C100".to_owned(),
             conversation_id: ConversationId::new(),
-            subtask_id: "warm-up".to_owned(),
+            subtask_id: SubtaskId::from("warm-up"),
         };
         match tokio::time::timeout(WARM_UP_TIMEOUT, tools.list_tools(&ctx)).await {
             Ok(Ok(_)) => {}

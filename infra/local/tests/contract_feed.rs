@@ -43,16 +43,16 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
         )
     };
     store.start_run(&c.id, &[subtask("w01"), subtask("w02")], &[], &Usage::default()).await?;
-    store.begin_attempt(&c.id, "w01", &swarm_core::effects::AttemptLease::new(2), 1).await?;
-    store.save_checkpoint(&c.id, "w01", "{\"round\":1}").await?;
+    store.begin_attempt(&c.id, &"w01".into(), &swarm_core::effects::AttemptLease::new(2), 1).await?;
+    store.save_checkpoint(&c.id, &"w01".into(), "{\"round\":1}").await?;
     let done = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
-    store.record_result(&c.id, "w01", &done, &Usage::default(), &[], 2).await?;
-    store.count_finished(&c.id, "w01", &Usage::default()).await?;
+    store.record_result(&c.id, &"w01".into(), &done, &Usage::default(), &[], 2).await?;
+    store.count_finished(&c.id, &"w01".into(), &Usage::default()).await?;
     // Failed conditions: no write, no record.
-    store.count_finished(&c.id, "w01", &Usage::default()).await?;
+    store.count_finished(&c.id, &"w01".into(), &Usage::default()).await?;
     store.transition_conversation(&c.id, ConversationStatus::Planning, ConversationStatus::Failed).await?;
-    store.record_result(&c.id, "w02", &done, &Usage::default(), &[], 3).await?;
-    store.count_finished(&c.id, "w02", &Usage::default()).await?;
+    store.record_result(&c.id, &"w02".into(), &done, &Usage::default(), &[], 3).await?;
+    store.count_finished(&c.id, &"w02".into(), &Usage::default()).await?;
     store.transition_conversation(&c.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
     store.finish_conversation(&c.id, "the reply", &Usage::default()).await?;
 

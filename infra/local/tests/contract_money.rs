@@ -41,7 +41,7 @@ async fn running(store: &Store, ids: &[&str]) -> Result<Conversation> {
         .iter()
         .map(|id| {
             let subtask = Subtask {
-                id: (*id).to_owned(),
+                id: (*id).into(),
                 instruction: format!("refund part {id}"),
                 tools: vec!["shop__refund".into()],
                 depends_on: vec![],
@@ -57,12 +57,12 @@ fn intent(conv: &Conversation, subtask: &str, ordinal: u32, amount: f64) -> Effe
     let mut args = serde_json::Map::new();
     args.insert("order_id".into(), "A1033".into());
     args.insert("amount".into(), amount.into());
-    Effect::intent(&conv.id, subtask, ordinal, "shop__refund", args, now_ms())
+    Effect::intent(&conv.id, &subtask.into(), ordinal, "shop__refund", args, now_ms())
 }
 
 async fn started(store: &Store, conv: &Conversation, subtask: &str, until_ms: i64) -> Result<AttemptLease> {
     let lease = AttemptLease::new(until_ms);
-    match store.begin_attempt(&conv.id, subtask, &lease, now_ms()).await? {
+    match store.begin_attempt(&conv.id, &subtask.into(), &lease, now_ms()).await? {
         AttemptStart::Started(rec) => {
             ensure!(rec.lease.as_ref() == Some(&lease), "the record carries the lease: {rec:?}");
             Ok(lease)
@@ -73,9 +73,9 @@ async fn started(store: &Store, conv: &Conversation, subtask: &str, until_ms: i6
 
 fn approval(conv: &Conversation, subtask: &str, ordinal: u32, expires_at_ms: i64) -> Approval {
     Approval {
-        id: approval_id(&conv.id, subtask, ordinal),
+        id: approval_id(&conv.id, &subtask.into(), ordinal),
         conversation_id: conv.id.clone(),
-        subtask_id: subtask.to_owned(),
+        subtask_id: subtask.into(),
         ordinal,
         customer_id: conv.customer_id.clone(),
         role: "refund".into(),
@@ -104,7 +104,7 @@ async fn a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released
     let now = now_ms();
     let first = started(&store, &conv, "w01", now + 60_000).await?;
     let second = AttemptLease::new(now + 60_000);
-    match store.begin_attempt(&conv.id, "w01", &second, now).await? {
+    match store.begin_attempt(&conv.id, &"w01".into(), &second, now).await? {
         AttemptStart::Leased(rec) => {
             assert_eq!(rec.lease, Some(first.clone()), "the live lease is the first attempt's");
             assert_eq!(rec.attempts, 1, "a delivery kept out is not an attempt");
@@ -112,15 +112,15 @@ async fn a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released
         other => anyhow::bail!("a second delivery during a live lease started: {other:?}"),
     }
     // The holder itself may go on (a hand-back to the same attempt).
-    assert!(matches!(store.begin_attempt(&conv.id, "w01", &first, now).await?, AttemptStart::Started(_)));
+    assert!(matches!(store.begin_attempt(&conv.id, &"w01".into(), &first, now).await?, AttemptStart::Started(_)));
     // Released (a hand-back): the next delivery starts at once.
-    store.release_attempt(&conv.id, "w01", "someone-else").await?;
-    assert!(matches!(store.begin_attempt(&conv.id, "w01", &second, now).await?, AttemptStart::Leased(_)));
-    store.release_attempt(&conv.id, "w01", &first.holder).await?;
-    assert!(matches!(store.begin_attempt(&conv.id, "w01", &second, now).await?, AttemptStart::Started(_)));
+    store.release_attempt(&conv.id, &"w01".into(), "someone-else").await?;
+    assert!(matches!(store.begin_attempt(&conv.id, &"w01".into(), &second, now).await?, AttemptStart::Leased(_)));
+    store.release_attempt(&conv.id, &"w01".into(), &first.holder).await?;
+    assert!(matches!(store.begin_attempt(&conv.id, &"w01".into(), &second, now).await?, AttemptStart::Started(_)));
     // Expired (its holder died): a later delivery takes over.
     let third = AttemptLease::new(now + 120_000);
-    match store.begin_attempt(&conv.id, "w01", &third, now + 60_000).await? {
+    match store.begin_attempt(&conv.id, &"w01".into(), &third, now + 60_000).await? {
         AttemptStart::Started(rec) => assert_eq!((rec.lease, rec.attempts), (Some(third), 4)),
         other => anyhow::bail!("an expired lease did not let the next attempt in: {other:?}"),
     }
@@ -131,25 +131,28 @@ async fn the_journal_takes_intents_in_order_only_from_the_lease_holder_of_an_ope
     let conv = running(&store, &["w01"]).await?;
     let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
     let first = intent(&conv, "w01", 1, 100.0);
-    assert_eq!(store.record_intent(&conv.id, "w01", "not-the-holder", &first).await?, IntentOutcome::LeaseLost);
-    assert_eq!(store.record_intent(&conv.id, "w01", &lease.holder, &first).await?, IntentOutcome::Recorded);
+    assert_eq!(store.record_intent(&conv.id, &"w01".into(), "not-the-holder", &first).await?, IntentOutcome::LeaseLost);
+    assert_eq!(store.record_intent(&conv.id, &"w01".into(), &lease.holder, &first).await?, IntentOutcome::Recorded);
     // The same position again (a re-run): the stored entry, never a second one.
     let again = intent(&conv, "w01", 1, 999.0);
     assert_eq!(
-        store.record_intent(&conv.id, "w01", &lease.holder, &again).await?,
+        store.record_intent(&conv.id, &"w01".into(), &lease.holder, &again).await?,
         IntentOutcome::Existing(first.clone())
     );
     let second = intent(&conv, "w01", 2, 5.0);
-    assert_eq!(store.record_intent(&conv.id, "w01", &lease.holder, &second).await?, IntentOutcome::Recorded);
-    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    assert_eq!(store.record_intent(&conv.id, &"w01".into(), &lease.holder, &second).await?, IntentOutcome::Recorded);
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
     assert_eq!(rec.effects, vec![first.clone(), second.clone()]);
     assert_eq!(rec.effects[0].key, format!("swarm:{}:w01:1", conv.id));
     // Closed (the deadline path, a duplicate): no intent is recorded after that.
     let done = SubtaskResult::Succeeded { text: "refunded".into(), tool_calls: vec![] };
-    store.record_result(&conv.id, "w01", &done, &Usage::default(), &[], now_ms()).await?;
+    store.record_result(&conv.id, &"w01".into(), &done, &Usage::default(), &[], now_ms()).await?;
     let third = intent(&conv, "w01", 3, 1.0);
-    assert!(matches!(store.record_intent(&conv.id, "w01", &lease.holder, &third).await?, IntentOutcome::Closed(_)));
-    assert_eq!(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?.effects.len(), 2);
+    assert!(matches!(
+        store.record_intent(&conv.id, &"w01".into(), &lease.holder, &third).await?,
+        IntentOutcome::Closed(_)
+    ));
+    assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?.effects.len(), 2);
     Ok(())
 }
 
@@ -160,7 +163,7 @@ async fn racing_intents_for_one_position_record_exactly_one(store: Store) -> Res
     for i in 0..10 {
         let (store, conv, holder) = (store.clone(), conv.clone(), lease.holder.clone());
         tasks.push(tokio::spawn(async move {
-            store.record_intent(&conv.id, "w01", &holder, &intent(&conv, "w01", 1, f64::from(i))).await
+            store.record_intent(&conv.id, &"w01".into(), &holder, &intent(&conv, "w01", 1, f64::from(i))).await
         }));
     }
     let mut recorded = 0;
@@ -172,32 +175,37 @@ async fn racing_intents_for_one_position_record_exactly_one(store: Store) -> Res
         }
     }
     assert_eq!(recorded, 1, "one intent per position, whoever races");
-    assert_eq!(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?.effects.len(), 1);
+    assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?.effects.len(), 1);
     Ok(())
 }
 
 async fn an_outcome_lands_once_and_also_after_the_subtask_closed(store: Store) -> Result<()> {
     let conv = running(&store, &["w01"]).await?;
     let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
-    store.record_intent(&conv.id, "w01", &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
+    store.record_intent(&conv.id, &"w01".into(), &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
     // The deadline closes the subtask while the call is in flight.
     let submitted = SubtaskResult::Submitted { tools: vec!["shop__refund".into()] };
-    assert_eq!(store.close_subtask(&conv.id, "w01", &submitted, 1, now_ms()).await?, CloseOutcome::Recorded);
+    assert!(matches!(
+        store.close_subtask(&conv.id, &"w01".into(), &submitted, 1, now_ms()).await?,
+        CloseOutcome::Recorded(r) if r.status == SubtaskStatus::Submitted && r.effects.len() == 1
+    ));
     let receipt = EffectOutcome::new(r#"{"refund_id":"RF-A1033-1","amount":100.0}"#, false);
     let landed = store
-        .record_effect_outcome(&conv.id, "w01", 1, &EffectChange::done(receipt.clone(), now_ms()))
+        .record_effect_outcome(&conv.id, &"w01".into(), 1, &EffectChange::done(receipt.clone(), now_ms()))
         .await?
         .context("entry missing")?;
     assert_eq!((landed.state, landed.outcome.as_ref()), (EffectState::Done, Some(&receipt)));
     // A second outcome (a replay that learned it again) changes nothing.
     let other = EffectOutcome::new("something else", true);
-    let kept = store.record_effect_outcome(&conv.id, "w01", 1, &EffectChange::done(other, now_ms())).await?;
+    let kept = store.record_effect_outcome(&conv.id, &"w01".into(), 1, &EffectChange::done(other, now_ms())).await?;
     assert_eq!(kept.and_then(|e| e.outcome), Some(receipt.clone()));
-    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
     assert_eq!(rec.status, SubtaskStatus::Submitted, "the result stays; the journal holds the outcome");
     assert_eq!(rec.effects[0].outcome, Some(receipt));
     assert_eq!(
-        store.record_effect_outcome(&conv.id, "w01", 2, &EffectChange::done(EffectOutcome::new("x", false), 1)).await?,
+        store
+            .record_effect_outcome(&conv.id, &"w01".into(), 2, &EffectChange::done(EffectOutcome::new("x", false), 1))
+            .await?,
         None
     );
     Ok(())
@@ -207,20 +215,23 @@ async fn closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read(store: 
     let conv = running(&store, &["w01"]).await?;
     let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
     // The deadline path read an empty journal; the worker records an intent before the close lands.
-    store.record_intent(&conv.id, "w01", &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
+    store.record_intent(&conv.id, &"w01".into(), &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
     let failed = SubtaskResult::failed(FailureKind::DeadlinePassed, "the deadline passed");
-    assert_eq!(store.close_subtask(&conv.id, "w01", &failed, 0, now_ms()).await?, CloseOutcome::JournalChanged);
-    let rec = store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?;
+    assert_eq!(store.close_subtask(&conv.id, &"w01".into(), &failed, 0, now_ms()).await?, CloseOutcome::JournalChanged);
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
     assert_eq!(rec.status, SubtaskStatus::Running, "nothing written");
     let submitted = SubtaskResult::Submitted { tools: vec!["shop__refund".into()] };
-    assert_eq!(store.close_subtask(&conv.id, "w01", &submitted, 1, now_ms()).await?, CloseOutcome::Recorded);
     assert!(matches!(
-        store.close_subtask(&conv.id, "w01", &failed, 1, now_ms()).await?,
+        store.close_subtask(&conv.id, &"w01".into(), &submitted, 1, now_ms()).await?,
+        CloseOutcome::Recorded(r) if r.status == SubtaskStatus::Submitted
+    ));
+    assert!(matches!(
+        store.close_subtask(&conv.id, &"w01".into(), &failed, 1, now_ms()).await?,
         CloseOutcome::AlreadyFinished(r) if r.status == SubtaskStatus::Submitted
     ));
     assert_eq!(
-        store.record_result(&conv.id, "w01", &failed, &Usage::default(), &[], now_ms()).await?,
-        RecordOutcome::AlreadyFinished(store.get_subtask(&conv.id, "w01").await?.context("subtask missing")?)
+        store.record_result(&conv.id, &"w01".into(), &failed, &Usage::default(), &[], now_ms()).await?,
+        RecordOutcome::AlreadyFinished(store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?)
     );
     Ok(())
 }
@@ -296,8 +307,11 @@ async fn approvals_list_newest_conversation_first(store: Store) -> Result<()> {
     store.create_approval(&approval(&newer, "w01", 1, far)).await?;
     store.create_approval(&approval(&newer, "w01", 2, far)).await?;
     let listed: Vec<String> = store.list_approvals(10).await?.into_iter().map(|a| a.id).collect();
-    let expected =
-        [approval_id(&newer.id, "w01", 2), approval_id(&newer.id, "w01", 1), approval_id(&older.id, "w01", 1)];
+    let expected = [
+        approval_id(&newer.id, &"w01".into(), 2),
+        approval_id(&newer.id, &"w01".into(), 1),
+        approval_id(&older.id, &"w01".into(), 1),
+    ];
     assert_eq!(listed, expected);
     assert_eq!(store.list_approvals(1).await?.len(), 1);
     Ok(())

@@ -107,7 +107,7 @@ contract_tests!(
 );
 
 fn run(i: usize) -> TaskMessage {
-    TaskMessage::run(&ConversationId::from_trusted("0190f5a2-0000-7000-8000-000000000001"), &format!("w{i:02}"))
+    TaskMessage::run(&ConversationId::from_trusted("0190f5a2-0000-7000-8000-000000000001"), &format!("w{i:02}").into())
 }
 
 /// Receives until `want` messages arrived or `within` passed.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, ensure};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, Lease, MAX_RESULT_CHARS,
-    Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
+    Subtask, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
 use swarm_core::effects::AttemptLease;
 use swarm_core::ports::{
@@ -54,16 +54,24 @@ contract_tests!(
 
 // ------------------------------------------------------------------ fixtures
 
+/// The record a `record_result` wrote; an error for any other outcome.
+fn recorded(outcome: RecordOutcome) -> Result<SubtaskRecord> {
+    match outcome {
+        RecordOutcome::Recorded(written) => Ok(written),
+        other => anyhow::bail!("expected Recorded, got {other:?}"),
+    }
+}
+
 fn conversation(customer: &str) -> Conversation {
     Conversation::new(customer, "where is order A1029 and is coupon SAVE20 valid?", now_ms(), 120)
 }
 
 fn record(conv: &Conversation, id: &str, depends_on: &[&str]) -> SubtaskRecord {
     let subtask = Subtask {
-        id: id.to_owned(),
+        id: id.to_owned().into(),
         instruction: format!("find out part {id}"),
         tools: vec!["shop__get_order".into()],
-        depends_on: depends_on.iter().map(|d| (*d).to_owned()).collect(),
+        depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
     };
     SubtaskRecord::new(conv, subtask, "reader".into())
 }
@@ -155,7 +163,7 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
     assert_eq!(after.usage.cached_tokens, None);
     assert!(close(after.usage.cost_usd, 0.25));
     assert_eq!(store.list_subtasks(&conv.id).await?, records);
-    let w03 = store.get_subtask(&conv.id, "w03").await?.context("item missing")?;
+    let w03 = store.get_subtask(&conv.id, &"w03".into()).await?.context("item missing")?;
     assert_eq!(w03.status, SubtaskStatus::Pending);
     assert_eq!(w03.subtask.depends_on, vec!["w01".to_owned(), "w02".to_owned()]);
     Ok(())
@@ -180,7 +188,7 @@ async fn a_plan_with_no_subtasks_runs_with_nothing_remaining(store: Store) -> Re
     let (conv, _) = running(&store, &[]).await?;
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 0, 0));
-    assert_eq!(store.count_finished(&conv.id, "w01", &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?, CountOutcome::AlreadyCounted);
     Ok(())
 }
 
@@ -237,23 +245,29 @@ async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -
 
 async fn begin_attempt_counts_attempts_and_reports_a_finished_subtask(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    let AttemptStart::Started(first) = store.begin_attempt(&conv.id, "w01", &AttemptLease::new(1_500), 1_000).await?
+    let AttemptStart::Started(first) =
+        store.begin_attempt(&conv.id, &"w01".into(), &AttemptLease::new(1_500), 1_000).await?
     else {
         anyhow::bail!("first attempt did not start");
     };
     assert_eq!((first.status, first.attempts, first.started_at_ms), (SubtaskStatus::Running, 1, Some(1_000)));
-    let AttemptStart::Started(second) = store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2_500), 2_000).await?
+    let AttemptStart::Started(second) =
+        store.begin_attempt(&conv.id, &"w01".into(), &AttemptLease::new(2_500), 2_000).await?
     else {
         anyhow::bail!("second attempt did not start");
     };
     assert_eq!((second.attempts, second.started_at_ms), (2, Some(1_000)), "started_at_ms keeps the first attempt");
 
     let result = succeeded("A1029 shipped on Monday");
+    let written =
+        recorded(store.record_result(&conv.id, &"w01".into(), &result, &Usage::default(), &[], 3_000).await?)?;
     assert_eq!(
-        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 3_000).await?,
-        RecordOutcome::Recorded
+        Some(&written),
+        store.get_subtask(&conv.id, &"w01".into()).await?.as_ref(),
+        "the record answered is the record as written"
     );
-    match store.begin_attempt(&conv.id, "w01", &AttemptLease::new(4_500), 4_000).await? {
+    assert_eq!((written.status, written.finished_at_ms), (SubtaskStatus::Succeeded, Some(3_000)));
+    match store.begin_attempt(&conv.id, &"w01".into(), &AttemptLease::new(4_500), 4_000).await? {
         AttemptStart::AlreadyFinished(rec) => {
             assert_eq!(rec.status, SubtaskStatus::Succeeded);
             assert_eq!(rec.attempts, 2, "a duplicate delivery does not count as an attempt");
@@ -269,11 +283,11 @@ async fn a_result_is_recorded_only_once_even_under_concurrent_writers(store: Sto
     let first = succeeded("first answer");
     let usage = Usage { prompt_tokens: Some(11), ..Default::default() };
     let tools = vec!["shop__get_order".to_owned(), "shop__track_shipment".to_owned()];
-    assert_eq!(store.record_result(&conv.id, "w01", &first, &usage, &tools, 5_000).await?, RecordOutcome::Recorded);
+    recorded(store.record_result(&conv.id, &"w01".into(), &first, &usage, &tools, 5_000).await?)?;
     match store
         .record_result(
             &conv.id,
-            "w01",
+            &"w01".into(),
             &SubtaskResult::failed(FailureKind::DeadlinePassed, "late"),
             &Usage::default(),
             &[],
@@ -295,13 +309,20 @@ async fn a_result_is_recorded_only_once_even_under_concurrent_writers(store: Sto
         let conv_id = conv.id.clone();
         tokio::spawn(async move {
             store
-                .record_result(&conv_id, "w02", &succeeded(&format!("writer {i}")), &Usage::default(), &[], 7_000 + i)
+                .record_result(
+                    &conv_id,
+                    &"w02".into(),
+                    &succeeded(&format!("writer {i}")),
+                    &Usage::default(),
+                    &[],
+                    7_000 + i,
+                )
                 .await
         })
     });
     let mut recorded = 0;
     for w in futures::future::join_all(writers).await {
-        if w?? == RecordOutcome::Recorded {
+        if matches!(w??, RecordOutcome::Recorded(_)) {
             recorded += 1;
         }
     }
@@ -315,7 +336,7 @@ async fn twenty_duplicate_deliveries_are_counted_once(store: Store) -> Result<()
     let calls = (0..20).map(|_| {
         let store = store.clone();
         let conv_id = conv.id.clone();
-        tokio::spawn(async move { store.count_finished(&conv_id, "w02", &usage).await })
+        tokio::spawn(async move { store.count_finished(&conv_id, &"w02".into(), &usage).await })
     });
     let mut outcomes = Vec::new();
     for c in futures::future::join_all(calls).await {
@@ -340,7 +361,7 @@ async fn distinct_subtasks_racing_each_decrement_once_and_never_below_zero(store
         let store = store.clone();
         let conv_id = conv.id.clone();
         let sid = sid.clone();
-        tokio::spawn(async move { store.count_finished(&conv_id, &sid, &Usage::default()).await })
+        tokio::spawn(async move { store.count_finished(&conv_id, &sid.into(), &Usage::default()).await })
     });
     let mut remaining_seen = Vec::new();
     let mut duplicates = 0;
@@ -358,7 +379,7 @@ async fn distinct_subtasks_racing_each_decrement_once_and_never_below_zero(store
     assert_eq!(after.remaining, 0);
     assert_eq!(after.finished, ids.iter().cloned().collect::<BTreeSet<_>>());
     // An id outside the plan arriving after the end never drives the counter negative.
-    assert_eq!(store.count_finished(&conv.id, "w99", &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(store.count_finished(&conv.id, &"w99".into(), &Usage::default()).await?, CountOutcome::AlreadyCounted);
     assert_eq!(store.get_conversation(&conv.id).await?.map(|c| c.remaining), Some(0));
     Ok(())
 }
@@ -372,11 +393,11 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
     store
         .count_finished(
             &conv.id,
-            "w01",
+            &"w01".into(),
             &Usage { prompt_tokens: Some(5), completion_tokens: Some(3), ..Default::default() },
         )
         .await?;
-    store.count_finished(&conv.id, "w02", &Usage::default()).await?;
+    store.count_finished(&conv.id, &"w02".into(), &Usage::default()).await?;
     store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
     store
         .finish_conversation(
@@ -396,7 +417,7 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
 async fn list_subtasks_returns_only_this_conversation_in_id_order(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w10", "w02", "w01", "w03"]).await?;
     let (_other, _) = running(&store, &["w04", "w05"]).await?;
-    let ids: Vec<String> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.subtask.id).collect();
+    let ids: Vec<SubtaskId> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.subtask.id).collect();
     assert_eq!(ids, ["w01", "w02", "w03", "w10"]);
     assert!(store.list_subtasks(&ConversationId::new()).await?.is_empty());
     Ok(())
@@ -428,37 +449,39 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
     let none = Usage::default();
     let result = succeeded("x");
     assert_eq!(store.get_conversation(&nobody).await?, None);
-    assert_eq!(store.get_subtask(&nobody, "w01").await?, None);
-    assert_eq!(store.get_subtask(&conv.id, "w77").await?, None);
-    assert_eq!(store.begin_attempt(&nobody, "w01", &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
-    assert_eq!(store.begin_attempt(&conv.id, "w77", &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
-    assert_eq!(store.record_result(&nobody, "w01", &result, &none, &[], 1).await?, RecordOutcome::Missing);
-    assert_eq!(store.record_result(&conv.id, "w77", &result, &none, &[], 1).await?, RecordOutcome::Missing);
-    assert_eq!(store.count_finished(&nobody, "w01", &none).await?, CountOutcome::Missing);
+    assert_eq!(store.get_subtask(&nobody, &"w01".into()).await?, None);
+    assert_eq!(store.get_subtask(&conv.id, &"w77".into()).await?, None);
+    assert_eq!(store.begin_attempt(&nobody, &"w01".into(), &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
+    assert_eq!(store.begin_attempt(&conv.id, &"w77".into(), &AttemptLease::new(2), 1).await?, AttemptStart::Missing);
+    assert_eq!(store.record_result(&nobody, &"w01".into(), &result, &none, &[], 1).await?, RecordOutcome::Missing);
+    assert_eq!(store.record_result(&conv.id, &"w77".into(), &result, &none, &[], 1).await?, RecordOutcome::Missing);
+    assert_eq!(store.count_finished(&nobody, &"w01".into(), &none).await?, CountOutcome::Missing);
     assert!(
         !store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?
     );
     assert!(!store.finish_conversation(&nobody, "r", &none).await?);
     assert!(!store.fail_conversation(&nobody, "r").await?);
-    assert!(!store.transition_subtask(&conv.id, "w77", &[SubtaskStatus::Queued], SubtaskStatus::Running).await?);
-    store.save_checkpoint(&nobody, "w01", "{}").await?;
+    assert!(
+        !store.transition_subtask(&conv.id, &"w77".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
+    );
+    store.save_checkpoint(&nobody, &"w01".into(), "{}").await?;
     // None of those calls created an item.
     assert_eq!(store.get_conversation(&nobody).await?, None);
-    assert_eq!(store.get_subtask(&conv.id, "w77").await?, None);
+    assert_eq!(store.get_subtask(&conv.id, &"w77".into()).await?, None);
     assert_eq!(store.list_subtasks(&conv.id).await?.len(), 1);
     Ok(())
 }
 
 async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2), 1).await?;
+    store.begin_attempt(&conv.id, &"w01".into(), &AttemptLease::new(2), 1).await?;
     // 1 MiB of tool output, well past DynamoDB's 400 KB item limit, in the
     // transcript checkpoint and (bounded, as workers store it) in the result.
     let huge = "订单 A1029 状态: shipped; ".repeat(40_000);
     assert!(huge.len() > 1_000_000);
     let checkpoint = serde_json::json!({ "transcript": [{ "role": "tool", "content": huge }] }).to_string();
-    store.save_checkpoint(&conv.id, "w01", &checkpoint).await?;
-    let saved = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    store.save_checkpoint(&conv.id, &"w01".into(), &checkpoint).await?;
+    let saved = store.get_subtask(&conv.id, &"w01".into()).await?.context("item missing")?;
     let saved_checkpoint = saved.checkpoint.unwrap_or_default();
     assert!(saved_checkpoint.starts_with("{\"transcript\""), "checkpoint kept (possibly cut)");
 
@@ -467,11 +490,8 @@ async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
         tool_calls: vec![ToolCallRecord { name: "shop__list_customer_orders".into(), ok: true, error: None }],
     }
     .bounded();
-    assert_eq!(
-        store.record_result(&conv.id, "w01", &result, &Usage::default(), &[], 2).await?,
-        RecordOutcome::Recorded
-    );
-    let stored = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    recorded(store.record_result(&conv.id, &"w01".into(), &result, &Usage::default(), &[], 2).await?)?;
+    let stored = store.get_subtask(&conv.id, &"w01".into()).await?.context("item missing")?;
     let Some(SubtaskResult::Succeeded { text, .. }) = &stored.result else {
         anyhow::bail!("result not stored: {:?}", stored.result);
     };
@@ -487,50 +507,53 @@ async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) ->
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &["w01"])];
     store.start_run(&conv.id, &records, &[], &Usage::default()).await?;
-    assert!(!store.transition_subtask(&conv.id, "w02", &[], SubtaskStatus::Queued).await?);
-    assert!(!store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Queued], SubtaskStatus::Running).await?);
+    assert!(!store.transition_subtask(&conv.id, &"w02".into(), &[], SubtaskStatus::Queued).await?);
+    assert!(
+        !store.transition_subtask(&conv.id, &"w02".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
+    );
     // Two parents finishing at once: exactly one enqueues the dependent.
+    let dependent = SubtaskId::from("w02");
     let (a, b) = tokio::join!(
-        store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Pending], SubtaskStatus::Queued),
-        store.transition_subtask(&conv.id, "w02", &[SubtaskStatus::Pending], SubtaskStatus::Queued),
+        store.transition_subtask(&conv.id, &dependent, &[SubtaskStatus::Pending], SubtaskStatus::Queued),
+        store.transition_subtask(&conv.id, &dependent, &[SubtaskStatus::Pending], SubtaskStatus::Queued),
     );
     assert_eq!([a?, b?].iter().filter(|w| **w).count(), 1);
     assert!(
         store
             .transition_subtask(
                 &conv.id,
-                "w02",
+                &"w02".into(),
                 &[SubtaskStatus::Pending, SubtaskStatus::Queued],
                 SubtaskStatus::Skipped
             )
             .await?
     );
-    let w02 = store.get_subtask(&conv.id, "w02").await?.context("item missing")?;
+    let w02 = store.get_subtask(&conv.id, &"w02".into()).await?.context("item missing")?;
     assert_eq!(w02.status, SubtaskStatus::Skipped);
-    assert_eq!(store.get_subtask(&conv.id, "w01").await?.map(|r| r.status), Some(SubtaskStatus::Queued));
+    assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?.map(|r| r.status), Some(SubtaskStatus::Queued));
     Ok(())
 }
 
 async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    store.begin_attempt(&conv.id, "w01", &AttemptLease::new(2), 1).await?;
-    store.save_checkpoint(&conv.id, "w01", r#"{"round":1}"#).await?;
-    store.save_checkpoint(&conv.id, "w01", r#"{"round":2}"#).await?;
-    let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    store.begin_attempt(&conv.id, &"w01".into(), &AttemptLease::new(2), 1).await?;
+    store.save_checkpoint(&conv.id, &"w01".into(), r#"{"round":1}"#).await?;
+    store.save_checkpoint(&conv.id, &"w01".into(), r#"{"round":2}"#).await?;
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("item missing")?;
     assert_eq!(rec.checkpoint.as_deref(), Some(r#"{"round":2}"#));
     assert_eq!(rec.status, SubtaskStatus::Running);
     store
         .record_result(
             &conv.id,
-            "w01",
+            &"w01".into(),
             &SubtaskResult::failed(FailureKind::OutOfTime, "out of time"),
             &Usage::default(),
             &[],
             2,
         )
         .await?;
-    store.save_checkpoint(&conv.id, "w01", r#"{"round":3}"#).await?;
-    let rec = store.get_subtask(&conv.id, "w01").await?.context("item missing")?;
+    store.save_checkpoint(&conv.id, &"w01".into(), r#"{"round":3}"#).await?;
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("item missing")?;
     assert_eq!(rec.checkpoint, None, "a finished subtask keeps no checkpoint");
     assert_eq!(rec.status, SubtaskStatus::Failed);
     assert_eq!(rec.result, Some(SubtaskResult::failed(FailureKind::OutOfTime, "out of time")), "the kind is kept");
@@ -541,7 +564,7 @@ async fn checkpoint_is_kept_until_a_result_clears_it(store: Store) -> Result<()>
 
 async fn an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    store.count_finished(&conv.id, "w01", &Usage::default()).await?;
+    store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
     let agg = LeasePhase::Aggregating { turn: 0 };
     let t0 = 1_000_000;
     // Two triggers at once: exactly one takes the lease (RUNNING → AGGREGATING).
@@ -587,13 +610,13 @@ async fn an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires
 
 async fn an_aggregation_lease_needs_nothing_remaining_and_its_turn(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01", "w02"]).await?;
-    store.count_finished(&conv.id, "w01", &Usage::default()).await?;
+    store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
     let now = now_ms();
     assert_eq!(
         store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?,
         LeaseOutcome::NotInPhase { status: ConversationStatus::Running, remaining: 1 }
     );
-    store.count_finished(&conv.id, "w02", &Usage::default()).await?;
+    store.count_finished(&conv.id, &"w02".into(), &Usage::default()).await?;
     assert!(
         matches!(
             store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 1 }, "a", now, now + 1_000).await?,

@@ -376,7 +376,7 @@ fn context_headers(ctx: &ToolContext, extra: Vec<(HeaderName, HeaderValue)>) -> 
         HeaderName::from_static(HEADER_CONVERSATION_ID),
         header_value("conversation id", ctx.conversation_id.as_str())?,
     ));
-    headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", &ctx.subtask_id)?));
+    headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", ctx.subtask_id.as_str())?));
     headers.extend(extra);
     headers.extend(trace_headers());
     Ok(RequestHeaders(Arc::new(headers)))

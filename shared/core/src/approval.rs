@@ -12,7 +12,7 @@ use std::fmt;
 use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::ConversationId;
+use crate::domain::{ConversationId, SubtaskId};
 use crate::effects::EffectOutcome;
 use crate::untrusted::clean_text;
 
@@ -101,7 +101,7 @@ pub struct Approval {
     /// [`approval_id`] of the side effect.
     pub id: String,
     pub conversation_id: ConversationId,
-    pub subtask_id: String,
+    pub subtask_id: SubtaskId,
     /// The side effect's position in the subtask's journal.
     pub ordinal: u32,
     pub customer_id: String,
@@ -143,7 +143,7 @@ impl Approval {
 /// The id of the approval of side effect `ordinal` of `subtask_id`: `<conversation>.<subtask>.<ordinal>`.
 /// Deterministic, so recording it again after a crash finds the same approval; made of
 /// characters safe in a URL path, a DynamoDB key and a header.
-pub fn approval_id(conversation_id: &ConversationId, subtask_id: &str, ordinal: u32) -> String {
+pub fn approval_id(conversation_id: &ConversationId, subtask_id: &SubtaskId, ordinal: u32) -> String {
     format!("{conversation_id}.{subtask_id}.{ordinal}")
 }
 
@@ -163,7 +163,7 @@ pub struct ApprovalDecision {
     pub token: Option<String>,
 }
 
-/// What [`crate::ports::ConversationStore::decide_approval`] did.
+/// What [`crate::ports::ApprovalStore::decide_approval`] did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DecideOutcome {
     /// This call recorded the decision; the approval after it.
@@ -387,7 +387,11 @@ mod tests {
 
     #[test]
     fn approval_ids_are_deterministic_and_safe() {
-        let id = approval_id(&ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07"), "w02", 1);
+        let id = approval_id(
+            &ConversationId::from_trusted("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07"),
+            &SubtaskId::from("w02"),
+            1,
+        );
         assert_eq!(id, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07.w02.1");
         assert!(is_approval_id(&id));
         assert!(!is_approval_id("APPROVALS#x"));

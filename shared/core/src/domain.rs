@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::ids::{ConversationId, SubtaskId};
+
 /// Upper bound on subtasks in one plan (DESIGN.md "up to 100 independent subtasks").
 pub const MAX_SUBTASKS: usize = 100;
 /// Default message limit in characters (DESIGN.md API section).
@@ -30,45 +32,6 @@ pub const MAX_INSTRUCTION_CHARS: usize = 2_000;
 /// restarts instead); a store cuts anything larger at a character boundary, so
 /// the item stays far below DynamoDB's 400 KB item limit.
 pub const MAX_CHECKPOINT_BYTES: usize = 100_000;
-
-/// Conversation id: a UUIDv7 string (time-ordered, so ids sort by creation).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ConversationId(String);
-
-impl ConversationId {
-    /// A fresh UUIDv7.
-    pub fn new() -> Self {
-        Self(uuid::Uuid::now_v7().to_string())
-    }
-
-    /// Parses a client-supplied id; only canonical UUIDs are accepted, so an
-    /// id can never smuggle key separators (`#`) into a DynamoDB key.
-    pub fn parse(s: &str) -> Option<Self> {
-        uuid::Uuid::parse_str(s).ok().map(|u| Self(u.hyphenated().to_string()))
-    }
-
-    /// Wraps an id read back from our own storage without re-validation.
-    pub fn from_trusted(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Default for ConversationId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for ConversationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Lifecycle of a conversation: `PLANNING → RUNNING → AGGREGATING → DONE`, or `FAILED`, or
 /// `HANDOFF` (answered, and handed to a person: [`Handoff`]).
@@ -208,7 +171,7 @@ impl fmt::Display for SubtaskStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subtask {
     /// Short id unique within the conversation (`w01`, `w02`, …).
-    pub id: String,
+    pub id: SubtaskId,
     /// What the worker should find out or do, in the customer's language.
     pub instruction: String,
     /// Allowlist of tool names (as listed by the gateway) this subtask may use.
@@ -216,7 +179,7 @@ pub struct Subtask {
     pub tools: Vec<String>,
     /// Ids of subtasks whose results this one needs first.
     #[serde(default)]
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<SubtaskId>,
 }
 
 /// A validated plan: at most [`MAX_SUBTASKS`] subtasks, plus notes for the reply
@@ -343,7 +306,7 @@ pub enum SubtaskResult {
         reason: String,
     },
     Skipped {
-        dependency: String,
+        dependency: SubtaskId,
     },
     /// Side effects wait for a person's approval: exactly what would be done, one per approval.
     AwaitingApproval {
@@ -643,7 +606,7 @@ pub struct SubtaskRecord {
     /// Ids of the subtasks that depend on this one (the inverse of `depends_on`,
     /// set at planning), so a finishing subtask without dependents skips the sibling read.
     #[serde(default)]
-    pub dependents: Vec<String>,
+    pub dependents: Vec<SubtaskId>,
     pub status: SubtaskStatus,
     /// Worker attempts started (each delivery that began work).
     #[serde(default)]
@@ -699,7 +662,7 @@ impl SubtaskRecord {
 
 /// Fills each record's `dependents` from the others' `depends_on`.
 pub fn link_dependents(records: &mut [SubtaskRecord]) {
-    let pairs: Vec<(String, String)> = records
+    let pairs: Vec<(SubtaskId, SubtaskId)> = records
         .iter()
         .flat_map(|r| r.subtask.depends_on.iter().map(move |d| (d.clone(), r.subtask.id.clone())))
         .collect();
@@ -716,7 +679,7 @@ pub enum TaskMessage {
     /// Run one subtask.
     Run {
         conversation_id: ConversationId,
-        subtask_id: String,
+        subtask_id: SubtaskId,
         /// How often this subtask was handed back for lack of time (0 on first send).
         #[serde(default)]
         handbacks: u32,
@@ -730,15 +693,15 @@ pub enum TaskMessage {
     /// record what they answer; `attempt` counts these replays.
     Confirm {
         conversation_id: ConversationId,
-        subtask_id: String,
+        subtask_id: SubtaskId,
         #[serde(default)]
         attempt: u32,
     },
 }
 
 impl TaskMessage {
-    pub fn run(conversation_id: &ConversationId, subtask_id: &str) -> Self {
-        Self::Run { conversation_id: conversation_id.clone(), subtask_id: subtask_id.to_owned(), handbacks: 0 }
+    pub fn run(conversation_id: &ConversationId, subtask_id: &SubtaskId) -> Self {
+        Self::Run { conversation_id: conversation_id.clone(), subtask_id: subtask_id.clone(), handbacks: 0 }
     }
 
     pub fn conversation_id(&self) -> &ConversationId {
@@ -803,7 +766,7 @@ mod tests {
 
     #[test]
     fn task_message_carries_ids_only() {
-        let m = TaskMessage::run(&ConversationId::from_trusted("c1"), "w01");
+        let m = TaskMessage::run(&ConversationId::from_trusted("c1"), &SubtaskId::from("w01"));
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(j, r#"{"kind":"run","conversation_id":"c1","subtask_id":"w01","handbacks":0}"#);
     }

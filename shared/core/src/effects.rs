@@ -4,10 +4,10 @@
 //! tool as [`crate::ports::ToolSpec::side_effecting`]) is called like this:
 //!
 //! 1. its **intent** — tool, arguments, [`effect_key`] — is appended to the subtask's journal
-//!    ([`crate::ports::ConversationStore::record_intent`]), conditional on the subtask still
+//!    ([`crate::ports::JournalStore::record_intent`]), conditional on the subtask still
 //!    being open and this attempt still holding its lease;
 //! 2. the call is **dispatched** with that key (the tool server is idempotent by key);
-//! 3. its **outcome** is recorded on the entry ([`crate::ports::ConversationStore::record_effect_outcome`]);
+//! 3. its **outcome** is recorded on the entry ([`crate::ports::JournalStore::record_effect_outcome`]);
 //! 4. the subtask's result is recorded.
 //!
 //! A re-run (duplicate delivery, resend, restart, deadline, a checkpoint too large to save)
@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::approval::{PendingApproval, ProposedAction};
-use crate::domain::{ConversationId, SubtaskResult, ToolCallRecord};
+use crate::domain::{ConversationId, SubtaskId, SubtaskResult, ToolCallRecord};
 use crate::untrusted::clean_text;
 
 /// Most side-effecting calls one subtask may make; a further call is refused before dispatch.
@@ -35,7 +35,7 @@ pub const MAX_EFFECT_OUTCOME_CHARS: usize = 2_000;
 /// `swarm:<conversation>:<subtask>:<ordinal>` (at most 110 characters; safe in a header).
 /// The same call of the same subtask has the same key on every delivery; nothing the model
 /// wrote (arguments, reasons, amounts) goes into it.
-pub fn effect_key(conversation_id: &ConversationId, subtask_id: &str, ordinal: u32) -> String {
+pub fn effect_key(conversation_id: &ConversationId, subtask_id: &SubtaskId, ordinal: u32) -> String {
     format!("swarm:{conversation_id}:{subtask_id}:{ordinal}")
 }
 
@@ -119,7 +119,7 @@ impl Effect {
     /// A fresh intent of the `ordinal`-th side-effecting call of `subtask_id`.
     pub fn intent(
         conversation_id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         ordinal: u32,
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
@@ -140,7 +140,7 @@ impl Effect {
     }
 }
 
-/// What [`crate::ports::ConversationStore::record_effect_outcome`] writes on an entry that is not final.
+/// What [`crate::ports::JournalStore::record_effect_outcome`] writes on an entry that is not final.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EffectChange {
     pub state: EffectState,
@@ -253,7 +253,7 @@ mod tests {
     fn effect(ordinal: u32, state: EffectState, outcome: Option<(&str, bool)>) -> Effect {
         let mut args = serde_json::Map::new();
         args.insert("order_id".into(), "A1033".into());
-        let mut e = Effect::intent(&conv(), "w02", ordinal, "shop__refund", args, 1);
+        let mut e = Effect::intent(&conv(), &"w02".into(), ordinal, "shop__refund", args, 1);
         e.state = state;
         e.outcome = outcome.map(|(t, err)| EffectOutcome::new(t, err));
         e
@@ -261,16 +261,16 @@ mod tests {
 
     #[test]
     fn the_key_is_the_conversation_the_subtask_and_the_position_only() {
-        let key = effect_key(&conv(), "w02", 1);
+        let key = effect_key(&conv(), &"w02".into(), 1);
         assert_eq!(key, "swarm:0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07:w02:1");
-        assert_ne!(key, effect_key(&conv(), "w02", 2));
-        assert_ne!(key, effect_key(&conv(), "w03", 1));
+        assert_ne!(key, effect_key(&conv(), &"w02".into(), 2));
+        assert_ne!(key, effect_key(&conv(), &"w03".into(), 1));
         // Whatever the model writes, the key of the first call of w02 is this one.
-        let a = Effect::intent(&conv(), "w02", 1, "shop__refund", serde_json::Map::new(), 5);
+        let a = Effect::intent(&conv(), &"w02".into(), 1, "shop__refund", serde_json::Map::new(), 5);
         let mut other_args = serde_json::Map::new();
         other_args.insert("reason".into(), "a different free text".into());
         other_args.insert("amount".into(), 12.5.into());
-        let b = Effect::intent(&conv(), "w02", 1, "shop__refund", other_args, 9);
+        let b = Effect::intent(&conv(), &"w02".into(), 1, "shop__refund", other_args, 9);
         assert_eq!(a.key, b.key);
         assert!(key.len() <= 110 + 64);
     }

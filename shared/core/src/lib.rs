@@ -10,6 +10,7 @@ pub mod domain;
 pub mod effects;
 pub mod faults;
 pub mod handoff;
+pub mod ids;
 pub mod jsonfix;
 pub mod llm;
 pub mod obs;

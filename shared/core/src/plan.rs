@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
-use crate::domain::{MAX_INSTRUCTION_CHARS, MAX_SUBTASKS, Plan, Subtask};
+use crate::domain::{MAX_INSTRUCTION_CHARS, MAX_SUBTASKS, Plan, Subtask, SubtaskId};
 use crate::jsonfix::{JsonFixError, extract_json};
 use crate::untrusted::{clean_text, is_safe_id, safe_id};
 
@@ -64,10 +64,13 @@ pub fn parse_plan(text: &str) -> Result<Vec<Subtask>, PlanError> {
             .trim()
             .to_owned();
         out.push(Subtask {
-            id,
+            id: id.into(),
             instruction,
             tools: string_list(m.get("tools")),
-            depends_on: string_list(m.get("depends_on").or_else(|| m.get("dependencies"))),
+            depends_on: string_list(m.get("depends_on").or_else(|| m.get("dependencies")))
+                .into_iter()
+                .map(SubtaskId::from)
+                .collect(),
         });
     }
     Ok(out)
@@ -123,15 +126,15 @@ pub fn validate_plan_within(
     let mut seen = HashSet::new();
     for s in &mut subtasks {
         if s.instruction.is_empty() {
-            return Err(PlanError::EmptyInstruction(s.id.clone()));
+            return Err(PlanError::EmptyInstruction(s.id.to_string()));
         }
         if !seen.insert(s.id.clone()) {
-            return Err(PlanError::DuplicateId(s.id.clone()));
+            return Err(PlanError::DuplicateId(s.id.to_string()));
         }
         let mut tools = Vec::with_capacity(s.tools.len());
         for t in &s.tools {
             let resolved = resolve_tool(t, known_tools)
-                .ok_or_else(|| PlanError::UnknownTool { subtask: s.id.clone(), tool: safe_id(t) })?;
+                .ok_or_else(|| PlanError::UnknownTool { subtask: s.id.to_string(), tool: safe_id(t) })?;
             if !tools.contains(&resolved) {
                 tools.push(resolved);
             }
@@ -146,9 +149,9 @@ pub fn validate_plan_within(
         let missing = subtasks.iter().position(|s| s.depends_on.iter().any(|d| !ids.contains(d.as_str())));
         let Some(pos) = missing else { break };
         let s = &subtasks[pos];
-        let dep = s.depends_on.iter().find(|d| !ids.contains(d.as_str())).cloned().unwrap_or_default();
+        let dep = s.depends_on.iter().find(|d| !ids.contains(d.as_str())).map(SubtaskId::to_string).unwrap_or_default();
         if notes.is_empty() {
-            return Err(PlanError::UnknownDependency { subtask: s.id.clone(), dependency: dep });
+            return Err(PlanError::UnknownDependency { subtask: s.id.to_string(), dependency: dep });
         }
         dropped_for_deps.push(subtasks.remove(pos).id);
     }
@@ -167,17 +170,17 @@ pub fn validate_plan_within(
 /// Gives every subtask whose id is not [`is_safe_id`] the id `w<position>` (not otherwise taken),
 /// and points dependencies on the old id at the new one.
 fn renumber_unsafe_ids(subtasks: &mut [Subtask]) {
-    let mut renamed: Vec<(String, String)> = Vec::new();
-    let mut taken: HashSet<String> = subtasks.iter().map(|s| s.id.clone()).collect();
+    let mut renamed: Vec<(SubtaskId, SubtaskId)> = Vec::new();
+    let mut taken: HashSet<SubtaskId> = subtasks.iter().map(|s| s.id.clone()).collect();
     for (i, s) in subtasks.iter_mut().enumerate() {
-        if is_safe_id(&s.id) {
+        if is_safe_id(s.id.as_str()) {
             continue;
         }
         let mut n = i + 1;
-        let mut id = format!("w{n:02}");
+        let mut id = SubtaskId::new(format!("w{n:02}"));
         while taken.contains(&id) {
             n += 1;
-            id = format!("w{n:02}");
+            id = SubtaskId::new(format!("w{n:02}"));
         }
         taken.insert(id.clone());
         renamed.push((std::mem::replace(&mut s.id, id.clone()), id));
@@ -210,7 +213,8 @@ fn resolve_tool(name: &str, known: &HashSet<String>) -> Option<String> {
 
 /// A subtask id on a dependency cycle, if any (depth-first search).
 fn find_cycle(subtasks: &[Subtask]) -> Option<String> {
-    let deps: BTreeMap<&str, &[String]> = subtasks.iter().map(|s| (s.id.as_str(), s.depends_on.as_slice())).collect();
+    let deps: BTreeMap<&str, &[SubtaskId]> =
+        subtasks.iter().map(|s| (s.id.as_str(), s.depends_on.as_slice())).collect();
     let mut done: BTreeSet<&str> = BTreeSet::new();
     for start in deps.keys() {
         let mut on_path: BTreeSet<&str> = BTreeSet::new();
@@ -223,7 +227,7 @@ fn find_cycle(subtasks: &[Subtask]) -> Option<String> {
 
 fn visit<'a>(
     id: &'a str,
-    deps: &BTreeMap<&'a str, &'a [String]>,
+    deps: &BTreeMap<&'a str, &'a [SubtaskId]>,
     on_path: &mut BTreeSet<&'a str>,
     done: &mut BTreeSet<&'a str>,
 ) -> bool {
@@ -270,7 +274,7 @@ mod tests {
             id: id.into(),
             instruction: format!("do {id}"),
             tools: vec![],
-            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            depends_on: deps.iter().map(|d| (*d).into()).collect(),
         }
     }
 

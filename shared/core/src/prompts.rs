@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::SubtaskId;
 use crate::ports::{ChatMessage, ToolSpec};
 
 /// Opens the user message that carries the customer's text.
@@ -71,7 +72,7 @@ pub fn plan_retry_message(error: &str) -> ChatMessage {
 /// A finished dependency, as a dependent subtask sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DependencyResult {
-    pub id: String,
+    pub id: SubtaskId,
     pub instruction: String,
     pub answer: String,
 }
@@ -80,7 +81,7 @@ pub struct DependencyResult {
 /// message), then its own subtask with any dependency results.
 pub fn work_messages(
     query: &str,
-    subtask_id: &str,
+    subtask_id: &SubtaskId,
     instruction: &str,
     dependencies: &[DependencyResult],
 ) -> Vec<ChatMessage> {
@@ -120,7 +121,7 @@ pub enum ReplyStatus {
 /// ones carry our own sentence saying so as their `answer`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyItem {
-    pub id: String,
+    pub id: SubtaskId,
     pub instruction: String,
     pub status: ReplyStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,8 +162,8 @@ mod tests {
 
     #[test]
     fn workers_of_one_conversation_share_the_leading_messages_byte_for_byte() {
-        let a = work_messages("q?", "w01", "do a", &[]);
-        let b = work_messages("q?", "w02", "do b", &[]);
+        let a = work_messages("q?", &"w01".into(), "do a", &[]);
+        let b = work_messages("q?", &"w02".into(), "do b", &[]);
         assert_eq!(a[..2], b[..2]);
         assert_ne!(a[2], b[2]);
     }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::{Approval, ApprovalStatus};
 use crate::domain::{
-    Conversation, ConversationStatus, FailureKind, HandoffReason, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
+    Conversation, ConversationStatus, FailureKind, HandoffReason, SubtaskId, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, Usage,
 };
 use crate::effects::{Effect, EffectState};
 
@@ -104,7 +105,7 @@ impl ApprovalView {
         let ok = a.outcome.as_ref().map(|o| a.status == ApprovalStatus::Executed && !o.is_error);
         Self {
             approval_id: a.id.clone(),
-            subtask_id: a.subtask_id.clone(),
+            subtask_id: a.subtask_id.to_string(),
             tool: a.action.tool.clone(),
             order_id: a.action.order_id.clone(),
             amount: a.action.amount(),
@@ -161,7 +162,7 @@ impl OperatorApprovalView {
         Self {
             approval_id: a.id.clone(),
             conversation_id: a.conversation_id.to_string(),
-            subtask_id: a.subtask_id.clone(),
+            subtask_id: a.subtask_id.to_string(),
             customer_id: a.customer_id.clone(),
             tool: a.action.tool.clone(),
             order_id: a.action.order_id.clone(),
@@ -222,9 +223,9 @@ impl ConversationView {
         let subtasks = subtasks
             .iter()
             .map(|r| SubtaskView {
-                id: r.subtask.id.clone(),
+                id: r.subtask.id.to_string(),
                 instruction: r.subtask.instruction.clone(),
-                depends_on: r.subtask.depends_on.clone(),
+                depends_on: r.subtask.depends_on.iter().map(SubtaskId::to_string).collect(),
                 tools_used: r.tools_used.clone(),
                 status: r.status,
                 error: match &r.result {
@@ -309,7 +310,7 @@ mod tests {
                 id: id.into(),
                 instruction: format!("Do {id}."),
                 tools: vec![],
-                depends_on: deps.iter().map(|d| d.to_string()).collect(),
+                depends_on: deps.iter().map(|d| (*d).into()).collect(),
             };
             let mut r = SubtaskRecord::new(&c, subtask, "support".into());
             r.status = status;

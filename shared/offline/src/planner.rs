@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use swarm_core::domain::{Subtask, truncate_chars};
+use swarm_core::domain::{Subtask, SubtaskId, truncate_chars};
 use swarm_core::ports::ToolSpec;
 
 use crate::catalog::{ToolKind, find_tool};
@@ -106,7 +106,12 @@ pub(crate) fn plan(query: &str, tools: &[ToolSpec]) -> Vec<Subtask> {
                     names.push(t.name.clone());
                 }
             }
-            Subtask { id: format!("w{:02}", n + 1), instruction: d.instruction, tools: names, depends_on: Vec::new() }
+            Subtask {
+                id: SubtaskId::new(format!("w{:02}", n + 1)),
+                instruction: d.instruction,
+                tools: names,
+                depends_on: Vec::new(),
+            }
         })
         .collect()
 }

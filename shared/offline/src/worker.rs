@@ -448,7 +448,8 @@ mod tests {
 
     #[test]
     fn the_first_round_calls_every_tool_the_instruction_needs_in_parallel() {
-        let msgs = work_messages("q", "w01", "Check whether SKU-1016, SKU-1019 and SKU-1001 are in stock.", &[]);
+        let msgs =
+            work_messages("q", &"w01".into(), "Check whether SKU-1016, SKU-1019 and SKU-1001 are in stock.", &[]);
         let out = work(&msgs, &tools());
         assert_eq!(
             calls(&out),
@@ -473,7 +474,7 @@ mod tests {
             ("查询羽绒服的库存", json!({"name": "羽绒服"}), "shop__get_product"),
         ];
         for (instruction, args, tool) in cases {
-            let msgs = work_messages("q", "w01", instruction, &[]);
+            let msgs = work_messages("q", &"w01".into(), instruction, &[]);
             assert_eq!(calls(&work(&msgs, &tools())), vec![(tool.to_owned(), args)], "{instruction}");
         }
     }
@@ -481,7 +482,7 @@ mod tests {
     #[test]
     fn a_refund_looks_at_the_order_before_moving_money() {
         let instruction = "Refund order A1016 if the shop allows it; the customer's reason: \"耳机有杂音\".";
-        let mut msgs = work_messages("q", "w01", instruction, &[]);
+        let mut msgs = work_messages("q", &"w01".into(), instruction, &[]);
         assert_eq!(calls(&work(&msgs, &tools())), vec![("shop__get_order".to_owned(), json!({"order_id": "A1016"}))]);
         msgs.push(ChatMessage::Assistant {
             content: None,
@@ -505,7 +506,7 @@ mod tests {
     #[test]
     fn a_parcel_that_is_not_shipped_yet_is_explained_by_the_order() {
         let mut msgs =
-            work_messages("q", "w01", "Check where the parcel of order A1029 is and when it will arrive.", &[]);
+            work_messages("q", &"w01".into(), "Check where the parcel of order A1029 is and when it will arrive.", &[]);
         msgs.push(ChatMessage::Assistant {
             content: None,
             tool_calls: vec![ToolCall {
@@ -527,7 +528,7 @@ mod tests {
 
     #[test]
     fn nothing_left_to_refund_means_no_refund_call() {
-        let mut msgs = work_messages("q", "w01", "Refund order A1027.", &[]);
+        let mut msgs = work_messages("q", &"w01".into(), "Refund order A1027.", &[]);
         msgs.push(ChatMessage::Assistant {
             content: None,
             tool_calls: vec![ToolCall {
@@ -552,7 +553,7 @@ mod tests {
             instruction: "x".into(),
             answer: "Your order is A1003.".into(),
         }];
-        let msgs = work_messages("q", "w02", "Track the parcel of the order found in w01.", &deps);
+        let msgs = work_messages("q", &"w02".into(), "Track the parcel of the order found in w01.", &deps);
         assert_eq!(
             calls(&work(&msgs, &tools())),
             vec![("shop__track_shipment".to_owned(), json!({"order_id": "A1003"}))]
@@ -561,7 +562,7 @@ mod tests {
 
     #[test]
     fn calls_in_a_compressed_summary_are_not_repeated() {
-        let mut msgs = work_messages("q", "w01", "Check the status of order A1029.", &[]);
+        let mut msgs = work_messages("q", &"w01".into(), "Check the status of order A1029.", &[]);
         msgs.push(ChatMessage::User {
             content: format!(
                 "Facts:\n{SUMMARY_BULLET}shop__get_order {{\"order_id\":\"A1029\"}}{SUMMARY_ARROW}Order A1029 is paid."
@@ -572,14 +573,14 @@ mod tests {
 
     #[test]
     fn without_tools_a_greeting_is_answered_in_the_customers_language_too() {
-        let msgs = work_messages("你好", "w01", GREET_INSTRUCTION, &[]);
+        let msgs = work_messages("你好", &"w01".into(), GREET_INSTRUCTION, &[]);
         let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
         assert!(text.starts_with("您好") && text.contains("How can I help"), "{text}");
     }
 
     #[test]
     fn a_needed_tool_that_is_not_offered_is_reported_not_invented() {
-        let msgs = work_messages("q", "w01", "Check the status of order A1029.", &[]);
+        let msgs = work_messages("q", &"w01".into(), "Check the status of order A1029.", &[]);
         let Outcome::Answer(text) = work(&msgs, &[]) else { panic!("answer expected") };
         assert_eq!(text, "I have no tool to look up orders right now, so I could not check this.");
     }

@@ -235,7 +235,7 @@ async fn run(query: &str, customer: &str) -> Run {
             answer: Some(answer.clone()),
             problem: None,
         });
-        work_done.insert(s.id.clone(), (calls, answer));
+        work_done.insert(s.id.to_string(), (calls, answer));
     }
     let reply = reply(&model, query, &ReplyInput { results, notes: vec![] }).await;
     Run { plan, work: work_done, reply }

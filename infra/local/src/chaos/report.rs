@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use swarm_core::approval::{Approval, ApprovalStatus, approval_id};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Conversation, ConversationId, ConversationStatus, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus,
 };
 use swarm_core::effects::EffectState;
 
@@ -116,7 +116,7 @@ fn names(text: &str, word: &str) -> bool {
 /// scripted `[call …]`, as the model-free reply quotes it).
 fn names_subtask(reply: &str, s: &SubtaskRecord) -> bool {
     let instruction = s.subtask.instruction.split(" [call ").next().unwrap_or("").trim();
-    names(reply, &s.subtask.id) || (!instruction.is_empty() && reply.contains(instruction))
+    names(reply, s.subtask.id.as_str()) || (!instruction.is_empty() && reply.contains(instruction))
 }
 
 /// The approval a side effect's idempotency key belongs to: `swarm:<conversation>:<subtask>:<ordinal>`
@@ -126,7 +126,7 @@ pub fn approval_of_key(key: &str) -> Option<String> {
     let ordinal: u32 = parts.next()?.parse().ok()?;
     let subtask = parts.next().filter(|s| !s.is_empty())?;
     let conversation = parts.next().filter(|c| !c.is_empty() && !c.contains(':'))?;
-    Some(approval_id(&ConversationId::from_trusted(conversation), subtask, ordinal))
+    Some(approval_id(&ConversationId::from_trusted(conversation), &SubtaskId::from(subtask), ordinal))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
@@ -723,9 +723,9 @@ mod tests {
     /// A refund of 1.00 on `order` as subtask `id`'s first side effect, its journal entry in `state`.
     fn refund(c: &Conversation, id: &str, order: &str, result: SubtaskResult, state: EffectState) -> SubtaskRecord {
         let mut r = subtask(c, id, result);
-        let mut e = Effect::intent(&c.id, id, 1, "shop__refund", serde_json::Map::new(), 0);
+        let mut e = Effect::intent(&c.id, &id.into(), 1, "shop__refund", serde_json::Map::new(), 0);
         e.state = state;
-        e.approval_id = Some(approval_id(&c.id, id, 1));
+        e.approval_id = Some(approval_id(&c.id, &id.into(), 1));
         e.proposed = Some(action(order));
         r.effects.push(e);
         r
@@ -744,7 +744,7 @@ mod tests {
         outcome: Option<(&str, bool)>,
     ) -> Approval {
         Approval {
-            id: approval_id(&c.id, id, 1),
+            id: approval_id(&c.id, &id.into(), 1),
             conversation_id: c.id.clone(),
             subtask_id: id.into(),
             ordinal: 1,
@@ -809,8 +809,8 @@ mod tests {
         }
         let operator = OperatorLog {
             decided: BTreeMap::from([
-                (approval_id(&c1.id, "w02", 1), decided(&c1, "w02", "A1007", Decision::Approve, true, 2)),
-                (approval_id(&c2.id, "w02", 1), decided(&c2, "w02", "A1016", Decision::Reject, false, 2)),
+                (approval_id(&c1.id, &"w02".into(), 1), decided(&c1, "w02", "A1007", Decision::Approve, true, 2)),
+                (approval_id(&c2.id, &"w02".into(), 1), decided(&c2, "w02", "A1016", Decision::Reject, false, 2)),
             ]),
             answers: BTreeMap::from([("200".into(), 3), ("no answer".into(), 1)]),
             polls: 7,
@@ -843,10 +843,13 @@ mod tests {
             operator,
             approvals_at_end: BTreeMap::from([
                 (
-                    approval_id(&c1.id, "w02", 1),
+                    approval_id(&c1.id, &"w02".into(), 1),
                     Some(approval(&c1, "w02", "A1007", ApprovalStatus::Executed, Some(("refunded", false)))),
                 ),
-                (approval_id(&c2.id, "w02", 1), Some(approval(&c2, "w02", "A1016", ApprovalStatus::Rejected, None))),
+                (
+                    approval_id(&c2.id, &"w02".into(), 1),
+                    Some(approval(&c2, "w02", "A1016", ApprovalStatus::Rejected, None)),
+                ),
             ]),
             concurrency: vec![("worker".into(), 10, 10)],
             ..RunFacts::default()
@@ -909,7 +912,7 @@ mod tests {
         f.store.get_mut(&ids[2]).unwrap().as_mut().unwrap().0.status = ConversationStatus::Handoff;
         f.audit.conversations.get_mut(&ids[2]).unwrap().status = "HANDOFF".into();
         f.ledger.clear();
-        let c1 = approval_id(&ConversationId::from_trusted(ids[1].clone()), "w02", 1);
+        let c1 = approval_id(&ConversationId::from_trusted(ids[1].clone()), &"w02".into(), 1);
         f.approvals_at_end.get_mut(&c1).unwrap().as_mut().unwrap().status = ApprovalStatus::Approved;
         let v = verdict(&f);
         assert_eq!(v.failures, Vec::<String>::new(), "{}", v.table);
@@ -987,7 +990,7 @@ mod tests {
         assert_eq!(cell(&v.table, "conversations lost (answered 202, absent at the end)"), "1");
         assert_eq!(cell(&v.table, "refunds per approval: once / twice+ / unapproved / rejected"), "0 / 1 / 2 / 1");
         // The approval of a refund the ledger holds, recorded as refused: shown, not (yet) a failure.
-        let c1 = approval_id(&ConversationId::from_trusted(ids[1].clone()), "w02", 1);
+        let c1 = approval_id(&ConversationId::from_trusted(ids[1].clone()), &"w02".into(), 1);
         f.approvals_at_end.get_mut(&c1).unwrap().as_mut().unwrap().outcome =
             Some(EffectOutcome::new("the tool failed: upstream error (injected)", true));
         let again = verdict(&f);
@@ -1001,8 +1004,8 @@ mod tests {
     #[test]
     fn a_side_effect_key_names_its_approval_and_any_other_key_none() {
         let id = ConversationId::from_trusted("01a2304e-b979-7438-8586-8f52d57d0ee0");
-        let key = swarm_core::effects::effect_key(&id, "w08", 1);
-        assert_eq!(approval_of_key(&key), Some(approval_id(&id, "w08", 1)));
+        let key = swarm_core::effects::effect_key(&id, &"w08".into(), 1);
+        assert_eq!(approval_of_key(&key), Some(approval_id(&id, &"w08".into(), 1)));
         assert_eq!(approval_of_key("swarm:c:w08:12"), Some("c.w08.12".to_owned()));
         for other in ["shop-direct-7", "swarm:c:w08:x", "swarm::w08:1", "swarm:c::1", "swarm:a:b:w08:1", "swarm:w08:1"]
         {

@@ -320,7 +320,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn unacknowledged_message_reappears_after_visibility_timeout() {
         let (main, _) = q(5);
-        main.send(&[TaskMessage::run(&ConversationId::from_trusted("c"), "w01")], 0).await.unwrap();
+        main.send(&[TaskMessage::run(&ConversationId::from_trusted("c"), &"w01".into())], 0).await.unwrap();
         let first = main.receive(10, Duration::ZERO).await.unwrap();
         assert_eq!(first.len(), 1);
         assert!(main.receive(10, Duration::from_secs(1)).await.unwrap().is_empty());

@@ -8,13 +8,13 @@ use tokio::sync::mpsc;
 
 use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskId, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, Usage,
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
-    LeasePhase, RecordOutcome, StoreError,
+    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, CloseOutcome, ConversationRecords, CountOutcome,
+    CreateOutcome, IntentOutcome, JournalStore, LeaseOutcome, LeasePhase, RecordOutcome, StoreError, SubtaskStore,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -63,7 +63,7 @@ impl ItemChange {
 #[derive(Default)]
 struct Tables {
     conversations: HashMap<ConversationId, Conversation>,
-    subtasks: HashMap<ConversationId, BTreeMap<String, SubtaskRecord>>,
+    subtasks: HashMap<ConversationId, BTreeMap<SubtaskId, SubtaskRecord>>,
     /// (customer, key) → the conversation it created and the hash of the request that claimed it.
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
@@ -83,7 +83,7 @@ impl Tables {
     }
 }
 
-/// In-memory [`ConversationStore`]. Each call takes one lock, so every
+/// In-memory [`ConversationStore`](swarm_core::ports::ConversationStore). Each call takes one lock, so every
 /// operation is atomic like a DynamoDB conditional write or transaction.
 /// [`subscribe`](Self::subscribe) gives the table's stream.
 pub struct InMemoryConversationStore {
@@ -128,7 +128,7 @@ impl InMemoryConversationStore {
 }
 
 #[async_trait]
-impl ConversationStore for InMemoryConversationStore {
+impl ConversationRecords for InMemoryConversationStore {
     async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
         let mut t = self.lock()?;
         if let Some(key) = &conversation.idempotency_key {
@@ -219,6 +219,40 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(true)
     }
 
+    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.status.is_terminal() {
+            return Ok(false);
+        }
+        conv.status = ConversationStatus::Failed;
+        conv.error = Some(reason.to_owned());
+        conv.sweep_shard = None;
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(true)
+    }
+
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        let t = self.lock()?;
+        let mut due: Vec<(i64, &ConversationId)> = t
+            .conversations
+            .values()
+            .filter(|c| c.sweep_shard == Some(shard) && c.deadline_ms < now_ms)
+            .map(|c| (c.deadline_ms, &c.id))
+            .collect();
+        due.sort();
+        Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
+    }
+}
+
+#[async_trait]
+impl AnswerStore for InMemoryConversationStore {
     async fn acquire_lease(
         &self,
         id: &ConversationId,
@@ -278,38 +312,48 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(true)
     }
 
-    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
         if conv.status.is_terminal() {
             return Ok(false);
         }
-        conv.status = ConversationStatus::Failed;
-        conv.error = Some(reason.to_owned());
-        conv.sweep_shard = None;
+        conv.handoff = Some(*handoff);
         let snapshot = conv.clone();
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
 
-    async fn overdue_conversations(
+    async fn hand_off(
         &self,
-        shard: u32,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<ConversationId>, StoreError> {
-        let t = self.lock()?;
-        let mut due: Vec<(i64, &ConversationId)> = t
-            .conversations
-            .values()
-            .filter(|c| c.sweep_shard == Some(shard) && c.deadline_ms < now_ms)
-            .map(|c| (c.deadline_ms, &c.id))
-            .collect();
-        due.sort();
-        Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
+        id: &ConversationId,
+        reply: &str,
+        usage: &Usage,
+        handoff: &Handoff,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.status != ConversationStatus::Aggregating {
+            return Ok(false);
+        }
+        conv.status = ConversationStatus::Handoff;
+        conv.reply = Some(reply.to_owned());
+        conv.usage = conv.usage.add(usage);
+        conv.handoff = Some(*handoff);
+        conv.sweep_shard = None;
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(true)
     }
+}
 
-    async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
+#[async_trait]
+impl SubtaskStore for InMemoryConversationStore {
+    async fn get_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+    ) -> Result<Option<SubtaskRecord>, StoreError> {
         Ok(self.lock()?.subtasks.get(id).and_then(|m| m.get(subtask_id)).cloned())
     }
 
@@ -320,7 +364,7 @@ impl ConversationStore for InMemoryConversationStore {
     async fn transition_subtask(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         from: &[SubtaskStatus],
         to: SubtaskStatus,
     ) -> Result<bool, StoreError> {
@@ -340,7 +384,7 @@ impl ConversationStore for InMemoryConversationStore {
     async fn begin_attempt(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         lease: &AttemptLease,
         now_ms: i64,
     ) -> Result<AttemptStart, StoreError> {
@@ -365,7 +409,12 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(AttemptStart::Started(snapshot))
     }
 
-    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError> {
+    async fn release_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        holder: &str,
+    ) -> Result<(), StoreError> {
         let mut t = self.lock()?;
         if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
             && rec.lease.as_ref().is_some_and(|l| l.holder == holder)
@@ -377,10 +426,111 @@ impl ConversationStore for InMemoryConversationStore {
         Ok(())
     }
 
+    async fn save_checkpoint(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        checkpoint: &str,
+    ) -> Result<(), StoreError> {
+        let mut t = self.lock()?;
+        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
+            && !rec.status.is_terminal()
+        {
+            rec.checkpoint = Some(checkpoint.to_owned());
+            let snapshot = rec.clone();
+            t.emit(false, ChangedItem::Subtask(snapshot));
+        }
+        Ok(())
+    }
+
+    async fn record_result(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        usage: &Usage,
+        tools_used: &[String],
+        now_ms: i64,
+    ) -> Result<RecordOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(RecordOutcome::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        rec.usage = *usage;
+        rec.tools_used = tools_used.to_vec();
+        rec.finished_at_ms = Some(now_ms);
+        rec.checkpoint = None;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(RecordOutcome::Recorded(snapshot))
+    }
+
+    async fn close_subtask(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        journal_len: usize,
+        now_ms: i64,
+    ) -> Result<CloseOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(CloseOutcome::Missing);
+        };
+        if rec.status.is_terminal() {
+            return Ok(CloseOutcome::AlreadyFinished(rec.clone()));
+        }
+        if rec.effects.len() != journal_len {
+            return Ok(CloseOutcome::JournalChanged);
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        rec.finished_at_ms = Some(now_ms);
+        rec.checkpoint = None;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(CloseOutcome::Recorded(snapshot))
+    }
+}
+
+#[async_trait]
+impl AccountingStore for InMemoryConversationStore {
+    async fn count_finished(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        usage: &Usage,
+    ) -> Result<CountOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(CountOutcome::Missing) };
+        if conv.finished.contains(subtask_id.as_str()) {
+            return Ok(CountOutcome::AlreadyCounted);
+        }
+        if conv.remaining == 0 {
+            // DynamoDB guard `remaining > 0`: never go negative.
+            return Ok(CountOutcome::AlreadyCounted);
+        }
+        conv.finished.insert(subtask_id.to_string());
+        conv.remaining -= 1;
+        conv.usage = conv.usage.add(usage);
+        let remaining = conv.remaining;
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(CountOutcome::Counted { remaining })
+    }
+}
+
+#[async_trait]
+impl JournalStore for InMemoryConversationStore {
     async fn record_intent(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         holder: &str,
         effect: &Effect,
     ) -> Result<IntentOutcome, StoreError> {
@@ -414,7 +564,7 @@ impl ConversationStore for InMemoryConversationStore {
     async fn record_effect_outcome(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         ordinal: u32,
         change: &EffectChange,
     ) -> Result<Option<Effect>, StoreError> {
@@ -434,34 +584,10 @@ impl ConversationStore for InMemoryConversationStore {
         t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(Some(after))
     }
+}
 
-    async fn close_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        journal_len: usize,
-        now_ms: i64,
-    ) -> Result<CloseOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(CloseOutcome::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(CloseOutcome::AlreadyFinished(rec.clone()));
-        }
-        if rec.effects.len() != journal_len {
-            return Ok(CloseOutcome::JournalChanged);
-        }
-        rec.status = result.status();
-        rec.result = Some(result.clone());
-        rec.finished_at_ms = Some(now_ms);
-        rec.checkpoint = None;
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot));
-        Ok(CloseOutcome::Recorded)
-    }
-
+#[async_trait]
+impl ApprovalStore for InMemoryConversationStore {
     async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
         let mut t = self.lock()?;
         if let Some(existing) = t.approvals.get(&approval.id) {
@@ -524,103 +650,6 @@ impl ConversationStore for InMemoryConversationStore {
         t.emit(false, ChangedItem::Approval(snapshot));
         Ok(true)
     }
-
-    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
-        let mut t = self.lock()?;
-        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
-        if conv.status.is_terminal() {
-            return Ok(false);
-        }
-        conv.handoff = Some(*handoff);
-        let snapshot = conv.clone();
-        t.emit(false, ChangedItem::Conversation(snapshot));
-        Ok(true)
-    }
-
-    async fn hand_off(
-        &self,
-        id: &ConversationId,
-        reply: &str,
-        usage: &Usage,
-        handoff: &Handoff,
-    ) -> Result<bool, StoreError> {
-        let mut t = self.lock()?;
-        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
-        if conv.status != ConversationStatus::Aggregating {
-            return Ok(false);
-        }
-        conv.status = ConversationStatus::Handoff;
-        conv.reply = Some(reply.to_owned());
-        conv.usage = conv.usage.add(usage);
-        conv.handoff = Some(*handoff);
-        conv.sweep_shard = None;
-        let snapshot = conv.clone();
-        t.emit(false, ChangedItem::Conversation(snapshot));
-        Ok(true)
-    }
-
-    async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
-        let mut t = self.lock()?;
-        if let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id))
-            && !rec.status.is_terminal()
-        {
-            rec.checkpoint = Some(checkpoint.to_owned());
-            let snapshot = rec.clone();
-            t.emit(false, ChangedItem::Subtask(snapshot));
-        }
-        Ok(())
-    }
-
-    async fn record_result(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        usage: &Usage,
-        tools_used: &[String],
-        now_ms: i64,
-    ) -> Result<RecordOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
-            return Ok(RecordOutcome::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
-        }
-        rec.status = result.status();
-        rec.result = Some(result.clone());
-        rec.usage = *usage;
-        rec.tools_used = tools_used.to_vec();
-        rec.finished_at_ms = Some(now_ms);
-        rec.checkpoint = None;
-        let snapshot = rec.clone();
-        t.emit(false, ChangedItem::Subtask(snapshot));
-        Ok(RecordOutcome::Recorded)
-    }
-
-    async fn count_finished(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        usage: &Usage,
-    ) -> Result<CountOutcome, StoreError> {
-        let mut t = self.lock()?;
-        let Some(conv) = t.conversations.get_mut(id) else { return Ok(CountOutcome::Missing) };
-        if conv.finished.contains(subtask_id) {
-            return Ok(CountOutcome::AlreadyCounted);
-        }
-        if conv.remaining == 0 {
-            // DynamoDB guard `remaining > 0`: never go negative.
-            return Ok(CountOutcome::AlreadyCounted);
-        }
-        conv.finished.insert(subtask_id.to_owned());
-        conv.remaining -= 1;
-        conv.usage = conv.usage.add(usage);
-        let remaining = conv.remaining;
-        let snapshot = conv.clone();
-        t.emit(false, ChangedItem::Conversation(snapshot));
-        Ok(CountOutcome::Counted { remaining })
-    }
 }
 
 #[cfg(test)]
@@ -656,13 +685,16 @@ mod tests {
         store.create_conversation(&c).await.unwrap();
         let subtasks = [subtask(&c, "w01"), subtask(&c, "w02")];
         store.start_run(&c.id, &subtasks, &[], &Usage::default()).await.unwrap();
-        store.begin_attempt(&c.id, "w01", &AttemptLease::new(1_000), 1).await.unwrap();
-        store.save_checkpoint(&c.id, "w01", "{}").await.unwrap();
+        store.begin_attempt(&c.id, &"w01".into(), &AttemptLease::new(1_000), 1).await.unwrap();
+        store.save_checkpoint(&c.id, &"w01".into(), "{}").await.unwrap();
         let result = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
-        store.record_result(&c.id, "w01", &result, &Usage::default(), &[], 2).await.unwrap();
-        store.count_finished(&c.id, "w01", &Usage::default()).await.unwrap();
+        store.record_result(&c.id, &"w01".into(), &result, &Usage::default(), &[], 2).await.unwrap();
+        store.count_finished(&c.id, &"w01".into(), &Usage::default()).await.unwrap();
         // Failed conditions: nothing written, nothing on the stream.
-        assert_eq!(store.count_finished(&c.id, "w01", &Usage::default()).await.unwrap(), CountOutcome::AlreadyCounted);
+        assert_eq!(
+            store.count_finished(&c.id, &"w01".into(), &Usage::default()).await.unwrap(),
+            CountOutcome::AlreadyCounted
+        );
         assert!(
             !store
                 .transition_conversation(&c.id, ConversationStatus::Planning, ConversationStatus::Failed)

@@ -1,9 +1,10 @@
-//! Decorators that give every store and queue operation its own span: `TracedStore` (`{system} {operation}`, kind client) around any [`ConversationStore`], `TracedQueue` (`send {queue}`, kind producer; `change_visibility {queue}`, kind client) around any [`TaskQueue`].
+//! Decorators that give every store and queue operation its own span: `TracedStore` (`{system} {operation}`, kind client; a [`StoreDecorator`]) around any [`ConversationStore`], `TracedQueue` (`send {queue}`, kind producer; `change_visibility {queue}`, kind client) around any [`TaskQueue`].
 //!
 //! A message sent inside the `send` span carries that span's context (the queue
 //! adapters read it through [`crate::obs::context`]), so the worker's record span
 //! is the producer span's child. Wrap once where the adapters are built (the
-//! functions' AWS clients, the local stack); every port method delegates.
+//! functions' AWS clients, the local stack); every port method delegates
+//! (the store's through [`StoreDecorator::around`], so a new store method needs no line here).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,16 +13,8 @@ use async_trait::async_trait;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
-use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    TaskMessage, Usage,
-};
-use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
-use crate::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
-    LeasePhase, QueueError, RecordOutcome, StoreError, TaskQueue,
-};
+use crate::domain::TaskMessage;
+use crate::ports::{Call, ConversationStore, QueueError, StoreDecorator, StoreError, TaskQueue};
 
 /// A [`ConversationStore`] whose every call runs in a span `{system} {operation}`
 /// (`db.system.name`, `db.operation.name`; `error.type` transient/permanent on failure).
@@ -40,12 +33,19 @@ impl TracedStore {
     pub fn wrap(inner: Arc<dyn ConversationStore>, system: &'static str) -> Arc<dyn ConversationStore> {
         Arc::new(Self::new(inner, system))
     }
+}
 
-    async fn traced<T>(
-        &self,
-        operation: &'static str,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+impl StoreDecorator for TracedStore {
+    fn inner(&self) -> &dyn ConversationStore {
+        &*self.inner
+    }
+
+    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
+        let operation = call.op.name();
         let span = tracing::info_span!(
             "store",
             otel.name = %format_args!("{} {operation}", self.system),
@@ -55,7 +55,7 @@ impl TracedStore {
             db.operation.name = operation,
             error.type = Empty,
         );
-        let result = call.instrument(span.clone()).await;
+        let result = run.instrument(span.clone()).await;
         if let Err(e) = &result {
             record_error(&span, e.is_transient());
         }
@@ -66,196 +66,6 @@ impl TracedStore {
 fn record_error(span: &Span, transient: bool) {
     span.record("error.type", if transient { "transient" } else { "permanent" });
     span.record("otel.status_code", "ERROR");
-}
-
-#[async_trait]
-impl ConversationStore for TracedStore {
-    async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
-        self.traced("create_conversation", self.inner.create_conversation(conversation)).await
-    }
-
-    async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError> {
-        self.traced("get_conversation", self.inner.get_conversation(id)).await
-    }
-
-    async fn start_run(
-        &self,
-        id: &ConversationId,
-        subtasks: &[SubtaskRecord],
-        notes: &[String],
-        usage: &Usage,
-    ) -> Result<bool, StoreError> {
-        self.traced("start_run", self.inner.start_run(id, subtasks, notes, usage)).await
-    }
-
-    async fn transition_conversation(
-        &self,
-        id: &ConversationId,
-        from: ConversationStatus,
-        to: ConversationStatus,
-    ) -> Result<bool, StoreError> {
-        self.traced("transition_conversation", self.inner.transition_conversation(id, from, to)).await
-    }
-
-    async fn acquire_lease(
-        &self,
-        id: &ConversationId,
-        phase: LeasePhase,
-        holder: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<LeaseOutcome, StoreError> {
-        self.traced("acquire_lease", self.inner.acquire_lease(id, phase, holder, now_ms, until_ms)).await
-    }
-
-    async fn overdue_conversations(
-        &self,
-        shard: u32,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<ConversationId>, StoreError> {
-        self.traced("overdue_conversations", self.inner.overdue_conversations(shard, now_ms, limit)).await
-    }
-
-    async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
-        self.traced("finish_conversation", self.inner.finish_conversation(id, reply, usage)).await
-    }
-
-    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
-        self.traced("fail_conversation", self.inner.fail_conversation(id, reason)).await
-    }
-
-    async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
-        self.traced("get_subtask", self.inner.get_subtask(id, subtask_id)).await
-    }
-
-    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        self.traced("list_subtasks", self.inner.list_subtasks(id)).await
-    }
-
-    async fn transition_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        from: &[SubtaskStatus],
-        to: SubtaskStatus,
-    ) -> Result<bool, StoreError> {
-        self.traced("transition_subtask", self.inner.transition_subtask(id, subtask_id, from, to)).await
-    }
-
-    async fn begin_attempt(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        lease: &AttemptLease,
-        now_ms: i64,
-    ) -> Result<AttemptStart, StoreError> {
-        self.traced("begin_attempt", self.inner.begin_attempt(id, subtask_id, lease, now_ms)).await
-    }
-
-    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError> {
-        self.traced("release_attempt", self.inner.release_attempt(id, subtask_id, holder)).await
-    }
-
-    async fn record_intent(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        holder: &str,
-        effect: &Effect,
-    ) -> Result<IntentOutcome, StoreError> {
-        self.traced("record_intent", self.inner.record_intent(id, subtask_id, holder, effect)).await
-    }
-
-    async fn record_effect_outcome(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        ordinal: u32,
-        change: &EffectChange,
-    ) -> Result<Option<Effect>, StoreError> {
-        self.traced("record_effect_outcome", self.inner.record_effect_outcome(id, subtask_id, ordinal, change)).await
-    }
-
-    async fn close_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        journal_len: usize,
-        now_ms: i64,
-    ) -> Result<CloseOutcome, StoreError> {
-        self.traced("close_subtask", self.inner.close_subtask(id, subtask_id, result, journal_len, now_ms)).await
-    }
-
-    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
-        self.traced("create_approval", self.inner.create_approval(approval)).await
-    }
-
-    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
-        self.traced("get_approval", self.inner.get_approval(approval_id)).await
-    }
-
-    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
-        self.traced("list_approvals", self.inner.list_approvals(limit)).await
-    }
-
-    async fn decide_approval(
-        &self,
-        approval_id: &str,
-        decision: &ApprovalDecision,
-    ) -> Result<DecideOutcome, StoreError> {
-        self.traced("decide_approval", self.inner.decide_approval(approval_id, decision)).await
-    }
-
-    async fn finish_approval(
-        &self,
-        approval_id: &str,
-        status: ApprovalStatus,
-        outcome: &EffectOutcome,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.traced("finish_approval", self.inner.finish_approval(approval_id, status, outcome, at_ms)).await
-    }
-
-    async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
-        self.traced("request_handoff", self.inner.request_handoff(id, handoff)).await
-    }
-
-    async fn hand_off(
-        &self,
-        id: &ConversationId,
-        reply: &str,
-        usage: &Usage,
-        handoff: &Handoff,
-    ) -> Result<bool, StoreError> {
-        self.traced("hand_off", self.inner.hand_off(id, reply, usage, handoff)).await
-    }
-
-    async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
-        self.traced("save_checkpoint", self.inner.save_checkpoint(id, subtask_id, checkpoint)).await
-    }
-
-    async fn record_result(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        usage: &Usage,
-        tools_used: &[String],
-        now_ms: i64,
-    ) -> Result<RecordOutcome, StoreError> {
-        self.traced("record_result", self.inner.record_result(id, subtask_id, result, usage, tools_used, now_ms)).await
-    }
-
-    async fn count_finished(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        usage: &Usage,
-    ) -> Result<CountOutcome, StoreError> {
-        self.traced("count_finished", self.inner.count_finished(id, subtask_id, usage)).await
-    }
 }
 
 /// A [`TaskQueue`] whose every send runs in a producer span `send {queue}`

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_CHECKPOINT_BYTES,
+    Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_CHECKPOINT_BYTES, SubtaskId,
     SubtaskRecord, SubtaskResult, SubtaskStatus, Usage, truncate_chars,
 };
 use swarm_core::effects::{AttemptLease, Effect};
@@ -27,7 +27,7 @@ pub(super) fn conv_pk(id: &ConversationId) -> String {
     format!("CONV#{id}")
 }
 
-pub(super) fn task_sk(subtask_id: &str) -> String {
+pub(super) fn task_sk(subtask_id: &SubtaskId) -> String {
     format!("{TASK_PREFIX}{subtask_id}")
 }
 
@@ -349,7 +349,7 @@ pub(super) fn subtask_from_item(item: &Item) -> Result<SubtaskRecord, StoreError
         conversation_id: ConversationId::from_trusted(id),
         subtask: json_attr(item, "subtask")?.ok_or_else(|| corrupt("missing `subtask`", item))?,
         role: get_s(item, "role")?,
-        dependents: string_list(item, "dependents"),
+        dependents: string_list(item, "dependents").into_iter().map(SubtaskId::from).collect(),
         status,
         attempts: opt_n(item, "attempts")?.unwrap_or(0),
         result: json_attr(item, "result")?,
@@ -455,7 +455,7 @@ mod tests {
         let mut r = SubtaskRecord::new(&c, subtask, "refund".into());
         let mut args = serde_json::Map::new();
         args.insert("order_id".into(), "A1033".into());
-        let intent = Effect::intent(&c.id, "w01", 1, "shop__refund", args, 5);
+        let intent = Effect::intent(&c.id, &"w01".into(), 1, "shop__refund", args, 5);
         r.effects = vec![EffectChange::done(EffectOutcome::new("ok", false), 6).apply(&intent), intent];
         r.lease = Some(AttemptLease { holder: "h".into(), until_ms: 99 });
         assert_eq!(subtask_from_item(&subtask_item(&r).unwrap()).unwrap(), r);

@@ -15,13 +15,16 @@
 //! and `NewImage.status.S = RUNNING`; keep those names.
 //!
 //! [`codec`] turns items into domain values and back, `update` builds the
-//! update expressions, [`store`] is the [`DynamoConversationStore`]; the retry
+//! update expressions, [`store`] is the [`DynamoConversationStore`] (its conversation, answer
+//! and accounting roles; the subtask and journal roles in `subtasks`, approvals in `approvals`); the retry
 //! policy is [`crate::aws::retry`]. The table itself is provisioned by
 //! `template.yaml` on AWS (and by the local platform in `infra/local` on an emulator).
 
 pub mod access;
+mod approvals;
 pub mod codec;
 pub mod store;
+mod subtasks;
 mod update;
 
 pub use store::DynamoConversationStore;

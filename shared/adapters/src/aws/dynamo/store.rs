@@ -6,21 +6,18 @@ use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest};
-use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
+use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage,
-    truncate_chars,
+    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, Usage, truncate_chars,
 };
-use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AttemptStart, CloseOutcome, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
-    LeasePhase, RecordOutcome, StoreError,
+    AccountingStore, AnswerStore, ConversationRecords, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
+    StoreError, SubtaskStore,
 };
 
 use super::codec::{
-    APPROVALS_PK, Item, META, SWEEP_INDEX, TASK_PREFIX, approval_from_item, approval_item, conv_pk,
-    conversation_from_item, conversation_item, effect_value, fit_checkpoint, fit_result, get_n, idem_pk,
-    idempotency_item, key, lease_from_item, n, opt_s, s, subtask_from_item, subtask_item, task_sk, to_json,
+    APPROVALS_PK, Item, META, SWEEP_INDEX, approval_item, conv_pk, conversation_from_item, conversation_item, get_n,
+    idem_pk, idempotency_item, key, lease_from_item, n, opt_s, s, subtask_item,
 };
 use super::update::Update;
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
@@ -29,10 +26,6 @@ use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 pub const BATCH_WRITE_LIMIT: usize = 25;
 /// Longest failure reason kept on a conversation, in characters.
 const MAX_ERROR_CHARS: usize = 2_000;
-
-const NON_TERMINAL: [SubtaskStatus; 3] = [SubtaskStatus::Pending, SubtaskStatus::Queued, SubtaskStatus::Running];
-/// Read-modify-write rounds of a journal entry or an approval before contention is reported as transient.
-const REWRITE_ROUNDS: u32 = 5;
 
 /// Cancellation reasons of a transaction that make retrying worthwhile.
 const TRANSIENT_REASONS: &[&str] =
@@ -72,7 +65,7 @@ fn transaction_is_transient(e: &SdkError<TransactWriteItemsError, HttpResponse>)
         && codes.iter().any(|c| TRANSIENT_REASONS.contains(&c.as_str()))
 }
 
-/// [`ConversationStore`] on one DynamoDB table (see the module docs for the layout).
+/// [`ConversationStore`](swarm_core::ports::ConversationStore) on one DynamoDB table (see the module docs for the layout).
 ///
 /// Every mutation is a single conditional `UpdateItem` / `PutItem` or one
 /// `TransactWriteItems`; throttling and contention are retried in place with
@@ -187,7 +180,7 @@ impl DynamoConversationStore {
     }
 
     /// Writes `after` over the stored approval, conditional on its status still being `from`.
-    async fn rewrite_approval(&self, after: &Approval, from: ApprovalStatus) -> Result<bool, StoreError> {
+    pub(super) async fn rewrite_approval(&self, after: &Approval, from: ApprovalStatus) -> Result<bool, StoreError> {
         let mut u = Update::default();
         for (attr, value) in approval_item(after)? {
             if !matches!(attr.as_str(), "PK" | "SK" | "status") {
@@ -206,24 +199,12 @@ impl DynamoConversationStore {
     }
 
     /// After a failed condition on a subtask: the stored record, read consistently.
-    async fn subtask_after_conflict(
+    pub(super) async fn subtask_after_conflict(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
     ) -> Result<Option<SubtaskRecord>, StoreError> {
         self.get_subtask(id, subtask_id).await
-    }
-}
-
-/// `effects` holds exactly `len` entries (an absent list holds none).
-fn journal_has(u: &mut Update, len: usize) -> String {
-    let effects = u.name("effects");
-    if len == 0 {
-        let zero = u.value("jzero", n(0));
-        format!("(attribute_not_exists({effects}) OR size({effects}) = {zero})")
-    } else {
-        let len = u.value("jlen", n(len));
-        format!("size({effects}) = {len}")
     }
 }
 
@@ -238,7 +219,7 @@ fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
 }
 
 #[async_trait]
-impl ConversationStore for DynamoConversationStore {
+impl ConversationRecords for DynamoConversationStore {
     async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
         let meta = conversation_item(conversation);
         let Some(idem_key) = &conversation.idempotency_key else {
@@ -361,6 +342,68 @@ impl ConversationStore for DynamoConversationStore {
             .is_some())
     }
 
+    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(ConversationStatus::Failed.as_str()))
+            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)))
+            .remove("sweep_shard");
+        let condition = u.status_in(&[
+            ConversationStatus::Planning.as_str(),
+            ConversationStatus::Running.as_str(),
+            ConversationStatus::Aggregating.as_str(),
+        ]);
+        Ok(self
+            .update("UpdateItem(fail_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
+    async fn overdue_conversations(
+        &self,
+        shard: u32,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ConversationId>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page_size = i32::try_from(limit - out.len()).unwrap_or(i32::MAX);
+            let req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(SWEEP_INDEX)
+                .key_condition_expression("#shard = :shard AND #deadline < :now")
+                .expression_attribute_names("#shard", "sweep_shard")
+                .expression_attribute_names("#deadline", "deadline_ms")
+                .expression_attribute_values(":shard", n(shard))
+                .expression_attribute_values(":now", n(now_ms))
+                .limit(page_size)
+                .set_exclusive_start_key(start.take());
+            let page = self
+                .retry
+                .run("dynamodb", "Query(sweep)", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Query(sweep)", e))?;
+            for item in page.items() {
+                let pk = opt_s(item, "PK").unwrap_or_default();
+                match pk.strip_prefix("CONV#") {
+                    Some(id) => out.push(ConversationId::from_trusted(id)),
+                    None => tracing::warn!(pk, "sweep index holds an item that is not a conversation"),
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl AnswerStore for DynamoConversationStore {
     async fn acquire_lease(
         &self,
         id: &ConversationId,
@@ -434,49 +477,6 @@ impl ConversationStore for DynamoConversationStore {
         }
     }
 
-    async fn overdue_conversations(
-        &self,
-        shard: u32,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<ConversationId>, StoreError> {
-        let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        while out.len() < limit {
-            let page_size = i32::try_from(limit - out.len()).unwrap_or(i32::MAX);
-            let req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(SWEEP_INDEX)
-                .key_condition_expression("#shard = :shard AND #deadline < :now")
-                .expression_attribute_names("#shard", "sweep_shard")
-                .expression_attribute_names("#deadline", "deadline_ms")
-                .expression_attribute_values(":shard", n(shard))
-                .expression_attribute_values(":now", n(now_ms))
-                .limit(page_size)
-                .set_exclusive_start_key(start.take());
-            let page = self
-                .retry
-                .run("dynamodb", "Query(sweep)", sdk_error_is_transient, || req.clone().send())
-                .await
-                .map_err(|e| to_store_error("Query(sweep)", e))?;
-            for item in page.items() {
-                let pk = opt_s(item, "PK").unwrap_or_default();
-                match pk.strip_prefix("CONV#") {
-                    Some(id) => out.push(ConversationId::from_trusted(id)),
-                    None => tracing::warn!(pk, "sweep index holds an item that is not a conversation"),
-                }
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
-        out.truncate(limit);
-        Ok(out)
-    }
-
     async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
         let mut u = Update::default();
         u.set("status", s(ConversationStatus::Done.as_str()))
@@ -488,345 +488,6 @@ impl ConversationStore for DynamoConversationStore {
             .update("UpdateItem(finish_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
             .await?
             .is_some())
-    }
-
-    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
-        let mut u = Update::default();
-        u.set("status", s(ConversationStatus::Failed.as_str()))
-            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)))
-            .remove("sweep_shard");
-        let condition = u.status_in(&[
-            ConversationStatus::Planning.as_str(),
-            ConversationStatus::Running.as_str(),
-            ConversationStatus::Aggregating.as_str(),
-        ]);
-        Ok(self
-            .update("UpdateItem(fail_conversation)", conv_pk(id), META.to_owned(), u, condition, ReturnValue::None)
-            .await?
-            .is_some())
-    }
-
-    async fn get_subtask(&self, id: &ConversationId, subtask_id: &str) -> Result<Option<SubtaskRecord>, StoreError> {
-        self.get_item(conv_pk(id), task_sk(subtask_id)).await?.map(|item| subtask_from_item(&item)).transpose()
-    }
-
-    async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        // A conversation holds at most 100 subtasks; the page bound only guards against a runaway loop.
-        for _page in 0..1_000 {
-            let req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND begins_with(SK, :task)")
-                .expression_attribute_values(":pk", s(conv_pk(id)))
-                .expression_attribute_values(":task", s(TASK_PREFIX))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take());
-            let page = self
-                .retry
-                .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
-                .await
-                .map_err(|e| to_store_error("Query", e))?;
-            for item in page.items() {
-                out.push(subtask_from_item(item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
-        Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))
-    }
-
-    async fn transition_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        from: &[SubtaskStatus],
-        to: SubtaskStatus,
-    ) -> Result<bool, StoreError> {
-        if from.is_empty() {
-            return Ok(false);
-        }
-        let mut u = Update::default();
-        u.set("status", s(to.as_str()));
-        let from: Vec<&str> = from.iter().map(|st| st.as_str()).collect();
-        let condition = u.status_in(&from);
-        Ok(self
-            .update("UpdateItem(transition_subtask)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?
-            .is_some())
-    }
-
-    async fn begin_attempt(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        lease: &AttemptLease,
-        now_ms: i64,
-    ) -> Result<AttemptStart, StoreError> {
-        let mut u = Update::default();
-        u.set("status", s(SubtaskStatus::Running.as_str()))
-            .set("lease_holder", s(&lease.holder))
-            .set("lease_until_ms", n(lease.until_ms));
-        let attempts = u.name("attempts");
-        let zero = u.value("zero", n(0));
-        let one = u.value("one", n(1));
-        u.set_expr(format!("{attempts} = if_not_exists({attempts}, {zero}) + {one}"));
-        let started = u.name("started_at_ms");
-        let now = u.value("now", n(now_ms));
-        u.set_expr(format!("{started} = if_not_exists({started}, {now})"));
-        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
-        let open = u.status_in(&from);
-        let (until, holder) = (u.name("lease_until_ms"), u.name("lease_holder"));
-        let (at, me) = (u.value("at", n(now_ms)), u.value("me", s(&lease.holder)));
-        let condition = format!("{open} AND (attribute_not_exists({until}) OR {until} <= {at} OR {holder} = {me})");
-        match self
-            .update("UpdateItem(begin_attempt)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::AllNew)
-            .await?
-        {
-            Some(item) => Ok(AttemptStart::Started(subtask_from_item(&item)?)),
-            None => match self.subtask_after_conflict(id, subtask_id).await? {
-                None => Ok(AttemptStart::Missing),
-                Some(rec) if rec.status.is_terminal() => Ok(AttemptStart::AlreadyFinished(rec)),
-                Some(rec) if rec.lease.as_ref().is_some_and(|l| !l.admits(&lease.holder, now_ms)) => {
-                    Ok(AttemptStart::Leased(rec))
-                }
-                Some(rec) => Err(StoreError::Transient(format!(
-                    "begin_attempt condition failed but subtask {subtask_id} is {} with no live lease; retry",
-                    rec.status.as_str()
-                ))),
-            },
-        }
-    }
-
-    async fn release_attempt(&self, id: &ConversationId, subtask_id: &str, holder: &str) -> Result<(), StoreError> {
-        let mut u = Update::default();
-        u.remove("lease_holder").remove("lease_until_ms");
-        let name = u.name("lease_holder");
-        let me = u.value("me", s(holder));
-        let condition = format!("attribute_exists(#PK) AND {name} = {me}");
-        // Another holder's lease (or none) is left alone: nothing to do, as in the trait.
-        self.update("UpdateItem(release_attempt)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?;
-        Ok(())
-    }
-
-    async fn record_intent(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        holder: &str,
-        effect: &Effect,
-    ) -> Result<IntentOutcome, StoreError> {
-        let mut u = Update::default();
-        let effects = u.name("effects");
-        let empty = u.value("empty", AttributeValue::L(Vec::new()));
-        let one = u.value("entry", AttributeValue::L(vec![effect_value(effect)?]));
-        u.set_expr(format!("{effects} = list_append(if_not_exists({effects}, {empty}), {one})"));
-        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
-        let open = u.status_in(&from);
-        let lease_holder = u.name("lease_holder");
-        let me = u.value("me", s(holder));
-        let follows = journal_has(&mut u, (effect.ordinal as usize).saturating_sub(1));
-        let condition = format!("{open} AND {lease_holder} = {me} AND {follows}");
-        if self
-            .update("UpdateItem(record_intent)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?
-            .is_some()
-        {
-            return Ok(IntentOutcome::Recorded);
-        }
-        let Some(rec) = self.subtask_after_conflict(id, subtask_id).await? else {
-            return Ok(IntentOutcome::Missing);
-        };
-        if rec.status.is_terminal() {
-            return Ok(IntentOutcome::Closed(rec));
-        }
-        if rec.lease.as_ref().is_none_or(|l| l.holder != holder) {
-            return Ok(IntentOutcome::LeaseLost);
-        }
-        match rec.effects.get((effect.ordinal as usize).saturating_sub(1)) {
-            Some(existing) => Ok(IntentOutcome::Existing(existing.clone())),
-            None => Err(StoreError::Permanent(format!(
-                "journal of {subtask_id} has {} entries; intent {} does not follow them",
-                rec.effects.len(),
-                effect.ordinal
-            ))),
-        }
-    }
-
-    async fn record_effect_outcome(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        ordinal: u32,
-        change: &EffectChange,
-    ) -> Result<Option<Effect>, StoreError> {
-        let index = (ordinal as usize).saturating_sub(1);
-        for _ in 0..REWRITE_ROUNDS {
-            let Some(rec) = self.get_subtask(id, subtask_id).await? else { return Ok(None) };
-            let Some(current) = rec.effects.get(index) else { return Ok(None) };
-            if current.state.is_final() {
-                return Ok(Some(current.clone()));
-            }
-            let after = change.apply(current);
-            let mut u = Update::default();
-            let effects = u.name("effects");
-            let new = u.value("new", effect_value(&after)?);
-            let old = u.value("old", effect_value(current)?);
-            u.set_expr(format!("{effects}[{index}] = {new}"));
-            let condition = format!("attribute_exists(#PK) AND {effects}[{index}] = {old}");
-            if self
-                .update(
-                    "UpdateItem(record_effect_outcome)",
-                    conv_pk(id),
-                    task_sk(subtask_id),
-                    u,
-                    condition,
-                    ReturnValue::None,
-                )
-                .await?
-                .is_some()
-            {
-                return Ok(Some(after));
-            }
-        }
-        Err(StoreError::Transient(format!("journal entry {ordinal} of {subtask_id} kept changing; retry")))
-    }
-
-    async fn close_subtask(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        journal_len: usize,
-        now_ms: i64,
-    ) -> Result<CloseOutcome, StoreError> {
-        let mut u = Update::default();
-        u.set("status", s(result.status().as_str()))
-            .set("result", s(fit_result(result)?))
-            .set("finished_at_ms", n(now_ms))
-            .remove("checkpoint");
-        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
-        let open = u.status_in(&from);
-        let unchanged = journal_has(&mut u, journal_len);
-        let condition = format!("{open} AND {unchanged}");
-        if self
-            .update("UpdateItem(close_subtask)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?
-            .is_some()
-        {
-            return Ok(CloseOutcome::Recorded);
-        }
-        match self.subtask_after_conflict(id, subtask_id).await? {
-            None => Ok(CloseOutcome::Missing),
-            Some(rec) if rec.status.is_terminal() => Ok(CloseOutcome::AlreadyFinished(rec)),
-            Some(rec) if rec.effects.len() != journal_len => Ok(CloseOutcome::JournalChanged),
-            Some(rec) => Err(StoreError::Transient(format!(
-                "close_subtask condition failed but subtask {subtask_id} is {}; retry",
-                rec.status.as_str()
-            ))),
-        }
-    }
-
-    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
-        let mut u = Update::default();
-        for (attr, value) in approval_item(approval)? {
-            if attr != "PK" && attr != "SK" {
-                u.set(&attr, value);
-            }
-        }
-        let condition = "attribute_not_exists(#PK)".to_owned();
-        let created = self
-            .update(
-                "UpdateItem(create_approval)",
-                APPROVALS_PK.to_owned(),
-                approval.id.clone(),
-                u,
-                condition,
-                ReturnValue::None,
-            )
-            .await?;
-        if created.is_some() {
-            return Ok(approval.clone());
-        }
-        self.get_approval(&approval.id).await?.ok_or_else(|| {
-            StoreError::Transient(format!("approval {} exists but could not be read; retry", approval.id))
-        })
-    }
-
-    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
-        self.get_item(APPROVALS_PK.to_owned(), approval_id.to_owned())
-            .await?
-            .map(|item| approval_from_item(&item))
-            .transpose()
-    }
-
-    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
-        let req = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("PK = :pk")
-            .expression_attribute_values(":pk", s(APPROVALS_PK))
-            .scan_index_forward(false)
-            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
-            .consistent_read(true);
-        let page = self
-            .retry
-            .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
-            .await
-            .map_err(|e| to_store_error("Query", e))?;
-        page.items().iter().map(approval_from_item).collect()
-    }
-
-    async fn decide_approval(
-        &self,
-        approval_id: &str,
-        decision: &ApprovalDecision,
-    ) -> Result<DecideOutcome, StoreError> {
-        let Some(current) = self.get_approval(approval_id).await? else { return Ok(DecideOutcome::Missing) };
-        if current.status != ApprovalStatus::Pending {
-            return Ok(DecideOutcome::Unchanged(current));
-        }
-        let expired = decision.at_ms >= current.expires_at_ms;
-        let after = if expired {
-            Approval { status: ApprovalStatus::Expired, ..current.clone() }
-        } else {
-            Approval {
-                status: if decision.approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected },
-                decided_by: Some(decision.by.clone()),
-                decided_at_ms: Some(decision.at_ms),
-                token: decision.token.clone(),
-                ..current.clone()
-            }
-        };
-        if self.rewrite_approval(&after, ApprovalStatus::Pending).await? {
-            return Ok(if expired { DecideOutcome::Unchanged(after) } else { DecideOutcome::Decided(after) });
-        }
-        // Someone decided first: theirs stands.
-        match self.get_approval(approval_id).await? {
-            Some(now) => Ok(DecideOutcome::Unchanged(now)),
-            None => Ok(DecideOutcome::Missing),
-        }
-    }
-
-    async fn finish_approval(
-        &self,
-        approval_id: &str,
-        status: ApprovalStatus,
-        outcome: &EffectOutcome,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let Some(current) = self.get_approval(approval_id).await? else { return Ok(false) };
-        if current.status != ApprovalStatus::Approved {
-            return Ok(false);
-        }
-        let after = Approval { status, outcome: Some(outcome.clone()), finished_at_ms: Some(at_ms), ..current };
-        self.rewrite_approval(&after, ApprovalStatus::Approved).await
     }
 
     async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError> {
@@ -866,68 +527,18 @@ impl ConversationStore for DynamoConversationStore {
             .await?
             .is_some())
     }
+}
 
-    async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &str, checkpoint: &str) -> Result<(), StoreError> {
-        let mut u = Update::default();
-        u.set("checkpoint", s(fit_checkpoint(checkpoint)));
-        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
-        let condition = u.status_in(&from);
-        // A terminal or missing subtask keeps no checkpoint: nothing to do, as in the trait.
-        self.update("UpdateItem(save_checkpoint)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?;
-        Ok(())
-    }
-
-    async fn record_result(
-        &self,
-        id: &ConversationId,
-        subtask_id: &str,
-        result: &SubtaskResult,
-        usage: &Usage,
-        tools_used: &[String],
-        now_ms: i64,
-    ) -> Result<RecordOutcome, StoreError> {
-        let mut u = Update::default();
-        u.set("status", s(result.status().as_str()))
-            .set("result", s(fit_result(result)?))
-            .set("finished_at_ms", n(now_ms))
-            .remove("checkpoint");
-        if usage.is_empty() {
-            u.remove("usage");
-        } else {
-            u.set("usage", s(to_json(usage)?));
-        }
-        if tools_used.is_empty() {
-            u.remove("tools_used");
-        } else {
-            u.set("tools_used", AttributeValue::L(tools_used.iter().map(s).collect()));
-        }
-        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
-        let condition = u.status_in(&from);
-        match self
-            .update("UpdateItem(record_result)", conv_pk(id), task_sk(subtask_id), u, condition, ReturnValue::None)
-            .await?
-        {
-            Some(_) => Ok(RecordOutcome::Recorded),
-            None => match self.subtask_after_conflict(id, subtask_id).await? {
-                None => Ok(RecordOutcome::Missing),
-                Some(rec) if rec.status.is_terminal() => Ok(RecordOutcome::AlreadyFinished(rec)),
-                Some(rec) => Err(StoreError::Transient(format!(
-                    "record_result condition failed but subtask {subtask_id} is {}; retry",
-                    rec.status.as_str()
-                ))),
-            },
-        }
-    }
-
+#[async_trait]
+impl AccountingStore for DynamoConversationStore {
     async fn count_finished(
         &self,
         id: &ConversationId,
-        subtask_id: &str,
+        subtask_id: &SubtaskId,
         usage: &Usage,
     ) -> Result<CountOutcome, StoreError> {
         let mut u = Update::default();
-        u.add("finished", AttributeValue::Ss(vec![subtask_id.to_owned()]));
+        u.add("finished", AttributeValue::Ss(vec![subtask_id.to_string()]));
         let remaining = u.name("remaining");
         let one = u.value("one", n(1));
         u.set_expr(format!("{remaining} = {remaining} - {one}"));
@@ -942,13 +553,13 @@ impl ConversationStore for DynamoConversationStore {
         {
             Some(item) => {
                 let remaining: u32 = get_n(&item, "remaining")?;
-                tracing::info!(conversation_id = %id, subtask_id, remaining, "subtask counted");
+                tracing::info!(conversation_id = %id, subtask_id = %subtask_id, remaining, "subtask counted");
                 Ok(CountOutcome::Counted { remaining })
             }
             None => match self.get_item(conv_pk(id), META.to_owned()).await? {
                 None => Ok(CountOutcome::Missing),
                 Some(_) => {
-                    tracing::info!(conversation_id = %id, subtask_id, "subtask already counted");
+                    tracing::info!(conversation_id = %id, subtask_id = %subtask_id, "subtask already counted");
                     Ok(CountOutcome::AlreadyCounted)
                 }
             },

@@ -1,0 +1,112 @@
+//! The approval role of [`DynamoConversationStore`]: approvals of side effects on the `APPROVALS` partition.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValue;
+use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
+use swarm_core::effects::EffectOutcome;
+use swarm_core::ports::{ApprovalStore, StoreError};
+
+use super::codec::{APPROVALS_PK, approval_from_item, approval_item, s};
+use super::store::{DynamoConversationStore, to_store_error};
+use super::update::Update;
+use crate::aws::retry::sdk_error_is_transient;
+
+#[async_trait]
+impl ApprovalStore for DynamoConversationStore {
+    async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError> {
+        let mut u = Update::default();
+        for (attr, value) in approval_item(approval)? {
+            if attr != "PK" && attr != "SK" {
+                u.set(&attr, value);
+            }
+        }
+        let condition = "attribute_not_exists(#PK)".to_owned();
+        let created = self
+            .update(
+                "UpdateItem(create_approval)",
+                APPROVALS_PK.to_owned(),
+                approval.id.clone(),
+                u,
+                condition,
+                ReturnValue::None,
+            )
+            .await?;
+        if created.is_some() {
+            return Ok(approval.clone());
+        }
+        self.get_approval(&approval.id).await?.ok_or_else(|| {
+            StoreError::Transient(format!("approval {} exists but could not be read; retry", approval.id))
+        })
+    }
+
+    async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError> {
+        self.get_item(APPROVALS_PK.to_owned(), approval_id.to_owned())
+            .await?
+            .map(|item| approval_from_item(&item))
+            .transpose()
+    }
+
+    async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        let req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("PK = :pk")
+            .expression_attribute_values(":pk", s(APPROVALS_PK))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .consistent_read(true);
+        let page = self
+            .retry
+            .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_store_error("Query", e))?;
+        page.items().iter().map(approval_from_item).collect()
+    }
+
+    async fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: &ApprovalDecision,
+    ) -> Result<DecideOutcome, StoreError> {
+        let Some(current) = self.get_approval(approval_id).await? else { return Ok(DecideOutcome::Missing) };
+        if current.status != ApprovalStatus::Pending {
+            return Ok(DecideOutcome::Unchanged(current));
+        }
+        let expired = decision.at_ms >= current.expires_at_ms;
+        let after = if expired {
+            Approval { status: ApprovalStatus::Expired, ..current.clone() }
+        } else {
+            Approval {
+                status: if decision.approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected },
+                decided_by: Some(decision.by.clone()),
+                decided_at_ms: Some(decision.at_ms),
+                token: decision.token.clone(),
+                ..current.clone()
+            }
+        };
+        if self.rewrite_approval(&after, ApprovalStatus::Pending).await? {
+            return Ok(if expired { DecideOutcome::Unchanged(after) } else { DecideOutcome::Decided(after) });
+        }
+        // Someone decided first: theirs stands.
+        match self.get_approval(approval_id).await? {
+            Some(now) => Ok(DecideOutcome::Unchanged(now)),
+            None => Ok(DecideOutcome::Missing),
+        }
+    }
+
+    async fn finish_approval(
+        &self,
+        approval_id: &str,
+        status: ApprovalStatus,
+        outcome: &EffectOutcome,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let Some(current) = self.get_approval(approval_id).await? else { return Ok(false) };
+        if current.status != ApprovalStatus::Approved {
+            return Ok(false);
+        }
+        let after = Approval { status, outcome: Some(outcome.clone()), finished_at_ms: Some(at_ms), ..current };
+        self.rewrite_approval(&after, ApprovalStatus::Approved).await
+    }
+}

@@ -1,0 +1,403 @@
+//! The conversation store port: the single table keyed by conversation (DESIGN.md "Data"), as narrow role traits.
+//!
+//! Every mutating call is one conditional write (or one transaction), so the invariants hold
+//! under at-least-once delivery and concurrent workers. A function asks for the roles it uses
+//! (`&dyn SubtaskStore`, `Arc<dyn JournalStore>`); adapters implement every role, which makes
+//! them a [`ConversationStore`], the union, for callers that use them all (an
+//! `Arc<dyn ConversationStore>` upcasts to any role). Each signature is written once, in the
+//! `store_roles!` invocation below, which also implements every role for every
+//! [`StoreDecorator`]: a decorator (spans per operation, injected faults) answers
+//! [`StoreDecorator::inner`] and [`StoreDecorator::around`], and each role's method runs the
+//! inner store's call inside `around` with a [`Call`] that names it.
+
+use std::future::Future;
+
+use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
+use crate::domain::{
+    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Usage,
+};
+use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
+
+mod outcomes;
+mod roles_macro;
+
+pub use outcomes::{
+    AttemptStart, CloseOutcome, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
+    StoreError,
+};
+use roles_macro::store_roles;
+
+/// One store call as a decorator sees it: which operation, and the arguments a decorator keys on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub op: StoreOp,
+    /// The subtask the call reads or writes (for `create_approval`, the approval's subtask);
+    /// `None` for calls on a conversation or an approval alone.
+    pub subtask: Option<&'a SubtaskId>,
+    /// The lease `acquire_lease` asks for; `None` for every other operation.
+    pub lease: Option<LeaseAsk<'a>>,
+}
+
+impl Call<'_> {
+    /// A call of `op` with no keyed arguments.
+    pub fn of(op: StoreOp) -> Self {
+        Self { op, subtask: None, lease: None }
+    }
+}
+
+/// The arguments of an `acquire_lease` call: who asks, at what time, until when (epoch milliseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseAsk<'a> {
+    pub holder: &'a str,
+    pub now_ms: i64,
+    pub until_ms: i64,
+}
+
+/// A store around another: every role trait's call goes to [`Self::inner`] through [`Self::around`].
+///
+/// Implementing this trait implements every role trait (and so [`ConversationStore`]); the
+/// decorator cannot change a call's arguments, only observe them, delay, refuse or observe the answer.
+pub trait StoreDecorator: Send + Sync {
+    /// The store the calls go on to.
+    fn inner(&self) -> &dyn ConversationStore;
+
+    /// Answers `call`: normally by awaiting `run` (the inner store's answer to it), possibly
+    /// inside a span or after a check; a decorator may also answer without running it. `T` is the
+    /// operation's `Ok` type (owned, so a decorator may downcast it through [`std::any::Any`]).
+    fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> impl Future<Output = Result<T, StoreError>> + Send + 'a
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'a;
+}
+
+store_roles! {
+    /// The conversation item's life: created, read, planned into subtasks, flipped, failed, and
+    /// found by the sweep when overdue.
+    pub trait ConversationRecords {
+        /// Writes the conversation item, conditional on the id being new. When
+        /// `conversation.idempotency_key` is set, atomically claims
+        /// `(customer_id, key)`; a key already claimed returns
+        /// [`CreateOutcome::Existing`] and writes nothing.
+        async fn create_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError>
+            as CreateConversation;
+
+        async fn get_conversation(&self, id: &ConversationId) -> Result<Option<Conversation>, StoreError>
+            as GetConversation;
+
+        /// Writes all subtask items and flips the conversation `PLANNING → RUNNING`
+        /// with `total = remaining = subtasks.len()`, `notes`, and `usage` added.
+        /// Returns `false` (and writes nothing) when the conversation is not in `PLANNING`.
+        /// DynamoDB: at most 100 items per transaction, so large plans write the
+        /// subtasks first and flip the conversation last.
+        async fn start_run(
+            &self,
+            id: &ConversationId,
+            subtasks: &[SubtaskRecord],
+            notes: &[String],
+            usage: &Usage,
+        ) -> Result<bool, StoreError>
+            as StartRun;
+
+        /// Flips a conversation `from → to` if it is in `from` (a terminal `to` takes it out of the sweep
+        /// index). Returns whether this call made the flip. The aggregation flip is [`AnswerStore::acquire_lease`].
+        async fn transition_conversation(
+            &self,
+            id: &ConversationId,
+            from: ConversationStatus,
+            to: ConversationStatus,
+        ) -> Result<bool, StoreError>
+            as TransitionConversation;
+
+        /// `PLANNING | RUNNING | AGGREGATING → FAILED` with a reason; the conversation leaves the sweep index.
+        /// Returns whether this call made the flip.
+        async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError>
+            as FailConversation;
+
+        /// Conversations of sweep shard `shard` whose deadline is before `now_ms` and that are not terminal,
+        /// earliest deadline first, at most `limit`. DynamoDB: a query of the sparse sweep index
+        /// (`sweep_shard`, `deadline_ms`), which only non-terminal conversations carry; eventually consistent.
+        async fn overdue_conversations(
+            &self,
+            shard: u32,
+            now_ms: i64,
+            limit: usize,
+        ) -> Result<Vec<ConversationId>, StoreError>
+            as OverdueConversations;
+    }
+
+    /// Who answers a conversation, and how: the planning or aggregation lease, the reply, and the
+    /// hand-off to a person.
+    pub trait AnswerStore {
+        /// Takes the lease of `phase` for `holder` until `until_ms`, in one conditional write:
+        /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease;
+        /// - [`LeasePhase::Aggregating`]: the conversation is on `turn` and either `RUNNING` with
+        ///   `remaining = 0` (it becomes `AGGREGATING`: the aggregation flip) or `AGGREGATING` under a
+        ///   lease that expired before `now_ms` (a takeover).
+        ///
+        /// A live lease is never taken over ([`LeaseOutcome::Held`]).
+        async fn acquire_lease(
+            &self,
+            id: &ConversationId,
+            phase: LeasePhase,
+            holder: &str,
+            now_ms: i64,
+            until_ms: i64,
+        ) -> Result<LeaseOutcome, StoreError>
+            as AcquireLease { lease: LeaseAsk { holder, now_ms, until_ms } };
+
+        /// `AGGREGATING → DONE` with the reply, adding `usage`; the conversation leaves the sweep index.
+        /// Returns whether this call made the flip.
+        async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError>
+            as FinishConversation;
+
+        /// Records on a non-terminal conversation that it goes to a person when it ends. Returns
+        /// whether the conversation was non-terminal.
+        async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError>
+            as RequestHandoff;
+
+        /// `AGGREGATING → HANDOFF` with the reply and why, adding `usage`. Returns whether this call made the flip.
+        async fn hand_off(
+            &self,
+            id: &ConversationId,
+            reply: &str,
+            usage: &Usage,
+            handoff: &Handoff,
+        ) -> Result<bool, StoreError>
+            as HandOff;
+    }
+
+    /// The subtask items: read, flipped, attempted under a lease, checkpointed and finished.
+    pub trait SubtaskStore {
+        async fn get_subtask(&self, id: &ConversationId, subtask_id: &SubtaskId) -> Result<Option<SubtaskRecord>, StoreError>
+            as GetSubtask { subtask: subtask_id };
+
+        /// All subtasks of a conversation, strongly consistent, in id order.
+        async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError>
+            as ListSubtasks;
+
+        /// Flips a subtask's status if it is currently one of `from`. Returns whether this call made the flip.
+        async fn transition_subtask(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            from: &[SubtaskStatus],
+            to: SubtaskStatus,
+        ) -> Result<bool, StoreError>
+            as TransitionSubtask { subtask: subtask_id };
+
+        /// Marks a non-terminal subtask `RUNNING` under `lease`, increments `attempts` and sets
+        /// `started_at_ms` on the first attempt — conditional on no other holder's lease being live
+        /// at `now_ms` ([`AttemptStart::Leased`] then, and nothing written).
+        async fn begin_attempt(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            lease: &AttemptLease,
+            now_ms: i64,
+        ) -> Result<AttemptStart, StoreError>
+            as BeginAttempt { subtask: subtask_id };
+
+        /// Ends `holder`'s lease early (a hand-back or a wait): the next delivery need not wait for
+        /// it to expire. Nothing happens when another holder has it.
+        async fn release_attempt(&self, id: &ConversationId, subtask_id: &SubtaskId, holder: &str) -> Result<(), StoreError>
+            as ReleaseAttempt { subtask: subtask_id };
+
+        /// Saves an interrupted attempt's progress (JSON) on a non-terminal subtask.
+        async fn save_checkpoint(&self, id: &ConversationId, subtask_id: &SubtaskId, checkpoint: &str) -> Result<(), StoreError>
+            as SaveCheckpoint { subtask: subtask_id };
+
+        /// Writes the subtask's terminal result, usage and tools used, conditional
+        /// on the subtask not being terminal yet; answers the record as written.
+        async fn record_result(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            result: &SubtaskResult,
+            usage: &Usage,
+            tools_used: &[String],
+            now_ms: i64,
+        ) -> Result<RecordOutcome, StoreError>
+            as RecordResult { subtask: subtask_id };
+
+        /// [`SubtaskStore::record_result`] for a subtask someone else was running (the deadline
+        /// path, the dead-letter consumer), conditional also on its journal still holding
+        /// `journal_len` entries: an intent recorded since the caller read it wins
+        /// ([`CloseOutcome::JournalChanged`]), so a side effect is never reported as not done.
+        async fn close_subtask(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            result: &SubtaskResult,
+            journal_len: usize,
+            now_ms: i64,
+        ) -> Result<CloseOutcome, StoreError>
+            as CloseSubtask { subtask: subtask_id };
+    }
+
+    /// Exactly-once accounting of finished subtasks on the conversation item (DESIGN.md invariant 1).
+    pub trait AccountingStore {
+        /// Exactly-once accounting: one conditional update of the conversation
+        /// item adds `subtask_id` to the finished set, decrements `remaining` and
+        /// adds `usage`, guarded by "id not yet in the set" (DESIGN.md invariant 1).
+        async fn count_finished(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            usage: &Usage,
+        ) -> Result<CountOutcome, StoreError>
+            as CountFinished { subtask: subtask_id };
+    }
+
+    /// A subtask's journal of side-effecting calls ([`crate::effects`]): the intent before
+    /// dispatch, the outcome after.
+    pub trait JournalStore {
+        /// Appends `effect` (its intent, before dispatch) to the subtask's journal as entry
+        /// `effect.ordinal - 1` — one conditional write, on the subtask being non-terminal, `holder`
+        /// holding its lease and the journal holding exactly `ordinal - 1` entries.
+        async fn record_intent(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            holder: &str,
+            effect: &Effect,
+        ) -> Result<IntentOutcome, StoreError>
+            as RecordIntent { subtask: subtask_id };
+
+        /// Applies `change` to journal entry `ordinal` unless it is already final (also on a terminal
+        /// subtask: an outcome may land after the deadline closed it). Answers the stored entry after
+        /// the call (`None`: no such subtask or entry).
+        async fn record_effect_outcome(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            ordinal: u32,
+            change: &EffectChange,
+        ) -> Result<Option<Effect>, StoreError>
+            as RecordEffectOutcome { subtask: subtask_id };
+    }
+
+    /// Approvals of side effects a person must consent to ([`crate::approval`]).
+    pub trait ApprovalStore {
+        /// Writes `approval` unless one with its id exists; answers the stored approval (the
+        /// existing one when it did).
+        async fn create_approval(&self, approval: &Approval) -> Result<Approval, StoreError>
+            as CreateApproval { subtask: &approval.subtask_id };
+
+        async fn get_approval(&self, approval_id: &str) -> Result<Option<Approval>, StoreError>
+            as GetApproval;
+
+        /// At most `limit` approvals, newest conversation first.
+        async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError>
+            as ListApprovals;
+
+        /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
+        /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
+        /// past its expiry is marked `EXPIRED` instead.
+        async fn decide_approval(
+            &self,
+            approval_id: &str,
+            decision: &ApprovalDecision,
+        ) -> Result<DecideOutcome, StoreError>
+            as DecideApproval;
+
+        /// `APPROVED → EXECUTED | EXPIRED` with what happened. Returns whether this call made the change.
+        async fn finish_approval(
+            &self,
+            approval_id: &str,
+            status: ApprovalStatus,
+            outcome: &EffectOutcome,
+            at_ms: i64,
+        ) -> Result<bool, StoreError>
+            as FinishApproval;
+    }
+}
+
+/// The whole store, every role: what the adapters are and what a caller using them all holds.
+///
+/// Implemented for every type with every role (adapters, decorators); an `Arc<dyn ConversationStore>`
+/// upcasts to the role a part of a function needs (`Arc<dyn SubtaskStore>`).
+pub trait ConversationStore:
+    ConversationRecords + AnswerStore + SubtaskStore + AccountingStore + JournalStore + ApprovalStore
+{
+}
+
+impl<T> ConversationStore for T where
+    T: ConversationRecords + AnswerStore + SubtaskStore + AccountingStore + JournalStore + ApprovalStore + ?Sized
+{
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A store that refuses every call, naming it.
+    struct Refusing;
+
+    impl StoreDecorator for Refusing {
+        // Never awaited: `around` answers without running the inner call.
+        fn inner(&self) -> &dyn ConversationStore {
+            self
+        }
+
+        async fn around<'a, T, F>(&'a self, call: Call<'a>, _run: F) -> Result<T, StoreError>
+        where
+            T: Send + 'static,
+            F: Future<Output = Result<T, StoreError>> + Send + 'a,
+        {
+            Err(StoreError::Permanent(format!("{} refused", call.op.name())))
+        }
+    }
+
+    /// Records each call's keyed arguments, then refuses it.
+    struct Seeing {
+        seen: Mutex<Vec<String>>,
+        inner: Refusing,
+    }
+
+    impl StoreDecorator for Seeing {
+        fn inner(&self) -> &dyn ConversationStore {
+            &self.inner
+        }
+
+        fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> impl Future<Output = Result<T, StoreError>> + Send + 'a
+        where
+            T: Send + 'static,
+            F: Future<Output = Result<T, StoreError>> + Send + 'a,
+        {
+            let line = format!(
+                "{} {} {:?}",
+                call.op.name(),
+                call.subtask.map_or("-", SubtaskId::as_str),
+                call.lease.map(|l| (l.holder, l.now_ms, l.until_ms))
+            );
+            self.seen.lock().unwrap().push(line);
+            run
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decorator_sees_each_call_by_name_with_its_keyed_arguments_and_passes_the_answer_on() {
+        let store = Arc::new(Seeing { seen: Mutex::new(Vec::new()), inner: Refusing });
+        let id = ConversationId::from_trusted("c1");
+        let sid = SubtaskId::from("w02");
+        let done = SubtaskResult::Skipped { dependency: SubtaskId::from("w01") };
+        let as_subtasks: Arc<dyn SubtaskStore> = store.clone() as Arc<dyn ConversationStore>;
+        let err = as_subtasks.record_result(&id, &sid, &done, &Usage::default(), &[], 5).await.unwrap_err();
+        assert_eq!(err.to_string(), "store error: record_result refused");
+        let err = store.acquire_lease(&id, LeasePhase::Planning, "h1", 10, 20).await.unwrap_err();
+        assert_eq!(err.to_string(), "store error: acquire_lease refused");
+        assert_eq!(*store.seen.lock().unwrap(), ["record_result w02 None", r#"acquire_lease - Some(("h1", 10, 20))"#]);
+    }
+
+    #[test]
+    fn every_operation_has_its_own_name() {
+        let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
+        assert_eq!(names.len(), StoreOp::ALL.len());
+        assert_eq!(StoreOp::ALL.len(), 26);
+        assert_eq!(StoreOp::CountFinished.name(), "count_finished");
+    }
+}
