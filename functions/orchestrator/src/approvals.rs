@@ -23,35 +23,10 @@ pub const MAX_LISTED: usize = 100;
 /// ends early, with a cursor to go on from.
 pub const MAX_SCANNED: usize = 1_000;
 
-/// Where the next page starts: opaque to clients (base64url of a small JSON object), so the index
-/// under it can change; today the last approval id the page looked at (the store lists newest first).
+/// Where the next page of approvals starts: after this approval id (the store lists newest first).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Cursor {
-    v: u8,
+struct After {
     after: String,
-}
-
-impl Cursor {
-    fn encode(after: &str) -> String {
-        use base64::Engine as _;
-        let json = serde_json::json!({ "v": 1, "after": after }).to_string();
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-    }
-
-    /// Errors: 400 `bad_cursor` for anything this API did not hand out.
-    fn decode(text: &str) -> Result<Self, ApiError> {
-        use base64::Engine as _;
-        let bad = || ApiError::BadRequest {
-            code: "bad_cursor",
-            message: "cursor is not one this API handed out; start again without it".into(),
-        };
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim()).map_err(|_| bad())?;
-        let cursor: Self = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-        if cursor.v != 1 || !is_approval_id(&cursor.after) {
-            return Err(bad());
-        }
-        Ok(cursor)
-    }
 }
 
 /// One page of [`Approvals::list`].
@@ -84,7 +59,9 @@ impl Approvals {
     }
 
     /// A page of approvals, newest first: at most `limit` (1..=[`MAX_LISTED`]), optionally only
-    /// those in `status` now, starting after `cursor` (a page's `next_cursor`).
+    /// those in `status` now, starting after `cursor` (a page's `next_cursor`, opaque). With a status
+    /// filter a page reads on through the store until it is full, at most [`MAX_SCANNED`] approvals,
+    /// and ends with a cursor to go on from.
     ///
     /// Errors: 400 `bad_cursor` for a cursor this API did not hand out; 503 when the store is unavailable.
     pub async fn list(
@@ -93,29 +70,42 @@ impl Approvals {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<ApprovalsPage, ApiError> {
-        let after = cursor.filter(|c| !c.trim().is_empty()).map(Cursor::decode).transpose()?.map(|c| c.after);
+        let mut after = match cursor.filter(|c| !c.trim().is_empty()) {
+            None => None,
+            Some(text) => {
+                let After { after } = crate::cursor::decode(text)?;
+                if !is_approval_id(&after) {
+                    return Err(crate::cursor::bad_cursor());
+                }
+                Some(after)
+            }
+        };
         let limit = limit.clamp(1, MAX_LISTED);
         let now = now_ms();
-        // The store lists newest first (ids grow with time): a page continues below its cursor.
-        let listed = self.store.list_approvals(MAX_SCANNED).await?;
-        let total = listed.len();
-        let mut scanned = 0;
-        let mut last_seen = None;
         let mut approvals = Vec::new();
-        for a in listed.iter().filter(|a| after.as_deref().is_none_or(|k| a.id.as_str() < k)) {
-            scanned += 1;
-            last_seen = Some(a.id.as_str());
-            if status.is_none_or(|s| a.status_at(now) == s) {
-                approvals.push(OperatorApprovalView::build(a, now));
-                if approvals.len() == limit {
-                    break;
+        let mut scanned = 0;
+        let mut more = true;
+        while approvals.len() < limit && scanned < MAX_SCANNED && more {
+            let chunk = self.store.list_approvals_after(after.as_deref(), limit.min(MAX_SCANNED - scanned)).await?;
+            more = !chunk.is_empty();
+            for a in &chunk {
+                scanned += 1;
+                after = Some(a.id.clone());
+                if status.is_none_or(|s| a.status_at(now) == s) {
+                    approvals.push(OperatorApprovalView::build(a, now));
+                    if approvals.len() == limit {
+                        break;
+                    }
                 }
             }
         }
-        // More may follow when the page stopped before the end of what the store holds.
-        let skipped = after.as_deref().map_or(0, |k| listed.iter().filter(|a| a.id.as_str() >= k).count());
-        let more = skipped + scanned < total || (total == MAX_SCANNED && scanned > 0);
-        let next_cursor = last_seen.filter(|_| more).map(Cursor::encode);
+        // Another page follows when the store holds an approval after the last one looked at.
+        let next_cursor = match &after {
+            Some(last) if more && !self.store.list_approvals_after(Some(last), 1).await?.is_empty() => {
+                Some(crate::cursor::encode(&After { after: last.clone() }))
+            }
+            _ => None,
+        };
         Ok(ApprovalsPage { approvals, next_cursor })
     }
 

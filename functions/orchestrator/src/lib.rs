@@ -4,6 +4,7 @@ pub mod api;
 pub mod approvals;
 pub mod config;
 pub mod core;
+pub mod cursor;
 
 pub use api::{ApiState, Auth, Caller, OperatorAuth, router};
 pub use approvals::Approvals;

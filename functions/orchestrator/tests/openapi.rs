@@ -9,8 +9,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
 use orchestrator::api::{
-    AllowedOrigins, ApprovalPage, CreateBody, Created, DecideBody, Decided, Health, OperatorAuth, OperatorTable,
-    Problem, cors,
+    AllowedOrigins, ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health, OperatorAuth,
+    OperatorTable, Problem, cors,
 };
 use orchestrator::{ApiState, Approvals, Auth, Orchestrator, OrchestratorSettings};
 use schemars::generate::SchemaSettings;
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use swarm_adapters::embedded::{InMemoryConversationStore, InMemoryQueue, QueueSettings};
 use swarm_core::approval::{Approval, ApprovalKey, ApprovalStatus, ProposedAction, approval_id};
 use swarm_core::domain::{ConversationId, now_ms};
-use swarm_core::ports::{ConversationStore, TaskQueue, ToolError};
+use swarm_core::ports::{ApprovalStore, TaskQueue, ToolError};
 use swarm_core::roles::{RoleTable, TaskQueues};
 use swarm_core::timings::Timings;
 use swarm_core::view::ConversationView;
@@ -48,7 +48,7 @@ fn derived() -> BTreeMap<String, Value> {
             roots.insert(<$ty as schemars::JsonSchema>::schema_name().into_owned(), schema);
         )+};
     }
-    root!(CreateBody, Created, ConversationView, ApprovalPage, DecideBody, Decided, Health, Problem);
+    root!(CreateBody, Created, ConversationView, ConversationPage, ApprovalPage, DecideBody, Decided, Health, Problem);
     for (name, schema) in generator.take_definitions(true) {
         roots.entry(name).or_insert(schema);
     }
@@ -95,7 +95,7 @@ async fn rig() -> (Router, String) {
     let conversation = ConversationId::new();
     let now = now_ms();
     let approval = Approval {
-        id: approval_id(&conversation, "w01", 1),
+        id: approval_id(&conversation, &"w01".into(), 1),
         conversation_id: conversation,
         subtask_id: "w01".into(),
         ordinal: 1,
@@ -184,6 +184,16 @@ async fn every_answer_matches_the_document() {
         assert_eq!(answer.0, status, "{body}: {:?}", answer.2);
         conforms(&doc, "/conversations", "post", &answer);
     }
+    let list = call(&router, "GET", "/conversations?customer_id=C104&limit=5", "", &[]).await;
+    assert_eq!(format!("/conversations/{}", list.2["conversations"][0]["conversation_id"].as_str().unwrap()), url);
+    conforms(&doc, "/conversations", "get", &list);
+    conforms(&doc, "/conversations", "get", &call(&router, "GET", "/conversations", "", &[]).await);
+    conforms(
+        &doc,
+        "/conversations",
+        "get",
+        &call(&router, "GET", "/conversations?customer_id=C104&cursor=x", "", &[]).await,
+    );
     let view = call(&router, "GET", &url, "", &[]).await;
     assert_eq!(view.0, 200);
     conforms(&doc, "/conversations/{id}", "get", &view);

@@ -174,9 +174,7 @@ async fn unknown_routes_are_404_and_wrong_methods_405_with_allow() {
 
     let delete = send(router(&r, Auth::None), request("DELETE", "/conversations", "")).await;
     assert_error(&delete, 405, "method_not_allowed");
-    assert_eq!(delete.1.get(header::ALLOW).unwrap(), "POST");
-    let get_list = send(router(&r, Auth::None), request("GET", "/conversations", "")).await;
-    assert_error(&get_list, 405, "method_not_allowed");
+    assert_eq!(delete.1.get(header::ALLOW).unwrap(), "POST,GET,HEAD");
     let put =
         send(router(&r, Auth::None), request("PUT", "/conversations/01900000-0000-7000-8000-000000000000", "")).await;
     assert_error(&put, 405, "method_not_allowed");
@@ -382,4 +380,48 @@ async fn the_jwt_fixture_goes_through_lambda_http_into_the_router() {
     // The same event with authentication off has no customer to act for.
     let request = lambda_http::request::from_str(event).unwrap();
     assert_error(&send(router(&r, Auth::None), request).await, 400, "missing_customer_id");
+}
+
+#[tokio::test]
+async fn a_customer_lists_only_their_own_conversations_a_page_at_a_time() {
+    let r = rig();
+    let bearer = format!("Bearer {TOKEN_C104}");
+    let mut mine = Vec::new();
+    for message in ["where is A1029", "is SAVE20 valid", "where is A1022"] {
+        let body = json!({ "message": message }).to_string();
+        let created = send(router(&r, tokens()), with_header(post(&body), "authorization", &bearer)).await;
+        assert_eq!(created.0, StatusCode::ACCEPTED, "{}", created.2);
+        mine.push(created.2["conversation_id"].as_str().unwrap().to_owned());
+        // Distinct creation times: the newest-first order is the creation order reversed.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let theirs = send(router(&r, Auth::None), post(r#"{"message": "hi", "customer_id": "C105"}"#)).await;
+    assert_eq!(theirs.0, StatusCode::ACCEPTED);
+
+    let mut listed = Vec::new();
+    let mut path = "/conversations?limit=2".to_owned();
+    for _ in 0..3 {
+        let page = send(router(&r, tokens()), with_header(request("GET", &path, ""), "authorization", &bearer)).await;
+        assert_eq!(page.0, StatusCode::OK, "{}", page.2);
+        listed.extend(
+            page.2["conversations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["conversation_id"].as_str().unwrap().to_owned()),
+        );
+        match page.2["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/conversations?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    mine.reverse();
+    assert_eq!(listed, mine, "newest first, each once, none of another customer's");
+
+    let other = with_header(request("GET", "/conversations?customer_id=C105", ""), "authorization", &bearer);
+    assert_error(&send(router(&r, tokens()), other).await, 403, "forbidden");
+    assert_error(&send(router(&r, tokens()), request("GET", "/conversations", "")).await, 401, "unauthenticated");
+    assert_error(&send(router(&r, Auth::None), request("GET", "/conversations", "")).await, 400, "missing_customer_id");
+    let junk = with_header(request("GET", "/conversations?cursor=bm90LWEtY3Vyc29y", ""), "authorization", &bearer);
+    assert_error(&send(router(&r, tokens()), junk).await, 400, "bad_cursor");
 }

@@ -275,6 +275,43 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// One conversation in a customer's list (`GET /conversations`): where it stands, without its
+/// subtasks, message or reply (its `GET /conversations/{id}` has them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationSummary {
+    pub conversation_id: String,
+    /// `PLANNING | RUNNING | AGGREGATING | DONE | FAILED | HANDOFF`.
+    pub status: ConversationStatus,
+    pub progress: Progress,
+    /// Whether its reply is written.
+    pub replied: bool,
+    pub created_at_ms: i64,
+    /// `created_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// Its deadline (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub deadline_at: String,
+    /// Set when a person takes (or is to take) the conversation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
+}
+
+impl ConversationSummary {
+    pub fn build(c: &Conversation) -> Self {
+        Self {
+            conversation_id: c.id.to_string(),
+            status: c.status,
+            progress: Progress { finished: c.finished.len() as u32, total: c.total },
+            replied: c.reply.is_some(),
+            created_at_ms: c.created_at_ms,
+            created_at: rfc3339(c.created_at_ms),
+            deadline_at: rfc3339(c.deadline_ms),
+            handoff: c.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms, at: rfc3339(h.at_ms) }),
+        }
+    }
+}
+
 /// The approval ids the subtasks' journals name, in subtask and call order, each once.
 pub fn approval_ids(subtasks: &[SubtaskRecord]) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();

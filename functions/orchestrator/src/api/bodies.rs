@@ -2,7 +2,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use swarm_core::view::OperatorApprovalView;
+use swarm_core::view::{ConversationSummary, OperatorApprovalView};
 
 /// `POST /conversations`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
@@ -19,6 +19,15 @@ pub struct Created {
     pub conversation_id: String,
     /// `/conversations/{conversation_id}`.
     pub status_url: String,
+}
+
+/// `GET /conversations`: a page of the caller's conversations, newest first.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct ConversationPage {
+    pub conversations: Vec<ConversationSummary>,
+    /// Pass as `cursor` for the next page; absent on the last page. Opaque: its content may change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `GET /approvals`: a page, newest first.

@@ -1,4 +1,4 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
 //! Status codes: 202 created (with `Location`), 200 a conversation; 400 a request
 //! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
@@ -30,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-pub use bodies::{ApprovalPage, CreateBody, Created, DecideBody, Decided, Health};
+pub use bodies::{ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health};
 pub use caller::{Auth, Caller, JwtIdentity, TokenTable};
 pub use cors::AllowedOrigins;
 pub use error::{HttpError, PROBLEM_JSON, Problem};
@@ -94,7 +94,7 @@ impl FromRef<ApiState> for OperatorAuth {
 pub fn router(state: ApiState) -> Router {
     let cors = (!state.cors.is_empty()).then(|| state.cors.layer());
     let router = Router::new()
-        .route("/conversations", post(create))
+        .route("/conversations", post(create).get(list_conversations))
         .route("/conversations/{id}", get(status))
         .route("/approvals", get(list_approvals))
         .route("/approvals/{id}", post(decide_approval))
@@ -141,6 +141,29 @@ async fn create(
     let location = HeaderValue::from_str(&answer.status_url)
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(answer)).into_response())
+}
+
+/// `GET /conversations` query: `customer_id` (with authentication off: whose; on: the caller's own
+/// or left out), `limit` (1..=100, default 20), `cursor` (a page's `next_cursor`).
+#[derive(Deserialize)]
+struct ListConversationsQuery {
+    customer_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `GET /conversations` → 200 `{"conversations": [...], "next_cursor"?}`, newest first: the
+/// caller's own (with authentication off, those of the query's `customer_id`).
+async fn list_conversations(
+    State(state): State<ApiState>,
+    caller: Caller,
+    query: Result<Query<ListConversationsQuery>, QueryRejection>,
+) -> Result<Response, HttpError> {
+    let Query(query) = query.map_err(|e| HttpError::bad_request("bad_query", e.body_text()))?;
+    let customer = caller.acting_for(query.customer_id)?;
+    let (conversations, next_cursor) =
+        state.core.list(&customer, query.cursor.as_deref(), query.limit.unwrap_or(20)).await?;
+    Ok((StatusCode::OK, axum::Json(ConversationPage { conversations, next_cursor })).into_response())
 }
 
 /// `GET /conversations/{id}` → 200 with the conversation view; 404 when it

@@ -13,8 +13,9 @@ use swarm_core::domain::{
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, CloseOutcome, ConversationRecords, CountOutcome,
-    CreateOutcome, IntentOutcome, JournalStore, LeaseOutcome, LeasePhase, RecordOutcome, StoreError, SubtaskStore,
+    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, CloseOutcome, ConversationPage, ConversationPosition,
+    ConversationRecords, CountOutcome, CreateOutcome, IntentOutcome, JournalStore, LeaseOutcome, LeasePhase,
+    RecordOutcome, StoreError, SubtaskStore,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -248,6 +249,26 @@ impl ConversationRecords for InMemoryConversationStore {
             .collect();
         due.sort();
         Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
+    }
+
+    async fn list_customer_conversations(
+        &self,
+        customer_id: &str,
+        after: Option<&ConversationPosition>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        let t = self.lock()?;
+        let mut mine: Vec<&Conversation> = t.conversations.values().filter(|c| c.customer_id == customer_id).collect();
+        let place = |c: &Conversation| (c.created_at_ms, c.id.as_str().to_owned());
+        mine.sort_by_key(|c| std::cmp::Reverse(place(c)));
+        let start = after.map_or(0, |p| {
+            let p = (p.created_at_ms, p.id.as_str().to_owned());
+            mine.iter().position(|c| place(c) < p).unwrap_or(mine.len())
+        });
+        let page: Vec<Conversation> = mine[start..].iter().take(limit.clamp(1, 100)).map(|c| (*c).clone()).collect();
+        let more = mine.len() > start + page.len();
+        let next = if more { page.last().map(ConversationPosition::of) } else { None };
+        Ok(ConversationPage { conversations: page, next })
     }
 }
 
@@ -604,6 +625,13 @@ impl ApprovalStore for InMemoryConversationStore {
 
     async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError> {
         Ok(self.lock()?.approvals.values().rev().take(limit).cloned().collect())
+    }
+
+    async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        use std::ops::Bound;
+        let t = self.lock()?;
+        let upper = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(t.approvals.range::<str, _>((Bound::Unbounded, upper)).rev().take(limit).map(|(_, a)| a.clone()).collect())
     }
 
     async fn decide_approval(

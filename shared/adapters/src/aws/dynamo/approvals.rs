@@ -64,6 +64,29 @@ impl ApprovalStore for DynamoConversationStore {
         page.items().iter().map(approval_from_item).collect()
     }
 
+    async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .expression_attribute_values(":pk", s(APPROVALS_PK))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .consistent_read(true);
+        req = match after {
+            None => req.key_condition_expression("PK = :pk"),
+            Some(id) => {
+                req.key_condition_expression("PK = :pk AND SK < :after").expression_attribute_values(":after", s(id))
+            }
+        };
+        let page = self
+            .retry
+            .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_store_error("Query", e))?;
+        page.items().iter().map(approval_from_item).collect()
+    }
+
     async fn decide_approval(
         &self,
         approval_id: &str,

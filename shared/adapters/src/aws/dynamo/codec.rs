@@ -18,6 +18,9 @@ pub(super) const META: &str = "META";
 /// The sparse, sharded global secondary index the sweep queries: partition key `sweep_shard` (N),
 /// sort key `deadline_ms` (N), keys only. Only non-terminal conversations carry `sweep_shard`.
 pub const SWEEP_INDEX: &str = "sweep";
+/// The customers' index: `customer_id` S (hash) and `created_at_ms` N (range), all attributes,
+/// sparse (only conversation items carry both): `GET /conversations`, newest first.
+pub const CUSTOMER_INDEX: &str = "customer";
 pub(super) const TASK_PREFIX: &str = "TASK#";
 /// The partition of every approval (`SK = <approval id>`): an operator's queue is small (a few
 /// writes per approval, far below a partition's 1,000 writes/s), and one `Query` lists it.

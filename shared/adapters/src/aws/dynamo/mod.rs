@@ -11,6 +11,9 @@
 //! | `LIMIT#<customer>` | `WINDOW#<start ms>` | `count` N, `ttl` (conversations started in one minute, [`access`]) |
 //! | `APPROVALS` | `<approval id>` | `approval` S (JSON), `status` S, `expires_at_ms` N, `conversation_id`, `ttl` (one partition: an operator's queue, a few writes per approval) |
 //!
+//! Indexes: `sweep` (`sweep_shard` N, `deadline_ms` N; keys only, sparse: non-terminal conversations)
+//! and `customer` (`customer_id` S, `created_at_ms` N; all attributes, sparse: conversation items).
+//!
 //! The aggregator's stream filter matches `Keys.SK.S = META`, `NewImage.remaining.N = 0`
 //! and `NewImage.status.S = RUNNING`; keep those names.
 //!
@@ -23,6 +26,7 @@
 pub mod access;
 mod approvals;
 pub mod codec;
+mod customers;
 pub mod store;
 mod subtasks;
 mod update;
