@@ -56,7 +56,7 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
     cargo test --workspace --all-targets
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
 # double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
-# approval or against its rejection (README "Chaos"), and on any fault kind injected zero times. A kind
+# approval or against its rejection (docs/chaos.md), and on any fault kind injected zero times. A kind
 # of rate r is injected within its first ceil(1/r) opportunities, whatever the order of events, so each
 # rate is set for its kind to meet at least about twice that here (in three runs of each on 2 cores:
 # about 20 s embedded, 90 s on the emulator). Every conversation asks for a refund (--refund-share 1),

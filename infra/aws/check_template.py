@@ -59,7 +59,7 @@ RATE_UNIT_SECS = {"minute": 60, "hour": 3600, "day": 86400}
 # The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
 XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 
-# What each function's role needs, and nothing more (the least-privilege table; README "Security model").
+# What each function's role needs, and nothing more (the least-privilege table; docs/security.md).
 #   send     queues it may send to          consume  queues it receives from
 #   secrets  secrets it may read            invoke   functions (or function URLs) it may call
 #   writes   partition-key prefixes of the conversations table it may write (dynamodb:LeadingKeys); another

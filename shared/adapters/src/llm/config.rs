@@ -123,7 +123,8 @@ impl LlmConfigError {
 }
 
 impl LlmConfig {
-    /// Every variable [`LlmConfig::from_lookup`] reads.
+    /// Every variable [`LlmConfig::from_lookup`] reads (with `LLM_AUTH=sigv4` also `AWS_REGION`, which
+    /// every function's telemetry lists).
     pub const VARS: &'static [&'static str] = &[
         "LLM_BASE_URL",
         "LLM_API_KEY",
@@ -149,7 +150,6 @@ impl LlmConfig {
         "LLM_TIMEOUT_SECS",
         "LLM_MAX_IN_FLIGHT",
         "LLM_PRICES",
-        "AWS_REGION",
     ];
 
     /// Reads the settings through `lookup` (a variable name → its value).
