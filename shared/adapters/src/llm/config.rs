@@ -235,30 +235,7 @@ impl LlmConfig {
             None => (None, false),
         };
 
-        let timeout = match get("LLM_TIMEOUT_SECS") {
-            None => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
-            Some(v) => match v.parse::<f64>() {
-                Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
-                _ => {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_TIMEOUT_SECS",
-                        format!("{v:?} is not a number of seconds in (0, 3600]"),
-                    ));
-                }
-            },
-        };
-        let max_in_flight = match get("LLM_MAX_IN_FLIGHT") {
-            None => DEFAULT_MAX_IN_FLIGHT,
-            Some(v) => match v.parse::<usize>() {
-                Ok(n) if (1..=10_000).contains(&n) => n,
-                _ => {
-                    return Err(LlmConfigError::invalid(
-                        "LLM_MAX_IN_FLIGHT",
-                        format!("{v:?} is not a whole number in 1..=10000"),
-                    ));
-                }
-            },
-        };
+        let (timeout, max_in_flight) = read_limits(&get)?;
         let prices = match get("LLM_PRICES") {
             None => PriceTable::with_defaults(),
             Some(v) => PriceTable::with_defaults()
@@ -444,6 +421,36 @@ fn check_key(
         )),
         Some(k) => Ok(Some(SecretString::new(k))),
     }
+}
+
+/// `LLM_TIMEOUT_SECS` (seconds, in (0, 3600], default [`DEFAULT_TIMEOUT_SECS`]) and
+/// `LLM_MAX_IN_FLIGHT` (1..=10000, default [`DEFAULT_MAX_IN_FLIGHT`]).
+fn read_limits(get: &impl Fn(&str) -> Option<String>) -> Result<(Duration, usize), LlmConfigError> {
+    let timeout = match get("LLM_TIMEOUT_SECS") {
+        None => Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+        Some(v) => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+            _ => {
+                return Err(LlmConfigError::invalid(
+                    "LLM_TIMEOUT_SECS",
+                    format!("{v:?} is not a number of seconds in (0, 3600]"),
+                ));
+            }
+        },
+    };
+    let max_in_flight = match get("LLM_MAX_IN_FLIGHT") {
+        None => DEFAULT_MAX_IN_FLIGHT,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=10_000).contains(&n) => n,
+            _ => {
+                return Err(LlmConfigError::invalid(
+                    "LLM_MAX_IN_FLIGHT",
+                    format!("{v:?} is not a whole number in 1..=10000"),
+                ));
+            }
+        },
+    };
+    Ok((timeout, max_in_flight))
 }
 
 /// The host of a base URL, lower case (empty when it does not parse).

@@ -232,22 +232,7 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
     let filter = log_filter(&options.default_level);
     // Logs go to stderr so a CLI's stdout stays clean (and EMF lines, on stdout, stay alone).
     let json_format = json.then(|| logs::LambdaJson::new(&options.config.service));
-    let fmt = match &json_format {
-        Some(format) => tracing_subscriber::fmt::layer()
-            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-            .event_format(format.clone())
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-            .boxed(),
-        // Colour codes only for a person at a terminal, never into a file or a pipe.
-        None => tracing_subscriber::fmt::layer()
-            .with_target(false)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-            .boxed(),
-    };
-    let subscriber = Registry::default().with(fmt).with(otel_layer);
+    let subscriber = Registry::default().with(log_layer(json_format.as_ref(), filter)).with(otel_layer);
     if subscriber.try_init().is_ok() {
         if let Some(format) = &json_format {
             tracing::dispatcher::get_default(|dispatch| format.attach(dispatch));
@@ -289,6 +274,28 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
             prometheus,
         }),
     })
+}
+
+/// The log layer, to stderr: JSON lines in `format` (Lambda), else text with colour codes only for
+/// a person at a terminal, never into a file or a pipe.
+fn log_layer(
+    format: Option<&logs::LambdaJson>,
+    filter: EnvFilter,
+) -> Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync> {
+    match format {
+        Some(format) => tracing_subscriber::fmt::layer()
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(format.clone())
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        None => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    }
 }
 
 /// The buffer as the provider's span processor (the provider owns its processors).
