@@ -9,6 +9,7 @@ use swarm_core::access::CustomerLimits;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
 
 use crate::OrchestratorSettings;
+use crate::api::AllowedOrigins;
 
 /// Everything the orchestrator Lambda reads from its environment.
 #[derive(Clone, Debug)]
@@ -30,12 +31,15 @@ pub struct OrchestratorConfig {
     /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`): the key approval tokens
     /// are signed with, shared only with the gateway. Unset: the approvals API is off.
     pub approval_key: Option<SecretSource>,
+    /// `CORS_ALLOWED_ORIGINS`: browser origins allowed to call the API, comma-separated (the
+    /// template's `CorsAllowOrigins`, which API Gateway's CORS configuration answers with too).
+    pub cors: AllowedOrigins,
 }
 
 impl OrchestratorConfig {
     /// Variables read by the orchestrator itself (the pieces list theirs).
     const OWN_VARS: &'static [&'static str] =
-        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"];
+        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN", "CORS_ALLOWED_ORIGINS"];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -63,6 +67,14 @@ impl OrchestratorConfig {
                 value: text,
             })?,
         };
+        let cors = match vars.get("CORS_ALLOWED_ORIGINS") {
+            None => AllowedOrigins::default(),
+            Some(text) => AllowedOrigins::parse(text.split(',')).map_err(|reason| ConfigError::Invalid {
+                var: "CORS_ALLOWED_ORIGINS",
+                accepted: format!("origins separated by commas, e.g. https://console.example.com ({reason})"),
+                value: text,
+            })?,
+        };
         let deadline_secs = vars
             .number("DEADLINE_SECS", 1..=86_400, "a whole number of seconds from 1 to 86400")?
             .unwrap_or(swarm_core::domain::DEFAULT_DEADLINE_SECS);
@@ -77,6 +89,7 @@ impl OrchestratorConfig {
             roles,
             deadline_secs,
             approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
+            cors,
         })
     }
 
@@ -139,6 +152,7 @@ mod tests {
             ("AUTH_MODE", "open", r#"AUTH_MODE must be none, jwt or iam, not "open""#),
             ("DEADLINE_SECS", "soon", r#"DEADLINE_SECS must be a whole number of seconds from 1 to 86400, not "soon""#),
             ("ROLE_TABLE", "refund", "ROLE_TABLE must be tool=role pairs separated by commas"),
+            ("CORS_ALLOWED_ORIGINS", "console.example.com", "CORS_ALLOWED_ORIGINS must be origins separated by commas"),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();
             assert!(e.to_string().starts_with(message), "{var}={value}: {e}");

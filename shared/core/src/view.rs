@@ -1,5 +1,9 @@
-//! The public conversation object: the body of `GET /conversations/{id}` and of `swarm-local ask --json`.
+//! The public conversation object: the body of `GET /conversations/{id}` and of `swarm-local ask --json`, and the approvals' views; each with its JSON Schema (the API's OpenAPI document is checked against them).
+//!
+//! Times are epoch milliseconds in the `*_ms` fields clients read today, and RFC 3339
+//! (UTC, milliseconds) in the `*_at` fields beside them; a field is only ever added, never renamed.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::approval::{Approval, ApprovalStatus};
@@ -9,13 +13,13 @@ use crate::domain::{
 };
 use crate::effects::{Effect, EffectState};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Progress {
     pub finished: u32,
     pub total: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubtaskView {
     pub id: String,
     pub instruction: String,
@@ -35,10 +39,18 @@ pub struct SubtaskView {
     /// Its side-effecting calls, in call order, as the journal has them now (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub effects: Vec<EffectView>,
+    /// When its first attempt started (RFC 3339); absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub started_at: Option<String>,
+    /// When it got its final status (RFC 3339); absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub finished_at: Option<String>,
 }
 
 /// One side-effecting call of a subtask, as customers see it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EffectView {
     pub tool: String,
     /// `intent` (submitted, being confirmed), `done`, `awaiting_approval`, `rejected`, `expired`.
@@ -60,7 +72,7 @@ impl EffectView {
 }
 
 /// An approval of one of the conversation's side effects, as the customer sees it (who decided is not shown).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalView {
     pub approval_id: String,
     pub subtask_id: String,
@@ -79,6 +91,13 @@ pub struct ApprovalView {
     /// What the tool answered when it did it (a receipt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// `expires_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    /// `decided_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub decided_at: Option<String>,
 }
 
 impl ApprovalView {
@@ -95,12 +114,14 @@ impl ApprovalView {
             decided_at_ms: a.decided_at_ms,
             ok,
             result: a.outcome.as_ref().filter(|_| ok == Some(true)).map(|o| o.text.clone()),
+            expires_at: rfc3339(a.expires_at_ms),
+            decided_at: a.decided_at_ms.map(rfc3339),
         }
     }
 }
 
 /// An approval as operators see it (`GET /approvals`): everything but the token.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OperatorApprovalView {
     pub approval_id: String,
     pub conversation_id: String,
@@ -124,6 +145,16 @@ pub struct OperatorApprovalView {
     /// What the tool answered when it ran (or why it did not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// `created_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// `expires_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    /// `decided_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub decided_at: Option<String>,
 }
 
 impl OperatorApprovalView {
@@ -144,19 +175,25 @@ impl OperatorApprovalView {
             decided_at_ms: a.decided_at_ms,
             ok: a.outcome.as_ref().map(|o| a.status == ApprovalStatus::Executed && !o.is_error),
             outcome: a.outcome.as_ref().map(|o| o.text.clone()),
+            created_at: rfc3339(a.created_at_ms),
+            expires_at: rfc3339(a.expires_at_ms),
+            decided_at: a.decided_at_ms.map(rfc3339),
         }
     }
 }
 
 /// Why a conversation went to a person, as `GET` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HandoffView {
     pub reason: HandoffReason,
     pub at_ms: i64,
+    /// `at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub at: String,
 }
 
 /// `GET /conversations/{id}` (DESIGN.md API section).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ConversationView {
     pub conversation_id: String,
     pub customer_id: String,
@@ -173,6 +210,12 @@ pub struct ConversationView {
     /// Set when a person takes (or is to take) the conversation over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffView>,
+    /// When the conversation was created (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// Its deadline (RFC 3339): past it, it is answered with what it has.
+    #[schemars(extend("format" = "date-time"))]
+    pub deadline_at: String,
 }
 
 impl ConversationView {
@@ -194,6 +237,8 @@ impl ConversationView {
                 },
                 error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
                 effects: r.effects.iter().map(EffectView::build).collect(),
+                started_at: r.started_at_ms.map(rfc3339),
+                finished_at: r.finished_at_ms.filter(|_| r.status.is_terminal()).map(rfc3339),
             })
             .collect();
         Self {
@@ -205,7 +250,13 @@ impl ConversationView {
             reply: conversation.reply.clone(),
             usage: if conversation.usage.is_empty() { None } else { Some(conversation.usage) },
             approvals: Vec::new(),
-            handoff: conversation.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms }),
+            handoff: conversation.handoff.map(|h| HandoffView {
+                reason: h.reason,
+                at_ms: h.at_ms,
+                at: rfc3339(h.at_ms),
+            }),
+            created_at: rfc3339(conversation.created_at_ms),
+            deadline_at: rfc3339(conversation.deadline_ms),
         }
     }
 
@@ -213,6 +264,51 @@ impl ConversationView {
     pub fn with_approvals(mut self, approvals: &[Approval], now_ms: i64) -> Self {
         self.approvals = approvals.iter().map(|a| ApprovalView::build(a, now_ms)).collect();
         self
+    }
+}
+
+/// Epoch milliseconds as RFC 3339 in UTC with milliseconds (`2026-01-01T00:00:00.000Z`); empty
+/// for an instant chrono cannot represent (never one the swarm writes).
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// One conversation in a customer's list (`GET /conversations`): where it stands, without its
+/// subtasks, message or reply (its `GET /conversations/{id}` has them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationSummary {
+    pub conversation_id: String,
+    /// `PLANNING | RUNNING | AGGREGATING | DONE | FAILED | HANDOFF`.
+    pub status: ConversationStatus,
+    pub progress: Progress,
+    /// Whether its reply is written.
+    pub replied: bool,
+    pub created_at_ms: i64,
+    /// `created_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// Its deadline (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub deadline_at: String,
+    /// Set when a person takes (or is to take) the conversation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
+}
+
+impl ConversationSummary {
+    pub fn build(c: &Conversation) -> Self {
+        Self {
+            conversation_id: c.id.to_string(),
+            status: c.status,
+            progress: Progress { finished: c.finished.len() as u32, total: c.total },
+            replied: c.reply.is_some(),
+            created_at_ms: c.created_at_ms,
+            created_at: rfc3339(c.created_at_ms),
+            deadline_at: rfc3339(c.deadline_ms),
+            handoff: c.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms, at: rfc3339(h.at_ms) }),
+        }
     }
 }
 
@@ -287,6 +383,12 @@ mod tests {
     /// The body `GET /conversations/{id}` answered for [`fixture`] before statuses were enums and failures had kinds.
     const BEFORE: &str = r#"{"conversation_id":"0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07","customer_id":"C104","status":"DONE","progress":{"finished":3,"total":4},"subtasks":[{"id":"w01","instruction":"Do w01.","depends_on":[],"tools_used":["shop__get_order"],"status":"SUCCEEDED"},{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},{"id":"w03","instruction":"Do w03.","depends_on":["w02"],"tools_used":[],"status":"SKIPPED","error":"skipped: dependency w02 did not succeed"},{"id":"w04","instruction":"Do w04.","depends_on":[],"tools_used":[],"status":"RUNNING"}],"reply":"Order A1029 is paid.","usage":{"prompt_tokens":1200,"completion_tokens":80,"cached_tokens":null,"cost_usd":0.0021}}"#;
 
+    /// Today's body with the fields added since, appended: the times in RFC 3339 (issue 21).
+    fn with_times(body: &str) -> String {
+        let times = r#","created_at":"2026-01-01T00:00:00.000Z","deadline_at":"2026-01-01T00:02:00.000Z"}"#;
+        format!("{}{times}", body.strip_suffix('}').unwrap())
+    }
+
     #[test]
     fn view_json_is_todays_byte_for_byte_but_a_failure_shows_our_words_and_its_code() {
         let (c, subtasks) = fixture();
@@ -296,13 +398,13 @@ mod tests {
         let ours = r#""error":"This part could not be finished before the conversation's time limit.","error_code":"deadline_passed""#;
         let expected = BEFORE.replacen(recorded, ours, 1);
         assert_ne!(expected, BEFORE);
-        assert_eq!(json, expected);
+        assert_eq!(json, with_times(&expected));
         // Without a failed subtask, nothing changed at all.
         let without_failure: Vec<SubtaskRecord> = subtasks.into_iter().filter(|r| r.subtask.id != "w02").collect();
         let json = serde_json::to_string(&ConversationView::build(&c, &without_failure)).unwrap();
         let w02 = r#"{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},"#;
         assert!(BEFORE.contains(w02));
-        assert_eq!(json, BEFORE.replacen(w02, "", 1));
+        assert_eq!(json, with_times(&BEFORE.replacen(w02, "", 1)));
     }
 
     #[test]
