@@ -33,9 +33,6 @@ swarm_tests::on_both_backends!(
     a_refund_below_the_threshold_runs_once_without_anybody,
     a_refund_killed_after_dispatch_runs_once_in_all,
     an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_again,
-    // The deadline path (tasks worker, sweeper) schedules the confirmation on the refund queue, which
-    // its function holds no sender for as deployed: the intent stays unconfirmed.
-    #[ignore = "M3: fixed by the guarantees issue"]
     a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirmed_and_runs_once,
     the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_later_shows_the_outcome,
     a_customer_asking_for_a_person_ends_in_handoff_with_an_event,

@@ -13,17 +13,6 @@ use swarm_core::roles::TaskQueues;
 use crate::dependencies::{Release, release_decisions};
 use crate::outcome::Outcome;
 
-/// What [`Bookkeeping::finish`] did, and the subtask as it now stands.
-#[derive(Clone, Debug)]
-pub struct Finished {
-    /// The message's outcome: [`Outcome::Finished`] when this call recorded the result,
-    /// [`Outcome::AlreadyFinished`] when another did first, [`Outcome::Poison`] for an unknown subtask.
-    pub outcome: Outcome,
-    /// The record as this call wrote it, or as stored when a result was already recorded (`None`:
-    /// no such subtask) — so a caller need not read it again.
-    pub record: Option<SubtaskRecord>,
-}
-
 /// Records results, counts them and releases dependents.
 #[derive(Clone)]
 pub struct Bookkeeping {
@@ -38,9 +27,11 @@ impl Bookkeeping {
         Self { subtasks, accounts, queues }
     }
 
-    /// Records a terminal result (conditionally), counts it exactly once and releases dependents;
-    /// answers what happened with the record as written (or as found, when another delivery
-    /// recorded first: its bookkeeping is completed here too).
+    /// Records a terminal result (conditionally), counts it exactly once and releases dependents
+    /// (with the record as written, or as found when another delivery recorded first: its
+    /// bookkeeping is completed here too). Answers the message's outcome: [`Outcome::Finished`] when
+    /// this call recorded the result, [`Outcome::AlreadyFinished`] when another did first,
+    /// [`Outcome::Poison`] for an unknown subtask.
     pub async fn finish(
         &self,
         id: &ConversationId,
@@ -48,16 +39,14 @@ impl Bookkeeping {
         result: SubtaskResult,
         usage: Usage,
         tools_used: &[String],
-    ) -> Result<Finished, StoreError> {
+    ) -> Result<Outcome, StoreError> {
         let status = result.status();
         let result = result.bounded();
         match self.subtasks.record_result(id, subtask_id, &result, &usage, tools_used, now_ms()).await? {
-            RecordOutcome::Missing => {
-                Ok(Finished { outcome: Outcome::Poison(format!("unknown subtask {subtask_id}")), record: None })
-            }
+            RecordOutcome::Missing => Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
             RecordOutcome::AlreadyFinished(rec) => {
                 self.count_and_release(id, &rec).await?;
-                Ok(Finished { outcome: Outcome::AlreadyFinished, record: Some(rec) })
+                Ok(Outcome::AlreadyFinished)
             }
             RecordOutcome::Recorded(written) => {
                 obs::metrics::subtask_finished(&result);
@@ -73,7 +62,7 @@ impl Bookkeeping {
                 );
                 // The record as written knows the dependents and the usage to count.
                 self.count_and_release(id, &written).await?;
-                Ok(Finished { outcome: Outcome::Finished(status), record: Some(written) })
+                Ok(Outcome::Finished(status))
             }
         }
     }

@@ -259,11 +259,13 @@ async fn a_second_delivery_during_a_live_attempt_is_handed_back_until_the_lease_
     while s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap().effects.is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The refund is in flight under the first attempt's lease.
+    // The refund is in flight under the first attempt's lease (its confirmation armed on the subtask's own queue).
+    let armed = s.refund_queue.approximate_depth();
+    assert_eq!((armed.delayed, armed.visible), (1, 0), "the confirmation armed before the intent");
     let second = w.handle(message, after(Duration::from_secs(10))).await;
     assert!(matches!(second, Outcome::Requeued(_)), "{second:?}");
     let depth = s.refund_queue.approximate_depth();
-    assert_eq!((depth.delayed, depth.visible), (1, 0), "a delayed copy on the subtask's own queue");
+    assert_eq!((depth.delayed, depth.visible), (2, 0), "a delayed copy on the subtask's own queue");
     assert_eq!(s.tasks.approximate_depth().total(), 0, "nothing on another queue");
     assert_eq!(first.await.unwrap(), Outcome::Finished(SubtaskStatus::Succeeded));
     assert_eq!((ledger.dispatches().len(), ledger.refunds()), (1, 1));

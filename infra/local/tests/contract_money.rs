@@ -24,6 +24,7 @@ contract_tests!(
     a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released,
     the_journal_takes_intents_in_order_only_from_the_lease_holder_of_an_open_subtask,
     racing_intents_for_one_position_record_exactly_one,
+    an_intent_out_of_order_is_refused_permanently_and_changes_nothing,
     an_outcome_lands_once_and_also_after_the_subtask_closed,
     closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read,
     an_approval_is_created_once_decided_once_and_then_finished,
@@ -177,6 +178,35 @@ async fn racing_intents_for_one_position_record_exactly_one(store: Store) -> Res
     }
     assert_eq!(recorded, 1, "one intent per position, whoever races");
     assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?.effects.len(), 1);
+    Ok(())
+}
+
+async fn an_intent_out_of_order_is_refused_permanently_and_changes_nothing(store: Store) -> Result<()> {
+    // A journal position is written only after every position before it (the worker writes a round's
+    // intents one after the other, in call order). Out of order — intent 2 on an empty journal (no
+    // `effects` attribute yet), intent 3 after one entry — the answer is the same on both adapters: a
+    // permanent error, nothing written. (On DynamoDB the condition fails; `size()` of the missing list
+    // must not make it an emulator's HTTP 500, read as transient and retried.)
+    let conv = running(&store, &["w01"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    let second = intent(&conv, "w01", 2, 12.0);
+    match store.record_intent(&conv.id, &"w01".into(), &lease.holder, &second).await {
+        Err(e) => ensure!(!e.is_transient(), "an out-of-order intent is refused for good, not retried: {e}"),
+        Ok(other) => anyhow::bail!("intent 2 on an empty journal was answered {other:?}"),
+    }
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
+    assert!(rec.effects.is_empty(), "nothing written: {:?}", rec.effects);
+    let first = intent(&conv, "w01", 1, 10.0);
+    assert_eq!(store.record_intent(&conv.id, &"w01".into(), &lease.holder, &first).await?, IntentOutcome::Recorded);
+    let third = intent(&conv, "w01", 3, 5.0);
+    match store.record_intent(&conv.id, &"w01".into(), &lease.holder, &third).await {
+        Err(e) => ensure!(!e.is_transient(), "an out-of-order intent is refused for good, not retried: {e}"),
+        Ok(other) => anyhow::bail!("intent 3 after one entry was answered {other:?}"),
+    }
+    // In order again, it follows.
+    assert_eq!(store.record_intent(&conv.id, &"w01".into(), &lease.holder, &second).await?, IntentOutcome::Recorded);
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
+    assert_eq!(rec.effects, vec![first, second]);
     Ok(())
 }
 

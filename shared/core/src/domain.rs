@@ -269,6 +269,12 @@ impl Conversation {
             ttl: now_ms / 1000 + 7 * 24 * 3600,
         }
     }
+
+    /// The language the conversation is answered in: the one stored at creation, else (an item
+    /// written before the field existed) the one its query reads as.
+    pub fn reply_language(&self) -> crate::language::Language {
+        self.language.unwrap_or_else(|| crate::language::Language::detect(&self.query, None))
+    }
 }
 
 /// A subtask's record: one item per planned subtask, in its conversation's partition.
@@ -436,5 +442,23 @@ mod tests {
         assert_ne!(request_hash("C1", "where is A1"), request_hash("C1", "where is A2"));
         assert_ne!(request_hash("C1", "2x"), request_hash("C12", "x"), "the separator keeps fields apart");
         assert_eq!(request_hash("C1", "m").len(), 16);
+    }
+
+    #[test]
+    fn a_conversation_without_a_stored_language_reads_as_its_query() {
+        use crate::language::Language;
+
+        let mut c = Conversation::new("C1", "訂單 A1029 到哪裡了？", 0, 120);
+        assert_eq!(c.language, None);
+        assert_eq!(c.reply_language(), Language::TraditionalChinese);
+        c.language = Some(Language::English);
+        assert_eq!(c.reply_language(), Language::English, "the stored value wins");
+        let old: Conversation = serde_json::from_value(serde_json::json!({
+            "id": "0190d1a0-0000-7000-8000-000000000000", "customer_id": "C1", "status": "DONE",
+            "query": "你好", "created_at_ms": 0, "deadline_ms": 0, "total": 0, "remaining": 0, "ttl": 0
+        }))
+        .unwrap();
+        assert_eq!(old.language, None);
+        assert_eq!(old.reply_language(), Language::SimplifiedChinese);
     }
 }

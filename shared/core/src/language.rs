@@ -24,8 +24,6 @@ use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::Conversation;
-
 /// A language and script the swarm writes replies in. Serialised as its BCP 47 tag
 /// (`en`, `zh-Hans`, `zh-Hant`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -119,14 +117,6 @@ impl Language {
 impl std::fmt::Display for Language {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.tag())
-    }
-}
-
-impl Conversation {
-    /// The language the conversation is answered in: the one stored at creation, else (an item
-    /// written before the field existed) the one its query reads as.
-    pub fn reply_language(&self) -> Language {
-        self.language.unwrap_or_else(|| Language::detect(&self.query, None))
     }
 }
 
@@ -285,21 +275,5 @@ mod tests {
         assert_eq!(Language::parse("zh-CN"), Some(Hans));
         assert_eq!(Language::parse("en-GB"), Some(English));
         assert_eq!(Language::parse("fr"), None);
-    }
-
-    #[test]
-    fn a_conversation_without_a_stored_language_reads_as_its_query() {
-        let mut c = Conversation::new("C1", "訂單 A1029 到哪裡了？", 0, 120);
-        assert_eq!(c.language, None);
-        assert_eq!(c.reply_language(), Hant);
-        c.language = Some(English);
-        assert_eq!(c.reply_language(), English, "the stored value wins");
-        let old: Conversation = serde_json::from_value(serde_json::json!({
-            "id": "0190d1a0-0000-7000-8000-000000000000", "customer_id": "C1", "status": "DONE",
-            "query": "你好", "created_at_ms": 0, "deadline_ms": 0, "total": 0, "remaining": 0, "ttl": 0
-        }))
-        .unwrap();
-        assert_eq!(old.language, None);
-        assert_eq!(old.reply_language(), Hans);
     }
 }

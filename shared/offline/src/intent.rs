@@ -176,7 +176,7 @@ pub(crate) struct Analysis {
 /// Analyses one piece of text (a clause of the customer's message, or a subtask instruction).
 pub(crate) fn analyse(text: &str) -> Analysis {
     // The keyword tables are written in Simplified characters: Traditional text is read through them.
-    let text = crate::lang::fold_to_simplified(text);
+    let text = crate::fold::fold_to_simplified(text);
     let words = Words::of(&text);
     let entities = text::entities(&text);
     let intents = resolve(&words, &entities);

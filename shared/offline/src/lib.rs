@@ -23,6 +23,7 @@
 //! unknown (all `None`).
 
 mod catalog;
+mod fold;
 mod intent;
 mod lang;
 mod planner;

@@ -121,7 +121,7 @@ pub(crate) fn plan(query: &str, tools: &[ToolSpec]) -> Vec<Subtask> {
 fn clauses(query: &str) -> Vec<Clause> {
     let mut out: Vec<Clause> = Vec::new();
     // Split where the Simplified connectors are; folding keeps byte offsets, so the ranges hold for `query`.
-    for piece in split_message(&crate::lang::fold_to_simplified(query)) {
+    for piece in split_message(&crate::fold::fold_to_simplified(query)) {
         let analysis = analyse(&query[piece.range.clone()]);
         let w = &analysis.words;
         let e = &analysis.entities;

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use swarm_core::approval::PendingApproval;
+use swarm_core::domain::now_ms;
 use swarm_core::domain::{FailureKind, SubtaskResult, ToolCallRecord, truncate_chars};
-use swarm_core::effects::{MAX_EFFECT_ARGUMENT_BYTES, MAX_EFFECTS_PER_SUBTASK};
+use swarm_core::effects::{Effect, MAX_EFFECT_ARGUMENT_BYTES, MAX_EFFECTS_PER_SUBTASK};
 use swarm_core::jsonfix::parse_tool_arguments;
 use swarm_core::llm::transcript::{fit_round, unique_tool_call_ids};
 use swarm_core::obs;
@@ -17,15 +18,20 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::state::{LoopEnd, LoopState};
-use crate::effects::{Attempt, EffectEnd, EffectRun, SideEffects};
+use crate::effects::{Attempt, EffectEnd, EffectRun, JournalStop, Journaled, SideEffects};
 use crate::settings::WorkerSettings;
 
 /// One tool call after its checks, before it runs.
 enum Prepared {
     /// Refused before dispatch: the tool message and its record.
     Refused(String, ToolCallRecord),
-    /// Runs; `effect` is its position among the subtask's side-effecting calls, when it has side effects.
-    Ready { args: serde_json::Value, effect: Option<u32> },
+    /// Runs (no side effects).
+    Ready(serde_json::Value),
+    /// Has side effects: `ordinal` is its position among the subtask's side-effecting calls; its
+    /// intent is not in the journal yet.
+    Effect { ordinal: u32, arguments: serde_json::Map<String, serde_json::Value> },
+    /// Has side effects, its intent in the journal: dispatched as the journal holds it.
+    Journaled(Journaled),
 }
 
 /// How one call ended.
@@ -36,13 +42,13 @@ struct CallEnd {
     approval: Option<PendingApproval>,
     /// A side effect whose outcome is not known after its dispatches.
     unknown: bool,
-    /// The journal refused the intent: the loop must stop.
-    abandoned: Option<String>,
+    /// A journal write failed: the loop stops and the message comes back.
+    store_failed: Option<String>,
 }
 
 impl CallEnd {
     fn answered(content: String, record: ToolCallRecord) -> Self {
-        Self { content, record, approval: None, unknown: false, abandoned: None }
+        Self { content, record, approval: None, unknown: false, store_failed: None }
     }
 
     /// A refused call's tool message (`{"error": why}`) and record.
@@ -155,6 +161,16 @@ impl ToolCalls {
         });
         // Checked in call order first, so the side-effecting calls' positions (their keys) never depend on timing.
         let prepared = self.prepare_calls(caller.allowed, &tool_calls, cut_off, &mut state.effects);
+        // Their intents into the journal in that order, before any of the round's calls runs.
+        let prepared = match self.journal(caller, &tool_calls, prepared).await {
+            Ok(prepared) => prepared,
+            Err(end) => {
+                let not_run = |call: &ToolCall| CallEnd::refused(&call.name, "not executed: this step stopped".into());
+                let ends = tool_calls.iter().map(not_run).collect();
+                self.answer_round(state, &tool_calls, ends);
+                return Some(end);
+            }
+        };
         let calls: Vec<_> = tool_calls
             .iter()
             .zip(prepared)
@@ -172,10 +188,59 @@ impl ToolCalls {
         self.answer_round(state, &tool_calls, ends)
     }
 
+    /// Writes the intents of the round's side-effecting calls into the journal, in call order
+    /// ([`SideEffects::journal_round`]); answers the calls with those journaled. With no time left
+    /// they are refused instead (nothing journaled, so nothing runs later either). `Err` ends the
+    /// loop: the journal refused an intent (the subtask was closed or taken over), or a write failed.
+    async fn journal(
+        &self,
+        caller: &Caller<'_>,
+        calls: &[ToolCall],
+        mut prepared: Vec<Prepared>,
+    ) -> Result<Vec<Prepared>, LoopEnd> {
+        let ctx = caller.ctx;
+        let no_time = caller.deadline.saturating_duration_since(Instant::now()).is_zero();
+        let mut intents = Vec::new();
+        for (call, p) in calls.iter().zip(prepared.iter_mut()) {
+            if let Prepared::Effect { ordinal, arguments } = p {
+                if no_time {
+                    let why = "no time left to call the tool".to_owned();
+                    let record = ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why.clone()) };
+                    *p = Prepared::Refused(serde_json::json!({ "error": why }).to_string(), record);
+                    continue;
+                }
+                let arguments = std::mem::take(arguments);
+                let (id, subtask_id) = (&ctx.conversation_id, &ctx.subtask_id);
+                intents.push(Effect::intent(id, subtask_id, *ordinal, &call.name, arguments, now_ms()));
+            }
+        }
+        if intents.is_empty() {
+            return Ok(prepared);
+        }
+        let mut journaled = match self.effects.journal_round(ctx, caller.attempt, intents).await {
+            Ok(journaled) => journaled.into_iter(),
+            Err(JournalStop::Refused(why)) => return Err(LoopEnd::Abandoned(why)),
+            Err(JournalStop::Retry(why)) => return Err(LoopEnd::Retry(why)),
+            Err(JournalStop::Unconfirmable(why)) => {
+                tracing::error!(role = %ctx.role, reason = %why, "this function cannot confirm the role's side effects: none is made");
+                return Err(LoopEnd::Done(SubtaskResult::failed(
+                    FailureKind::Internal,
+                    format!("{why}; nothing was done"),
+                )));
+            }
+        };
+        for p in prepared.iter_mut().filter(|p| matches!(p, Prepared::Effect { .. })) {
+            if let Some(entry) = journaled.next() {
+                *p = Prepared::Journaled(entry);
+            }
+        }
+        Ok(prepared)
+    }
+
     /// Writes one tool message per call (the round's results cut fairly to its budget) and the
     /// calls' records; answers how the loop ends when the round ends it.
     fn answer_round(&self, state: &mut LoopState, tool_calls: &[ToolCall], ends: Vec<CallEnd>) -> Option<LoopEnd> {
-        let abandoned = ends.iter().find_map(|e| e.abandoned.clone());
+        let store_failed = ends.iter().find_map(|e| e.store_failed.clone());
         let approvals: Vec<PendingApproval> = ends.iter().filter_map(|e| e.approval.clone()).collect();
         let unknown: Vec<String> = ends.iter().filter(|e| e.unknown).map(|e| e.record.name.clone()).collect();
         let (mut contents, records): (Vec<String>, Vec<ToolCallRecord>) =
@@ -188,8 +253,8 @@ impl ToolCalls {
             state.messages.push(ChatMessage::Tool { tool_call_id: call.id.clone(), content });
             state.tool_calls.push(rec);
         }
-        if let Some(why) = abandoned {
-            return Some(LoopEnd::Abandoned(why));
+        if let Some(why) = store_failed {
+            return Some(LoopEnd::Retry(why));
         }
         if !approvals.is_empty() {
             return Some(LoopEnd::Done(SubtaskResult::AwaitingApproval { approvals }));
@@ -251,7 +316,7 @@ impl ToolCalls {
             }
         }
         if !spec.side_effecting {
-            return Prepared::Ready { args, effect: None };
+            return Prepared::Ready(args);
         }
         if args.to_string().len() > MAX_EFFECT_ARGUMENT_BYTES {
             return refuse(format!(
@@ -263,23 +328,28 @@ impl ToolCalls {
                 "this step may make at most {MAX_EFFECTS_PER_SUBTASK} calls with side effects; this one was not executed"
             ));
         }
+        let serde_json::Value::Object(arguments) = args else {
+            return refuse("the arguments are not a JSON object; the call was not executed".into());
+        };
         *effects += 1;
-        Prepared::Ready { args, effect: Some(u32::try_from(*effects).unwrap_or(u32::MAX)) }
+        Prepared::Effect { ordinal: u32::try_from(*effects).unwrap_or(u32::MAX), arguments }
     }
 
     /// Runs one prepared call; always ends with the tool message content and its record.
     async fn run_prepared(&self, caller: &Caller<'_>, call: &ToolCall, prepared: Prepared) -> CallEnd {
-        let (args, effect) = match prepared {
+        let args = match prepared {
             Prepared::Refused(content, record) => return CallEnd::answered(content, record),
-            Prepared::Ready { args, effect } => (args, effect),
+            // Journaled: it runs whatever the time (an intent is dispatched or confirmed later).
+            Prepared::Journaled(journaled) => return self.run_effect(caller, call, &journaled).await,
+            Prepared::Effect { .. } => {
+                return CallEnd::refused(&call.name, "not executed: its intent was not recorded".into());
+            }
+            Prepared::Ready(args) => args,
         };
         let left = caller.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             obs::spans::record_tool_outcome(&tracing::Span::current(), "refused");
             return CallEnd::refused(&call.name, "no time left to call the tool".into());
-        }
-        if let Some(ordinal) = effect {
-            return self.run_effect(caller, call, args, ordinal).await;
         }
         match self.tools.call_tool(caller.ctx, &call.name, args, self.tool_timeout.min(left)).await {
             Ok(out) => {
@@ -295,26 +365,17 @@ impl ToolCalls {
         }
     }
 
-    /// One side-effecting call, through the journal ([`SideEffects::journal_and_dispatch`]),
+    /// One journaled side-effecting call, dispatched ([`SideEffects::dispatch_journaled`]),
     /// answered as the model is told it: the outcome, waiting for approval, or being confirmed.
-    async fn run_effect(&self, caller: &Caller<'_>, call: &ToolCall, args: serde_json::Value, ordinal: u32) -> CallEnd {
-        let serde_json::Value::Object(arguments) = args else {
-            return CallEnd::answered(
-                serde_json::json!({ "error": "the arguments are not a JSON object" }).to_string(),
-                ToolCallRecord { name: call.name.clone(), ok: false, error: Some("arguments not an object".into()) },
-            );
-        };
+    async fn run_effect(&self, caller: &Caller<'_>, call: &ToolCall, journaled: &Journaled) -> CallEnd {
         let name = call.name.clone();
-        let (ctx, attempt, deadline) = (caller.ctx, caller.attempt, caller.deadline);
-        let ended = match self.effects.journal_and_dispatch(ctx, attempt, &name, arguments, ordinal, deadline).await {
+        let ended = match self.effects.dispatch_journaled(caller.ctx, caller.attempt, journaled, caller.deadline).await
+        {
             EffectRun::Ended(ended) => ended,
-            EffectRun::Stopped(why) => {
+            EffectRun::StoreFailed(why) => {
                 return CallEnd {
-                    content: serde_json::json!({ "error": "not executed: this step was closed" }).to_string(),
-                    record: ToolCallRecord { name, ok: false, error: Some("not executed".into()) },
-                    approval: None,
-                    unknown: false,
-                    abandoned: Some(why),
+                    store_failed: Some(why),
+                    ..CallEnd::refused(&name, "not known yet: this step is retried".into())
                 };
             }
         };
@@ -338,7 +399,7 @@ impl ToolCalls {
                 record: ToolCallRecord { name, ok: false, error: Some("awaiting approval".into()) },
                 approval: Some(pending),
                 unknown: false,
-                abandoned: None,
+                store_failed: None,
             },
             EffectEnd::Unknown => CallEnd {
                 content: serde_json::json!({
@@ -349,7 +410,7 @@ impl ToolCalls {
                 record: ToolCallRecord { name, ok: false, error: Some("outcome not known yet".into()) },
                 approval: None,
                 unknown: true,
-                abandoned: None,
+                store_failed: None,
             },
         }
     }

@@ -23,6 +23,9 @@ pub enum LoopEnd {
     /// The subtask was closed by someone else, or another attempt took it over, before a side
     /// effect could be recorded: nothing was dispatched, nothing more to do here.
     Abandoned(String),
+    /// A journal write around a side effect failed: the message must come back (its redelivery
+    /// finishes from the journal, replaying what it holds with its keys).
+    Retry(String),
 }
 
 /// What a run of the loop has so far.

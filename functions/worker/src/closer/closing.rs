@@ -1,13 +1,11 @@
-//! Closing a subtask someone else was running (the deadline path, a dead letter): with what its journal says when it has side effects, else with a fallback; never "not done" over a side effect.
+//! Closing a subtask someone else was running (the deadline path, a dead letter): with what its journal says when it has side effects, else with a fallback; never "not done" over a side effect. Its intents are confirmed by their own role's worker (the confirmation it armed before them): the closer sends nothing for them.
 
 use std::sync::Arc;
 
 use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult};
-use swarm_core::effects::{EffectState, journal_result};
+use swarm_core::effects::journal_result;
 use swarm_core::obs;
 use swarm_core::ports::{CloseOutcome, StoreError, SubtaskStore};
-
-use crate::confirmations::Confirmations;
 
 /// Reads of a subtask whose journal kept changing before it is given up for now (the error is
 /// transient: the message comes back).
@@ -28,20 +26,19 @@ pub enum Closed {
 #[derive(Clone)]
 pub struct Closing {
     subtasks: Arc<dyn SubtaskStore>,
-    confirmations: Confirmations,
 }
 
 impl Closing {
-    pub fn new(subtasks: Arc<dyn SubtaskStore>, confirmations: Confirmations) -> Self {
-        Self { subtasks, confirmations }
+    pub fn new(subtasks: Arc<dyn SubtaskStore>) -> Self {
+        Self { subtasks }
     }
 
     /// Closes a subtask someone else was running (the deadline path, a dead letter): with what its
     /// journal says when it has side effects (done, being confirmed, waiting for approval), else
     /// with `fallback`. An intent recorded meanwhile makes it read again and decide again. Closed as
-    /// being confirmed, its intents are confirmed later ([`swarm_core::domain::TaskMessage::Confirm`]):
-    /// the worker that recorded them may be dead, and its message, back after the visibility
-    /// timeout, finds the conversation answered and does nothing.
+    /// being confirmed, its intents are confirmed by the [`swarm_core::domain::TaskMessage::Confirm`]
+    /// their worker armed on its own queue before writing them: the closer (the deadline path in
+    /// the tasks worker, the sweeper, the DLQ consumer) holds neither that queue nor that credential.
     pub async fn close_open(
         &self,
         id: &ConversationId,
@@ -58,9 +55,6 @@ impl Closing {
             match self.subtasks.close_subtask(id, subtask_id, &result, rec.effects.len(), now).await? {
                 CloseOutcome::Recorded(written) => {
                     obs::metrics::subtask_finished(&result);
-                    if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
-                        self.confirmations.schedule(&rec, 0).await;
-                    }
                     return Ok(Closed::Now(written));
                 }
                 CloseOutcome::AlreadyFinished(stored) => return Ok(Closed::Before(stored)),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use swarm_core::answer::{AnswerOutcome, Answerer, ModelFreeReply, answer_conversation};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, FailureKind, SubtaskResult, TaskMessage, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, FailureKind, SubtaskResult, TaskMessage, now_ms,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::obs;
@@ -172,25 +172,36 @@ impl DeadlinePath {
     /// and counts every subtask (a crash may have left some uncounted). Answers how many
     /// subtasks this call closed.
     async fn close_open_subtasks(&self, id: &ConversationId, now: i64) -> Result<usize, StoreError> {
-        let all = self.subtasks.list_subtasks(id).await?;
+        let mut all = self.subtasks.list_subtasks(id).await?;
         let mut closed = 0;
         // Everything still open fails — unless its journal holds side effects: those are reported as they
         // stand (done, being confirmed, waiting for approval), never as not done.
-        for rec in all.iter().filter(|r| !r.status.is_terminal()) {
-            let result = match dependency_results(rec, &all) {
+        for i in 0..all.len() {
+            if all[i].status.is_terminal() {
+                continue;
+            }
+            let result = match dependency_results(&all[i], &all) {
                 DependencyState::Failed(dependency) => SubtaskResult::Skipped { dependency },
                 _ => SubtaskResult::failed(
                     FailureKind::DeadlinePassed,
                     "the conversation's deadline passed before it finished",
                 ),
             };
-            if let Closed::Now(_) = self.closing.close_open(id, &rec.subtask.id, result, now).await? {
-                closed += 1;
+            match self.closing.close_open(id, &all[i].subtask.id, result, now).await? {
+                Closed::Now(rec) => {
+                    closed += 1;
+                    all[i] = rec;
+                }
+                // A result recorded meanwhile (with the tokens its worker used).
+                Closed::Before(rec) => all[i] = rec,
+                Closed::Missing => {}
             }
         }
-        // The plan's subtasks never change once it runs: the ids read above are all of them.
+        // The plan's subtasks never change once it runs: the ids read above are all of them. Each is
+        // counted with the usage its record holds (a worker that died between recording its result and
+        // counting it spent those tokens: the cost metric and the token budget see them).
         for rec in &all {
-            self.accounts.count_finished(id, &rec.subtask.id, &Usage::default()).await?;
+            self.accounts.count_finished(id, &rec.subtask.id, &rec.usage).await?;
         }
         Ok(closed)
     }

@@ -20,7 +20,6 @@ use self::deadline::DeadlinePath;
 use self::sweep::Sweep;
 pub use self::sweep::SweepReport;
 use crate::bookkeeping::Bookkeeping;
-use crate::confirmations::Confirmations;
 use crate::outcome::{MessageHandler, Outcome, subtask_span};
 use crate::settings::WorkerSettings;
 
@@ -40,11 +39,10 @@ pub struct Closer {
 
 impl Closer {
     /// The closer over `store` (each of its parts holds the roles it uses: no journal), sending to
-    /// `queues` (deadline messages to the default one, confirmations and released dependents to
-    /// their role's), with `settings`' re-arm, aggregation lease, sweep and confirmation timings.
+    /// `queues` (deadline messages to the default one, released dependents to their role's: never
+    /// a queue it does not hold), with `settings`' re-arm, aggregation lease and sweep timings.
     pub fn new(store: Arc<dyn ConversationStore>, queues: TaskQueues, settings: &WorkerSettings) -> Self {
-        let confirmations = Confirmations::new(queues.clone(), settings.confirm_delay_secs, settings.confirm_attempts);
-        let closing = Closing::new(store.clone(), confirmations);
+        let closing = Closing::new(store.clone());
         let deadline_path = Arc::new(DeadlinePath::new(
             store.clone(),
             store.clone(),
@@ -94,7 +92,8 @@ impl Closer {
                 Outcome::Ignored("approved side effect dead-lettered".into())
             }
             TaskMessage::Confirm { subtask_id, .. } => {
-                tracing::warn!(%subtask_id, "a confirmation reached the dead-letter queue; the side effect stays submitted");
+                tracing::error!(%subtask_id, "a confirmation reached the dead-letter queue; the side effect stays submitted");
+                obs::metrics::effect_unconfirmed();
                 Outcome::Ignored("confirmation dead-lettered".into())
             }
         }

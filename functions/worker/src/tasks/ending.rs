@@ -1,9 +1,9 @@
-//! What the agent loop's end makes of a subtask's attempt: its result booked (a side effect still unknown confirmed later), nothing (abandoned), what it has (out of time for good), or its progress saved and the message handed back.
+//! What the agent loop's end makes of a subtask's attempt: its result booked (a side effect still unknown is confirmed by the confirmation armed before its intent), nothing (abandoned), a retry (a journal write failed), what it has (out of time for good), or its progress saved and the message handed back.
 
 use std::sync::Arc;
 
-use swarm_core::domain::{FailureKind, MAX_CHECKPOINT_BYTES, SubtaskResult};
-use swarm_core::effects::{EffectState, journal_result};
+use swarm_core::domain::{FailureKind, MAX_CHECKPOINT_BYTES};
+use swarm_core::effects::journal_result;
 use swarm_core::obs;
 use swarm_core::ports::{MAX_DELAY_SECONDS, StoreError, SubtaskStore};
 use swarm_core::roles::TaskQueues;
@@ -11,14 +11,12 @@ use swarm_core::roles::TaskQueues;
 use super::started::Started;
 use crate::agent::{LoopEnd, LoopState, partial_result};
 use crate::bookkeeping::Bookkeeping;
-use crate::confirmations::Confirmations;
 use crate::outcome::Outcome;
 
 /// Ends attempts after their loop.
 pub struct Ending {
     subtasks: Arc<dyn SubtaskStore>,
     bookkeeping: Bookkeeping,
-    confirmations: Confirmations,
     /// Where work is handed back (the subtask's role's queue).
     queues: TaskQueues,
     /// Hand-backs allowed before a partial result is recorded.
@@ -31,37 +29,32 @@ impl Ending {
     pub fn new(
         subtasks: Arc<dyn SubtaskStore>,
         bookkeeping: Bookkeeping,
-        confirmations: Confirmations,
         queues: TaskQueues,
         max_handbacks: u32,
         handback_delay_secs: u32,
     ) -> Self {
-        Self { subtasks, bookkeeping, confirmations, queues, max_handbacks, handback_delay_secs }
+        Self { subtasks, bookkeeping, queues, max_handbacks, handback_delay_secs }
     }
 
-    /// What the loop's end makes of the subtask: its result recorded (a side effect still unknown
-    /// confirmed later), nothing (abandoned), what it has (out of time for good), or its progress
-    /// saved and the message handed back.
+    /// What the loop's end makes of the subtask: its result recorded (a side effect still unknown is
+    /// confirmed by the confirmation armed before its intent), nothing (abandoned), a retry, what it
+    /// has (out of time for good), or its progress saved and the message handed back.
     pub async fn after_loop(&self, s: &Started<'_>, end: LoopEnd, state: LoopState) -> Result<Outcome, StoreError> {
         let (id, subtask_id) = (s.id(), s.subtask_id());
         match end {
             LoopEnd::Done(result) => {
-                let side_effects_open =
-                    matches!(result, SubtaskResult::Submitted { .. } | SubtaskResult::AwaitingApproval { .. });
-                let finished =
-                    self.bookkeeping.finish(id, subtask_id, result, state.usage, &state.tools_used()).await?;
-                // The record as written (or as found) says whether an outcome is still unknown.
-                if side_effects_open
-                    && let Some(now) = &finished.record
-                    && now.effects.iter().any(|e| e.state == EffectState::Intent)
-                {
-                    self.confirmations.schedule(now, 0).await;
-                }
-                Ok(finished.outcome)
+                self.bookkeeping.finish(id, subtask_id, result, state.usage, &state.tools_used()).await
             }
             LoopEnd::Abandoned(why) => {
                 tracing::warn!(reason = %why, "attempt abandoned before a side effect; nothing was dispatched");
                 Ok(Outcome::Ignored(why))
+            }
+            LoopEnd::Retry(why) => {
+                // The redelivery need not wait for this attempt's lease; a failed release only delays it.
+                if let Err(e) = self.subtasks.release_attempt(id, subtask_id, &s.holder).await {
+                    tracing::warn!(error = %e, "could not release the attempt; the redelivery waits for its lease");
+                }
+                Ok(Outcome::Retry(why))
             }
             LoopEnd::OutOfTime if s.conversation_bound => {
                 tracing::warn!("the conversation's deadline is near: recording what the subtask has");
@@ -86,7 +79,7 @@ impl Ending {
             Some(from_journal) => from_journal,
             None => partial_result(&state, kind, why),
         };
-        Ok(self.bookkeeping.finish(id, subtask_id, result, state.usage, &state.tools_used()).await?.outcome)
+        self.bookkeeping.finish(id, subtask_id, result, state.usage, &state.tools_used()).await
     }
 
     /// Out of time with hand-backs left: the progress saved as a checkpoint, the lease released

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use swarm_core::domain::{ConversationId, SubtaskId, TaskMessage};
 use swarm_core::effects::EffectState;
+use swarm_core::obs;
 use swarm_core::ports::{ChatModel, ConversationRecords, ConversationStore, StoreError, SubtaskStore, ToolGateway};
 use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
@@ -101,7 +102,12 @@ impl Worker {
         }
     }
 
-    /// A [`TaskMessage::Confirm`]: learn the outcome of side effects still being confirmed.
+    /// A [`TaskMessage::Confirm`] (armed before the subtask's intents, or sent after a replay that
+    /// still learnt nothing; `attempt`: replays so far): learn the outcome of side effects still
+    /// being confirmed. While the subtask is open its attempt may still record them: looked at again
+    /// after the confirm delay, replays not counted. Once it is closed (by its worker, the deadline
+    /// path, the sweep or a dead letter) its intents are replayed as recorded; one still unknown is
+    /// looked at again until the replays are used up.
     async fn confirm(
         &self,
         id: &ConversationId,
@@ -115,15 +121,23 @@ impl Worker {
         let Some(record) = self.subtasks.get_subtask(id, subtask_id).await? else {
             return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}")));
         };
-        if !record.status.is_terminal() || !record.effects.iter().any(|e| e.state == EffectState::Intent) {
+        if !record.effects.iter().any(|e| e.state == EffectState::Intent) {
             return Ok(Outcome::Ignored("nothing to confirm".into()));
         }
-        if self.effects.confirm_effects(&record, &conversation.customer_id, attempt, deadline).await? {
-            tracing::info!("side effects confirmed");
-            Ok(Outcome::Finished(record.status))
-        } else {
-            Ok(Outcome::Requeued("a side effect is still being confirmed".into()))
+        if !record.status.is_terminal() {
+            if conversation.status.is_terminal() {
+                // Never so: the deadline path closes every open subtask before the conversation ends.
+                tracing::error!(status = record.status.as_str(), "an open subtask of a finished conversation");
+                obs::metrics::effect_unconfirmed();
+                return Ok(Outcome::Ignored("the subtask is open in a finished conversation".into()));
+            }
+            return Ok(self.effects.confirm_later(&record, attempt).await);
         }
+        if self.effects.confirm_effects(&record, &conversation.customer_id, deadline).await? {
+            tracing::info!("side effects confirmed");
+            return Ok(Outcome::Finished(record.status));
+        }
+        Ok(self.effects.confirm_later(&record, attempt + 1).await)
     }
 }
 

@@ -18,7 +18,6 @@ use super::started::Started;
 use crate::agent::{Agent, Checkpoint, LoopState};
 use crate::bookkeeping::Bookkeeping;
 use crate::clock::{ms_after, ms_between};
-use crate::confirmations::Confirmations;
 use crate::dependencies::{DependencyState, dependency_results};
 use crate::effects::{Attempt, SideEffects};
 use crate::outcome::Outcome;
@@ -30,7 +29,6 @@ pub struct Runner {
     subtasks: Arc<dyn SubtaskStore>,
     bookkeeping: Bookkeeping,
     effects: Arc<SideEffects>,
-    confirmations: Confirmations,
     agent: Agent,
     ending: Ending,
     /// Where work waiting for its turn is requeued (the subtask's role's queue).
@@ -40,7 +38,7 @@ pub struct Runner {
 
 impl Runner {
     /// The runner over the store roles it uses, booking through `bookkeeping`, its side effects
-    /// through `effects`, its rounds by `agent`, sending to `queues` (confirmations too).
+    /// through `effects`, its rounds by `agent`, handing work back to `queues`.
     pub fn new(
         conversations: Arc<dyn ConversationRecords>,
         subtasks: Arc<dyn SubtaskStore>,
@@ -50,16 +48,14 @@ impl Runner {
         queues: TaskQueues,
         settings: WorkerSettings,
     ) -> Self {
-        let confirmations = Confirmations::new(queues.clone(), settings.confirm_delay_secs, settings.confirm_attempts);
         let ending = Ending::new(
             subtasks.clone(),
             bookkeeping.clone(),
-            confirmations.clone(),
             queues.clone(),
             settings.max_handbacks,
             settings.handback_delay_secs,
         );
-        Self { conversations, subtasks, bookkeeping, effects, confirmations, agent, ending, queues, settings }
+        Self { conversations, subtasks, bookkeeping, effects, agent, ending, queues, settings }
     }
 
     /// The lease of an attempt that must be over by `deadline` (the invocation's deadline minus
@@ -109,9 +105,10 @@ impl Runner {
             AttemptStart::AlreadyFinished(rec) => {
                 // A duplicate, or a retry after a crash between the result
                 // write and the count: finish the bookkeeping, never the LLM work —
-                // and learn the outcome of a side effect still being confirmed.
+                // and learn the outcome of a side effect still being confirmed now (its armed
+                // confirmation comes back anyway).
                 if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
-                    self.effects.confirm_effects(&rec, &conversation.customer_id, 0, deadline).await?;
+                    self.effects.confirm_effects(&rec, &conversation.customer_id, deadline).await?;
                 }
                 self.bookkeeping.count_and_release(id, &rec).await?;
                 return Ok(Outcome::AlreadyFinished);
@@ -149,7 +146,7 @@ impl Runner {
                 FailureKind::TokenBudgetExhausted,
                 format!("the conversation's token budget ({budget} tokens) was used up"),
             );
-            return Ok(self.bookkeeping.finish(id, subtask_id, result, Usage::default(), &[]).await?.outcome);
+            return self.bookkeeping.finish(id, subtask_id, result, Usage::default(), &[]).await;
         }
         let dependencies = match self.dependencies(s).await? {
             Ok(dependencies) => dependencies,
@@ -202,7 +199,7 @@ impl Runner {
             DependencyState::Ready(d) => Ok(d),
             DependencyState::Failed(dep) => {
                 let result = SubtaskResult::Skipped { dependency: dep };
-                Err(self.bookkeeping.finish(id, subtask_id, result, Usage::default(), &[]).await?.outcome)
+                Err(self.bookkeeping.finish(id, subtask_id, result, Usage::default(), &[]).await?)
             }
             DependencyState::Waiting(dep) if self.queues.has_own_queue(&record.role) => {
                 // Enqueued at planning, it waits on its own queue: no other function may send there.
@@ -224,7 +221,8 @@ impl Runner {
 
     /// A re-run of a subtask whose journal holds side effects: entries without an outcome are
     /// replayed as recorded (same tool, arguments and key) to learn it, and the result is the
-    /// journal's ([`journal_result`]) — the model is never asked again.
+    /// journal's ([`journal_result`]) — the model is never asked again. An entry still unknown is
+    /// confirmed by the confirmation armed before its intent, whatever the result says.
     async fn finish_from_journal(
         &self,
         ctx: &ToolContext,
@@ -236,15 +234,7 @@ impl Runner {
             SubtaskResult::failed(FailureKind::Internal, "the journal emptied while the subtask was re-run")
         });
         let tools_used: Vec<String> = effects.iter().map(|e| e.tool.clone()).collect();
-        let submitted = matches!(result, SubtaskResult::Submitted { .. });
-        let finished = self
-            .bookkeeping
-            .finish(&ctx.conversation_id, &ctx.subtask_id, result, Usage::default(), &tools_used)
-            .await?;
-        if submitted {
-            self.confirmations.schedule(record, 0).await;
-        }
-        Ok(finished.outcome)
+        self.bookkeeping.finish(&ctx.conversation_id, &ctx.subtask_id, result, Usage::default(), &tools_used).await
     }
 }
 

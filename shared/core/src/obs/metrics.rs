@@ -110,6 +110,7 @@ pub const APPROVAL_OLDEST_PENDING_SECONDS: &str = "swarm_approval_oldest_pending
 pub const APPROVALS_DECIDED: &str = "swarm_approvals_decided";
 pub const APPROVAL_WAIT_SECONDS: &str = "swarm_approval_wait_seconds";
 pub const HANDOFFS: &str = "swarm_handoffs";
+pub const EFFECTS_UNCONFIRMED: &str = "swarm_effects_unconfirmed";
 
 const fn def(
     name: &'static str,
@@ -378,6 +379,14 @@ pub const CATALOG: &[MetricDef] = &[
         &["reason"],
         "Conversations handed to a person: customer_asked, tool_failures, policy.",
         emitted("handoff", "aggregator, worker (the deadline path)"),
+    ),
+    def(
+        EFFECTS_UNCONFIRMED,
+        Counter,
+        Count,
+        &[],
+        "Side effects whose outcome is still not known after every confirmation (replays used up, or the confirmation dead-lettered): left as submitted.",
+        emitted("effect_unconfirmed", "worker (confirmations, the DLQ consumer)"),
     ),
 ];
 
@@ -657,6 +666,11 @@ pub fn approval_decided(decision: Decision, waited: Duration) {
     };
     counter!(APPROVALS_DECIDED, "decision" => decision).increment(1);
     histogram!(APPROVAL_WAIT_SECONDS, "decision" => decision).record(waited.as_secs_f64());
+}
+
+/// A side effect's outcome is still not known after every confirmation: it stays submitted.
+pub fn effect_unconfirmed() {
+    counter!(EFFECTS_UNCONFIRMED).increment(1);
 }
 
 /// A conversation ended in a hand-off to a person.

@@ -27,8 +27,10 @@ fn journal_has(u: &mut Update, len: usize) -> String {
         let zero = u.value("jzero", n(0));
         format!("(attribute_not_exists({effects}) OR size({effects}) = {zero})")
     } else {
+        // attribute_exists first: a missing list fails the condition (as DynamoDB answers `size()`
+        // of it) instead of an emulator's HTTP 500 (moto evaluates AND left to right, stopping early).
         let len = u.value("jlen", n(len));
-        format!("size({effects}) = {len}")
+        format!("(attribute_exists({effects}) AND size({effects}) = {len})")
     }
 }
 
