@@ -197,15 +197,33 @@ async fn every_answer_matches_the_document() {
     let view = call(&router, "GET", &url, "", &[]).await;
     assert_eq!(view.0, 200);
     conforms(&doc, "/conversations/{id}", "get", &view);
+    // The fields added beside today's: each upper-case status in lower case, and the times.
+    let lower = |v: &Value| v.as_str().unwrap().to_ascii_lowercase();
+    assert_eq!(view.2["state"], lower(&view.2["status"]));
+    for subtask in view.2["subtasks"].as_array().unwrap() {
+        assert_eq!(subtask["state"], lower(&subtask["status"]), "{subtask}");
+    }
+    assert_eq!(list.2["conversations"][0]["state"], lower(&list.2["conversations"][0]["status"]));
+    let (created, updated) = (view.2["created_at_ms"].as_i64().unwrap(), view.2["updated_at_ms"].as_i64().unwrap());
+    assert!(updated >= created, "{}", view.2);
+    assert_eq!(view.2["updated_at"], swarm_core::view::rfc3339(updated));
     conforms(&doc, "/conversations/{id}", "get", &call(&router, "GET", "/conversations/nope", "", &[]).await);
 
     let page = call(&router, "GET", "/approvals?status=pending&limit=10", "", &op).await;
     assert_eq!(page.2["approvals"][0]["approval_id"], approval.as_str(), "{:?}", page.2);
+    let asked = &page.2["approvals"][0];
+    assert_eq!(
+        (&asked["updated_at_ms"], &asked["updated_at"]),
+        (&asked["created_at_ms"], &asked["created_at"]),
+        "{asked}"
+    );
     conforms(&doc, "/approvals", "get", &page);
     conforms(&doc, "/approvals", "get", &call(&router, "GET", "/approvals", "", &[]).await);
     conforms(&doc, "/approvals", "get", &call(&router, "GET", "/approvals?cursor=junk", "", &op).await);
     let decided = call(&router, "POST", &format!("/approvals/{approval}"), r#"{"decision": "reject"}"#, &op).await;
     assert_eq!(decided.0, 200, "{:?}", decided.2);
+    let rejected = &decided.2["approval"];
+    assert_eq!(rejected["updated_at_ms"], rejected["decided_at_ms"], "the decision is its last change: {rejected}");
     conforms(&doc, "/approvals/{id}", "post", &decided);
     let conflict = call(&router, "POST", &format!("/approvals/{approval}"), r#"{"decision": "approve"}"#, &op).await;
     assert_eq!(conflict.0, 409);

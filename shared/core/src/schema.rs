@@ -7,6 +7,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use crate::approval::ApprovalStatus;
 use crate::domain::{ConversationStatus, FailureKind, HandoffReason, SubtaskStatus, Usage};
 use crate::effects::EffectState;
+use crate::view::LowerCase;
 
 /// The serde names of `values`, in order.
 fn names<T: serde::Serialize>(values: &[T]) -> Vec<String> {
@@ -80,6 +81,23 @@ enum_schema!(
     "Where a side-effecting call stands: intent (submitted, being confirmed), done, awaiting_approval, rejected, expired.",
     [Intent, Done, AwaitingApproval, Rejected, Expired]
 );
+
+/// The schema of `T`'s, its values in lower case: a `state` beside an upper-case `status`.
+impl<T: JsonSchema> JsonSchema for LowerCase<T> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("{}LowerCase", T::schema_name()).into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let upper = T::json_schema(generator);
+        let values: Vec<String> = upper
+            .get("enum")
+            .and_then(serde_json::Value::as_array)
+            .map(|values| values.iter().filter_map(|v| v.as_str().map(str::to_ascii_lowercase)).collect())
+            .unwrap_or_default();
+        string_enum(&format!("`{}` in lower case.", T::schema_name()), values)
+    }
+}
 
 impl JsonSchema for Usage {
     fn schema_name() -> Cow<'static, str> {
