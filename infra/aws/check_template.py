@@ -31,6 +31,11 @@
 #   - with --wiring FILE (`swarm-local wiring --json`): the local stack wires every function as the template does -
 #     the same variable names, a sender for exactly the queues its role may send to, the same role token, the same
 #     tool list for each gateway role
+#   - the API's contract: GET /health and GET /openapi.json need no credential, GET /conversations is authorised
+#     as POST /conversations is; the customers' index exists and the orchestrator's role names it; the API's CORS
+#     origins are the CorsAllowOrigins parameter, the same list the orchestrator gets (CORS_ALLOWED_ORIGINS)
+#   - Bedrock natively (LlmAuth=sigv4): every role that reads the LLM key otherwise may invoke the configured
+#     model instead (bedrock:InvokeModel on it), and none reads the LLM key
 # Usage with the local wiring: ... check_template.py template.yaml samconfig.toml --wiring wiring.json
 import ast
 import json
@@ -52,13 +57,17 @@ EXPECTED_FILTER = {
 REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
 SWEEP_INDEX = {"IndexName": "sweep", "KeySchema": [{"AttributeName": "sweep_shard", "KeyType": "HASH"},
                                                    {"AttributeName": "deadline_ms", "KeyType": "RANGE"}]}
+CUSTOMER_INDEX = {"IndexName": "customer", "KeySchema": [{"AttributeName": "customer_id", "KeyType": "HASH"},
+                                                         {"AttributeName": "created_at_ms", "KeyType": "RANGE"}]}
+# Routes anyone may call: a health check and the API's contract.
+OPEN_ROUTES = {"GET /health", "GET /openapi.json"}
 RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 RATE_UNIT_SECS = {"minute": 60, "hour": 3600, "day": 86400}
 
 # The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
 XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 
-# What each function's role needs, and nothing more (the least-privilege table; README "Security model").
+# What each function's role needs, and nothing more (the least-privilege table; docs/security.md).
 #   send     queues it may send to          consume  queues it receives from
 #   secrets  secrets it may read            invoke   functions (or function URLs) it may call
 #   writes   partition-key prefixes of the conversations table it may write (dynamodb:LeadingKeys); another
@@ -333,6 +342,8 @@ class Checker:
 
         self.check_sweep(functions)
         self.check_instance_cap(functions)
+        self.check_api(functions)
+        self.check_bedrock()
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
@@ -388,6 +399,73 @@ class Checker:
             if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
                                and str(res["Fn::Sub"]).endswith(f"/index/{SWEEP_INDEX['IndexName']}")):
                 self.fail(f, f"its role does not name the sweep index (dynamodb:Query on <table>/index/{SWEEP_INDEX['IndexName']})")
+
+    def check_api(self, functions):
+        """The API's contract as deployed: open routes, the customers' list, its index and CORS from one list."""
+        routes = {}
+        for name, r in self.resources.items():
+            if r["Type"] == "AWS::ApiGatewayV2::Route":
+                routes[self.value(r["Properties"].get("RouteKey"))] = (name, self.chosen(r["Properties"]))
+        for key in sorted(OPEN_ROUTES):
+            if key not in routes:
+                self.fail("api", f"no route {key}")
+            elif routes[key][1].get("AuthorizationType") != "NONE":
+                self.fail(routes[key][0], f"{key} must need no credential (AuthorizationType NONE)")
+        post, listing = routes.get("POST /conversations"), routes.get("GET /conversations")
+        if listing is None:
+            self.fail("api", "no route GET /conversations")
+        elif post is not None and (listing[1].get("AuthorizationType"), listing[1].get("AuthorizerId")) != (
+                post[1].get("AuthorizationType"), post[1].get("AuthorizerId")):
+            self.fail(listing[0], "GET /conversations is not authorised as POST /conversations is")
+        integration = next((self.chosen(r["Properties"]) for r in self.resources.values()
+                            if r["Type"] == "AWS::ApiGatewayV2::Integration"), {})
+        api_fn = self.target(integration.get("IntegrationUri"))
+        table = self.resources.get("Table", {}).get("Properties", {})
+        index = next((i for i in table.get("GlobalSecondaryIndexes") or [] if i.get("IndexName") == CUSTOMER_INDEX["IndexName"]), None)
+        if index is None or index.get("KeySchema") != CUSTOMER_INDEX["KeySchema"]:
+            self.fail("Table", f"no customers' index {CUSTOMER_INDEX!r} (GET /conversations)")
+        if api_fn in functions:
+            role = self.target(functions[api_fn]["Properties"].get("Role"))
+            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
+                               and str(res["Fn::Sub"]).endswith(f"/index/{CUSTOMER_INDEX['IndexName']}")):
+                self.fail(api_fn, f"its role does not name the customers' index (dynamodb:Query on <table>/index/{CUSTOMER_INDEX['IndexName']})")
+            env = (functions[api_fn]["Properties"].get("Environment") or {}).get("Variables") or {}
+            if env.get("CORS_ALLOWED_ORIGINS") != {"Fn::Join": [",", {"Ref": "CorsAllowOrigins"}]}:
+                self.fail(api_fn, "CORS_ALLOWED_ORIGINS is not the CorsAllowOrigins parameter's list")
+        else:
+            self.fail("api", "no function behind the API's integration")
+        apis = [self.chosen(r["Properties"]) for r in self.resources.values() if r["Type"] == "AWS::ApiGatewayV2::Api"]
+        origins = str(self.value({"Ref": "CorsAllowOrigins"}) or "").strip(", ")
+        for api in apis:
+            cors = api.get("CorsConfiguration")
+            if origins and (not cors or cors.get("AllowOrigins") != {"Ref": "CorsAllowOrigins"}):
+                self.fail("HttpApi", "CorsConfiguration.AllowOrigins is not the CorsAllowOrigins parameter")
+
+    def check_bedrock(self):
+        """With LlmAuth=sigv4, the roles that would read the LLM key invoke the configured model instead."""
+        if "LlmSigV4" not in (self.t.get("Conditions") or {}):
+            self.fail("template", "no LlmSigV4 condition (LlmAuth=sigv4: Bedrock with the functions' roles)")
+            return
+        if not self.condition("LlmSigV4"):
+            return
+        for name, needs in ROLE_NEEDS.items():
+            if "LlmApiKeySecret" not in needs.get("secrets", set()) or name not in self.resources:
+                continue
+            if not self.allows_now(name, "bedrock:InvokeModel", lambda res: isinstance(res, dict)
+                                   and str(res.get("Fn::Sub", "")).endswith("${LlmModel}")):
+                self.fail(name, "with LlmAuth=sigv4 it cannot invoke the configured model (bedrock:InvokeModel on ${LlmModel})")
+            if "LlmApiKeySecret" in self.grants(self.resources[name])["secrets"]:
+                self.fail(name, "with LlmAuth=sigv4 it still reads the LLM key")
+
+    def allows_now(self, role, action, resource_ok):
+        """Whether `role`'s inline policies, resolved for this environment, allow `action` on a resource `resource_ok` accepts."""
+        for policy in self.resources.get(role, {}).get("Properties", {}).get("Policies", []):
+            statements = self.chosen(policy["PolicyDocument"]).get("Statement", [])
+            for st in statements if isinstance(statements, list) else [statements]:
+                if st.get("Effect") == "Allow" and action in self.flatten(st.get("Action")) \
+                        and any(resource_ok(res) for res in self.flatten(st.get("Resource"))):
+                    return True
+        return False
 
     def check_instance_cap(self, functions):
         """A gateway divides its global limits by its instance cap: it must be told its reserved concurrency."""
@@ -758,6 +836,8 @@ def main():
         except (RuleError, SyntaxError, ZeroDivisionError) as e:
             table_findings.append(f"[table] rule {rule['check']!r} cannot be evaluated: {e}")
     findings = table_findings + Checker(template, {}, "defaults", timings).run()
+    # Bedrock natively: the roles as they are with LlmAuth=sigv4.
+    findings += Checker(template, {"LlmAuth": "sigv4"}, "sigv4", timings).run()
     if wiring_path is not None:
         with open(wiring_path) as f:
             local = json.load(f)

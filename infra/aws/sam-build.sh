@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the deployable artifacts once with `sam build` (arm64, BuildMethod rust-cargolambda: cargo-lambda + zig from the venv) and prints how long it took.
+# Builds the deployable artifacts once with `sam build` (arm64, BuildMethod rust-cargolambda: cargo-lambda + zig from the venv; SAM 1.170 builds it without beta flags) and prints how long it took.
 # Usage: infra/aws/sam-build.sh [extra sam build args]     Output: .aws-sam/build (git-ignored)
 set -euo pipefail
 
@@ -9,8 +9,6 @@ bin="$("$root/infra/aws/venv.sh")"
 # cargo finds `cargo lambda` on PATH; cargo-zigbuild finds zig through the venv's `python -m ziglang`.
 export PATH="$bin:$PATH"
 export SAM_CLI_TELEMETRY=0 AWS_REGION="${AWS_REGION:-us-east-1}" AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"
-# The Rust (cargo-lambda) build method is a SAM beta feature.
-export SAM_CLI_BETA_RUST_CARGO_LAMBDA=1
 
 if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
     echo "sam-build: adding the aarch64-unknown-linux-gnu std (rustup, at most 5 min)"
@@ -18,7 +16,7 @@ if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
 fi
 
 start=$SECONDS
-timeout "${SAM_BUILD_TIMEOUT_SECS:-3600}" "$bin/sam" build --beta-features --template-file template.yaml "$@"
+timeout "${SAM_BUILD_TIMEOUT_SECS:-3600}" "$bin/sam" build --template-file template.yaml "$@"
 took=$((SECONDS - start))
 echo "sam-build: built in ${took} s"
 for f in .aws-sam/build/*/bootstrap; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
+# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, the API's open routes, customers' list and CORS, Bedrock's grants with LlmAuth=sigv4, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
 # Usage: .venv/bin/python -m unittest infra/aws/test_check_template.py   (run by infra/aws/lint.sh)
 #        SWARM_WIRING_JSON=wiring.json ... also holds that local wiring (`swarm-local wiring --json`) against the template.
 import copy
@@ -306,6 +306,35 @@ class LeastPrivilege(unittest.TestCase):
         self.assertEqual(self.findings(self.expanded, {"Stage": "dev", "AuthMode": "none"}, "dev"), [])
         found = self.findings(self.expanded, {"DeployDemoShop": "false", "ShopToolsUrl": "https://t.example/mcp"}, "ext")
         self.assertTrue(any("ShopToolsTokenSecretArn" in f for f in found), found)
+
+    def test_the_api_s_open_routes_customers_list_index_and_cors_are_checked(self):
+        self.assertEqual(self.findings(self.expanded), [])
+        t = copy.deepcopy(self.expanded)
+        del t["Resources"]["HealthRoute"]
+        t["Resources"]["OpenApiRoute"]["Properties"]["AuthorizationType"] = "AWS_IAM"
+        found = self.findings(t)
+        self.assertTrue(any("no route GET /health" in f for f in found), found)
+        self.assertTrue(any("GET /openapi.json must need no credential" in f for f in found), found)
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["ListConversationsRoute"]["Properties"]["AuthorizationType"] = "AWS_IAM"
+        t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"] = [
+            i for i in t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"] if i["IndexName"] != "customer"]
+        statements = self.statements(t, "OrchestratorRole")
+        statements[:] = [st for st in statements if not (isinstance(st, dict) and st.get("Sid") == "ListCustomersConversations")]
+        t["Resources"]["Orchestrator"]["Properties"]["Environment"]["Variables"]["CORS_ALLOWED_ORIGINS"] = "*"
+        found = self.findings(t)
+        for expected in ("not authorised as POST /conversations", "no customers' index",
+                         "does not name the customers' index", "CORS_ALLOWED_ORIGINS is not"):
+            self.assertTrue(any(expected in f for f in found), (expected, found))
+
+    def test_with_bedrock_the_llm_roles_invoke_the_model_and_read_no_key(self):
+        self.assertEqual(self.findings(self.expanded, params={"LlmAuth": "sigv4"}, label="sigv4"), [])
+        t = copy.deepcopy(self.expanded)
+        statements = self.statements(t, "WorkerRole")
+        statements[:] = [st for st in statements if "Bedrock" not in str(st)]
+        found = self.findings(t, params={"LlmAuth": "sigv4"}, label="sigv4")
+        self.assertTrue(any("WorkerRole" in f and "cannot invoke the configured model" in f for f in found), found)
+        self.assertEqual(self.findings(t, {}), [], "with a key (the default) no Bedrock grant is needed")
 
 
 class Allowlists(unittest.TestCase):

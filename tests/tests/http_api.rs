@@ -106,7 +106,7 @@ async fn served_with_a_token_table_the_bearer_token_names_the_customer() {
 
     let wrong_method = client.delete(format!("{base}/conversations")).send().await.unwrap();
     assert_eq!(wrong_method.status().as_u16(), 405);
-    assert_eq!(wrong_method.headers()["allow"], "POST");
+    assert_eq!(wrong_method.headers()["allow"], "POST,GET,HEAD");
     let err: serde_json::Value = wrong_method.json().await.unwrap();
     assert_eq!(err["error"]["code"], "method_not_allowed");
     server.abort();

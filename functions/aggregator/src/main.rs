@@ -1,4 +1,4 @@
-//! Aggregator Lambda: telemetry, its config, the store and the reply model, the aggregator built by [`aggregator::wiring`], then the stream handler (telemetry flushed after every invocation).
+//! Aggregator Lambda: telemetry, its config, the store and the reply model, the aggregator built by [`aggregator::wiring`], then the stream handler (telemetry flushed after every response).
 
 use std::sync::Arc;
 
@@ -15,14 +15,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let models = config.llm.models(&config.secrets).await?;
     let ports = AggregatorPorts { store: aws.store(&config.table), model: models.main };
     let core = Arc::new(wiring::aggregator(ports, swarm_core::timings::Timings::standard()));
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (core, telemetry) = (core.clone(), telemetry.clone());
-        async move {
-            let answer = handler::handle(&core, event).await;
-            // The sandbox freezes after the response: spans and metrics go out now or never.
-            telemetry.flush().await;
-            answer
-        }
-    }))
+    swarm_adapters::telemetry::lambda::run(&telemetry, |flush| {
+        lambda_runtime::run(flush.wrap(service_fn(move |event: LambdaEvent<_>| {
+            let core = core.clone();
+            async move { handler::handle(&core, event).await }
+        })))
+    })
     .await
 }

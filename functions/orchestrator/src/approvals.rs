@@ -16,8 +16,25 @@ use swarm_core::view::OperatorApprovalView;
 
 use crate::core::ApiError;
 
-/// Most approvals one `GET /approvals` lists.
+/// Most approvals one `GET /approvals` page lists.
 pub const MAX_LISTED: usize = 100;
+/// Most approvals one page reads to fill itself when a status filter skips some: past it the page
+/// ends early, with a cursor to go on from.
+pub const MAX_SCANNED: usize = 1_000;
+
+/// Where the next page of approvals starts: after this approval id (the store lists newest first).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct After {
+    after: String,
+}
+
+/// One page of [`Approvals::list`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalsPage {
+    pub approvals: Vec<OperatorApprovalView>,
+    /// The cursor of the next page; `None` on the last.
+    pub next_cursor: Option<String>,
+}
 
 /// What an operator decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,20 +57,55 @@ impl Approvals {
         Self { store, queues, key, execute_within: timings.money.approval_execute_within }
     }
 
-    /// The newest approvals (at most `limit`, at most [`MAX_LISTED`]), optionally only those in `status` now.
+    /// A page of approvals, newest first: at most `limit` (1..=[`MAX_LISTED`]), optionally only
+    /// those in `status` now, starting after `cursor` (a page's `next_cursor`, opaque). With a status
+    /// filter a page reads on through the store until it is full, at most [`MAX_SCANNED`] approvals,
+    /// and ends with a cursor to go on from.
+    ///
+    /// Errors: 400 `bad_cursor` for a cursor this API did not hand out; 503 when the store is unavailable.
     pub async fn list(
         &self,
         status: Option<ApprovalStatus>,
         limit: usize,
-    ) -> Result<Vec<OperatorApprovalView>, ApiError> {
+        cursor: Option<&str>,
+    ) -> Result<ApprovalsPage, ApiError> {
+        let mut after = match cursor.filter(|c| !c.trim().is_empty()) {
+            None => None,
+            Some(text) => {
+                let After { after } = crate::cursor::decode(text)?;
+                if !is_approval_id(&after) {
+                    return Err(crate::cursor::bad_cursor());
+                }
+                Some(after)
+            }
+        };
+        let limit = limit.clamp(1, MAX_LISTED);
         let now = now_ms();
-        let all = self.store.list_approvals(MAX_LISTED).await?;
-        Ok(all
-            .iter()
-            .filter(|a| status.is_none_or(|s| a.status_at(now) == s))
-            .take(limit.clamp(1, MAX_LISTED))
-            .map(|a| OperatorApprovalView::build(a, now))
-            .collect())
+        let mut approvals = Vec::new();
+        let mut scanned = 0;
+        let mut more = true;
+        while approvals.len() < limit && scanned < MAX_SCANNED && more {
+            let chunk = self.store.list_approvals_after(after.as_deref(), limit.min(MAX_SCANNED - scanned)).await?;
+            more = !chunk.is_empty();
+            for a in &chunk {
+                scanned += 1;
+                after = Some(a.id.clone());
+                if status.is_none_or(|s| a.status_at(now) == s) {
+                    approvals.push(OperatorApprovalView::build(a, now));
+                    if approvals.len() == limit {
+                        break;
+                    }
+                }
+            }
+        }
+        // Another page follows when the store holds an approval after the last one looked at.
+        let next_cursor = match &after {
+            Some(last) if more && !self.store.list_approvals_after(Some(last), 1).await?.is_empty() => {
+                Some(crate::cursor::encode(&After { after: last.clone() }))
+            }
+            _ => None,
+        };
+        Ok(ApprovalsPage { approvals, next_cursor })
     }
 
     /// Records `decision` by `operator` on approval `id`. Approving signs a token for exactly the

@@ -9,6 +9,7 @@ use swarm_core::access::CustomerLimits;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
 
 use crate::OrchestratorSettings;
+use crate::api::AllowedOrigins;
 use crate::api::OperatorAllowlist;
 
 /// Everything the orchestrator Lambda reads from its environment.
@@ -34,12 +35,21 @@ pub struct OrchestratorConfig {
     /// `OPERATOR_PRINCIPALS`: the IAM users and roles (ARNs, comma-separated) who decide
     /// approvals on AWS; a principal mapped to a customer never does. Unset: nobody.
     pub operators: OperatorAllowlist,
+    /// `CORS_ALLOWED_ORIGINS`: browser origins allowed to call the API, comma-separated (the
+    /// template's `CorsAllowOrigins`, which API Gateway's CORS configuration answers with too).
+    pub cors: AllowedOrigins,
 }
 
 impl OrchestratorConfig {
     /// Variables read by the orchestrator itself (the pieces list theirs).
-    const OWN_VARS: &'static [&'static str] =
-        &["ROLE_TABLE", "DEADLINE_SECS", "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN", "OPERATOR_PRINCIPALS"];
+    const OWN_VARS: &'static [&'static str] = &[
+        "ROLE_TABLE",
+        "DEADLINE_SECS",
+        "APPROVAL_KEY",
+        "APPROVAL_KEY_SECRET_ARN",
+        "OPERATOR_PRINCIPALS",
+        "CORS_ALLOWED_ORIGINS",
+    ];
 
     /// Every variable this config reads.
     pub fn vars() -> Vec<&'static str> {
@@ -75,6 +85,14 @@ impl OrchestratorConfig {
                 value: text,
             })?,
         };
+        let cors = match vars.get("CORS_ALLOWED_ORIGINS") {
+            None => AllowedOrigins::default(),
+            Some(text) => AllowedOrigins::parse(text.split(',')).map_err(|reason| ConfigError::Invalid {
+                var: "CORS_ALLOWED_ORIGINS",
+                accepted: format!("origins separated by commas, e.g. https://console.example.com ({reason})"),
+                value: text,
+            })?,
+        };
         let deadline_secs = vars
             .number("DEADLINE_SECS", 1..=86_400, "a whole number of seconds from 1 to 86400")?
             .unwrap_or(swarm_core::domain::DEFAULT_DEADLINE_SECS);
@@ -90,6 +108,7 @@ impl OrchestratorConfig {
             deadline_secs,
             approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
             operators,
+            cors,
         })
     }
 
@@ -158,6 +177,7 @@ mod tests {
                 "arn:aws:iam::123456789012:user/*",
                 "OPERATOR_PRINCIPALS must be IAM user or role ARNs",
             ),
+            ("CORS_ALLOWED_ORIGINS", "console.example.com", "CORS_ALLOWED_ORIGINS must be origins separated by commas"),
         ] {
             let e = parse(&[(var, value)]).unwrap_err();
             assert!(e.to_string().starts_with(message), "{var}={value}: {e}");

@@ -15,14 +15,14 @@ use swarm_core::llm::retry::{CallError, LlmRetryPolicy, complete_with_retry};
 use swarm_core::obs;
 use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
 use swarm_core::ports::{
-    ChatMessage, ChatModel, ChatRequest, ConversationStore, CreateOutcome, LeaseOutcome, LeasePhase, MAX_DELAY_SECONDS,
-    Purpose, StoreError, ToolContext, ToolGateway,
+    ChatMessage, ChatModel, ChatRequest, ConversationPosition, ConversationStore, CreateOutcome, LeaseOutcome,
+    LeasePhase, MAX_DELAY_SECONDS, Purpose, StoreError, ToolContext, ToolGateway,
 };
 use swarm_core::prompts::{plan_messages_in, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
 use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
-use swarm_core::view::ConversationView;
+use swarm_core::view::{ConversationSummary, ConversationView};
 use tracing::Instrument;
 
 /// Orchestrator settings, read once at cold start.
@@ -497,6 +497,34 @@ impl Orchestrator {
         }
         obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Fallback);
         (fallback_plan(&conversation.query, &fallback_tools, "the plan could not be made"), usage, false)
+    }
+
+    /// `GET /conversations`: a page of `customer_id`'s conversations, newest first, at most `limit`
+    /// (1..=100), after `cursor` (a page's `next_cursor`, opaque).
+    ///
+    /// Errors: 400 `bad_cursor` for a cursor this API did not hand out; 503 when the store is unavailable.
+    pub async fn list(
+        &self,
+        customer_id: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<ConversationSummary>, Option<String>), ApiError> {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct After {
+            t: i64,
+            id: String,
+        }
+        let after = match cursor.filter(|c| !c.trim().is_empty()) {
+            None => None,
+            Some(text) => {
+                let After { t, id } = crate::cursor::decode(text)?;
+                let id = ConversationId::parse(&id).ok_or_else(crate::cursor::bad_cursor)?;
+                Some(ConversationPosition { created_at_ms: t, id })
+            }
+        };
+        let page = self.store.list_customer_conversations(customer_id, after.as_ref(), limit.clamp(1, 100)).await?;
+        let next = page.next.map(|p| crate::cursor::encode(&After { t: p.created_at_ms, id: p.id.to_string() }));
+        Ok((page.conversations.iter().map(ConversationSummary::build).collect(), next))
     }
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's

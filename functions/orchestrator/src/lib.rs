@@ -4,6 +4,7 @@ pub mod api;
 pub mod approvals;
 pub mod config;
 pub mod core;
+pub mod cursor;
 pub mod wiring;
 
 pub use api::{ApiState, Auth, Caller, OperatorAuth, router};

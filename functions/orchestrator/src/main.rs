@@ -1,4 +1,4 @@
-//! Orchestrator Lambda: telemetry, its config, the store, queues, model and gateway client, the orchestrator built by [`orchestrator::wiring`], then the HTTP API router under `lambda_http` (telemetry flushed after every request).
+//! Orchestrator Lambda: telemetry, its config, the store, queues, model and gateway client, the orchestrator built by [`orchestrator::wiring`], then the HTTP API router under `lambda_http` (telemetry flushed after every response).
 
 use std::sync::Arc;
 
@@ -6,7 +6,6 @@ use orchestrator::api::IamOperators;
 use orchestrator::wiring::{self, OrchestratorPorts};
 use orchestrator::{ApiState, Auth, OperatorAuth, OrchestratorConfig};
 use swarm_adapters::config::{AwsClients, ExposeSecret};
-use swarm_adapters::telemetry::Telemetry;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::timings::Timings;
 
@@ -26,7 +25,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     };
     let core = wiring::orchestrator(&config, ports, Timings::standard());
     let auth = Auth::from_config(&config.auth, access.clone());
-    let mut state = ApiState::new(Arc::new(core), auth);
+    let mut state = ApiState::new(Arc::new(core), auth).with_cors(config.cors.clone());
     if let Some(source) = &config.approval_key {
         let key = ApprovalKey::new(source.resolve(&config.secrets).await?.expose_secret())?;
         let approvals =
@@ -36,17 +35,6 @@ async fn main() -> Result<(), lambda_http::Error> {
         let operators = OperatorAuth::Iam(IamOperators::new(&config.operators, access));
         state = state.with_approvals(Arc::new(approvals), operators);
     }
-    let router = orchestrator::router(state).layer(axum::middleware::from_fn_with_state(telemetry, flush_after));
-    lambda_http::run(router).await
-}
-
-/// Flushes spans and metrics once the answer is ready: the sandbox freezes after the response.
-async fn flush_after(
-    axum::extract::State(telemetry): axum::extract::State<Telemetry>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let response = next.run(request).await;
-    telemetry.flush().await;
-    response
+    let router = orchestrator::router(state);
+    swarm_adapters::telemetry::lambda::run(&telemetry, |flush| lambda_http::run(flush.wrap(router))).await
 }

@@ -104,15 +104,18 @@ where
     (status, headers, body)
 }
 
-/// The one error shape: `{"error": {"code", "message"}}` and nothing else, as JSON.
+/// The one error shape: an RFC 9457 problem document (`type`, `title`, `status`, `detail`)
+/// that keeps `{"error": {"code", "message"}}`, and nothing else, as `application/problem+json`.
 fn assert_error(answer: &(StatusCode, HeaderMap, Value), status: u16, code: &str) {
     let (got, headers, body) = answer;
     assert_eq!(got.as_u16(), status, "{body}");
-    assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/json", "{code}");
-    assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
+    assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/problem+json", "{code}");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(5), "{body}");
     assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2), "{body}");
     assert_eq!(body["error"]["code"], code, "{body}");
     assert!(!body["error"]["message"].as_str().unwrap_or("").is_empty(), "{body}");
+    assert_eq!(body["type"], format!("urn:lambda-swarm:problem:{code}"), "{body}");
+    assert_eq!((body["status"].as_u64(), &body["detail"]), (Some(u64::from(status)), &body["error"]["message"]));
 }
 
 async fn customer_of(rig: &Rig, answer: &Value) -> String {
@@ -136,13 +139,13 @@ async fn without_auth_the_body_names_the_customer_202_then_200() {
 }
 
 #[tokio::test]
-async fn malformed_json_is_400_and_json_of_the_wrong_shape_422() {
+async fn malformed_json_and_json_of_the_wrong_shape_are_400() {
     let r = rig();
     for body in ["{", "not json at all", "", r#"{"message": "hi", "customer_id": "C104""#] {
         assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_json");
     }
     for body in [r#"{"message": 5, "customer_id": "C104"}"#, r#"["hi"]"#, r#""hi""#] {
-        assert_error(&send(router(&r, Auth::None), post(body)).await, 422, "bad_fields");
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_fields");
     }
     for (body, code) in [
         (r#"{"customer_id": "C104"}"#, "missing_message"),
@@ -171,9 +174,7 @@ async fn unknown_routes_are_404_and_wrong_methods_405_with_allow() {
 
     let delete = send(router(&r, Auth::None), request("DELETE", "/conversations", "")).await;
     assert_error(&delete, 405, "method_not_allowed");
-    assert_eq!(delete.1.get(header::ALLOW).unwrap(), "POST");
-    let get_list = send(router(&r, Auth::None), request("GET", "/conversations", "")).await;
-    assert_error(&get_list, 405, "method_not_allowed");
+    assert_eq!(delete.1.get(header::ALLOW).unwrap(), "POST,GET,HEAD");
     let put =
         send(router(&r, Auth::None), request("PUT", "/conversations/01900000-0000-7000-8000-000000000000", "")).await;
     assert_error(&put, 405, "method_not_allowed");
@@ -379,4 +380,48 @@ async fn the_jwt_fixture_goes_through_lambda_http_into_the_router() {
     // The same event with authentication off has no customer to act for.
     let request = lambda_http::request::from_str(event).unwrap();
     assert_error(&send(router(&r, Auth::None), request).await, 400, "missing_customer_id");
+}
+
+#[tokio::test]
+async fn a_customer_lists_only_their_own_conversations_a_page_at_a_time() {
+    let r = rig();
+    let bearer = format!("Bearer {TOKEN_C104}");
+    let mut mine = Vec::new();
+    for message in ["where is A1029", "is SAVE20 valid", "where is A1022"] {
+        let body = json!({ "message": message }).to_string();
+        let created = send(router(&r, tokens()), with_header(post(&body), "authorization", &bearer)).await;
+        assert_eq!(created.0, StatusCode::ACCEPTED, "{}", created.2);
+        mine.push(created.2["conversation_id"].as_str().unwrap().to_owned());
+        // Distinct creation times: the newest-first order is the creation order reversed.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let theirs = send(router(&r, Auth::None), post(r#"{"message": "hi", "customer_id": "C105"}"#)).await;
+    assert_eq!(theirs.0, StatusCode::ACCEPTED);
+
+    let mut listed = Vec::new();
+    let mut path = "/conversations?limit=2".to_owned();
+    for _ in 0..3 {
+        let page = send(router(&r, tokens()), with_header(request("GET", &path, ""), "authorization", &bearer)).await;
+        assert_eq!(page.0, StatusCode::OK, "{}", page.2);
+        listed.extend(
+            page.2["conversations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["conversation_id"].as_str().unwrap().to_owned()),
+        );
+        match page.2["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/conversations?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    mine.reverse();
+    assert_eq!(listed, mine, "newest first, each once, none of another customer's");
+
+    let other = with_header(request("GET", "/conversations?customer_id=C105", ""), "authorization", &bearer);
+    assert_error(&send(router(&r, tokens()), other).await, 403, "forbidden");
+    assert_error(&send(router(&r, tokens()), request("GET", "/conversations", "")).await, 401, "unauthenticated");
+    assert_error(&send(router(&r, Auth::None), request("GET", "/conversations", "")).await, 400, "missing_customer_id");
+    let junk = with_header(request("GET", "/conversations?cursor=bm90LWEtY3Vyc29y", ""), "authorization", &bearer);
+    assert_error(&send(router(&r, tokens()), junk).await, 400, "bad_cursor");
 }

@@ -22,7 +22,7 @@ use rmcp::{
 };
 use secrecy::ExposeSecret;
 use swarm_adapters::mcp::sigv4::SigV4Signer;
-use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, TooManyPages, list_all_pages, trace_header};
+use swarm_adapters::mcp::{McpHttpClient, RequestHeaders, TooManyPages, list_all_pages, trace_headers};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::UpstreamConfig, error::GatewayError};
@@ -124,7 +124,7 @@ impl std::fmt::Debug for UpstreamClient {
 
 impl UpstreamClient {
     /// `http` is shared by all upstreams (built with `pool_max_idle_per_host(0)`); an upstream
-    /// with `sigv4` signs every request with the function's credentials from the environment.
+    /// with `sigv4` signs every request with the function's credentials (the default provider chain).
     /// Errors: [`GatewayError::Config`] for a header that is not valid HTTP.
     pub fn new(config: &UpstreamConfig, http: reqwest::Client) -> Result<Self, GatewayError> {
         let mut headers = HashMap::with_capacity(config.headers.len());
@@ -207,10 +207,11 @@ impl UpstreamClient {
     ) -> Result<ServerResult, UpstreamError> {
         let session = self.session(timeout).await?;
         // The caller's trace context travels on to the upstream, beside the call's own headers.
-        if let Some(trace) = trace_header() {
+        let trace = trace_headers();
+        if !trace.is_empty() {
             let mut headers: Vec<(HeaderName, HeaderValue)> =
                 request.extensions().get::<RequestHeaders>().map(|h| h.0.as_ref().clone()).unwrap_or_default();
-            headers.push(trace);
+            headers.extend(trace);
             request.extensions_mut().insert(RequestHeaders(Arc::new(headers)));
         }
         let handle = session

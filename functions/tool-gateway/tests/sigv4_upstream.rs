@@ -47,7 +47,7 @@ async fn function_url(State(url): State<Arc<FunctionUrl>>, request: Request) -> 
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(date.and_utc().timestamp() as u64);
     let skew = SystemTime::now().duration_since(at).unwrap_or_else(|e| e.duration());
     let uri = format!("http://{}{}", header("host"), parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let expected = url.verifier.sign(parts.method.as_str(), &uri, &body, at).unwrap();
+    let expected = url.verifier.sign_at(&role_credentials(), parts.method.as_str(), &uri, &[], &body, at).unwrap();
     let expected_auth =
         expected.iter().find(|(n, _)| n == "authorization").map(|(_, v)| v.to_str().unwrap().to_owned());
     if skew > Duration::from_secs(300) || expected_auth.as_deref() != Some(header("authorization").as_str()) {

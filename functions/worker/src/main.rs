@@ -1,4 +1,4 @@
-//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, the queues it may send to, the models and gateway client (none in DLQ and sweep mode: they hold neither secret), the function built by [`worker::wiring`] (the tasks worker, or the closer alone), then the SQS handler or the sweep's (telemetry flushed after every invocation).
+//! Worker Lambda (tasks, refund-tasks, DLQ or sweep mode): telemetry, its config, the store, the queues it may send to, the models and gateway client (none in DLQ and sweep mode: they hold neither secret), the function built by [`worker::wiring`] (the tasks worker, or the closer alone), then the SQS handler or the sweep's (telemetry flushed after every response).
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use swarm_adapters::config::{AwsClients, ExposeSecret};
@@ -22,26 +22,21 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         },
     };
     let function = wiring::worker(&config, ports, Timings::standard())?;
-    if let (WorkerMode::Sweep, Some(closer)) = (config.mode, function.closer()) {
-        return lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-            let (closer, telemetry) = (closer.clone(), telemetry.clone());
-            async move {
-                let answer = handler::sweep(&closer, event).await;
-                telemetry.flush().await;
-                answer
-            }
-        }))
-        .await;
-    }
+    let sweeper = function.closer().filter(|_| config.mode == WorkerMode::Sweep);
     let messages = function.messages();
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (messages, telemetry) = (messages.clone(), telemetry.clone());
-        async move {
-            let answer = handler::handle(messages.as_ref(), event).await;
-            // The sandbox freezes after the response: spans and metrics go out now or never.
-            telemetry.flush().await;
-            answer
+    swarm_adapters::telemetry::lambda::run(&telemetry, |flush| async move {
+        if let Some(closer) = sweeper {
+            let sweep = service_fn(move |event: LambdaEvent<serde_json::Value>| {
+                let closer = closer.clone();
+                async move { handler::sweep(&closer, event).await }
+            });
+            return lambda_runtime::run(flush.wrap(sweep)).await;
         }
-    }))
+        let tasks = service_fn(move |event: LambdaEvent<_>| {
+            let messages = messages.clone();
+            async move { handler::handle(messages.as_ref(), event).await }
+        });
+        lambda_runtime::run(flush.wrap(tasks)).await
+    })
     .await
 }

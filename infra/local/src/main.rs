@@ -3,16 +3,70 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use orchestrator::api::AllowedOrigins;
 use orchestrator::{Auth, OperatorAuth};
 use swarm_adapters::telemetry;
 use swarm_core::access::CustomerLimits;
-use swarm_core::domain::{ConversationStatus, SubtaskStatus};
+use swarm_core::domain::SubtaskStatus;
+use swarm_local::operator::{self, Action, Credential};
+use swarm_local::progress::{Progress, verdict};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
+
+/// The variables `ask` and `serve` read, for their `--help`.
+const LLM_HELP: &str = "\
+Environment:
+  LLM_BASE_URL                  an OpenAI-compatible endpoint; unset: the offline model (deterministic, not an LLM)
+  LLM_MODEL                     the model (required with LLM_BASE_URL)
+  LLM_API_KEY                   the provider's key (none for a local server, or with LLM_AUTH=sigv4)
+  LLM_AUTH                      bearer (default) or sigv4: sign with your AWS credentials (Amazon Bedrock)
+  LLM_*                         every other setting: docs/llm-providers.md and docs/configuration.md
+  OTEL_EXPORTER_OTLP_ENDPOINT   also send the spans to this collector, e.g. http://127.0.0.1:4318
+  RUST_LOG                      log filter (default: warn)";
+
+const ASK_EXAMPLE: &str = "
+
+Examples:
+  swarm-local ask --customer C104 \"Where is order A1029? Can I still use SAVE20?\"
+  LLM_BASE_URL=https://api.deepseek.com/v1 LLM_API_KEY=sk-... LLM_MODEL=deepseek-chat \\
+    swarm-local ask --trace --customer C109 \"Where is A1022, and is TECH100 valid for a keyboard?\"
+
+Exit status: 0 when every subtask answered (or waits for a person), 1 otherwise.";
+
+const SERVE_EXAMPLE: &str = "
+
+Example:
+  swarm-local serve --operator-token ops-0123456789abcdef=alice &
+  curl -s -XPOST localhost:8080/conversations -d '{\"message\":\"Where is A1031?\",\"customer_id\":\"C106\"}'";
+
+const APPROVALS_HELP: &str = "\
+Environment:
+  SWARM_OPERATOR_TOKEN   the operator token (instead of --operator-token)
+  AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+                         with --aws: the AWS SDK's credential chain (environment, profiles and SSO,
+                         container and instance credentials)
+
+Examples:
+  SWARM_OPERATOR_TOKEN=ops-0123456789abcdef swarm-local approvals list
+  AWS_PROFILE=operator swarm-local approvals --aws --url https://a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com approve <approval_id>";
+
+const WIRING_EXAMPLE: &str = "\
+Example:
+  swarm-local wiring --json > wiring.json
+  .venv/bin/python infra/aws/check_template.py template.yaml samconfig.toml --wiring wiring.json";
+
+const ADMIN_HELP: &str = "\
+Environment:
+  AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+                         the AWS SDK's credential chain and region (without --aws-endpoint)
+
+Example:
+  AWS_PROFILE=admin swarm-local admin map-customer sub:5c8e2f1a-0b3d-4e6f-8a9b-1c2d3e4f5a6b C104 --table swarm-dev-Table-1A2B3C";
 
 #[derive(Parser)]
 #[command(
@@ -21,18 +75,18 @@ use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
     about = "Run the lambda-swarm locally: API, orchestrator, queue, workers, aggregator, tool gateway and the demo shop in one process"
 )]
 struct Cli {
-    /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
-    /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
-    /// Tables and queues get names unique to the run and are deleted at the end.
-    #[arg(long, global = true, value_name = "URL")]
-    aws_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
-/// Settings both commands take.
+/// Settings both `ask` and `serve` take.
 #[derive(Args)]
 struct Platform {
+    /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
+    /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
+    /// Tables and queues get names unique to the run and are deleted at the end.
+    #[arg(long, value_name = "URL")]
+    aws_endpoint: Option<String>,
     /// Conversations one customer may start per minute (past it: 429 with Retry-After), counted in the store.
     #[arg(long, default_value_t = CustomerLimits::DEFAULT.conversations_per_minute, value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=100_000), value_name = "N")]
     conversations_per_minute: u32,
@@ -51,10 +105,11 @@ struct Platform {
 #[derive(Subcommand)]
 enum Command {
     /// Answer one customer message, showing each subtask as it starts and ends.
+    #[command(after_help = format!("{LLM_HELP}{ASK_EXAMPLE}"))]
     Ask {
         /// The customer's message.
         message: String,
-        /// Customer the message is from (demo shop ids C100–C111).
+        /// Customer the message is from: one of the demo shop's, C100–C111.
         #[arg(long, default_value = "C104")]
         customer: String,
         /// Print the conversation object (as `GET /conversations/{id}` answers it) as the last line of stdout.
@@ -70,8 +125,9 @@ enum Command {
         #[command(flatten)]
         platform: Platform,
     },
-    /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`) and the swarm's
-    /// metrics (`GET /metrics`, Prometheus text) on 127.0.0.1.
+    /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`, `GET /health`,
+    /// `GET /openapi.json`) and the swarm's metrics (`GET /metrics`, Prometheus text) on 127.0.0.1.
+    #[command(after_help = format!("{LLM_HELP}{SERVE_EXAMPLE}"))]
     Serve {
         /// Port of the HTTP API.
         #[arg(long, default_value_t = 8080)]
@@ -94,22 +150,39 @@ enum Command {
         /// Refunds above this amount (e.g. `797.5`) need an operator's approval (default: every refund does).
         #[arg(long, value_name = "AMOUNT", value_parser = amount_cents)]
         approval_above: Option<i64>,
+        /// A browser origin allowed to call the API (CORS), repeatable; `*` for any. Default: the
+        /// template's CorsAllowOrigins default, http://localhost:3000 and http://127.0.0.1:3000.
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
         #[command(flatten)]
         platform: Platform,
     },
-    /// Decide refunds waiting for a person, through `serve`'s approvals API.
+    /// Decide refunds waiting for a person, through the approvals API: `serve`'s (an operator
+    /// token) or the deployed stack's (`--aws`: requests signed with your AWS credentials).
+    #[command(after_help = APPROVALS_HELP)]
     Approvals {
         #[command(subcommand)]
         action: ApprovalsAction,
-        /// The API `swarm-local serve` prints.
+        /// The API: `serve`'s, or the deployed stack's ApiUrl output.
         #[arg(long, default_value = "http://127.0.0.1:8080", global = true)]
         url: String,
         /// An operator token given to `serve --operator-token` (or SWARM_OPERATOR_TOKEN).
         #[arg(long, env = "SWARM_OPERATOR_TOKEN", hide_env_values = true, global = true)]
         operator_token: Option<String>,
+        /// Sign every request with SigV4 (service execute-api), credentials from the AWS SDK's
+        /// chain: the deployed API's approvals routes are IAM-authorised.
+        #[arg(long, global = true)]
+        aws: bool,
+        /// With --aws: the region to sign for (default: the URL's, else AWS_REGION or the profile's).
+        #[arg(long, global = true, value_name = "REGION")]
+        region: Option<String>,
+        /// Print the API's JSON answer on stdout instead of lines for people.
+        #[arg(long, global = true)]
+        json: bool,
     },
     /// Print each function's wiring as the stack builds it: its variables (template.yaml's names),
     /// the queues it holds a sender for, the role token it holds.
+    #[command(after_help = WIRING_EXAMPLE)]
     Wiring {
         /// As JSON: what infra/aws/check_template.py holds against the template.
         #[arg(long)]
@@ -117,19 +190,29 @@ enum Command {
     },
     /// Operator commands on a deployed table (AWS credentials from the usual chain) or, with
     /// --aws-endpoint, on an emulator's table.
+    #[command(after_help = ADMIN_HELP)]
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
+        /// Use the table on this AWS emulator endpoint instead of AWS, e.g. http://127.0.0.1:5000.
+        #[arg(long, value_name = "URL", global = true)]
+        aws_endpoint: Option<String>,
     },
 }
 
 #[derive(Subcommand)]
 enum ApprovalsAction {
-    /// List approvals, newest first.
+    /// List approvals, newest first, a page at a time.
     List {
         /// pending, approved, rejected, expired, executed or all.
         #[arg(long, default_value = "pending")]
         status: String,
+        /// Most approvals on the page (1-100; the API's default: 50).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Where to go on from: the `more: --cursor …` a page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Approve one: its refund runs once, as recorded.
     Approve { id: String },
@@ -174,8 +257,18 @@ enum LocalAuth {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(e) => {
+            // One line for people: the error and its causes, never a raw body.
+            eprintln!("swarm-local: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let telemetry = telemetry::install(telemetry::Options {
         default_level: "warn".into(),
         config: telemetry::TelemetryConfig::from_env("swarm-local")?,
@@ -185,21 +278,36 @@ async fn main() -> anyhow::Result<()> {
             _ => telemetry::MetricsSink::Off,
         },
     })?;
-    if let Command::Admin { command } = cli.command {
-        return admin(command, cli.aws_endpoint).await;
-    }
-    if let Command::Wiring { json } = cli.command {
-        return print_wiring(json);
-    }
-    // With a collector configured, spans leave every second (and once more at the end).
-    let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
-    let backend = match cli.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
-        None => BackendChoice::Embedded,
-    };
     match cli.command {
+        Command::Admin { command, aws_endpoint } => admin(command, aws_endpoint).await.map(|()| ExitCode::SUCCESS),
+        Command::Approvals { action, url, operator_token, aws, region, json } => {
+            let credential = if aws {
+                let region = operator::signing_region(region.as_deref(), &url).await?;
+                Credential::Iam(swarm_adapters::sigv4::SigV4Signer::from_env(operator::EXECUTE_API, &region))
+            } else {
+                Credential::Token(operator_token.context(
+                    "give --operator-token (or SWARM_OPERATOR_TOKEN): an operator token of `serve --operator-token`; or --aws for the deployed API",
+                )?)
+            };
+            let action = match action {
+                ApprovalsAction::List { status, limit, cursor } => Action::List { status, limit, cursor },
+                ApprovalsAction::Approve { id } => Action::Approve(id),
+                ApprovalsAction::Reject { id } => Action::Reject(id),
+            };
+            let answer = operator::call(&url, &credential, &action).await?;
+            if json {
+                println!("{answer}");
+            } else {
+                operator::describe(&action, &answer).iter().for_each(|line| println!("{line}"));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Ask { message, customer, json, deadline, trace, platform } => {
-            let mut options = options(backend, &platform);
+            let customer = known_customer(&customer)?;
+            check_llm().await?;
+            // With a collector configured, spans leave every second (and once more at the end).
+            let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
+            let mut options = options(&platform);
             if let Some(secs) = deadline {
                 options.timings.conversation.deadline = Duration::from_secs(secs);
             }
@@ -208,13 +316,16 @@ async fn main() -> anyhow::Result<()> {
             telemetry.flush().await;
             answer
         }
-        Command::Approvals { action, url, operator_token } => {
-            let token = operator_token.context(
-                "give --operator-token (or SWARM_OPERATOR_TOKEN): an operator token of `serve --operator-token`",
-            )?;
-            approvals(&url, &token, action).await
-        }
-        Command::Serve { port, auth, tokens_file, tokens, operator_tokens, approval_above, platform } => {
+        Command::Serve {
+            port,
+            auth,
+            tokens_file,
+            tokens,
+            operator_tokens,
+            approval_above,
+            allow_origins,
+            platform,
+        } => {
             let auth = match auth {
                 LocalAuth::None => {
                     anyhow::ensure!(
@@ -241,69 +352,70 @@ async fn main() -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("operator tokens: {e}"))?;
                 OperatorAuth::Tokens(Arc::new(table))
             };
-            let mut options = options(backend, &platform);
+            let origins = if allow_origins.is_empty() {
+                AllowedOrigins::defaults()
+            } else {
+                AllowedOrigins::parse(&allow_origins).map_err(|e| anyhow::anyhow!("--allow-origin: {e}"))?
+            };
+            let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
+            let mut options = options(&platform);
             options.refund_approval_above_cents = approval_above;
-            let served = serve(options, port, auth, operators, &telemetry).await;
+            let served = serve(options, port, auth, operators, origins, &telemetry).await;
             telemetry.flush().await;
-            served
+            served.map(|()| ExitCode::SUCCESS)
         }
-        Command::Admin { .. } | Command::Wiring { .. } => unreachable!("handled above"),
+        Command::Wiring { json } => print_wiring(json).map(|()| ExitCode::SUCCESS),
     }
 }
 
-/// `swarm-local approvals …` against serve's API.
-async fn approvals(url: &str, token: &str, action: ApprovalsAction) -> anyhow::Result<()> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-    let base = url.trim_end_matches('/');
-    let request = match &action {
-        ApprovalsAction::List { status } => {
-            anyhow::ensure!(status.chars().all(|c| c.is_ascii_lowercase()), "--status is one word, e.g. pending");
-            client.get(format!("{base}/approvals?status={status}"))
-        }
-        ApprovalsAction::Approve { id } => {
-            client.post(format!("{base}/approvals/{id}")).json(&serde_json::json!({"decision": "approve"}))
-        }
-        ApprovalsAction::Reject { id } => {
-            client.post(format!("{base}/approvals/{id}")).json(&serde_json::json!({"decision": "reject"}))
-        }
+/// `customer` in canonical form when the demo shop knows it.
+/// Errors: a customer the demo shop has no record of (its orders would all read "not found").
+fn known_customer(customer: &str) -> anyhow::Result<String> {
+    let canonical = swarm_core::access::canonical_customer_id(customer)
+        .map_err(|e| anyhow::anyhow!("--customer {customer:?}: {e}"))?;
+    let data = shop_tools::data::ShopData::from_json(shop_tools::shop::DEMO_SHOP_JSON)
+        .map_err(|e| anyhow::anyhow!("the demo shop's data: {e}"))?;
+    let ids: Vec<&str> = data.customers.iter().map(|c| c.customer_id.as_str()).collect();
+    anyhow::ensure!(
+        ids.contains(&canonical.as_str()),
+        "unknown customer {canonical}: the demo shop's customers are {}",
+        ids.join(", ")
+    );
+    Ok(canonical)
+}
+
+/// Longest wait for the provider's answer to the preflight request.
+const LLM_PREFLIGHT: Duration = Duration::from_secs(20);
+
+/// Asks the configured LLM (when `LLM_BASE_URL` is set) one tiny question before anything starts,
+/// so a wrong URL, key or model stops `ask` with one message instead of a run of failures.
+async fn check_llm() -> anyhow::Result<()> {
+    use swarm_core::ports::{ChatMessage, ChatRequest, Purpose};
+    use tracing::instrument::WithSubscriber as _;
+    let models = swarm_local::models_from_env()?;
+    if models.main.is_offline() {
+        return Ok(());
+    }
+    let request = ChatRequest {
+        purpose: Purpose::Work,
+        messages: vec![ChatMessage::User { content: "Reply with the word OK.".into() }],
+        tools: vec![],
+        max_tokens: Some(16),
+        tool_choice: Default::default(),
     };
-    let response = request.bearer_auth(token).send().await.with_context(|| format!("calling {base}"))?;
-    let status = response.status();
-    let body: serde_json::Value = response.json().await.context("the API's answer is not JSON")?;
-    if !status.is_success() {
-        anyhow::bail!("the approvals API answered {status}: {}", body["error"]["message"].as_str().unwrap_or(""));
-    }
-    match action {
-        ApprovalsAction::List { .. } => {
-            let listed = body["approvals"].as_array().cloned().unwrap_or_default();
-            if listed.is_empty() {
-                println!("no approvals");
-            }
-            for a in listed {
-                let text = |k: &str| a[k].as_str().unwrap_or("").to_owned();
-                println!(
-                    "{}  {:<9} {} {} on order {} for customer {}{}",
-                    text("approval_id"),
-                    text("status"),
-                    text("tool"),
-                    text("amount"),
-                    text("order_id"),
-                    text("customer_id"),
-                    a["reason"].as_str().map(|r| format!(" — {r}")).unwrap_or_default()
-                );
-            }
-        }
-        _ => {
-            let a = &body["approval"];
-            println!(
-                "{} is {} (decided by {})",
-                a["approval_id"].as_str().unwrap_or(""),
-                a["status"].as_str().unwrap_or(""),
-                a["decided_by"].as_str().unwrap_or("?")
-            );
-        }
-    }
-    Ok(())
+    // The client's own warning would only repeat the message below.
+    let answer = tokio::time::timeout(LLM_PREFLIGHT, models.main.complete(&request))
+        .with_subscriber(tracing::subscriber::NoSubscriber::default())
+        .await;
+    let problem = match answer {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {LLM_PREFLIGHT:?}"),
+    };
+    anyhow::bail!(
+        "the LLM {} did not answer a first request: {problem}. Check LLM_BASE_URL, LLM_MODEL and LLM_API_KEY (swarm-local ask --help)",
+        models.main.label()
+    )
 }
 
 async fn admin(command: AdminCommand, endpoint: Option<String>) -> anyhow::Result<()> {
@@ -357,7 +469,11 @@ fn print_wiring(json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn options(backend: BackendChoice, platform: &Platform) -> StackOptions {
+fn options(platform: &Platform) -> StackOptions {
+    let backend = match &platform.aws_endpoint {
+        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone())),
+        None => BackendChoice::Embedded,
+    };
     StackOptions {
         backend,
         worker_concurrency: platform.concurrency,
@@ -385,7 +501,7 @@ async fn ask(
     customer: &str,
     json: bool,
     trace: Option<&telemetry::Telemetry>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = options.worker_concurrency.unwrap_or(options.timings.worker.max_concurrency);
     let stack = LocalStack::start(options).await?;
@@ -421,14 +537,21 @@ async fn ask(
     if let Some(waterfall) = waterfall {
         eprintln!("\n{waterfall}");
     }
-    if !matches!(view.status, ConversationStatus::Done | ConversationStatus::Handoff) {
-        std::process::exit(1);
+    match verdict(&view) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(why) => {
+            eprintln!("swarm-local: {why}");
+            Ok(ExitCode::FAILURE)
+        }
     }
-    Ok(())
 }
 
-/// The conversation's spans as a waterfall: its trace is the one its item carries (the request's);
-/// the aggregator's spans end just after the reply is written, so they are waited for (at most 2 s).
+/// How long `--trace` waits for the conversation's trace to be whole (the spans that close just
+/// after the reply: the aggregator's, the worker that triggered it).
+const TRACE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The conversation's spans as a waterfall: its trace is the one its item carries (the request's),
+/// collected until it is whole ([`swarm_local::waterfall::collect`]).
 async fn conversation_trace(
     stack: &LocalStack,
     telemetry: &telemetry::Telemetry,
@@ -440,20 +563,13 @@ async fn conversation_trace(
     else {
         return "(no trace: the conversation carries no trace context)".to_owned();
     };
-    let mut spans = Vec::new();
-    let patience = tokio::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        spans.extend(telemetry.take_spans().into_iter().filter(|s| s.trace_id == trace_id));
-        let replied = spans.iter().any(|s| s.name == "aggregate");
-        if replied || view.status != ConversationStatus::Done || tokio::time::Instant::now() >= patience {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let last = if view.status.is_terminal() { "aggregate" } else { "" };
+    let (spans, _whole) =
+        swarm_local::waterfall::collect(|| telemetry.take_spans(), &trace_id, last, TRACE_PATIENCE).await;
     swarm_local::waterfall::render(&spans)
 }
 
-/// Posts the message and follows the conversation to its end, one line per subtask change.
+/// Posts the message and follows the conversation to its end, printing its progress.
 async fn ask_on(
     stack: &LocalStack,
     message: &str,
@@ -461,62 +577,14 @@ async fn ask_on(
 ) -> anyhow::Result<swarm_core::view::ConversationView> {
     let (status, body) = stack.post_conversation(message, customer, None).await?;
     if status != 202 {
-        anyhow::bail!("the API answered {status}: {body}");
+        let said = body["detail"].as_str().or(body["error"]["message"].as_str()).unwrap_or("no reason given");
+        anyhow::bail!("the API refused the message ({status}): {said}");
     }
     let id = body["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
-    let mut planned = false;
-    let mut seen: std::collections::HashMap<String, SubtaskStatus> = std::collections::HashMap::new();
-    let mut aggregating = false;
+    let mut progress = Progress::default();
     // The client's patience: the conversation's deadline, and a minute for the reply.
     let patience = stack.timings().conversation.deadline + Duration::from_secs(60);
-    stack
-        .wait_until(&id, patience, |view| {
-            if !planned && view.progress.total > 0 {
-                planned = true;
-                eprintln!("▸ conversation {id}: {} subtasks planned", view.progress.total);
-                for s in &view.subtasks {
-                    let deps = if s.depends_on.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (after {})", s.depends_on.join(", "))
-                    };
-                    eprintln!("  · {} {}{}", s.id, s.instruction, deps);
-                }
-            }
-            for s in &view.subtasks {
-                if seen.get(&s.id) == Some(&s.status) {
-                    continue;
-                }
-                seen.insert(s.id.clone(), s.status);
-                match s.status {
-                    SubtaskStatus::Running => eprintln!("  ▶ {} started  {}", s.id, s.instruction),
-                    SubtaskStatus::Succeeded
-                    | SubtaskStatus::Failed
-                    | SubtaskStatus::Skipped
-                    | SubtaskStatus::AwaitingApproval
-                    | SubtaskStatus::Submitted => {
-                        let mark = match s.status {
-                            SubtaskStatus::Succeeded => "✔",
-                            SubtaskStatus::AwaitingApproval | SubtaskStatus::Submitted => "⏸",
-                            _ => "✘",
-                        };
-                        let tools = if s.tools_used.is_empty() {
-                            String::new()
-                        } else {
-                            format!("  [{}]", s.tools_used.join(", "))
-                        };
-                        let error = s.error.as_deref().map(|e| format!(" — {e}")).unwrap_or_default();
-                        eprintln!("  {mark} {} {:<9} {}{tools}{error}", s.id, s.status, s.instruction);
-                    }
-                    _ => {}
-                }
-            }
-            if !aggregating && view.status == ConversationStatus::Aggregating {
-                aggregating = true;
-                eprintln!("▸ all subtasks finished: writing the reply");
-            }
-        })
-        .await
+    stack.wait_until(&id, patience, |view| progress.lines(view).iter().for_each(|l| eprintln!("{l}"))).await
 }
 
 /// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
@@ -566,6 +634,7 @@ async fn serve(
     port: u16,
     auth: Auth,
     operators: OperatorAuth,
+    origins: AllowedOrigins,
     telemetry: &telemetry::Telemetry,
 ) -> anyhow::Result<()> {
     let stack = LocalStack::start(options).await?;
@@ -581,13 +650,17 @@ async fn serve(
     };
     // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
     let metrics = telemetry.clone();
-    let app = stack.api_router(auth, Some(operators)).route(
-        "/metrics",
-        axum::routing::get(move || async move {
-            let text = metrics.prometheus().unwrap_or_default();
-            ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
-        }),
-    );
+    let app = stack
+        .api_router(auth, Some(operators))
+        .route(
+            "/metrics",
+            axum::routing::get(move || async move {
+                let text = metrics.prometheus().unwrap_or_default();
+                ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+            }),
+        )
+        // Browsers' preflights from the allowed origins, as API Gateway answers them when deployed.
+        .layer(origins.layer());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -597,6 +670,8 @@ async fn serve(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
     println!("  callers      {callers}");
+    println!("  health       http://{addr}/health   · contract http://{addr}/openapi.json");
+    println!("  browsers     CORS for {}", origins.origins().join(", "));
     println!("  metrics      http://{addr}/metrics   (Prometheus text)");
     println!("  approvals    {approvals}");
     println!(

@@ -5,6 +5,11 @@
 //! one that started before the point reached so far), so a conversation's path
 //! runs plan → the slowest subtask (its LLM rounds and tool calls) → the reply,
 //! even though the subtasks and the reply outlive the request that started them.
+//!
+//! [`collect`] gathers a trace's spans as they end: it waits, within its patience,
+//! until the span that ends the conversation has arrived and every span's parent
+//! has too, so a worker's enclosing spans that close just after the reply are never
+//! missing (their children would otherwise be drawn at the root).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -93,6 +98,55 @@ impl<'a> Tree<'a> {
             cursor = self.spans[c].start;
         }
     }
+}
+
+/// The spans of trace `trace_id`, taken from `take` (each call answers the spans finished since the
+/// last) until the trace is whole: a span named `last` has arrived and every span's parent within
+/// the trace has too — or `patience` has passed. Answers the spans and whether the trace is whole.
+pub async fn collect(
+    mut take: impl FnMut() -> Vec<FinishedSpan>,
+    trace_id: &str,
+    last: &str,
+    patience: Duration,
+) -> (Vec<FinishedSpan>, bool) {
+    let give_up = tokio::time::Instant::now() + patience;
+    let mut spans: Vec<FinishedSpan> = Vec::new();
+    loop {
+        spans.extend(take().into_iter().filter(|s| s.trace_id == trace_id));
+        let whole = spans.iter().any(|s| s.name == last) && orphans(&spans) == 0;
+        if whole || tokio::time::Instant::now() >= give_up {
+            return (spans, whole);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Spans whose parent is not among `spans` (roots have none, and are not counted).
+pub fn orphans(spans: &[FinishedSpan]) -> usize {
+    let ids: HashSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+    spans.iter().filter(|s| s.parent_id.as_deref().is_some_and(|p| !ids.contains(p))).count()
+}
+
+/// The trace's tree as text, without times or ids: each span's name, its children in name order,
+/// indented — equal for two runs that did the same work in the same structure.
+pub fn shape(spans: &[FinishedSpan]) -> String {
+    fn write(tree: &Tree<'_>, i: usize, depth: usize) -> String {
+        let mut kids: Vec<String> =
+            tree.children.get(&i).map(|c| c.iter().map(|&k| write(tree, k, depth + 1)).collect()).unwrap_or_default();
+        kids.sort();
+        format!("{}{}\n{}", "  ".repeat(depth), tree.spans[i].name, kids.concat())
+    }
+    let tree = Tree::new(spans);
+    let mut roots: Vec<String> = tree.roots.iter().map(|&r| write(&tree, r, 0)).collect();
+    roots.sort();
+    roots.concat()
+}
+
+/// A short digest of [`shape`] (FNV-1a, 32 bits in hex): two runs with the same digest drew the
+/// same span tree.
+pub fn shape_digest(spans: &[FinishedSpan]) -> String {
+    let hash = shape(spans).bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    format!("{hash:08x}")
 }
 
 /// The function a span ran in: its own target's crate, or its nearest ancestor's that is a function.
@@ -191,10 +245,11 @@ pub fn render(spans: &[FinishedSpan]) -> String {
 
     let _ = writeln!(
         out,
-        "trace {} · {} end to end · {} spans · ★ critical path",
+        "trace {} · {} end to end · {} spans · ★ critical path · tree {}",
         spans[tree.roots[0]].trace_id,
         millis(total),
-        spans.len()
+        spans.len(),
+        shape_digest(spans)
     );
     let _ = writeln!(
         out,
@@ -243,6 +298,10 @@ pub fn render(spans: &[FinishedSpan]) -> String {
         let _ = writeln!(out, "({hidden} spans under {} off the critical path not shown)", millis(hide_below));
     }
     let _ = writeln!(out, "{}", summary(spans, &critical, total));
+    let missing = orphans(spans);
+    if missing > 0 {
+        let _ = writeln!(out, "(incomplete: {missing} spans arrived without their parent and are drawn at the root)");
+    }
     out
 }
 
@@ -271,7 +330,7 @@ fn summary(spans: &[FinishedSpan], critical: &HashSet<String>, total: Duration) 
     let rest = total.saturating_sub(llm.0 + tools.0 + store.0 + queue.0);
     let pct = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64();
     format!(
-        "critical path {}: {} LLM rounds {} ({:.0} %) · {} tool calls {} ({:.0} %) · {} store operations {} ({:.0} %) · {} sends {} · other (delivery, scheduling, function code) {} ({:.0} %)",
+        "critical path {}: {} LLM rounds {} ({:.0} %) · {} tool calls {} ({:.0} %) · {} store operations {} ({:.0} %) · {} sends {} ({:.0} %) · other (delivery, scheduling, function code) {} ({:.0} %)",
         millis(total),
         llm.1,
         millis(llm.0),
@@ -284,6 +343,7 @@ fn summary(spans: &[FinishedSpan], critical: &HashSet<String>, total: Duration) 
         pct(store.0),
         queue.1,
         millis(queue.0),
+        pct(queue.0),
         millis(rest),
         pct(rest)
     )
@@ -368,5 +428,36 @@ mod tests {
         let tree = Tree::new(&spans);
         let root = tree.roots[0];
         assert_eq!(tree.effective_end(root), spans.iter().map(|s| s.end).max().unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_collector_waits_for_a_parent_that_ends_after_the_reply() {
+        let mut trace = vec![
+            span("r", None, "POST /conversations", 0, 100),
+            span("w", Some("r"), "process task w01", 10, 95),
+            span("c", Some("w"), "chat offline", 20, 40),
+            span("a", Some("r"), "aggregate", 80, 90),
+        ];
+        for s in &mut trace {
+            s.trace_id = "t1".into();
+        }
+        // The worker's own span ends after the reply: the first take lacks it.
+        let mut batches =
+            vec![vec![trace[3].clone(), trace[2].clone(), trace[0].clone()], vec![], vec![trace[1].clone()]];
+        batches.reverse();
+        let (spans, whole) =
+            collect(move || batches.pop().unwrap_or_default(), "t1", "aggregate", Duration::from_secs(5)).await;
+        assert!(whole);
+        assert_eq!(spans.len(), 4);
+        assert_eq!(orphans(&spans), 0);
+        assert_eq!(shape(&spans), "POST /conversations\n  aggregate\n  process task w01\n    chat offline\n");
+        // Without the parent, the patience ends the wait and the trace says it is incomplete.
+        let partial = vec![trace[3].clone(), trace[2].clone(), trace[0].clone()];
+        let mut once = Some(partial);
+        let (spans, whole) =
+            collect(move || once.take().unwrap_or_default(), "t1", "aggregate", Duration::from_millis(100)).await;
+        assert!(!whole);
+        assert_eq!(orphans(&spans), 1);
+        assert!(render(&spans).contains("(incomplete: 1 spans arrived without their parent"));
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use aggregator::AggregatorConfig;
 use orchestrator::OrchestratorConfig;
+use orchestrator::api::cors::DEFAULT_ALLOWED_ORIGINS;
 use serde_json::{Value, json};
 use swarm_adapters::config::{ConfigError, GatewayClientConfig, QueueUrls, SecretSource, SecretString};
 use swarm_core::domain::TaskMessage;
@@ -70,21 +71,23 @@ impl Function {
     /// The variables `template.yaml` gives this function, each with where its local value comes from.
     pub fn env(self) -> &'static [(&'static str, Local)] {
         use Local::{GatewayUrl, Literal, Param, Queue, Secret, Table};
-        const LLM: [(&str, Local); 3] = [
+        const LLM: [(&str, Local); 4] = [
             ("LLM_BASE_URL", Param("LlmBaseUrl")),
             ("LLM_MODEL", Param("LlmModel")),
+            ("LLM_AUTH", Param("LlmAuth")),
             ("LLM_API_KEY_SECRET_ARN", Secret(LocalSecret::LlmApiKey)),
         ];
         const BASE: [(&str, Local); 2] = [("TRACE_EXPORT", Param("TraceExport")), ("TABLE_NAME", Table)];
         const GATEWAY: [(&str, Local); 2] =
             [("GATEWAY_URL", GatewayUrl), ("GATEWAY_URL_AUTH", Param("GatewayUrlAuth"))];
-        const ORCHESTRATOR: [(&str, Local); 19] = [
+        const ORCHESTRATOR: [(&str, Local); 21] = [
             BASE[0],
             BASE[1],
             ("DEADLINE_SECS", Param("DeadlineSecs")),
             LLM[0],
             LLM[1],
             LLM[2],
+            LLM[3],
             ("AUTH_MODE", Param("AuthMode")),
             ("JWT_CUSTOMER_CLAIM", Param("JwtCustomerClaim")),
             ("JWT_CUSTOMER_MAPPING", Param("JwtCustomerMapping")),
@@ -98,13 +101,15 @@ impl Function {
             ("WORKER_ROLE", Literal("planner")),
             ("APPROVAL_KEY_SECRET_ARN", Secret(LocalSecret::ApprovalKey)),
             ("OPERATOR_PRINCIPALS", Param("OperatorPrincipalArns")),
+            ("CORS_ALLOWED_ORIGINS", Param("CorsAllowOrigins")),
         ];
-        const WORKER: [(&str, Local); 11] = [
+        const WORKER: [(&str, Local); 12] = [
             BASE[0],
             BASE[1],
             LLM[0],
             LLM[1],
             LLM[2],
+            LLM[3],
             ("WORKER_MODE", Literal("tasks")),
             ("WORKER_ROLE", Literal("support")),
             ("TASKS_QUEUE_URL", Queue(QueueRef::Tasks)),
@@ -112,12 +117,13 @@ impl Function {
             GATEWAY[1],
             ("GATEWAY_TOKEN_SECRET_ARN", Secret(LocalSecret::SupportToken)),
         ];
-        const REFUND_WORKER: [(&str, Local); 12] = [
+        const REFUND_WORKER: [(&str, Local); 13] = [
             BASE[0],
             BASE[1],
             LLM[0],
             LLM[1],
             LLM[2],
+            LLM[3],
             ("WORKER_MODE", Literal("tasks")),
             ("WORKER_ROLE", Literal("refund")),
             ("TASKS_QUEUE_URL", Queue(QueueRef::Tasks)),
@@ -135,7 +141,7 @@ impl Function {
             ("REFUND_QUEUE_URL", Queue(QueueRef::Refund)),
             ("APPROVAL_KEY_SECRET_ARN", Secret(LocalSecret::ApprovalKey)),
         ];
-        const AGGREGATOR: [(&str, Local); 5] = [BASE[0], BASE[1], LLM[0], LLM[1], LLM[2]];
+        const AGGREGATOR: [(&str, Local); 6] = [BASE[0], BASE[1], LLM[0], LLM[1], LLM[2], LLM[3]];
         match self {
             Function::Orchestrator => &ORCHESTRATOR,
             Function::Worker => &WORKER,
@@ -253,9 +259,10 @@ pub struct LocalValues {
 
 impl LocalValues {
     /// The parameters every run gives the same value: as the template's defaults for a dev stack
-    /// (authentication off, the gateway URL not signed), no span export from the functions' own config.
+    /// (authentication off, the gateway URL not signed, a bearer key for the LLM, the browser
+    /// origins of `swarm-local serve`'s default), no span export from the functions' own config.
     pub fn fixed_params() -> BTreeMap<&'static str, String> {
-        [
+        let mut params: BTreeMap<&'static str, String> = [
             ("TraceExport", "off"),
             ("AuthMode", "none"),
             ("JwtCustomerClaim", "sub"),
@@ -263,10 +270,14 @@ impl LocalValues {
             ("GatewayUrlAuth", "NONE"),
             // Locally operators hold the stack's operator token; nobody is an IAM operator.
             ("OperatorPrincipalArns", ""),
+            ("LlmAuth", "bearer"),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
-        .collect()
+        .collect();
+        // The template joins the CommaDelimitedList with commas (`!Join [",", !Ref CorsAllowOrigins]`).
+        params.insert("CorsAllowOrigins", DEFAULT_ALLOWED_ORIGINS.join(","));
+        params
     }
 
     /// Values of the right shape for parsing the configs without a running stack (`describe`).
@@ -297,8 +308,15 @@ impl LocalValues {
             Local::Queue(QueueRef::Tasks) => Some(self.tasks_queue_url.clone()),
             Local::Queue(QueueRef::Refund) => Some(self.refund_queue_url.clone()),
             Local::GatewayUrl => Some(self.gateway_url.clone()),
+            // As the template's `!If [LlmSigV4, "", …]`: a signed request reads no key, so none is named.
+            Local::Secret(LocalSecret::LlmApiKey) if self.llm_signed() => Some(String::new()),
             Local::Secret(secret) => Some(secret.arn()),
         }
+    }
+
+    /// `LlmAuth` is `sigv4` (the template's `LlmSigV4` condition).
+    fn llm_signed(&self) -> bool {
+        self.params.get("LlmAuth").is_some_and(|auth| auth.eq_ignore_ascii_case("sigv4"))
     }
 
     /// `function`'s environment: exactly its variables of [`Function::env`], nothing else.

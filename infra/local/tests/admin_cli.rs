@@ -25,7 +25,7 @@ use swarm_testing::{ScriptedModel, StaticTools, text_response};
 const BIN: &str = env!("CARGO_BIN_EXE_swarm-local");
 
 fn admin(endpoint: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(BIN).arg("--aws-endpoint").arg(endpoint).arg("admin").args(args).output().unwrap();
+    let out = Command::new(BIN).arg("admin").arg("--aws-endpoint").arg(endpoint).args(args).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }

@@ -31,6 +31,7 @@ contract_tests!(
     a_pending_approval_past_its_expiry_cannot_be_decided,
     an_approved_call_not_run_takes_a_fresh_token_only_while_approved,
     approvals_list_newest_conversation_first,
+    approvals_list_in_pages_after_an_id,
     a_handoff_requested_while_running_ends_the_conversation_in_handoff,
 );
 
@@ -363,6 +364,41 @@ async fn an_approved_call_not_run_takes_a_fresh_token_only_while_approved(store:
         .await?;
     assert_eq!(store.reissue_token(&rejected.id, "t", at + 1).await?, None);
     assert_eq!(store.reissue_token("nobody.w01.1", "t", at + 1).await?, None);
+    Ok(())
+}
+
+async fn approvals_list_in_pages_after_an_id(store: Store) -> Result<()> {
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let conv = running(&store, &["w01"]).await?;
+        for ordinal in 1..=2 {
+            let a = approval(&conv, "w01", ordinal, now_ms() + 3_600_000);
+            store.create_approval(&a).await?;
+            ids.push(a.id);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    ids.sort();
+    ids.reverse();
+    // Pages of two walk the whole list, in list_approvals' order, each id once.
+    let mut walked = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..4 {
+        let page = store.list_approvals_after(after.as_deref(), 2).await?;
+        if page.is_empty() {
+            break;
+        }
+        ensure!(page.len() <= 2);
+        after = page.last().map(|a| a.id.clone());
+        walked.extend(page.into_iter().map(|a| a.id));
+    }
+    assert_eq!(walked, ids);
+    let listed: Vec<String> = store.list_approvals(10).await?.into_iter().map(|a| a.id).collect();
+    assert_eq!(listed, ids, "the same order as list_approvals");
+    assert!(
+        store.list_approvals_after(ids.last().map(String::as_str), 5).await?.is_empty(),
+        "nothing after the oldest"
+    );
     Ok(())
 }
 

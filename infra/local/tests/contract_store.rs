@@ -19,7 +19,8 @@ use swarm_core::domain::{
 use swarm_core::effects::AttemptLease;
 use swarm_core::language::Language;
 use swarm_core::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
+    AttemptStart, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
+    RecordOutcome,
 };
 
 type Store = Arc<dyn ConversationStore>;
@@ -52,6 +53,7 @@ contract_tests!(
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
     the_reply_language_is_stored_with_the_conversation_and_kept_by_every_write,
+    a_customer_s_conversations_list_newest_first_in_pages,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -755,5 +757,49 @@ async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_wr
     let back = store.get_conversation(&old.id).await?.context("item missing")?;
     assert_eq!(back.language, None);
     assert_eq!(back.reply_language(), Language::English);
+    Ok(())
+}
+
+async fn a_customer_s_conversations_list_newest_first_in_pages(store: Store) -> Result<()> {
+    let base = now_ms() - 60_000;
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let mut c = Conversation::new("C104", "where is order A1029?", base + i * 1_000, 120);
+        if i == 2 {
+            // An idempotency claim carries the customer too, but is no conversation of the list.
+            c.idempotency_key = Some(format!("key-{i}"));
+        }
+        ensure!(store.create_conversation(&c).await? == CreateOutcome::Created);
+        mine.push(c);
+    }
+    let theirs = Conversation::new("C105", "is SAVE20 valid?", base + 2_500, 120);
+    store.create_conversation(&theirs).await?;
+    let newest_first: Vec<ConversationId> = mine.iter().rev().map(|c| c.id.clone()).collect();
+
+    let mut walked = Vec::new();
+    let mut after: Option<ConversationPosition> = None;
+    let mut pages = 0;
+    loop {
+        let page = store.list_customer_conversations("C104", after.as_ref(), 2).await?;
+        pages += 1;
+        ensure!(page.conversations.len() <= 2 && pages <= 3, "pages of two: {page:?}");
+        walked.extend(page.conversations.iter().map(|c| c.id.clone()));
+        match page.next {
+            Some(next) => {
+                ensure!(Some(&next) == page.conversations.last().map(ConversationPosition::of).as_ref());
+                after = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!((walked, pages), (newest_first.clone(), 3), "three pages, newest first, each once");
+    let whole = store.list_customer_conversations("C104", None, 100).await?;
+    assert_eq!(whole.next, None, "one page holds them all");
+    assert_eq!(whole.conversations.len(), 5);
+    assert_eq!(whole.conversations[0], mine[4], "a page holds the conversations as stored");
+    let theirs_listed = store.list_customer_conversations("C105", None, 10).await?;
+    let theirs_ids: Vec<ConversationId> = theirs_listed.conversations.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(theirs_ids, [theirs.id]);
+    assert!(store.list_customer_conversations("C199", None, 10).await?.conversations.is_empty());
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! | `secrets` | `config::SecretsExtension::fetch` | secrets at cold start through the AWS Parameters and Secrets Lambda Extension (plain HTTP, no SDK) |
 //! | `llm` | `llm` | the OpenAI-compatible chat client (`HttpChatModel`) and `LlmConfig` |
 //! | `mcp` | `mcp` | the worker's MCP client of the tool gateway (`McpToolGateway`) |
+//! | `signing` | `sigv4` | the one SigV4 signer (credentials from `aws-config`'s default provider chain) |
 //! | `embedded` | `embedded` | in-memory store and queue with DynamoDB's and SQS's semantics (local stack, tests) |
 //!
 //! [`config`] (the typed configuration pieces every function composes) and [`telemetry`] are always built.
@@ -19,4 +20,6 @@ pub mod embedded;
 pub mod llm;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "signing")]
+pub mod sigv4;
 pub mod telemetry;

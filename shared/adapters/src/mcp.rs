@@ -353,15 +353,16 @@ fn context_headers(ctx: &ToolContext, extra: Vec<(HeaderName, HeaderValue)>) -> 
     ));
     headers.push((HeaderName::from_static(HEADER_SUBTASK_ID), header_value("subtask id", ctx.subtask_id.as_str())?));
     headers.extend(extra);
-    headers.extend(trace_header());
+    headers.extend(trace_headers());
     Ok(RequestHeaders(Arc::new(headers)))
 }
 
-/// The current span's W3C `traceparent` as a request header, when spans are recorded: the
-/// gateway's span of this request joins the caller's trace.
-pub fn trace_header() -> Option<(HeaderName, HeaderValue)> {
-    let value = swarm_core::obs::context::current_traceparent()?;
-    Some((HeaderName::from_static(swarm_core::obs::context::TRACEPARENT), HeaderValue::from_str(&value).ok()?))
+/// The current span's W3C `traceparent` (and `tracestate`, when it has one) as request headers,
+/// when spans are recorded: the gateway's span of this request joins the caller's trace.
+pub fn trace_headers() -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = http::HeaderMap::new();
+    crate::telemetry::propagation::inject_headers(&mut headers);
+    headers.into_iter().filter_map(|(name, value)| Some((name?, value))).collect()
 }
 
 /// The `data` of an [`APPROVAL_REQUIRED`] error: the action, and where its reason is.

@@ -24,6 +24,7 @@ pub mod prompts;
 pub mod reply;
 pub mod result;
 pub mod roles;
+pub mod schema;
 pub mod text;
 pub mod time;
 pub mod timings;

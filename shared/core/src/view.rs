@@ -1,6 +1,15 @@
-//! The public conversation object: the body of `GET /conversations/{id}` and of `swarm-local ask --json`.
+//! The public conversation object: the body of `GET /conversations/{id}` and of `swarm-local ask --json`, and the approvals' views; each with its JSON Schema (the API's OpenAPI document is checked against them).
+//!
+//! Times are epoch milliseconds in the `*_ms` fields clients read today, and RFC 3339
+//! (UTC, milliseconds) in the `*_at` fields beside them; a field is only ever added, never renamed.
+//! The conversations' and subtasks' `status` is upper case (`DONE`) where the approvals' `status`
+//! and the side effects' `state` are lower case (`pending`): each upper-case `status` has a
+//! `state` beside it, the same value in lower case ([`LowerCase`]). Fields added after the first
+//! release read as absent from an older body.
 
-use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::approval::{Approval, ApprovalStatus};
 use crate::domain::{
@@ -9,13 +18,13 @@ use crate::domain::{
 };
 use crate::effects::{Effect, EffectState};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Progress {
     pub finished: u32,
     pub total: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SubtaskView {
     pub id: String,
     pub instruction: String,
@@ -35,10 +44,21 @@ pub struct SubtaskView {
     /// Its side-effecting calls, in call order, as the journal has them now (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub effects: Vec<EffectView>,
+    /// When its first attempt started (RFC 3339); absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub started_at: Option<String>,
+    /// When it got its final status (RFC 3339); absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub finished_at: Option<String>,
+    /// `status` in lower case (`succeeded`, `awaiting_approval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<LowerCase<SubtaskStatus>>,
 }
 
 /// One side-effecting call of a subtask, as customers see it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EffectView {
     pub tool: String,
     /// `intent` (submitted, being confirmed), `done`, `awaiting_approval`, `rejected`, `expired`.
@@ -60,7 +80,7 @@ impl EffectView {
 }
 
 /// An approval of one of the conversation's side effects, as the customer sees it (who decided is not shown).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalView {
     pub approval_id: String,
     pub subtask_id: String,
@@ -79,6 +99,27 @@ pub struct ApprovalView {
     /// What the tool answered when it did it (a receipt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// `expires_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    /// `decided_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub decided_at: Option<String>,
+    /// When it was asked for (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<i64>,
+    /// `created_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: Option<String>,
+    /// Its last change (epoch ms): asked, decided, run, or — pending — expired ([`approval_updated_at_ms`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at_ms: Option<i64>,
+    /// `updated_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub updated_at: Option<String>,
 }
 
 impl ApprovalView {
@@ -95,12 +136,18 @@ impl ApprovalView {
             decided_at_ms: a.decided_at_ms,
             ok,
             result: a.outcome.as_ref().filter(|_| ok == Some(true)).map(|o| o.text.clone()),
+            expires_at: rfc3339(a.expires_at_ms),
+            decided_at: a.decided_at_ms.map(rfc3339),
+            created_at_ms: Some(a.created_at_ms),
+            created_at: Some(rfc3339(a.created_at_ms)),
+            updated_at_ms: Some(approval_updated_at_ms(a, now_ms)),
+            updated_at: Some(rfc3339(approval_updated_at_ms(a, now_ms))),
         }
     }
 }
 
 /// An approval as operators see it (`GET /approvals`): everything but the token.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OperatorApprovalView {
     pub approval_id: String,
     pub conversation_id: String,
@@ -124,6 +171,23 @@ pub struct OperatorApprovalView {
     /// What the tool answered when it ran (or why it did not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// `created_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// `expires_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub expires_at: String,
+    /// `decided_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub decided_at: Option<String>,
+    /// Its last change (epoch ms): asked, decided, run, or — pending — expired ([`approval_updated_at_ms`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at_ms: Option<i64>,
+    /// `updated_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub updated_at: Option<String>,
 }
 
 impl OperatorApprovalView {
@@ -144,19 +208,39 @@ impl OperatorApprovalView {
             decided_at_ms: a.decided_at_ms,
             ok: a.outcome.as_ref().map(|o| a.status == ApprovalStatus::Executed && !o.is_error),
             outcome: a.outcome.as_ref().map(|o| o.text.clone()),
+            created_at: rfc3339(a.created_at_ms),
+            expires_at: rfc3339(a.expires_at_ms),
+            decided_at: a.decided_at_ms.map(rfc3339),
+            updated_at_ms: Some(approval_updated_at_ms(a, now_ms)),
+            updated_at: Some(rfc3339(approval_updated_at_ms(a, now_ms))),
         }
     }
 }
 
+/// An approval's last change as of `now_ms` (epoch ms): the latest of its creation, decision
+/// and run, or its expiry when it reads `expired` without a decision (a pending one past it).
+pub fn approval_updated_at_ms(a: &Approval, now_ms: i64) -> i64 {
+    let expired = (a.status == ApprovalStatus::Pending && a.status_at(now_ms) == ApprovalStatus::Expired)
+        .then_some(a.expires_at_ms);
+    [Some(a.created_at_ms), a.decided_at_ms, a.finished_at_ms, expired]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(a.created_at_ms)
+}
+
 /// Why a conversation went to a person, as `GET` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HandoffView {
     pub reason: HandoffReason,
     pub at_ms: i64,
+    /// `at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub at: String,
 }
 
 /// `GET /conversations/{id}` (DESIGN.md API section).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ConversationView {
     pub conversation_id: String,
     pub customer_id: String,
@@ -173,10 +257,32 @@ pub struct ConversationView {
     /// Set when a person takes (or is to take) the conversation over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffView>,
+    /// When the conversation was created (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// Its deadline (RFC 3339): past it, it is answered with what it has.
+    #[schemars(extend("format" = "date-time"))]
+    pub deadline_at: String,
+    /// `status` in lower case (`done`, `handoff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<LowerCase<ConversationStatus>>,
+    /// When the conversation was created (epoch ms; `created_at` in RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<i64>,
+    /// The latest change its records time (epoch ms): its creation, a subtask's start or end, a
+    /// hand-off, an approval's decision or run. The reply's write has no time of its own: once
+    /// answered, this is when the last subtask ended (or the hand-off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at_ms: Option<i64>,
+    /// `updated_at_ms` as RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub updated_at: Option<String>,
 }
 
 impl ConversationView {
     pub fn build(conversation: &Conversation, subtasks: &[SubtaskRecord]) -> Self {
+        let updated = subtasks_updated_at_ms(conversation, subtasks);
         let subtasks = subtasks
             .iter()
             .map(|r| SubtaskView {
@@ -194,6 +300,9 @@ impl ConversationView {
                 },
                 error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
                 effects: r.effects.iter().map(EffectView::build).collect(),
+                started_at: r.started_at_ms.map(rfc3339),
+                finished_at: r.finished_at_ms.filter(|_| r.status.is_terminal()).map(rfc3339),
+                state: Some(LowerCase(r.status)),
             })
             .collect();
         Self {
@@ -205,14 +314,111 @@ impl ConversationView {
             reply: conversation.reply.clone(),
             usage: if conversation.usage.is_empty() { None } else { Some(conversation.usage) },
             approvals: Vec::new(),
-            handoff: conversation.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms }),
+            handoff: conversation.handoff.map(|h| HandoffView {
+                reason: h.reason,
+                at_ms: h.at_ms,
+                at: rfc3339(h.at_ms),
+            }),
+            created_at: rfc3339(conversation.created_at_ms),
+            deadline_at: rfc3339(conversation.deadline_ms),
+            state: Some(LowerCase(conversation.status)),
+            created_at_ms: Some(conversation.created_at_ms),
+            updated_at_ms: Some(updated),
+            updated_at: Some(rfc3339(updated)),
         }
     }
 
-    /// The view with the approvals of its side effects, as of `now_ms`.
+    /// The view with the approvals of its side effects, as of `now_ms` (their changes count
+    /// towards `updated_at`).
     pub fn with_approvals(mut self, approvals: &[Approval], now_ms: i64) -> Self {
         self.approvals = approvals.iter().map(|a| ApprovalView::build(a, now_ms)).collect();
+        let latest = approvals.iter().map(|a| approval_updated_at_ms(a, now_ms)).chain(self.updated_at_ms).max();
+        self.updated_at_ms = latest;
+        self.updated_at = latest.map(rfc3339);
         self
+    }
+}
+
+/// The latest instant `conversation` and its subtask records hold (epoch ms).
+fn subtasks_updated_at_ms(conversation: &Conversation, subtasks: &[SubtaskRecord]) -> i64 {
+    let times = subtasks.iter().flat_map(|r| [r.started_at_ms, r.finished_at_ms]).flatten();
+    times.chain(conversation.handoff.map(|h| h.at_ms)).fold(conversation.created_at_ms, i64::max)
+}
+
+/// A status in lower case: the `state` beside an upper-case `status`, for clients that read
+/// every status and state of the API in the casing the approvals and side effects use. Writes
+/// the serde name of `T` in lower case (`AWAITING_APPROVAL` → `awaiting_approval`); reads only
+/// lower case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LowerCase<T>(pub T);
+
+impl<T: Serialize> Serialize for LowerCase<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match serde_json::to_value(&self.0) {
+            Ok(serde_json::Value::String(name)) => serializer.serialize_str(&name.to_ascii_lowercase()),
+            _ => Err(serde::ser::Error::custom("a status serialises as a string")),
+        }
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for LowerCase<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        if name != name.to_ascii_lowercase() {
+            return Err(D::Error::custom(format!("{name:?} is not in lower case")));
+        }
+        serde_json::from_value(serde_json::Value::String(name.to_ascii_uppercase()))
+            .map(LowerCase)
+            .map_err(|_| D::Error::custom(format!("{name:?} is not a known value")))
+    }
+}
+
+/// Epoch milliseconds as RFC 3339 in UTC with milliseconds (`2026-01-01T00:00:00.000Z`); empty
+/// for an instant chrono cannot represent (never one the swarm writes).
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// One conversation in a customer's list (`GET /conversations`): where it stands, without its
+/// subtasks, message or reply (its `GET /conversations/{id}` has them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConversationSummary {
+    pub conversation_id: String,
+    /// `PLANNING | RUNNING | AGGREGATING | DONE | FAILED | HANDOFF`.
+    pub status: ConversationStatus,
+    pub progress: Progress,
+    /// Whether its reply is written.
+    pub replied: bool,
+    pub created_at_ms: i64,
+    /// `created_at_ms` as RFC 3339.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+    /// Its deadline (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub deadline_at: String,
+    /// Set when a person takes (or is to take) the conversation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffView>,
+    /// `status` in lower case (`done`, `handoff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<LowerCase<ConversationStatus>>,
+}
+
+impl ConversationSummary {
+    pub fn build(c: &Conversation) -> Self {
+        Self {
+            conversation_id: c.id.to_string(),
+            status: c.status,
+            progress: Progress { finished: c.finished.len() as u32, total: c.total },
+            replied: c.reply.is_some(),
+            created_at_ms: c.created_at_ms,
+            created_at: rfc3339(c.created_at_ms),
+            deadline_at: rfc3339(c.deadline_ms),
+            handoff: c.handoff.map(|h| HandoffView { reason: h.reason, at_ms: h.at_ms, at: rfc3339(h.at_ms) }),
+            state: Some(LowerCase(c.status)),
+        }
     }
 }
 
@@ -287,6 +493,27 @@ mod tests {
     /// The body `GET /conversations/{id}` answered for [`fixture`] before statuses were enums and failures had kinds.
     const BEFORE: &str = r#"{"conversation_id":"0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d07","customer_id":"C104","status":"DONE","progress":{"finished":3,"total":4},"subtasks":[{"id":"w01","instruction":"Do w01.","depends_on":[],"tools_used":["shop__get_order"],"status":"SUCCEEDED"},{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},{"id":"w03","instruction":"Do w03.","depends_on":["w02"],"tools_used":[],"status":"SKIPPED","error":"skipped: dependency w02 did not succeed"},{"id":"w04","instruction":"Do w04.","depends_on":[],"tools_used":[],"status":"RUNNING"}],"reply":"Order A1029 is paid.","usage":{"prompt_tokens":1200,"completion_tokens":80,"cached_tokens":null,"cost_usd":0.0021}}"#;
 
+    /// Today's body with the fields added since, appended (issue 21): the times in RFC 3339, then
+    /// each status in lower case (`state`, also at the end of each subtask) and the epoch-ms times.
+    fn with_times(body: &str) -> String {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some(at) = rest.find(r#"{"id":""#) {
+            let end = at + rest[at..].find('}').unwrap();
+            let subtask = &rest[at..end];
+            let status = subtask.split(r#""status":""#).nth(1).unwrap().split('"').next().unwrap();
+            out.push_str(&rest[..end]);
+            out.push_str(&format!(r#","state":"{}""#, status.to_ascii_lowercase()));
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        let added = concat!(
+            r#","created_at":"2026-01-01T00:00:00.000Z","deadline_at":"2026-01-01T00:02:00.000Z","state":"done","#,
+            r#""created_at_ms":1767225600000,"updated_at_ms":1767225600000,"updated_at":"2026-01-01T00:00:00.000Z"}"#
+        );
+        format!("{}{added}", out.strip_suffix('}').unwrap())
+    }
+
     #[test]
     fn view_json_is_todays_byte_for_byte_but_a_failure_shows_our_words_and_its_code() {
         let (c, subtasks) = fixture();
@@ -296,13 +523,13 @@ mod tests {
         let ours = r#""error":"This part could not be finished before the conversation's time limit.","error_code":"deadline_passed""#;
         let expected = BEFORE.replacen(recorded, ours, 1);
         assert_ne!(expected, BEFORE);
-        assert_eq!(json, expected);
+        assert_eq!(json, with_times(&expected));
         // Without a failed subtask, nothing changed at all.
         let without_failure: Vec<SubtaskRecord> = subtasks.into_iter().filter(|r| r.subtask.id != "w02").collect();
         let json = serde_json::to_string(&ConversationView::build(&c, &without_failure)).unwrap();
         let w02 = r#"{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},"#;
         assert!(BEFORE.contains(w02));
-        assert_eq!(json, BEFORE.replacen(w02, "", 1));
+        assert_eq!(json, with_times(&BEFORE.replacen(w02, "", 1)));
     }
 
     #[test]
@@ -340,5 +567,84 @@ mod tests {
         assert_eq!(statuses, [Succeeded, Failed, Skipped, Running]);
         let codes: Vec<Option<FailureKind>> = back.subtasks.iter().map(|s| s.error_code).collect();
         assert_eq!(codes, [None, Some(FailureKind::DeadlinePassed), None, None]);
+    }
+
+    #[test]
+    fn each_upper_case_status_has_its_lower_case_state_and_a_body_without_them_still_reads() {
+        let (mut c, mut subtasks) = fixture();
+        c.status = ConversationStatus::Handoff;
+        subtasks[3].status = SubtaskStatus::AwaitingApproval;
+        let json = serde_json::to_value(ConversationView::build(&c, &subtasks)).unwrap();
+        assert_eq!((&json["status"], &json["state"]), (&serde_json::json!("HANDOFF"), &serde_json::json!("handoff")));
+        let states: Vec<&str> =
+            json["subtasks"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap()).collect();
+        assert_eq!(states, ["succeeded", "failed", "skipped", "awaiting_approval"]);
+        let summary = serde_json::to_value(ConversationSummary::build(&c)).unwrap();
+        assert_eq!(
+            (&summary["status"], &summary["state"]),
+            (&serde_json::json!("HANDOFF"), &serde_json::json!("handoff"))
+        );
+        // Only lower case reads back, and only a known value.
+        assert!(serde_json::from_value::<LowerCase<SubtaskStatus>>(serde_json::json!("AWAITING_APPROVAL")).is_err());
+        assert!(serde_json::from_value::<LowerCase<SubtaskStatus>>(serde_json::json!("sleeping")).is_err());
+        let back: ConversationView =
+            serde_json::from_str(&with_times(BEFORE).replace(r#""state":"done","#, "")).unwrap();
+        assert_eq!(back.state, None, "the body of before the field reads, without it");
+        assert_eq!(back.subtasks[3].state, Some(LowerCase(SubtaskStatus::Running)));
+    }
+
+    #[test]
+    fn updated_at_is_the_latest_change_the_records_and_approvals_time() {
+        let (mut c, mut subtasks) = fixture();
+        let created = c.created_at_ms;
+        subtasks[0].started_at_ms = Some(created + 1_000);
+        subtasks[0].finished_at_ms = Some(created + 4_500);
+        subtasks[1].started_at_ms = Some(created + 2_000);
+        let view = ConversationView::build(&c, &subtasks);
+        assert_eq!(view.created_at_ms, Some(created));
+        assert_eq!(view.updated_at_ms, Some(created + 4_500));
+        assert_eq!(view.updated_at.as_deref(), Some("2026-01-01T00:00:04.500Z"));
+        c.handoff = Some(crate::domain::Handoff { reason: HandoffReason::CustomerAsked, at_ms: created + 9_000 });
+        assert_eq!(ConversationView::build(&c, &subtasks).updated_at_ms, Some(created + 9_000));
+
+        let approval = |decided: Option<i64>, finished: Option<i64>| Approval {
+            id: "ap-1".into(),
+            conversation_id: c.id.clone(),
+            subtask_id: "w01".into(),
+            ordinal: 1,
+            customer_id: "C104".into(),
+            role: "refund".into(),
+            action: crate::approval::ProposedAction {
+                tool: "shop__refund".into(),
+                order_id: "A1029".into(),
+                amount_cents: 4_300,
+                reason: None,
+            },
+            status: if decided.is_some() { ApprovalStatus::Approved } else { ApprovalStatus::Pending },
+            created_at_ms: created + 3_000,
+            expires_at_ms: created + 60_000,
+            decided_by: decided.map(|_| "alice".into()),
+            decided_at_ms: decided,
+            token: None,
+            reissued_at_ms: None,
+            outcome: None,
+            finished_at_ms: finished,
+            ttl: 0,
+        };
+        let pending = approval(None, None);
+        assert_eq!(approval_updated_at_ms(&pending, created + 10_000), created + 3_000, "asked, nothing since");
+        assert_eq!(approval_updated_at_ms(&pending, created + 70_000), created + 60_000, "read as expired: its expiry");
+        let run = approval(Some(created + 20_000), Some(created + 25_000));
+        assert_eq!(approval_updated_at_ms(&run, created + 70_000), created + 25_000);
+        let view = ConversationView::build(&c, &subtasks).with_approvals(std::slice::from_ref(&run), created + 70_000);
+        assert_eq!(view.updated_at_ms, Some(created + 25_000), "the approval's run is the latest change");
+        let a = &view.approvals[0];
+        assert_eq!((a.created_at_ms, a.updated_at_ms), (Some(created + 3_000), Some(created + 25_000)));
+        assert_eq!(a.updated_at.as_deref(), Some("2026-01-01T00:00:25.000Z"));
+        let op = OperatorApprovalView::build(&run, created + 70_000);
+        assert_eq!(
+            (op.updated_at_ms, op.updated_at.as_deref()),
+            (Some(created + 25_000), Some("2026-01-01T00:00:25.000Z"))
+        );
     }
 }

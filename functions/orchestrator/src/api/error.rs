@@ -1,12 +1,51 @@
-//! The API's one error shape, `{"error": {"code", "message"}}` with its HTTP status, and the single place where the core's errors and axum's own rejections are mapped into it.
+//! The API's one error shape — RFC 9457 `application/problem+json` (`type`, `title`, `status`, `detail`) that keeps today's `error: {code, message}` beside it, so clients written for either read it — with its HTTP status, and the single place where the core's errors and axum's own rejections are mapped into it.
+//!
+//! One status per kind of mistake: 400 for a request that cannot be used as sent
+//! (not JSON, a JSON body of the wrong shape or type, a field missing or out of
+//! limits, a bad header, path or query), 401/403 for who is calling, 404 for what
+//! does not exist, 405, 409 for a conflict with what was recorded, 413, 422 for an
+//! `Idempotency-Key` reused with another request, 429, 503.
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::core::ApiError;
+
+/// The media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The `type` of a problem: a URN naming its code (`urn:lambda-swarm:problem:not_found`).
+pub fn problem_type(code: &str) -> String {
+    format!("urn:lambda-swarm:problem:{code}")
+}
+
+/// An error answer's body (RFC 9457, with today's `error` member).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Problem {
+    /// `urn:lambda-swarm:problem:<code>`: the kind of mistake.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The status's reason phrase, e.g. `Not Found`.
+    pub title: String,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    /// What went wrong, for people (never a secret, never a provider's text).
+    pub detail: String,
+    /// Today's shape: the same code and message.
+    pub error: ErrorBody,
+}
+
+/// `{"code", "message"}`: what clients read before problem documents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorBody {
+    /// Stable, machine-readable: `bad_json`, `unauthenticated`, `not_found`…
+    pub code: String,
+    pub message: String,
+}
 
 /// An error response. Every answer that is not a success goes out as one of these.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +85,17 @@ impl HttpError {
         self.challenge = Some(challenge);
         self
     }
+
+    /// The body this error answers with.
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: problem_type(self.code),
+            title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: self.status.as_u16(),
+            detail: self.message.clone(),
+            error: ErrorBody { code: self.code.to_owned(), message: self.message.clone() },
+        }
+    }
 }
 
 impl IntoResponse for HttpError {
@@ -53,8 +103,8 @@ impl IntoResponse for HttpError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, error = %self.message, "request failed");
         }
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (self.status, Json(self.problem())).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(challenge) = self.challenge {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
         }
@@ -96,15 +146,13 @@ impl From<PathRejection> for HttpError {
     }
 }
 
-/// Parses a JSON body: 400 `bad_json` when it is not JSON at all (or empty),
-/// 422 `bad_fields` when it is JSON of the wrong shape (not an object, a field of the wrong type).
+/// Parses a JSON body: 400 `bad_json` when it is not JSON at all (or empty), 400 `bad_fields`
+/// when it is JSON of the wrong shape (not an object, a field of the wrong type).
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], expected: &str) -> Result<T, HttpError> {
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => HttpError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "bad_fields",
-            format!("request body must be a JSON object {expected}: {e}"),
-        ),
+        serde_json::error::Category::Data => {
+            HttpError::bad_request("bad_fields", format!("request body must be a JSON object {expected}: {e}"))
+        }
         _ => HttpError::bad_request("bad_json", format!("request body must be a JSON object {expected}: {e}")),
     })
 }

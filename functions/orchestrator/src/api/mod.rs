@@ -1,15 +1,20 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations/{id}`, and for operators `GET /approvals`, `POST /approvals/{id}`; given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
-//! Status codes: 202 created, 200 a conversation; 400 malformed JSON or a
-//! field out of limits, 422 JSON of the wrong shape, 401 no or unknown
-//! credentials, 403 an authenticated caller acting for another customer, 404
-//! an unknown route or conversation, 405 a wrong method (with `Allow`), 413 a
-//! body over [`MAX_BODY_BYTES`], 409 an approval decided the other way or
-//! expired, 429 a customer over their conversations per minute (with
-//! `Retry-After`), 503 storage or queue unavailable — every error as
-//! `{"error": {"code", "message"}}` ([`HttpError`]).
+//! Status codes: 202 created (with `Location`), 200 a conversation; 400 a request
+//! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
+//! or out of limits, a bad header, path or query), 401 no or unknown credentials,
+//! 403 an authenticated caller acting for another customer, 404 an unknown route or
+//! conversation, 405 a wrong method (with `Allow`), 413 a body over
+//! [`MAX_BODY_BYTES`], 409 an approval decided the other way or expired, 422 an
+//! `Idempotency-Key` reused with another request, 429 a customer over their
+//! conversations per minute (with `Retry-After`), 503 storage or queue unavailable
+//! — every error as RFC 9457 `application/problem+json` that keeps
+//! `{"error": {"code", "message"}}` ([`HttpError`]). With allowed origins set,
+//! browsers' CORS preflights are answered ([`cors`]).
 
+pub mod bodies;
 pub mod caller;
+pub mod cors;
 pub mod error;
 pub mod operator;
 pub mod tokens;
@@ -21,14 +26,15 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::json;
 
+pub use bodies::{ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health};
 pub use caller::{Auth, Caller, JwtIdentity};
-pub use error::HttpError;
+pub use cors::AllowedOrigins;
+pub use error::{HttpError, PROBLEM_JSON, Problem};
 pub use operator::{IamOperators, Operator, OperatorAllowlist, OperatorAuth};
 pub use tokens::TokenTable;
 
@@ -38,6 +44,10 @@ use crate::core::{Orchestrator, validate_request};
 /// Largest request body read, in bytes (a message is at most 8,000 characters); larger → 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// The API's OpenAPI 3.1 document, as served at `GET /openapi.json` (`functions/orchestrator/openapi.json`;
+/// `tests/openapi.rs` holds it to the handlers and their types).
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
 /// What the handlers share: the core, how callers are identified, and the approvals (off
 /// unless configured: an approval key and a way to identify operators).
 #[derive(Clone)]
@@ -46,11 +56,19 @@ pub struct ApiState {
     pub auth: Auth,
     pub approvals: Option<Arc<Approvals>>,
     pub operators: OperatorAuth,
+    /// Browser origins allowed to call the API (CORS); empty: no CORS headers, preflights refused.
+    pub cors: AllowedOrigins,
 }
 
 impl ApiState {
     pub fn new(core: Arc<Orchestrator>, auth: Auth) -> Self {
-        Self { core, auth, approvals: None, operators: OperatorAuth::Nobody }
+        Self { core, auth, approvals: None, operators: OperatorAuth::Nobody, cors: AllowedOrigins::default() }
+    }
+
+    /// With browsers from `origins` allowed (CORS).
+    pub fn with_cors(mut self, origins: AllowedOrigins) -> Self {
+        self.cors = origins;
+        self
     }
 
     /// With the approvals API on, operators identified by `operators`.
@@ -76,25 +94,36 @@ impl FromRef<ApiState> for OperatorAuth {
 /// The API. Unknown paths answer 404 and known paths with another method 405,
 /// both in the error shape; bodies over [`MAX_BODY_BYTES`] answer 413.
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/conversations", post(create))
+    let cors = (!state.cors.is_empty()).then(|| state.cors.layer());
+    let router = Router::new()
+        .route("/conversations", post(create).get(list_conversations))
         .route("/conversations/{id}", get(status))
         .route("/approvals", get(list_approvals))
         .route("/approvals/{id}", post(decide_approval))
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(trace::request_span))
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
-#[derive(Deserialize)]
-struct CreateBody {
-    message: Option<String>,
-    customer_id: Option<String>,
+/// `GET /health` → 200 `{"status": "ok", "version"}`; no credential, no store read.
+async fn health() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
 }
 
-/// `POST /conversations` → 202 `{"conversation_id", "status_url"}`; an
+/// `GET /openapi.json` → the API's OpenAPI 3.1 document; no credential.
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// `POST /conversations` → 202 `{"conversation_id", "status_url"}` with `Location`; an
 /// `Idempotency-Key` header returns the earlier conversation for the same key.
 async fn create(
     State(state): State<ApiState>,
@@ -110,8 +139,33 @@ async fn create(
     let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
     let created = state.core.create(validated).await?;
     let id = created.conversation_id.to_string();
-    let answer = json!({ "conversation_id": id, "status_url": format!("/conversations/{id}") });
-    Ok((StatusCode::ACCEPTED, axum::Json(answer)).into_response())
+    let answer = Created { status_url: format!("/conversations/{id}"), conversation_id: id };
+    let location = HeaderValue::from_str(&answer.status_url)
+        .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(answer)).into_response())
+}
+
+/// `GET /conversations` query: `customer_id` (with authentication off: whose; on: the caller's own
+/// or left out), `limit` (1..=100, default 20), `cursor` (a page's `next_cursor`).
+#[derive(Deserialize)]
+struct ListConversationsQuery {
+    customer_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `GET /conversations` → 200 `{"conversations": [...], "next_cursor"?}`, newest first: the
+/// caller's own (with authentication off, those of the query's `customer_id`).
+async fn list_conversations(
+    State(state): State<ApiState>,
+    caller: Caller,
+    query: Result<Query<ListConversationsQuery>, QueryRejection>,
+) -> Result<Response, HttpError> {
+    let Query(query) = query.map_err(|e| HttpError::bad_request("bad_query", e.body_text()))?;
+    let customer = caller.acting_for(query.customer_id)?;
+    let (conversations, next_cursor) =
+        state.core.list(&customer, query.cursor.as_deref(), query.limit.unwrap_or(20)).await?;
+    Ok((StatusCode::OK, axum::Json(ConversationPage { conversations, next_cursor })).into_response())
 }
 
 /// `GET /conversations/{id}` → 200 with the conversation view; 404 when it
@@ -128,11 +182,13 @@ async fn status(
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
-/// `GET /approvals` query: `status` (`pending`, `approved`, `rejected`, `expired`, `executed`), `limit` (1..=100).
+/// `GET /approvals` query: `status` (`pending`, `approved`, `rejected`, `expired`, `executed`,
+/// `all`), `limit` (1..=100, default 50), `cursor` (a page's `next_cursor`).
 #[derive(Deserialize)]
 struct ListQuery {
     status: Option<String>,
     limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 fn approvals_of(state: &ApiState) -> Result<&Arc<Approvals>, HttpError> {
@@ -141,7 +197,7 @@ fn approvals_of(state: &ApiState) -> Result<&Arc<Approvals>, HttpError> {
     })
 }
 
-/// `GET /approvals` → 200 `{"approvals": [...]}`, newest first; operators only.
+/// `GET /approvals` → 200 `{"approvals": [...], "next_cursor"?}`, newest first; operators only.
 async fn list_approvals(
     State(state): State<ApiState>,
     operator: Operator,
@@ -155,14 +211,10 @@ async fn list_approvals(
             HttpError::bad_request("bad_status", "status must be pending, approved, rejected, expired, executed or all")
         })?),
     };
-    let listed = approvals.list(status, query.limit.unwrap_or(50)).await?;
-    tracing::info!(operator = %operator.0, listed = listed.len(), "approvals listed");
-    Ok((StatusCode::OK, axum::Json(json!({ "approvals": listed }))).into_response())
-}
-
-#[derive(Deserialize)]
-struct DecideBody {
-    decision: Option<String>,
+    let page = approvals.list(status, query.limit.unwrap_or(50), query.cursor.as_deref()).await?;
+    tracing::info!(operator = %operator.0, listed = page.approvals.len(), "approvals listed");
+    let page = ApprovalPage { approvals: page.approvals, next_cursor: page.next_cursor };
+    Ok((StatusCode::OK, axum::Json(page)).into_response())
 }
 
 /// `POST /approvals/{id}` with `{"decision": "approve" | "reject"}` → 200 `{"approval": ...}`;
@@ -181,6 +233,6 @@ async fn decide_approval(
         Some("reject") => Decision::Reject,
         _ => return Err(HttpError::bad_request("bad_decision", r#"field "decision" must be "approve" or "reject""#)),
     };
-    let view = approvals.decide(&id, decision, &operator.0).await?;
-    Ok((StatusCode::OK, axum::Json(json!({ "approval": view }))).into_response())
+    let approval = approvals.decide(&id, decision, &operator.0).await?;
+    Ok((StatusCode::OK, axum::Json(Decided { approval })).into_response())
 }

@@ -8,15 +8,16 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
     ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification,
 };
-use swarm_adapters::aws::dynamo::codec::SWEEP_INDEX;
+use swarm_adapters::aws::dynamo::codec::{CUSTOMER_INDEX, SWEEP_INDEX};
 use swarm_adapters::aws::dynamo::store::to_store_error;
 use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 use swarm_core::ports::StoreError;
 
 /// Creates the single table as `template.yaml` declares it (for the emulator,
 /// tests and `swarm-local`): `PK`/`SK` strings, on-demand billing, stream
-/// `NEW_IMAGE`, TTL on `ttl`, and the sweep's sparse index ([`SWEEP_INDEX`]:
-/// `sweep_shard` N, `deadline_ms` N, keys only). Waits (at most 60 s) until the table is `ACTIVE`.
+/// `NEW_IMAGE`, TTL on `ttl`, the sweep's sparse index ([`SWEEP_INDEX`]:
+/// `sweep_shard` N, `deadline_ms` N, keys only) and the customers' ([`CUSTOMER_INDEX`]:
+/// `customer_id` S, `created_at_ms` N, all attributes). Waits (at most 60 s) until the table is `ACTIVE`.
 /// An existing table of that name is reused.
 ///
 /// Errors: [`StoreError::Permanent`] for a rejected request or a table that
@@ -49,6 +50,13 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
         .build()
         .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
+    let customers = GlobalSecondaryIndex::builder()
+        .index_name(CUSTOMER_INDEX)
+        .key_schema(key_el("customer_id", KeyType::Hash)?)
+        .key_schema(key_el("created_at_ms", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
     let req = client
         .create_table()
         .table_name(table)
@@ -56,9 +64,12 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .attribute_definitions(attr("SK")?)
         .attribute_definitions(attr_of("sweep_shard", ScalarAttributeType::N)?)
         .attribute_definitions(attr_of("deadline_ms", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("customer_id")?)
+        .attribute_definitions(attr_of("created_at_ms", ScalarAttributeType::N)?)
         .key_schema(key_el("PK", KeyType::Hash)?)
         .key_schema(key_el("SK", KeyType::Range)?)
         .global_secondary_indexes(sweep)
+        .global_secondary_indexes(customers)
         .billing_mode(BillingMode::PayPerRequest)
         .stream_specification(stream);
     let retry = AwsRetryPolicy::default();

@@ -4,7 +4,7 @@
 //! SDK's signer: three per user, so no IAM SDK is linked for them.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_sdk_dynamodb::config::Credentials;
@@ -159,7 +159,7 @@ impl IamClient {
             .post(&self.url)
             .header("content-type", "application/x-www-form-urlencoded; charset=utf-8")
             .body(body.clone());
-        for (name, value) in self.signer.sign("POST", &self.url, body.as_bytes(), SystemTime::now())? {
+        for (name, value) in self.signer.sign("POST", &self.url, &[], body.as_bytes()).await? {
             request = request.header(name, value);
         }
         let response = request.send().await.with_context(|| format!("IAM {action} on {}", self.url))?;

@@ -283,15 +283,19 @@ impl Front {
 
 /// The run's values for the template's `!Ref`s: the backend's table and queues, the gateway's
 /// endpoint, the scaled deadline (`DeadlineSecs`, whole seconds as the template holds it), the
-/// stack's customer limits, and the LLM endpoint of this process (`LLM_BASE_URL`, `LLM_MODEL`) when
-/// the stack's models come from it, else [`LOCAL_MODELS_URL`] — the models are a port either way.
+/// stack's customer limits, and the LLM endpoint of this process (`LLM_BASE_URL`, `LLM_MODEL`,
+/// `LLM_AUTH`) when the stack's models come from it, else [`LOCAL_MODELS_URL`] — the models are a
+/// port either way.
 fn local_values(backend: &dyn Backend, gateway_url: &str, options: &StackOptions, timings: &Timings) -> LocalValues {
     let process = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    let (llm_url, llm_model) = match (&options.models, process("LLM_BASE_URL")) {
-        (None, Some(url)) => (url, process("LLM_MODEL").unwrap_or_default()),
-        _ => (LOCAL_MODELS_URL.to_owned(), "local".to_owned()),
+    let (llm_url, llm_model, llm_auth) = match (&options.models, process("LLM_BASE_URL")) {
+        (None, Some(url)) => (url, process("LLM_MODEL").unwrap_or_default(), process("LLM_AUTH")),
+        _ => (LOCAL_MODELS_URL.to_owned(), "local".to_owned(), None),
     };
     let mut params = LocalValues::fixed_params();
+    if let Some(auth) = llm_auth {
+        params.insert("LlmAuth", auth);
+    }
     params.extend([
         ("DeadlineSecs", seconds_rounded_up(timings.conversation.deadline).to_string()),
         ("LlmBaseUrl", llm_url),

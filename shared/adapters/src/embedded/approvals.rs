@@ -27,6 +27,13 @@ impl ApprovalStore for InMemoryConversationStore {
         Ok(self.lock()?.approvals.values().rev().take(limit).cloned().collect())
     }
 
+    async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        use std::ops::Bound;
+        let t = self.lock()?;
+        let upper = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(t.approvals.range::<str, _>((Bound::Unbounded, upper)).rev().take(limit).map(|(_, a)| a.clone()).collect())
+    }
+
     async fn decide_approval(
         &self,
         approval_id: &str,

@@ -11,8 +11,8 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskId, SubtaskRecord, Usage,
 };
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ConversationRecords, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
-    StoreError,
+    AccountingStore, AnswerStore, ConversationPage, ConversationPosition, ConversationRecords, CountOutcome,
+    CreateOutcome, LeaseOutcome, LeasePhase, StoreError,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -247,6 +247,26 @@ impl ConversationRecords for InMemoryConversationStore {
             .collect();
         due.sort();
         Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
+    }
+
+    async fn list_customer_conversations(
+        &self,
+        customer_id: &str,
+        after: Option<&ConversationPosition>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        let t = self.lock()?;
+        let mut mine: Vec<&Conversation> = t.conversations.values().filter(|c| c.customer_id == customer_id).collect();
+        let place = |c: &Conversation| (c.created_at_ms, c.id.as_str().to_owned());
+        mine.sort_by_key(|c| std::cmp::Reverse(place(c)));
+        let start = after.map_or(0, |p| {
+            let p = (p.created_at_ms, p.id.as_str().to_owned());
+            mine.iter().position(|c| place(c) < p).unwrap_or(mine.len())
+        });
+        let page: Vec<Conversation> = mine[start..].iter().take(limit.clamp(1, 100)).map(|c| (*c).clone()).collect();
+        let more = mine.len() > start + page.len();
+        let next = if more { page.last().map(ConversationPosition::of) } else { None };
+        Ok(ConversationPage { conversations: page, next })
     }
 }
 

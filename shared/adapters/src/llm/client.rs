@@ -52,6 +52,8 @@ pub struct HttpChatModel {
     timeout: Duration,
     prices: PriceTable,
     limiter: Arc<AimdLimiter>,
+    /// `LLM_AUTH=sigv4`: every request SigV4-signed instead of carrying a key.
+    signer: Option<crate::sigv4::SigV4Signer>,
 }
 
 /// What this instance learned from the provider's answers, on top of the profile (per Lambda
@@ -88,6 +90,7 @@ impl std::fmt::Debug for HttpChatModel {
             .field("model", &self.model)
             .field("profile", &self.profile)
             .field("api_key", &self.auth.as_ref().map(|_| "***"))
+            .field("signer", &self.signer)
             .field("timeout", &self.timeout)
             .field("in_flight_limit", &self.limiter.limit())
             .finish()
@@ -140,6 +143,7 @@ impl HttpChatModel {
             timeout,
             prices,
             limiter: Arc::new(AimdLimiter::new(max_in_flight)),
+            signer: None,
         })
     }
 
@@ -351,8 +355,30 @@ impl HttpChatModel {
         result
     }
 
+    /// Signs every request with `signer` (SigV4, e.g. Amazon Bedrock's endpoint with the
+    /// function's role) instead of sending a key.
+    pub fn signed(mut self, signer: crate::sigv4::SigV4Signer) -> Self {
+        self.auth = None;
+        self.signer = Some(signer);
+        self
+    }
+
     /// One HTTP exchange: send, read the body, parse or classify.
     async fn exchange(&self, body: Vec<u8>) -> Result<ChatResponse, LlmError> {
+        let signature = match &self.signer {
+            None => Vec::new(),
+            Some(signer) => {
+                let signed = [("content-type", "application/json"), ("accept", "application/json")];
+                signer.sign("POST", &self.url, &signed, &body).await.map_err(|e| {
+                    let message = e.to_string();
+                    if e.is_transient() {
+                        LlmError::Transient { status: None, message }
+                    } else {
+                        LlmError::Permanent { status: 0, message }
+                    }
+                })?
+            }
+        };
         let mut req = self
             .client
             .post(&self.url)
@@ -362,6 +388,9 @@ impl HttpChatModel {
             .body(body);
         if let Some(auth) = &self.auth {
             req = req.header(reqwest::header::AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in signature {
+            req = req.header(name, value);
         }
         let resp = req.send().await.map_err(|e| self.transport_error(&e, None))?;
         let status = resp.status().as_u16();

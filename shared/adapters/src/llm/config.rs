@@ -7,6 +7,7 @@
 //! | `LLM_BASE_URL` | OpenAI-compatible base URL, e.g. `https://api.moonshot.cn/v1`; **required** (a Lambda refuses to start without it; only `swarm-local` and tests choose the offline model when it is unset) |
 //! | `LLM_API_KEY` | bearer key; required unless the provider looks local (localhost, 127.0.0.1, ollama, vllm) |
 //! | `LLM_API_KEY_REQUIRED` | `true`/`false`: override the "needs a key" guess |
+//! | `LLM_AUTH` | `bearer` (default: `LLM_API_KEY` as a bearer token) or `sigv4`: sign every request with the function's AWS credentials (Amazon Bedrock's own endpoint, `https://bedrock-runtime.<region>.amazonaws.com/openai/v1`; no key, none stored); the region is the endpoint's, else `AWS_REGION` |
 //! | `LLM_MODEL` | model name; required |
 //! | `LLM_PRESET` | `openai`, `kimi`, `deepseek`, `vllm`, `ollama`, `bedrock`, `generic`; default guessed from the base URL ([`Preset::guess`]) |
 //! | `LLM_OUTPUT_LIMIT_FIELD` | `max_tokens`, `max_completion_tokens` or `none`; default per preset |
@@ -53,6 +54,19 @@ impl LlmEndpoint {
     }
 }
 
+/// How requests to the LLM endpoint authenticate (`LLM_AUTH`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlmAuth {
+    /// `Authorization: Bearer <key>` when a key is configured (none for a local keyless server).
+    Bearer,
+    /// SigV4 with the function's credentials (signing name [`BEDROCK_SIGNING_SERVICE`]) in
+    /// `region`: Amazon Bedrock's OpenAI-compatible endpoint, authorised by the role's IAM policy.
+    SigV4 { region: String },
+}
+
+/// The SigV4 signing name of Amazon Bedrock's runtime endpoints.
+pub const BEDROCK_SIGNING_SERVICE: &str = "bedrock";
+
 /// Default per-request timeout (`LLM_TIMEOUT_SECS`), seconds: the timing table's `llm.request_timeout_secs`.
 pub const DEFAULT_TIMEOUT_SECS: u64 = swarm_core::timings::Timings::STANDARD.llm.request_timeout.as_secs();
 /// Default cap on concurrent calls per model instance (`LLM_MAX_IN_FLIGHT`).
@@ -74,6 +88,8 @@ pub struct LlmConfig {
     /// `LLM_API_KEY_SECRET_ARN` when `LLM_API_KEY` is unset: the main key is
     /// fetched at cold start; until [`LlmConfig::with_key`], `main.api_key` is `None`.
     pub key_secret: Option<String>,
+    /// `LLM_AUTH`: a bearer key, or SigV4 (then no key is read or fetched).
+    pub auth: LlmAuth,
     /// The main endpoint needs a key (a hosted provider, or `LLM_API_KEY_REQUIRED=true`).
     key_required: bool,
     /// The sub endpoint takes the main key (same host, no `LLM_SUB_API_KEY`).
@@ -104,12 +120,14 @@ impl LlmConfigError {
 }
 
 impl LlmConfig {
-    /// Every variable [`LlmConfig::from_lookup`] reads.
+    /// Every variable [`LlmConfig::from_lookup`] reads (with `LLM_AUTH=sigv4` also `AWS_REGION`, which
+    /// every function's telemetry lists).
     pub const VARS: &'static [&'static str] = &[
         "LLM_BASE_URL",
         "LLM_API_KEY",
         "LLM_API_KEY_SECRET_ARN",
         "LLM_API_KEY_REQUIRED",
+        "LLM_AUTH",
         "LLM_MODEL",
         "LLM_SEND_REASONING",
         "LLM_SUB_MODEL",
@@ -152,11 +170,14 @@ impl LlmConfig {
             )
         })?;
         let base = parse_base_url("LLM_BASE_URL", &raw_base)?;
-        let key_required_override = parse_bool(&get, "LLM_API_KEY_REQUIRED")?;
+        let auth = read_auth(&get, &base)?;
+        let signed = auth != LlmAuth::Bearer;
+        // A signed request carries no key: none is required, read or fetched.
+        let key_required_override = if signed { Some(false) } else { parse_bool(&get, "LLM_API_KEY_REQUIRED")? };
         let key_required = key_required_override.unwrap_or_else(|| !looks_local(&base));
         let plain_key = lookup("LLM_API_KEY");
-        let key_secret =
-            get("LLM_API_KEY_SECRET_ARN").filter(|_| plain_key.as_deref().is_none_or(|k| k.trim().is_empty()));
+        let key_secret = get("LLM_API_KEY_SECRET_ARN")
+            .filter(|_| !signed && plain_key.as_deref().is_none_or(|k| k.trim().is_empty()));
         let key = match &key_secret {
             Some(_) => None,
             None => check_key("LLM_API_KEY", plain_key, &base, key_required_override)?,
@@ -168,7 +189,8 @@ impl LlmConfig {
         let profile = read_profile(&get, "LLM_", main_preset, &model, None)?;
         let main = LlmEndpoint { base_url: base.url.clone(), api_key: key, model, profile };
 
-        let sub = read_sub(&get, &lookup, &base, &main, main_preset, key_secret.is_some(), key_required_override)?;
+        let no_main_key = key_secret.is_some() || signed;
+        let sub = read_sub(&get, &lookup, &base, &main, main_preset, no_main_key, key_required_override)?;
         let (sub, sub_shares_key) = match sub {
             Some((endpoint, shares)) => (Some(endpoint), shares),
             None => (None, false),
@@ -179,7 +201,7 @@ impl LlmConfig {
             Some(v) => PriceTable::with_defaults()
                 .merged(PriceTable::from_json(&v).map_err(|e| LlmConfigError::invalid("LLM_PRICES", e.to_string()))?),
         };
-        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, key_secret, key_required, sub_shares_key })
+        Ok(LlmConfig { main, sub, timeout, max_in_flight, prices, key_secret, auth, key_required, sub_shares_key })
     }
 
     /// The config with the main key fetched from `LLM_API_KEY_SECRET_ARN`,
@@ -201,14 +223,15 @@ impl LlmConfig {
 }
 
 /// The compression model (`LLM_SUB_*`), if one is named: its endpoint, and whether it shares the
-/// main key (same host, no `LLM_SUB_API_KEY`; `key_stored`: the main key is fetched later).
+/// main key (same host, no `LLM_SUB_API_KEY`; `no_main_key`: the main key is fetched later, or
+/// requests are SigV4-signed and carry none).
 fn read_sub(
     get: &impl Fn(&str) -> Option<String>,
     lookup: &impl Fn(&str) -> Option<String>,
     base: &BaseUrl,
     main: &LlmEndpoint,
     main_preset: Preset,
-    key_stored: bool,
+    no_main_key: bool,
     key_required_override: Option<bool>,
 ) -> Result<Option<(LlmEndpoint, bool)>, LlmConfigError> {
     Ok(match get("LLM_SUB_MODEL") {
@@ -230,7 +253,7 @@ fn read_sub(
             // be sent to another provider.
             let own_key = lookup("LLM_SUB_API_KEY");
             let shares = own_key.is_none() && sub_base.host == base.host;
-            let sub_key = if shares && key_stored {
+            let sub_key = if shares && no_main_key {
                 None
             } else {
                 let raw = own_key
@@ -285,6 +308,46 @@ struct BaseUrl {
     /// Normalised: no trailing `/`, no `/chat/completions`.
     url: String,
     host: String,
+}
+
+/// The host of a base URL, lower case (empty when it does not parse).
+pub(crate) fn host_of(url: &str) -> String {
+    reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_ascii_lowercase)).unwrap_or_default()
+}
+
+/// `LLM_AUTH`: `bearer` (default) or `sigv4`. With `sigv4` the region is the one in Bedrock's
+/// host (`bedrock-runtime.<region>.amazonaws.com`, `bedrock-runtime-fips.<region>…`,
+/// `bedrock-mantle.<region>.api.aws`), else `AWS_REGION`; a key set beside it is refused (the
+/// request would carry two credentials).
+fn read_auth(get: &impl Fn(&str) -> Option<String>, base: &BaseUrl) -> Result<LlmAuth, LlmConfigError> {
+    match get("LLM_AUTH").map(|v| v.to_ascii_lowercase()).as_deref() {
+        None | Some("bearer") => Ok(LlmAuth::Bearer),
+        Some("sigv4") => {
+            for var in ["LLM_API_KEY", "LLM_API_KEY_SECRET_ARN"] {
+                if get(var).is_some() {
+                    return Err(LlmConfigError::invalid(
+                        var,
+                        "set together with LLM_AUTH=sigv4; SigV4 signs with the function's AWS credentials, unset the key",
+                    ));
+                }
+            }
+            let from_host = base
+                .host
+                .split('.')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .find(|w| w[0].starts_with("bedrock-runtime") || w[0] == "bedrock-mantle")
+                .map(|w| w[1].to_owned());
+            let region = from_host.or_else(|| get("AWS_REGION")).ok_or_else(|| {
+                LlmConfigError::invalid(
+                    "LLM_AUTH",
+                    "sigv4 needs a region: a https://bedrock-runtime.<region>.amazonaws.com/openai/v1 base URL, or AWS_REGION",
+                )
+            })?;
+            Ok(LlmAuth::SigV4 { region })
+        }
+        Some(other) => Err(LlmConfigError::invalid("LLM_AUTH", format!("{other:?} is not bearer or sigv4"))),
+    }
 }
 
 fn parse_base_url(var: &'static str, raw: &str) -> Result<BaseUrl, LlmConfigError> {

@@ -9,7 +9,7 @@ pub mod profile;
 pub mod wire;
 
 pub use client::HttpChatModel;
-pub use config::{LlmConfig, LlmConfigError, LlmEndpoint};
+pub use config::{BEDROCK_SIGNING_SERVICE, LlmAuth, LlmConfig, LlmConfigError, LlmEndpoint};
 pub use limiter::AIMD_GROWTH_SUCCESSES;
 pub use models::{Models, build_models};
 pub use profile::{OutputLimitField, OutputTokens, Preset, Profile, ReasoningField, ToolHistory};

@@ -21,7 +21,8 @@ pub enum Preset {
     Vllm,
     /// An Ollama server (`ollama` or `:11434` in the URL).
     Ollama,
-    /// An OpenAI-compatible gateway in front of Amazon Bedrock (Claude, Nova…): `bedrock` in the URL.
+    /// Amazon Bedrock: its own OpenAI-compatible endpoint (`bedrock-runtime.<region>.amazonaws.com/openai/v1`,
+    /// open-weight models, `LLM_AUTH=sigv4` or a Bedrock API key) or a gateway in front of it: `bedrock` in the URL.
     Bedrock,
     /// Anything else speaking the OpenAI chat-completions API.
     Generic,

@@ -61,7 +61,7 @@ impl McpHttpClient {
 
     /// Adds the SigV4 headers for `method uri` with `body` (the bytes reqwest will send).
     #[cfg_attr(not(feature = "sigv4"), allow(clippy::unnecessary_wraps, unused_variables))]
-    fn sign(
+    async fn sign(
         &self,
         method: &str,
         uri: &str,
@@ -71,7 +71,8 @@ impl McpHttpClient {
         #[cfg(feature = "sigv4")]
         if let Some(signer) = &self.signer {
             let signed = signer
-                .sign(method, uri, body, std::time::SystemTime::now())
+                .sign(method, uri, &[], body)
+                .await
                 .map_err(|e| StreamableHttpError::Io(std::io::Error::other(e.to_string())))?;
             let mut headers = headers;
             headers.extend(signed);
@@ -115,7 +116,7 @@ impl StreamableHttpClient for McpHttpClient {
         let headers = Self::with_request_headers(&message, custom_headers);
         // reqwest's `.json()` sends `serde_json::to_vec` of the message: sign those same bytes.
         let body = if self.signs() { serde_json::to_vec(&message)? } else { Vec::new() };
-        let headers = self.sign("POST", &uri, &body, headers)?;
+        let headers = self.sign("POST", &uri, &body, headers).await?;
         self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, headers, limits).await
     }
 
@@ -126,7 +127,7 @@ impl StreamableHttpClient for McpHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        let headers = self.sign("DELETE", &uri, &[], custom_headers)?;
+        let headers = self.sign("DELETE", &uri, &[], custom_headers).await?;
         self.inner.delete_session(uri, session_id, auth_header, headers).await
     }
 
@@ -138,7 +139,7 @@ impl StreamableHttpClient for McpHttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxedSseResponse, StreamableHttpError<Self::Error>> {
-        let headers = self.sign("GET", &uri, &[], custom_headers)?;
+        let headers = self.sign("GET", &uri, &[], custom_headers).await?;
         self.inner.get_stream(uri, session_id, last_event_id, auth_header, headers).await
     }
 }

@@ -2,8 +2,9 @@
 
 use crate::config::{ConfigError, Vars};
 
-/// Every variable [`TelemetryConfig::from_lookup`] reads (the export reads the function's
-/// credentials, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, when it signs).
+/// Every variable [`TelemetryConfig::from_lookup`] reads (the X-Ray export signs with credentials
+/// from the default provider chain: on Lambda, the role's `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
 pub const VARS: &[&str] = &[
     "TRACE_EXPORT",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -12,9 +13,6 @@ pub const VARS: &[&str] = &[
     "AWS_REGION",
     "AWS_LAMBDA_FUNCTION_NAME",
 ];
-
-/// The variables the X-Ray export signs with, read at each export (Lambda sets them).
-pub const CREDENTIAL_VARS: &[&str] = &["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"];
 
 /// The OTLP/HTTP path of traces under a collector's base URL.
 pub const TRACES_PATH: &str = "/v1/traces";

@@ -1,118 +1,35 @@
-//! The span exporter: OTLP/HTTP protobuf (`opentelemetry-otlp`) over the reqwest client the functions already link, SigV4-signed for X-Ray's OTLP endpoint — no gRPC, no collector layer, no second HTTP stack.
+//! The span exporter: OTLP/HTTP protobuf (`opentelemetry-otlp`) over the reqwest client the functions already link, SigV4-signed for X-Ray's OTLP endpoint by the swarm's one signer — no gRPC, no collector layer, no second HTTP stack.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-use aws_sigv4::sign::v4;
 use bytes::Bytes;
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 
-use super::config::{CREDENTIAL_VARS, TraceExport, XRAY_SIGNING_SERVICE};
+use super::config::{TraceExport, XRAY_SIGNING_SERVICE};
+use crate::sigv4::SigV4Signer;
 
 /// Longest wait for one export request (the flush's deadline bounds it too).
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Why a request could not be signed.
-#[derive(Debug, thiserror::Error)]
-pub enum SignError {
-    /// `AWS_ACCESS_KEY_ID` or `AWS_SECRET_ACCESS_KEY` is unset (Lambda always sets them).
-    #[error("no AWS credentials in the environment ({0} is unset)")]
-    NoCredentials(&'static str),
-    #[error("SigV4 signing failed: {0}")]
-    Signing(String),
-}
-
-/// Signs requests with SigV4 for one region and service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Signer {
-    pub region: String,
-    /// The signing name (`xray` for X-Ray's OTLP endpoint).
-    pub service: &'static str,
-}
-
-impl Signer {
-    /// Adds `Authorization`, `X-Amz-Date` (and `X-Amz-Security-Token` with a session token) to
-    /// `request`, signing its method, URI, headers and body at `time`.
-    pub fn sign(
-        &self,
-        request: &mut Request<Bytes>,
-        credentials: Credentials,
-        time: SystemTime,
-    ) -> Result<(), SignError> {
-        let identity = credentials.into();
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.region)
-            .name(self.service)
-            .time(time)
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| SignError::Signing(e.to_string()))?
-            .into();
-        let uri = request.uri().to_string();
-        let headers = request.headers().iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v)));
-        let signable =
-            SignableRequest::new(request.method().as_str(), uri.as_str(), headers, SignableBody::Bytes(request.body()))
-                .map_err(|e| SignError::Signing(e.to_string()))?;
-        let (instructions, _signature) =
-            sign(signable, &params).map_err(|e| SignError::Signing(e.to_string()))?.into_parts();
-        instructions.apply_to_request_http1x(request);
-        // The signature and the session token never show in a debug print of the request.
-        for name in ["authorization", "x-amz-security-token"] {
-            if let Some(v) = request.headers_mut().get_mut(name) {
-                v.set_sensitive(true);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The function's credentials from `lookup` (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// optional `AWS_SESSION_TOKEN`), read at each export: Lambda rotates them with the sandbox.
-pub fn credentials_from(lookup: impl Fn(&str) -> Option<String>) -> Result<Credentials, SignError> {
-    let get = |var: &'static str| lookup(var).filter(|v| !v.trim().is_empty());
-    let [key_var, secret_var, token_var] = [CREDENTIAL_VARS[0], CREDENTIAL_VARS[1], CREDENTIAL_VARS[2]];
-    let key = get(key_var).ok_or(SignError::NoCredentials(key_var))?;
-    let secret = get(secret_var).ok_or(SignError::NoCredentials(secret_var))?;
-    Ok(Credentials::new(key, secret, get(token_var), None, "environment"))
-}
-
-/// Where the signing credentials are read: the process environment on Lambda, a map in tests.
-pub type CredentialLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-/// The process environment as a [`CredentialLookup`].
-pub fn environment() -> CredentialLookup {
-    Arc::new(|k| std::env::var(k).ok())
-}
-
 /// The exporter's HTTP client: reqwest (the functions' own), signing each request when a
-/// [`Signer`] is set. Status codes are answered as they are; the exporter reads them.
-#[derive(Clone)]
+/// [`SigV4Signer`] is set. Status codes are answered as they are; the exporter reads them.
+#[derive(Clone, Debug)]
 pub struct OtlpHttpClient {
     http: reqwest::Client,
-    signer: Option<Signer>,
-    credentials: CredentialLookup,
-}
-
-impl std::fmt::Debug for OtlpHttpClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtlpHttpClient").field("signer", &self.signer).finish_non_exhaustive()
-    }
+    signer: Option<SigV4Signer>,
 }
 
 impl OtlpHttpClient {
-    pub fn new(signer: Option<Signer>, credentials: CredentialLookup) -> Result<Self, reqwest::Error> {
+    pub fn new(signer: Option<SigV4Signer>) -> Result<Self, reqwest::Error> {
         // A sandbox frozen between invocations leaves pooled connections to die: keep them briefly.
         let http = reqwest::Client::builder()
             .timeout(EXPORT_TIMEOUT)
             .connect_timeout(EXPORT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
-        Ok(Self { http, signer, credentials })
+        Ok(Self { http, signer })
     }
 }
 
@@ -120,8 +37,7 @@ impl OtlpHttpClient {
 impl HttpClient for OtlpHttpClient {
     async fn send_bytes(&self, mut request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         if let Some(signer) = &self.signer {
-            let credentials = credentials_from(|k| (self.credentials)(k))?;
-            signer.sign(&mut request, credentials, SystemTime::now())?;
+            signer.sign_request(&mut request).await?;
         }
         let request = reqwest::Request::try_from(request)?;
         let response = self.http.execute(request).await?;
@@ -139,20 +55,26 @@ impl HttpClient for OtlpHttpClient {
 #[error("cannot build the span exporter: {0}")]
 pub struct ExporterError(String);
 
-/// The OTLP/HTTP protobuf exporter of `traces`, signing with the credentials `credentials` reads;
-/// `None` for [`TraceExport::Off`].
-pub fn exporter(
-    traces: &TraceExport,
-    credentials: CredentialLookup,
-) -> Result<Option<opentelemetry_otlp::SpanExporter>, ExporterError> {
-    let (endpoint, signer) = match traces {
-        TraceExport::Off => return Ok(None),
-        TraceExport::Otlp { endpoint } => (endpoint, None),
-        TraceExport::XRay { endpoint, region } => {
-            (endpoint, Some(Signer { region: region.clone(), service: XRAY_SIGNING_SERVICE }))
-        }
+/// The OTLP/HTTP protobuf exporter of `traces` (X-Ray's signed with credentials from the default
+/// provider chain); `None` for [`TraceExport::Off`].
+pub fn exporter(traces: &TraceExport) -> Result<Option<opentelemetry_otlp::SpanExporter>, ExporterError> {
+    let signer = match traces {
+        TraceExport::XRay { region, .. } => Some(SigV4Signer::from_env(XRAY_SIGNING_SERVICE, region)),
+        _ => None,
     };
-    let client = OtlpHttpClient::new(signer, credentials).map_err(|e| ExporterError(e.to_string()))?;
+    exporter_signed_by(traces, signer)
+}
+
+/// [`exporter`] with the requests signed by `signer` (when set).
+pub fn exporter_signed_by(
+    traces: &TraceExport,
+    signer: Option<SigV4Signer>,
+) -> Result<Option<opentelemetry_otlp::SpanExporter>, ExporterError> {
+    let endpoint = match traces {
+        TraceExport::Off => return Ok(None),
+        TraceExport::Otlp { endpoint } | TraceExport::XRay { endpoint, .. } => endpoint,
+    };
+    let client = OtlpHttpClient::new(signer).map_err(|e| ExporterError(e.to_string()))?;
     opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(client)
@@ -171,31 +93,28 @@ mod tests {
 
     use super::*;
 
-    fn request() -> Request<Bytes> {
-        Request::post("https://xray.us-east-1.amazonaws.com/v1/traces")
-            .header("content-type", "application/x-protobuf")
-            .body(Bytes::from_static(b"\x0a\x00"))
-            .unwrap()
+    use aws_credential_types::Credentials;
+
+    fn xray_signer(region: &str, credentials: Credentials) -> SigV4Signer {
+        SigV4Signer::with_credentials(XRAY_SIGNING_SERVICE, region, credentials)
     }
 
-    #[test]
-    fn an_xray_export_is_signed_for_the_xray_service_in_its_region() {
-        let signer = Signer { region: "us-east-1".into(), service: XRAY_SIGNING_SERVICE };
-        let mut r = request();
+    #[tokio::test]
+    async fn an_xray_export_is_signed_for_the_xray_service_in_its_region() {
         let credentials =
             Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", Some("tok".into()), None, "t");
-        // 2024-01-02T03:04:05Z
-        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_704_164_645);
-        signer.sign(&mut r, credentials, time).unwrap();
+        let mut r = Request::post("https://xray.us-east-1.amazonaws.com/v1/traces")
+            .header("content-type", "application/x-protobuf")
+            .body(Bytes::from_static(b"\x0a\x00"))
+            .unwrap();
+        xray_signer("us-east-1", credentials).sign_request(&mut r).await.unwrap();
         let auth = r.headers()["authorization"].to_str().unwrap();
         assert!(
-            auth.starts_with(
-                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20240102/us-east-1/xray/aws4_request, SignedHeaders="
-            ),
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+                && auth.contains("/us-east-1/xray/aws4_request, SignedHeaders="),
             "{auth}"
         );
         assert!(auth.contains("content-type") && auth.contains("x-amz-date"), "{auth}");
-        assert_eq!(r.headers()["x-amz-date"], "20240102T030405Z");
         assert_eq!(r.headers()["x-amz-security-token"], "tok");
         assert!(r.headers()["authorization"].is_sensitive(), "the signature is never logged");
         assert!(!format!("{:?}", r.headers()).contains("wJalr"), "the secret key is not in the request");
@@ -203,24 +122,18 @@ mod tests {
 
     #[test]
     fn the_same_request_signed_twice_at_the_same_time_gets_the_same_signature() {
-        let signer = Signer { region: "eu-west-1".into(), service: XRAY_SIGNING_SERVICE };
-        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_704_164_645);
+        let credentials = Credentials::new("AKID", "secret", None, None, "t");
+        let signer = xray_signer("eu-west-1", credentials.clone());
+        let time = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_704_164_645);
         let sign = || {
-            let mut r = request();
-            signer.sign(&mut r, Credentials::new("AKID", "secret", None, None, "t"), time).unwrap();
-            r.headers()["authorization"].to_str().unwrap().to_owned()
+            let url = "https://xray.eu-west-1.amazonaws.com/v1/traces";
+            let headers = signer
+                .sign_at(&credentials, "POST", url, &[("content-type", "application/x-protobuf")], b"\x0a\x00", time)
+                .unwrap();
+            headers.iter().find(|(n, _)| n == "authorization").unwrap().1.to_str().unwrap().to_owned()
         };
         assert_eq!(sign(), sign());
-        assert!(sign().contains("/eu-west-1/xray/"));
-    }
-
-    #[test]
-    fn credentials_come_from_the_lambda_variables_and_are_required() {
-        let vars: HashMap<&str, &str> = HashMap::from([("AWS_ACCESS_KEY_ID", "AKID"), ("AWS_SECRET_ACCESS_KEY", "s")]);
-        let c = credentials_from(|k| vars.get(k).map(|v| (*v).to_owned())).unwrap();
-        assert_eq!((c.access_key_id(), c.session_token()), ("AKID", None));
-        let e = credentials_from(|k| (k == "AWS_ACCESS_KEY_ID").then(|| "AKID".to_owned())).unwrap_err();
-        assert_eq!(e.to_string(), "no AWS credentials in the environment (AWS_SECRET_ACCESS_KEY is unset)");
+        assert!(sign().contains("/20240102/eu-west-1/xray/"));
     }
 
     /// One HTTP request as the fake endpoint read it: request line, lower-case headers, body.
@@ -275,13 +188,8 @@ mod tests {
         let spans = buffer.drain();
         assert_eq!(spans.len(), 1);
         let xray = TraceExport::XRay { endpoint: url, region: "us-east-1".into() };
-        let credentials: HashMap<&str, &str> = HashMap::from([
-            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
-            ("AWS_SECRET_ACCESS_KEY", "s3cr3t"),
-            ("AWS_SESSION_TOKEN", "tok"),
-        ]);
-        let lookup: CredentialLookup = Arc::new(move |k| credentials.get(k).map(|v| (*v).to_owned()));
-        let exporter = exporter(&xray, lookup).unwrap().unwrap();
+        let signer = xray_signer("us-east-1", Credentials::new("AKIDTEST", "s3cr3t", Some("tok".into()), None, "t"));
+        let exporter = exporter_signed_by(&xray, Some(signer)).unwrap().unwrap();
         exporter.export(spans).await.unwrap();
         let (request_line, headers, body) = served.await.unwrap();
         assert_eq!(request_line, "POST /v1/traces HTTP/1.1");
@@ -299,13 +207,13 @@ mod tests {
 
     #[test]
     fn off_builds_no_exporter_and_the_others_build_one() {
-        assert!(exporter(&TraceExport::Off, environment()).unwrap().is_none());
+        assert!(exporter(&TraceExport::Off).unwrap().is_none());
         let otlp = TraceExport::Otlp { endpoint: "http://127.0.0.1:4318/v1/traces".into() };
-        assert!(exporter(&otlp, environment()).unwrap().is_some());
+        assert!(exporter(&otlp).unwrap().is_some());
         let xray = TraceExport::XRay {
             endpoint: "https://xray.us-east-1.amazonaws.com/v1/traces".into(),
             region: "us-east-1".into(),
         };
-        assert!(exporter(&xray, environment()).unwrap().is_some());
+        assert!(exporter(&xray).unwrap().is_some());
     }
 }

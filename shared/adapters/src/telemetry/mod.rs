@@ -3,7 +3,8 @@
 //! - [`init`] / [`init_with_default`]: logs only (CLIs, tests).
 //! - [`function`]: what a Lambda's `main` calls — logs, spans exported as
 //!   [`TelemetryConfig`] says (`TRACE_EXPORT`, `OTEL_EXPORTER_OTLP_ENDPOINT`), EMF
-//!   metrics on Lambda; call [`Telemetry::flush`] at the end of every invocation.
+//!   metrics on Lambda; [`lambda::run`] (feature `lambda`) flushes them after every
+//!   response, from an internal extension, so no caller waits on the export.
 //! - [`install`]: the same with explicit [`Options`] (the local stack, tests).
 //!
 //! The OpenTelemetry layer sees only spans of the swarm's own crates, at INFO and
@@ -15,6 +16,9 @@ mod buffer;
 pub mod config;
 #[cfg(feature = "otlp")]
 pub mod export;
+#[cfg(feature = "lambda")]
+pub mod lambda;
+pub mod logs;
 pub mod propagation;
 
 use std::sync::{Arc, OnceLock};
@@ -51,7 +55,7 @@ pub const VARS: &[&str] = &[
 const SPAN_TARGETS: &[&str] =
     &["swarm_core", "swarm_adapters", "orchestrator", "worker", "aggregator", "tool_gateway", "swarm_local"];
 
-/// Longest a flush waits for the span export (the invocation's response waits for it).
+/// Longest a flush waits for the span export (the sandbox stays thawed, and billed, that long).
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where metrics go.
@@ -203,8 +207,7 @@ fn filter_directives(rust_log: Option<String>, lambda_level: Option<&str>, defau
 
 fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
     #[cfg(feature = "otlp")]
-    let exporter = export::exporter(&options.config.traces, export::environment())
-        .map_err(|e| TelemetryError::Setup(e.to_string()))?;
+    let exporter = export::exporter(&options.config.traces).map_err(|e| TelemetryError::Setup(e.to_string()))?;
     #[cfg(not(feature = "otlp"))]
     if options.config.traces != TraceExport::Off {
         return Err(TelemetryError::Setup("span export needs swarm-adapters' `otlp` feature".into()));
@@ -244,21 +247,16 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
         || std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let filter = log_filter(&options.default_level);
     // Logs go to stderr so a CLI's stdout stays clean (and EMF lines, on stdout, stay alone).
-    let fmt = if json {
-        tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(false)
-            .without_time()
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-            .boxed()
-    } else {
-        tracing_subscriber::fmt::layer().with_target(false).with_writer(std::io::stderr).with_filter(filter).boxed()
-    };
-    let subscriber = Registry::default().with(fmt).with(otel_layer);
-    if subscriber.try_init().is_ok() && record_spans {
-        swarm_core::obs::context::install(propagation::current_traceparent);
-        swarm_core::obs::context::install_link(|span, tp| propagation::add_link(span, Some(tp)));
+    let json_format = json.then(|| logs::LambdaJson::new(&options.config.service));
+    let subscriber = Registry::default().with(log_layer(json_format.as_ref(), filter)).with(otel_layer);
+    if subscriber.try_init().is_ok() {
+        if let Some(format) = &json_format {
+            tracing::dispatcher::get_default(|dispatch| format.attach(dispatch));
+        }
+        if record_spans {
+            swarm_core::obs::context::install(propagation::current_traceparent);
+            swarm_core::obs::context::install_link(|span, tp| propagation::add_link(span, Some(tp)));
+        }
     }
 
     #[cfg(feature = "emf")]
@@ -294,6 +292,28 @@ fn build(options: &Options) -> Result<Telemetry, TelemetryError> {
     })
 }
 
+/// The log layer, to stderr: JSON lines in `format` (Lambda), else text with colour codes only for
+/// a person at a terminal, never into a file or a pipe.
+fn log_layer(
+    format: Option<&logs::LambdaJson>,
+    filter: EnvFilter,
+) -> Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync> {
+    match format {
+        Some(format) => tracing_subscriber::fmt::layer()
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(format.clone())
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        None => tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    }
+}
+
 /// The buffer as the provider's span processor (the provider owns its processors).
 #[derive(Debug)]
 struct SharedBuffer(Arc<SpanBuffer>);
@@ -318,8 +338,8 @@ impl opentelemetry_sdk::trace::SpanProcessor for SharedBuffer {
 
 impl Telemetry {
     /// Exports the spans finished so far and writes the metrics recorded since the last flush
-    /// (EMF: one JSON line per dimension set on stdout). Called at the end of every invocation:
-    /// a Lambda sandbox freezes once the response is sent, and what is not out by then is lost.
+    /// (EMF: one JSON line per dimension set on stdout). On Lambda, [`lambda::run`] calls it after
+    /// every response, before the sandbox may freeze (what is not out by then is lost).
     /// The export waits at most [`FLUSH_TIMEOUT`]; a failure is logged, never returned.
     pub async fn flush(&self) {
         let spans = self.inner.buffer.as_ref().map(|b| b.drain()).unwrap_or_default();

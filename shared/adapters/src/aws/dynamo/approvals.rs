@@ -6,7 +6,7 @@ use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOut
 use swarm_core::effects::EffectOutcome;
 use swarm_core::ports::{ApprovalStore, StoreError};
 
-use super::codec::{ItemKey, approval_from_item, approval_item, approvals_partition};
+use super::codec::{ItemKey, approval_from_item, approval_item, approvals_partition, s};
 use super::store::{DynamoConversationStore, to_store_error};
 use super::update::Update;
 use crate::aws::retry::sdk_error_is_transient;
@@ -46,6 +46,29 @@ impl ApprovalStore for DynamoConversationStore {
             .scan_index_forward(false)
             .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
             .consistent_read(true);
+        let page = self
+            .retry
+            .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
+            .await
+            .map_err(|e| to_store_error("Query", e))?;
+        page.items().iter().map(approval_from_item).collect()
+    }
+
+    async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .expression_attribute_values(":pk", approvals_partition())
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit.clamp(1, 1_000)).unwrap_or(1_000))
+            .consistent_read(true);
+        req = match after {
+            None => req.key_condition_expression("PK = :pk"),
+            Some(id) => req
+                .key_condition_expression("PK = :pk AND SK < :after")
+                .expression_attribute_values(":after", s(ItemKey::approval(id).sk())),
+        };
         let page = self
             .retry
             .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())

@@ -3,13 +3,15 @@
 //! The table's layout (DESIGN.md "Data") is the [`codec`]'s: it alone makes and reads keys and
 //! turns whole items into domain values and back. `update` builds the update expressions,
 //! [`store`] is the [`DynamoConversationStore`] (its conversation, answer and accounting roles;
-//! the subtask and journal roles in `subtasks`, approvals in `approvals`, identity mappings and
-//! rate counters in [`access`]); the retry policy is [`crate::aws::retry`]. The table itself is
-//! provisioned by `template.yaml` on AWS (and by the local platform in `infra/local` on an emulator).
+//! the subtask and journal roles in `subtasks`, approvals in `approvals`, a customer's pages of
+//! the `customer` index in `customers`, identity mappings and rate counters in [`access`]); the
+//! retry policy is [`crate::aws::retry`]. The table itself is provisioned by `template.yaml` on
+//! AWS (and by the local platform in `infra/local` on an emulator).
 
 pub mod access;
 mod approvals;
 pub mod codec;
+mod customers;
 pub mod store;
 mod subtasks;
 mod update;

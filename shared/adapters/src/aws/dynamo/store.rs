@@ -11,8 +11,8 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, Usage, truncate_chars,
 };
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ConversationRecords, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
-    StoreError, SubtaskStore,
+    AccountingStore, AnswerStore, ConversationPage, ConversationPosition, ConversationRecords, CountOutcome,
+    CreateOutcome, LeaseOutcome, LeasePhase, StoreError, SubtaskStore,
 };
 
 use super::codec::{
@@ -389,6 +389,15 @@ impl ConversationRecords for DynamoConversationStore {
         }
         out.truncate(limit);
         Ok(out)
+    }
+
+    async fn list_customer_conversations(
+        &self,
+        customer_id: &str,
+        after: Option<&ConversationPosition>,
+        limit: usize,
+    ) -> Result<ConversationPage, StoreError> {
+        self.customer_page(customer_id, after, limit).await
     }
 }
 

@@ -20,12 +20,14 @@ use crate::domain::{
 use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 
 mod outcomes;
+mod pages;
 mod roles_macro;
 
 pub use outcomes::{
     AttemptStart, CloseOutcome, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
     StoreError,
 };
+pub use pages::{ConversationPage, ConversationPosition};
 use roles_macro::store_roles;
 
 /// One store call as a decorator sees it: which operation, and the arguments a decorator keys on.
@@ -124,6 +126,18 @@ store_roles! {
             limit: usize,
         ) -> Result<Vec<ConversationId>, StoreError>
             as OverdueConversations;
+
+        /// The conversations of `customer_id`, newest first (by `created_at_ms`, then id): at most
+        /// `limit` (1..=100), starting after `after` (a page's [`ConversationPage::next`]).
+        /// DynamoDB: a query of the `customer` index (`customer_id`, `created_at_ms`), which only
+        /// conversation items carry both of; eventually consistent.
+        async fn list_customer_conversations(
+            &self,
+            customer_id: &str,
+            after: Option<&ConversationPosition>,
+            limit: usize,
+        ) -> Result<ConversationPage, StoreError>
+            as ListCustomerConversations;
     }
 
     /// Who answers a conversation, and how: the planning or aggregation lease, the reply, and the
@@ -291,6 +305,11 @@ store_roles! {
         async fn list_approvals(&self, limit: usize) -> Result<Vec<Approval>, StoreError>
             as ListApprovals;
 
+        /// At most `limit` approvals listed after the approval `after` (its id; `None`: from the
+        /// newest), newest conversation first: a page of [`ApprovalStore::list_approvals`]'s order.
+        async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError>
+            as ListApprovalsAfter;
+
         /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
         /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
         /// past its expiry is marked `EXPIRED` instead.
@@ -409,7 +428,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 27);
+        assert_eq!(StoreOp::ALL.len(), 29);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }

@@ -4,8 +4,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
 use swarm_core::access::{Principal, RateWindow};
 use swarm_core::domain::{ConversationId, SubtaskId};
+use swarm_core::ports::ConversationPosition;
 
-use super::values::{Item, s};
+use super::values::{Item, n, s};
 
 /// `PK` of a conversation's items: this prefix, then the conversation id.
 const CONVERSATION_PREFIX: &str = "CONV#";
@@ -166,6 +167,15 @@ pub(crate) fn subtask_sort_prefix() -> AttributeValue {
 /// The partition holding every approval (`PK = :pk` of a `Query`).
 pub(crate) fn approvals_partition() -> AttributeValue {
     s(APPROVALS_PK)
+}
+
+/// Where a query of the `customer` index resumes after `position` (its `ExclusiveStartKey`): the
+/// index's keys (`customer_id`, `created_at_ms`) and the conversation item's own.
+pub(crate) fn customer_index_start(customer_id: &str, position: &ConversationPosition) -> Item {
+    let mut start = ItemKey::conversation(&position.id).item();
+    start.insert("customer_id".to_owned(), s(customer_id));
+    start.insert("created_at_ms".to_owned(), n(position.created_at_ms));
+    start
 }
 
 fn conversation_pk(id: &ConversationId) -> String {

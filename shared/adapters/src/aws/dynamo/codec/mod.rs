@@ -11,6 +11,9 @@
 //! | `LIMIT#<customer>` | `WINDOW#<start ms>` | `count` N, `ttl` (conversations started in one minute) |
 //! | `APPROVALS` | `<approval id>` | `approval` S (JSON), `status` S, `expires_at_ms` N, `conversation_id`, `ttl` (one partition: an operator's queue, a few writes per approval) |
 //!
+//! Indexes: `sweep` (`sweep_shard` N, `deadline_ms` N; keys only, sparse: non-terminal conversations)
+//! and `customer` (`customer_id` S, `created_at_ms` N; all attributes, sparse: conversation items).
+//!
 //! Keys are made and read only by [`ItemKey`] (and [`conversation_id_of_keys`] for a stream
 //! record's `Keys`); whole items only by the shapes of `items`. The aggregator's stream filter
 //! matches `Keys.SK.S = META`, `NewImage.remaining.N = 0` and `NewImage.status.S = RUNNING`
@@ -26,10 +29,14 @@ pub use items::{
 };
 pub(crate) use items::{remaining_of, window_count};
 pub use keys::{ItemKey, conversation_id_of_keys, conversation_record_pattern, conversation_sort_key};
-pub(crate) use keys::{approvals_partition, conversation_partition, subtask_sort_prefix};
+pub(crate) use keys::{approvals_partition, conversation_partition, customer_index_start, subtask_sort_prefix};
 pub use values::{Item, MAX_RESULT_BYTES};
 pub(crate) use values::{effect_value, fit_checkpoint, fit_result, n, s, to_json, usage_attributes};
 
 /// The sparse, sharded global secondary index the sweep queries: partition key `sweep_shard` (N),
 /// sort key `deadline_ms` (N), keys only. Only non-terminal conversations carry `sweep_shard`.
 pub const SWEEP_INDEX: &str = "sweep";
+/// The customers' index: `customer_id` S (hash) and `created_at_ms` N (range), all attributes,
+/// sparse (only conversation items carry both; an idempotency claim has no `created_at_ms`):
+/// `GET /conversations`, newest first.
+pub const CUSTOMER_INDEX: &str = "customer";

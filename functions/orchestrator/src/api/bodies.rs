@@ -1,0 +1,62 @@
+//! The API's request and response bodies as types: what the handlers read and serialise, and what the OpenAPI document's schemas are checked against (`schemars`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use swarm_core::view::{ConversationSummary, OperatorApprovalView};
+
+/// `POST /conversations`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+pub struct CreateBody {
+    /// The customer's message: 1 to 8,000 characters (after trimming).
+    pub message: Option<String>,
+    /// Who the message is from; with authentication on, the caller's own (or left out).
+    pub customer_id: Option<String>,
+}
+
+/// `202` to `POST /conversations` (the `Location` header names the same URL).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub struct Created {
+    pub conversation_id: String,
+    /// `/conversations/{conversation_id}`.
+    pub status_url: String,
+}
+
+/// `GET /conversations`: a page of the caller's conversations, newest first.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct ConversationPage {
+    pub conversations: Vec<ConversationSummary>,
+    /// Pass as `cursor` for the next page; absent on the last page. Opaque: its content may change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /approvals`: a page, newest first.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct ApprovalPage {
+    pub approvals: Vec<OperatorApprovalView>,
+    /// Pass as `cursor` for the next page; absent on the last page. Opaque: its content may change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /approvals/{id}`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+pub struct DecideBody {
+    /// `approve` or `reject`.
+    pub decision: Option<String>,
+}
+
+/// `200` to `POST /approvals/{id}`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct Decided {
+    pub approval: OperatorApprovalView,
+}
+
+/// `GET /health`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub struct Health {
+    /// Always `ok`: the function answered (it reads no store).
+    pub status: String,
+    /// The orchestrator's version.
+    pub version: String,
+}
