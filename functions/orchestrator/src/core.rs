@@ -302,9 +302,9 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING` past the creator's lease: subtasks still `QUEUED` with no attempt (the creator
-    ///   died before enqueueing them) are sent again (a duplicate of a message already sent is
-    ///   absorbed like any duplicate delivery).
+    /// - `RUNNING`, inside the creator's lease or past it: subtasks still `QUEUED` with no attempt
+    ///   (the creator died before enqueueing them, or answered 503 when the send failed) are sent
+    ///   again (a duplicate of a message already sent is absorbed like any duplicate delivery).
     async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
         let existing = Created { conversation_id: id.clone(), new: false };
         let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
@@ -339,7 +339,9 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
-            ConversationStatus::Running if conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) => {
+            // Inside the creator's lease too: a creator that answered 503 sends nothing more, and
+            // this retry is the one its 503 asked for.
+            ConversationStatus::Running => {
                 let unsent: Vec<SubtaskRecord> = self
                     .store
                     .list_subtasks(&id)
@@ -379,10 +381,10 @@ impl Orchestrator {
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
         {
-            tracing::error!(error = %e, "could not arm the deadline; failing the conversation");
-            if let Ok(true) = self.store.fail_conversation(&id, "could not schedule the conversation").await {
-                obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
-            }
+            // The conversation stays PLANNING (the sweep finds it past its deadline) and this planner
+            // ends its lease, so the retry its 503 asks for takes the planning over at once.
+            tracing::error!(error = %e, "could not arm the deadline; the planning lease is handed back");
+            self.end_planning_lease(&conversation).await;
             return Err(ApiError::Unavailable(e.to_string()));
         }
 
@@ -408,6 +410,19 @@ impl Orchestrator {
         self.enqueue_ready(&id, &records).await?;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true })
+    }
+
+    /// Ends this planner's own planning lease (its holder renews it until an instant already past):
+    /// a retry takes the planning over at once instead of being told to wait for the lease. When
+    /// that write fails the lease simply runs out and the retry after it takes over.
+    async fn end_planning_lease(&self, conversation: &Conversation) {
+        let Some(lease) = &conversation.lease else { return };
+        let now = now_ms();
+        match self.store.acquire_lease(&conversation.id, LeasePhase::Planning, &lease.holder, now, now - 1).await {
+            Ok(LeaseOutcome::Acquired { .. }) => tracing::info!("planning lease handed back"),
+            Ok(outcome) => tracing::info!(?outcome, "planning lease not handed back: no longer this planner's"),
+            Err(e) => tracing::warn!(error = %e, "planning lease not handed back; it runs out"),
+        }
     }
 
     /// Enqueues every subtask without dependencies, and every subtask of a role with its own

@@ -48,6 +48,7 @@ contract_tests!(
     an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires,
     an_aggregation_lease_needs_nothing_remaining_and_its_turn,
     a_planning_lease_is_taken_over_only_after_it_expires,
+    a_lease_holder_takes_its_own_live_lease_again_and_can_end_it,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
@@ -755,5 +756,39 @@ async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_wr
     let back = store.get_conversation(&old.id).await?.context("item missing")?;
     assert_eq!(back.language, None);
     assert_eq!(back.reply_language(), Language::English);
+    Ok(())
+}
+
+async fn a_lease_holder_takes_its_own_live_lease_again_and_can_end_it(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    let creator = Lease { holder: "orchestrator:creator".into(), until_ms: 5_000, turn: 0 };
+    conv.lease = Some(creator.clone());
+    store.create_conversation(&conv).await?;
+    // Its holder ends the live planning lease (an instant already past): the next asker takes over at once.
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:creator", 1_000, 999).await?,
+        LeaseOutcome::Acquired { taken_over: None }
+    );
+    let ended = Lease { until_ms: 999, ..creator };
+    assert_eq!(store.get_conversation(&conv.id).await?.and_then(|c| c.lease), Some(ended.clone()));
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 1_000, 40_000).await?,
+        LeaseOutcome::Acquired { taken_over: Some(ended) }
+    );
+
+    // The aggregation flip asked again by its own holder (its answer lost): acquired, nothing taken over.
+    let (conv, _) = running(&store, &["w01"]).await?;
+    store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
+    let agg = LeasePhase::Aggregating { turn: 0 };
+    for _ in 0..2 {
+        assert_eq!(
+            store.acquire_lease(&conv.id, agg, "aggregator:a", 10_000, 100_000).await?,
+            LeaseOutcome::Acquired { taken_over: None }
+        );
+    }
+    let live = Lease { holder: "aggregator:a".into(), until_ms: 100_000, turn: 0 };
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.lease.clone()), (ConversationStatus::Aggregating, Some(live.clone())));
+    assert_eq!(store.acquire_lease(&conv.id, agg, "aggregator:b", 10_001, 100_001).await?, LeaseOutcome::Held(live));
     Ok(())
 }

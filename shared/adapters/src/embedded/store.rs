@@ -262,7 +262,9 @@ impl AnswerStore for InMemoryConversationStore {
     ) -> Result<LeaseOutcome, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(LeaseOutcome::Missing) };
-        let expired = conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
+        // Expired, or the caller's own (a renewal, or a retry of a write whose answer was lost).
+        let own = conv.lease.as_ref().is_some_and(|l| l.holder == holder);
+        let expired = own || conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
         let (in_phase, turn) = match phase {
             LeasePhase::Planning => (conv.status == ConversationStatus::Planning, conv.turn),
             LeasePhase::Aggregating { turn } => {
@@ -286,7 +288,7 @@ impl AnswerStore for InMemoryConversationStore {
                 turn,
             })));
         }
-        let taken_over = if fresh { None } else { conv.lease.clone() };
+        let taken_over = if fresh || own { None } else { conv.lease.clone() };
         if matches!(phase, LeasePhase::Aggregating { .. }) {
             conv.status = ConversationStatus::Aggregating;
         }

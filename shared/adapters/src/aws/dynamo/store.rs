@@ -407,7 +407,10 @@ impl AnswerStore for DynamoConversationStore {
         let status = u.name("status");
         let lease_until = u.name("lease_until_ms");
         let now = u.value("now", n(now_ms));
-        let expired = format!("(attribute_not_exists({lease_until}) OR {lease_until} < {now})");
+        let holder_name = u.name("lease_holder");
+        let me = u.value("me", s(holder));
+        // Expired, or this holder's own (a renewal, or this call's own write retried after its answer was lost).
+        let expired = format!("(attribute_not_exists({lease_until}) OR {lease_until} < {now} OR {holder_name} = {me})");
         let condition = match phase {
             LeasePhase::Planning => {
                 let turn = u.name("turn");
@@ -441,8 +444,13 @@ impl AnswerStore for DynamoConversationStore {
         {
             Some(old) => {
                 let old = conversation_from_item(&old)?;
-                // From RUNNING the lease on the item (the planning one) is not an aggregation taken over.
-                let taken_over = if old.status == ConversationStatus::Running { None } else { old.lease };
+                // From RUNNING the lease on the item (the planning one) is not an aggregation taken
+                // over; nor is this holder's own lease.
+                let taken_over = if old.status == ConversationStatus::Running {
+                    None
+                } else {
+                    old.lease.filter(|l| l.holder != holder)
+                };
                 Ok(LeaseOutcome::Acquired { taken_over })
             }
             None => {

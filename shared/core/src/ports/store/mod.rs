@@ -135,7 +135,9 @@ store_roles! {
         ///   `remaining = 0` (it becomes `AGGREGATING`: the aggregation flip) or `AGGREGATING` under a
         ///   lease that expired before `now_ms` (a takeover).
         ///
-        /// A live lease is never taken over ([`LeaseOutcome::Held`]).
+        /// A live lease is never taken over ([`LeaseOutcome::Held`]); the holder's own lease is taken
+        /// again (renewed, or ended with an `until_ms` already past), so a call retried after its write
+        /// was applied and its answer lost answers [`LeaseOutcome::Acquired`] with nothing taken over.
         async fn acquire_lease(
             &self,
             id: &ConversationId,
