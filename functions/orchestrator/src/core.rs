@@ -401,8 +401,9 @@ impl Orchestrator {
             .map(|s| SubtaskRecord::new(&conversation, s.clone(), self.roles.role_for(&s.tools)))
             .collect();
         swarm_core::domain::link_dependents(&mut records);
-        if !self.store.start_run(&id, &records, &plan.notes, &usage).await? {
-            // Another request (or the deadline path) moved it on; nothing more to do.
+        let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
+        if !self.store.start_run(&id, planner, &records, &plan.notes, &usage).await? {
+            // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             return Ok(Created { conversation_id: id, new: true });
         }
         obs::metrics::conversation_planned(records.len());

@@ -49,6 +49,7 @@ contract_tests!(
     an_aggregation_lease_needs_nothing_remaining_and_its_turn,
     a_planning_lease_is_taken_over_only_after_it_expires,
     a_lease_holder_takes_its_own_live_lease_again_and_can_end_it,
+    start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
@@ -84,7 +85,7 @@ async fn running(store: &Store, ids: &[&str]) -> Result<(Conversation, Vec<Subta
     let conv = conversation("C104");
     ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
     let records: Vec<SubtaskRecord> = ids.iter().map(|id| record(&conv, id, &[])).collect();
-    ensure!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?, "start_run refused");
+    ensure!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?, "start_run refused");
     Ok((conv, records))
 }
 
@@ -155,7 +156,7 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
     let notes = vec!["2 subtasks dropped over the limit".to_owned()];
     let usage =
         Usage { prompt_tokens: Some(120), completion_tokens: Some(30), cached_tokens: None, cost_usd: Some(0.25) };
-    assert!(store.start_run(&conv.id, &records, &notes, &usage).await?);
+    assert!(store.start_run(&conv.id, None, &records, &notes, &usage).await?);
 
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Running);
@@ -175,14 +176,14 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
 async fn start_run_outside_planning_returns_false_and_writes_nothing(store: Store) -> Result<()> {
     let (conv, records) = running(&store, &["w01", "w02"]).await?;
     let extra = vec![record(&conv, "w09", &[])];
-    assert!(!store.start_run(&conv.id, &extra, &["late".into()], &Usage::default()).await?);
+    assert!(!store.start_run(&conv.id, None, &extra, &["late".into()], &Usage::default()).await?);
     assert_eq!(store.list_subtasks(&conv.id).await?, records);
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!((after.total, after.remaining), (2, 2));
     assert!(after.notes.is_empty());
 
     let missing = ConversationId::new();
-    assert!(!store.start_run(&missing, &extra, &[], &Usage::default()).await?);
+    assert!(!store.start_run(&missing, None, &extra, &[], &Usage::default()).await?);
     assert!(store.list_subtasks(&missing).await?.is_empty());
     Ok(())
 }
@@ -392,7 +393,7 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &[])];
     let plan_usage = Usage { prompt_tokens: Some(100), cost_usd: Some(0.5), ..Default::default() };
-    store.start_run(&conv.id, &records, &[], &plan_usage).await?;
+    store.start_run(&conv.id, None, &records, &[], &plan_usage).await?;
     store
         .count_finished(
             &conv.id,
@@ -437,7 +438,7 @@ async fn a_plan_of_one_hundred_subtasks_is_written_whole(store: Store) -> Result
             r
         })
         .collect();
-    assert!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?);
+    assert!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?);
     let listed = store.list_subtasks(&conv.id).await?;
     assert_eq!(listed.len(), 100);
     assert_eq!(listed, records);
@@ -509,7 +510,7 @@ async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) ->
     let conv = conversation("C104");
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &["w01"])];
-    store.start_run(&conv.id, &records, &[], &Usage::default()).await?;
+    store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?;
     assert!(!store.transition_subtask(&conv.id, &"w02".into(), &[], SubtaskStatus::Queued).await?);
     assert!(
         !store.transition_subtask(&conv.id, &"w02".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
@@ -651,7 +652,7 @@ async fn a_planning_lease_is_taken_over_only_after_it_expires(store: Store) -> R
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Planning, "a planning lease changes no status");
     assert_eq!(after.lease, Some(Lease { holder: "orchestrator:retry".into(), until_ms: 40_000, turn: 0 }));
-    store.start_run(&conv.id, &[record(&conv, "w01", &[])], &[], &Usage::default()).await?;
+    store.start_run(&conv.id, None, &[record(&conv, "w01", &[])], &[], &Usage::default()).await?;
     assert!(matches!(
         store.acquire_lease(&conv.id, LeasePhase::Planning, "late", 90_000, 99_000).await?,
         LeaseOutcome::NotInPhase { status: ConversationStatus::Running, .. }
@@ -716,7 +717,7 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     let flipped = in_shard(&store, 1, now - 1_000).await?;
     store.transition_conversation(&flipped, ConversationStatus::Planning, ConversationStatus::Failed).await?;
     let answered = in_shard(&store, 1, now - 1_000).await?;
-    store.start_run(&answered, &[], &[], &Usage::default()).await?;
+    store.start_run(&answered, None, &[], &[], &Usage::default()).await?;
     let still_open = store.overdue_conversations(1, now, 10).await?;
     assert_eq!(still_open, vec![answered.clone()], "only the RUNNING one is still in the index");
     store.acquire_lease(&answered, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
@@ -725,7 +726,7 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     assert!(store.overdue_conversations(1, now, 10).await?.is_empty());
     // Handed to a person: terminal too.
     let handed = in_shard(&store, 1, now - 1_000).await?;
-    store.start_run(&handed, &[], &[], &Usage::default()).await?;
+    store.start_run(&handed, None, &[], &[], &Usage::default()).await?;
     store.acquire_lease(&handed, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     let handoff = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now };
     assert!(store.hand_off(&handed, "a person takes over", &Usage::default(), &handoff).await?);
@@ -743,7 +744,10 @@ async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_wr
     conv.language = Some(Language::TraditionalChinese);
     ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
     let records = vec![record(&conv, "w01", &[])];
-    ensure!(store.start_run(&conv.id, &records, &["a note".into()], &Usage::default()).await?, "start_run refused");
+    ensure!(
+        store.start_run(&conv.id, None, &records, &["a note".into()], &Usage::default()).await?,
+        "start_run refused"
+    );
     store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
     store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     ensure!(store.finish_conversation(&conv.id, "已回覆", &Usage::default()).await?, "finish refused");
@@ -790,5 +794,36 @@ async fn a_lease_holder_takes_its_own_live_lease_again_and_can_end_it(store: Sto
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!((after.status, after.lease.clone()), (ConversationStatus::Aggregating, Some(live.clone())));
     assert_eq!(store.acquire_lease(&conv.id, agg, "aggregator:b", 10_001, 100_001).await?, LeaseOutcome::Held(live));
+    Ok(())
+}
+
+async fn start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    conv.lease = Some(Lease { holder: "orchestrator:first".into(), until_ms: 5_000, turn: 0 });
+    store.create_conversation(&conv).await?;
+    let taken = store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 5_001, 40_000).await?;
+    assert!(matches!(taken, LeaseOutcome::Acquired { taken_over: Some(_) }), "{taken:?}");
+    // The planner taken over finishes its plan late: refused, nothing of it is the conversation's.
+    let late = [record(&conv, "w01", &[]), record(&conv, "w02", &[])];
+    assert!(!store.start_run(&conv.id, Some("orchestrator:first"), &late, &[], &Usage::default()).await?);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total), (ConversationStatus::Planning, 0));
+    assert!(store.list_subtasks(&conv.id).await?.is_empty());
+    // The holder's flip; asked again (its answer lost), it is found made, and nothing changes.
+    let plan = [record(&conv, "w01", &[])];
+    for _ in 0..2 {
+        assert!(store.start_run(&conv.id, Some("orchestrator:retry"), &plan, &[], &Usage::default()).await?);
+    }
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));
+    assert_eq!(after.plan, BTreeSet::from(["w01".to_owned()]));
+    assert!(!store.start_run(&conv.id, Some("orchestrator:first"), &late, &[], &Usage::default()).await?);
+    let ids: Vec<SubtaskId> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.subtask.id).collect();
+    assert_eq!(ids, [SubtaskId::from("w01")]);
+    assert_eq!(store.count_finished(&conv.id, &"w02".into(), &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(
+        store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?,
+        CountOutcome::Counted { remaining: 0 }
+    );
     Ok(())
 }

@@ -160,6 +160,12 @@ pub struct Conversation {
     /// Ids of subtasks already counted (the exactly-once guard).
     #[serde(default)]
     pub finished: BTreeSet<String>,
+    /// Ids of the plan's subtasks, written with the flip to `RUNNING`: only these are listed,
+    /// resumed and counted (a planner taken over may have left items of its own plan). Empty while
+    /// planning, for a plan of no subtasks, and on items written before plans were recorded: then
+    /// every subtask item of the conversation is its plan's.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub plan: BTreeSet<String>,
     #[serde(default)]
     pub reply: Option<String>,
     #[serde(default)]
@@ -254,6 +260,7 @@ impl Conversation {
             total: 0,
             remaining: 0,
             finished: BTreeSet::new(),
+            plan: BTreeSet::new(),
             reply: None,
             usage: Usage::default(),
             notes: Vec::new(),
