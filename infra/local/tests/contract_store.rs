@@ -19,7 +19,8 @@ use swarm_core::domain::{
 use swarm_core::effects::AttemptLease;
 use swarm_core::language::Language;
 use swarm_core::ports::{
-    AttemptStart, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
+    AttemptStart, Call, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
+    StoreDecorator, StoreError, StoreOp,
 };
 
 type Store = Arc<dyn ConversationStore>;
@@ -50,6 +51,7 @@ contract_tests!(
     a_planning_lease_is_taken_over_only_after_it_expires,
     a_lease_holder_takes_its_own_live_lease_again_and_can_end_it,
     start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made,
+    a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
@@ -825,5 +827,85 @@ async fn start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_fl
         store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?,
         CountOutcome::Counted { remaining: 0 }
     );
+    Ok(())
+}
+
+/// The store with the answer of each listed operation's first call lost: the write is applied, then the
+/// caller gets a transient error (as an HTTP 500 or an attempt timeout after DynamoDB applied it).
+struct LosesFirstAnswer {
+    inner: Store,
+    lose: std::sync::Mutex<HashSet<StoreOp>>,
+}
+
+impl StoreDecorator for LosesFirstAnswer {
+    fn inner(&self) -> &dyn ConversationStore {
+        self.inner.as_ref()
+    }
+
+    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> std::result::Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = std::result::Result<T, StoreError>> + Send + 'a,
+    {
+        let answer = run.await?;
+        let lost = self.lose.lock().map_err(|_| StoreError::Permanent("lock poisoned".into()))?.remove(&call.op);
+        if lost {
+            return Err(StoreError::Transient(format!("{} answer lost (injected)", call.op.name())));
+        }
+        Ok(answer)
+    }
+}
+
+/// Each conditional write the guarantees rely on, applied and its answer lost, then retried by its caller
+/// with the same arguments: the retry recognises its own write and answers as the first call would have.
+async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried(
+    store: Store,
+) -> Result<()> {
+    let decorator = Arc::new(LosesFirstAnswer { inner: store.clone(), lose: Default::default() });
+    let lossy: Store = decorator.clone();
+    let lose = |op: StoreOp| -> Result<()> {
+        decorator.lose.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.insert(op);
+        Ok(())
+    };
+    let lost = |r: std::result::Result<(), StoreError>| -> Result<()> {
+        ensure!(matches!(r, Err(e) if e.is_transient()), "answer not lost");
+        Ok(())
+    };
+
+    // create_conversation, with an Idempotency-Key (a transaction with its claim) and without (one put).
+    for key in [Some("first-and-only"), None] {
+        let mut conv = conversation("C104");
+        conv.idempotency_key = key.map(str::to_owned);
+        conv.request_hash = Some(request_hash("C104", &conv.query));
+        conv.lease = Some(Lease { holder: "orchestrator:first".into(), until_ms: now_ms() + 35_000, turn: 0 });
+        lose(StoreOp::CreateConversation)?;
+        lost(lossy.create_conversation(&conv).await.map(|_| ()))?;
+        assert_eq!(lossy.create_conversation(&conv).await?, CreateOutcome::Created, "key {key:?}");
+        assert_eq!(store.get_conversation(&conv.id).await?, Some(conv.clone()));
+
+        // The planner's flip PLANNING → RUNNING.
+        let plan = [record(&conv, "w01", &[])];
+        lose(StoreOp::StartRun)?;
+        lost(lossy.start_run(&conv.id, Some("orchestrator:first"), &plan, &[], &Usage::default()).await.map(|_| ()))?;
+        assert!(lossy.start_run(&conv.id, Some("orchestrator:first"), &plan, &[], &Usage::default()).await?);
+        let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+        assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));
+
+        // The aggregation flip RUNNING → AGGREGATING.
+        store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
+        let agg = LeasePhase::Aggregating { turn: 0 };
+        let now = now_ms();
+        lose(StoreOp::AcquireLease)?;
+        lost(lossy.acquire_lease(&conv.id, agg, "aggregator:a", now, now + 90_000).await.map(|_| ()))?;
+        assert_eq!(
+            lossy.acquire_lease(&conv.id, agg, "aggregator:a", now, now + 90_000).await?,
+            LeaseOutcome::Acquired { taken_over: None }
+        );
+    }
+    // A second request with the same key is still told it is not the first.
+    let mut again = conversation("C104");
+    again.idempotency_key = Some("first-and-only".into());
+    again.request_hash = Some(request_hash("C104", &again.query));
+    assert!(matches!(store.create_conversation(&again).await?, CreateOutcome::Existing(_)));
     Ok(())
 }
