@@ -248,6 +248,16 @@ pub struct Handoff {
 }
 
 impl Conversation {
+    /// Whether this stored conversation is the one `created` writes: the same id, customer, message
+    /// and creation instant. Each request makes a new id, so a match is that request's own write —
+    /// a create retried after its answer was lost finds it.
+    pub fn is_created_by(&self, created: &Conversation) -> bool {
+        self.id == created.id
+            && self.customer_id == created.customer_id
+            && self.query == created.query
+            && self.created_at_ms == created.created_at_ms
+    }
+
     /// A new conversation in `PLANNING`, with the default deadline and a 7-day TTL.
     pub fn new(customer_id: &str, query: &str, now_ms: i64, deadline_secs: u64) -> Self {
         Self {

@@ -138,6 +138,12 @@ impl ConversationRecords for InMemoryConversationStore {
         if let Some(key) = &conversation.idempotency_key {
             let k = (conversation.customer_id.clone(), key.clone());
             if let Some((existing, claimed_by)) = t.idempotency.get(&k) {
+                if existing == &conversation.id
+                    && t.conversations.get(existing).is_some_and(|c| c.is_created_by(conversation))
+                {
+                    // This call's own write, asked again after its answer was lost.
+                    return Ok(CreateOutcome::Created);
+                }
                 // As the DynamoDB store: a claim without a hash (older) matches any request.
                 return Ok(match (claimed_by, &conversation.request_hash) {
                     (Some(a), Some(b)) if a != b => CreateOutcome::KeyReused(existing.clone()),
@@ -145,7 +151,10 @@ impl ConversationRecords for InMemoryConversationStore {
                 });
             }
         }
-        if t.conversations.contains_key(&conversation.id) {
+        if let Some(stored) = t.conversations.get(&conversation.id) {
+            if stored.is_created_by(conversation) {
+                return Ok(CreateOutcome::Created);
+            }
             return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
         }
         if let Some(key) = &conversation.idempotency_key {

@@ -201,6 +201,19 @@ impl DynamoConversationStore {
         Ok(())
     }
 
+    /// After a create whose condition failed on the conversation's id: [`CreateOutcome::Created`] when the
+    /// stored item is this request's own conversation (an attempt applied, its answer lost, retried in
+    /// place); a permanent error for any other conversation under the id.
+    async fn own_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
+        match self.get_conversation(&conversation.id).await? {
+            Some(stored) if stored.is_created_by(conversation) => {
+                tracing::info!(conversation_id = %conversation.id, "create found its own write (answer lost)");
+                Ok(CreateOutcome::Created)
+            }
+            _ => Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id))),
+        }
+    }
+
     /// Writes `after` over the stored approval, conditional on its status still being `from`.
     pub(super) async fn rewrite_approval(&self, after: &Approval, from: ApprovalStatus) -> Result<bool, StoreError> {
         let mut u = Update::default();
@@ -263,9 +276,7 @@ impl ConversationRecords for DynamoConversationStore {
                 .condition_expression("attribute_not_exists(PK)");
             return match self.retry.run("dynamodb", "PutItem", sdk_error_is_transient, || req.clone().send()).await {
                 Ok(_) => Ok(CreateOutcome::Created),
-                Err(e) if is_conditional_failure(&e) => {
-                    Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)))
-                }
+                Err(e) if is_conditional_failure(&e) => self.own_conversation(conversation).await,
                 Err(e) => Err(to_store_error("PutItem", e)),
             };
         };
@@ -292,6 +303,10 @@ impl ConversationRecords for DynamoConversationStore {
                     })?;
                     let claimed = idempotency_claim(&existing)?;
                     let id = claimed.conversation_id;
+                    if id == conversation.id {
+                        // The claim is this request's own (a retried transaction whose answer was lost).
+                        return self.own_conversation(conversation).await;
+                    }
                     tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
                     // A claim without a hash (written before hashes were kept) matches any request.
                     return Ok(match (claimed.request_hash, &conversation.request_hash) {
@@ -300,7 +315,7 @@ impl ConversationRecords for DynamoConversationStore {
                     });
                 }
                 if codes.first().is_some_and(|c| c == "ConditionalCheckFailed") {
-                    return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
+                    return self.own_conversation(conversation).await;
                 }
                 Err(to_store_error("TransactWriteItems", e))
             }
