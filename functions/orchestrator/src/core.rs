@@ -302,9 +302,9 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING`, inside the creator's lease or past it: subtasks still `QUEUED` with no attempt
-    ///   (the creator died before enqueueing them, or answered 503 when the send failed) are sent
-    ///   again (a duplicate of a message already sent is absorbed like any duplicate delivery).
+    /// - `RUNNING` past the creator's lease (it died, or answered 503 when the send failed and
+    ///   ended its lease): subtasks still `QUEUED` with no attempt are sent again (a duplicate of a
+    ///   message already sent is absorbed like any duplicate delivery).
     async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
         let existing = Created { conversation_id: id.clone(), new: false };
         let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
@@ -339,9 +339,8 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
-            // Inside the creator's lease too: a creator that answered 503 sends nothing more, and
-            // this retry is the one its 503 asked for.
-            ConversationStatus::Running => {
+            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for.
+            ConversationStatus::Running if conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) => {
                 let unsent: Vec<SubtaskRecord> = self
                     .store
                     .list_subtasks(&id)
@@ -408,14 +407,19 @@ impl Orchestrator {
         }
         obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
-        self.enqueue_ready(&id, &records).await?;
+        if let Err(e) = self.enqueue_ready(&id, &records).await {
+            // The retry the 503 asks for sends them: it must not wait for this lease to run out.
+            self.end_planning_lease(&conversation).await;
+            return Err(e);
+        }
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true })
     }
 
-    /// Ends this planner's own planning lease (its holder renews it until an instant already past):
-    /// a retry takes the planning over at once instead of being told to wait for the lease. When
-    /// that write fails the lease simply runs out and the retry after it takes over.
+    /// Ends this planner's own planning lease (its holder renews it until an instant already past),
+    /// `PLANNING` or just flipped to `RUNNING`: a retry takes the planning over (or sends what was not
+    /// sent) at once instead of waiting for the lease. When that write fails the lease simply runs
+    /// out and the retry after it does.
     async fn end_planning_lease(&self, conversation: &Conversation) {
         let Some(lease) = &conversation.lease else { return };
         let now = now_ms();

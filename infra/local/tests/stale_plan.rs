@@ -77,7 +77,7 @@ async fn take_over(store: Arc<dyn ConversationStore>, conv: &Conversation) -> Re
         CreateRequest { message: MESSAGE.into(), customer_id: "C104".into(), idempotency_key: Some(KEY.into()) };
     let retry = core.create(request.clone()).await.map_err(|e| anyhow::anyhow!("retry refused: {e}"))?;
     assert_eq!(retry.conversation_id, conv.id);
-    // A second retry finds it RUNNING and sends again what never started: the plan's subtasks only.
+    // A second retry finds it RUNNING inside the takeover's live lease: nothing more is sent.
     core.create(request).await.map_err(|e| anyhow::anyhow!("second retry refused: {e}"))?;
     let mut runs = Vec::new();
     for d in tasks.receive(10, Duration::ZERO).await? {
@@ -85,7 +85,7 @@ async fn take_over(store: Arc<dyn ConversationStore>, conv: &Conversation) -> Re
             runs.push(subtask_id.to_string());
         }
     }
-    assert_eq!(runs, ["w01", "w01"], "only the takeover's plan is sent (twice: the retry's resend)");
+    assert_eq!(runs, ["w01"], "only the takeover's plan is sent");
 
     let after = store.get_conversation(&conv.id).await?.context("conversation missing")?;
     assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));

@@ -292,7 +292,11 @@ impl AnswerStore for InMemoryConversationStore {
         let own = conv.lease.as_ref().is_some_and(|l| l.holder == holder);
         let expired = own || conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
         let (in_phase, turn) = match phase {
-            LeasePhase::Planning => (conv.status == ConversationStatus::Planning, conv.turn),
+            // Its own holder may end the planning lease after the flip to RUNNING too (a failed enqueue).
+            LeasePhase::Planning => (
+                conv.status == ConversationStatus::Planning || (conv.status == ConversationStatus::Running && own),
+                conv.turn,
+            ),
             LeasePhase::Aggregating { turn } => {
                 let ready = match conv.status {
                     ConversationStatus::Running => conv.remaining == 0,
@@ -457,7 +461,11 @@ mod tests {
                 .await
                 .unwrap()
         );
-        assert!(matches!(store.create_conversation(&c).await.unwrap(), CreateOutcome::Existing(_)));
+        // Another request with the key (the same request again is its own write: Created, nothing written).
+        let mut again = Conversation::new("C1", "q", 0, 120);
+        again.idempotency_key = Some("k1".into());
+        assert!(matches!(store.create_conversation(&again).await.unwrap(), CreateOutcome::Existing(_)));
+        assert_eq!(store.create_conversation(&c).await.unwrap(), CreateOutcome::Created);
 
         let mut seen = Vec::new();
         while let Ok(change) = stream.try_recv() {

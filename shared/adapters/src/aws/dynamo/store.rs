@@ -495,7 +495,11 @@ impl AnswerStore for DynamoConversationStore {
                 let lease_turn = u.name("lease_turn");
                 u.set_expr(format!("{lease_turn} = if_not_exists({turn}, {zero})"));
                 let planning = u.value("planning", s(ConversationStatus::Planning.as_str()));
-                format!("attribute_exists(#PK) AND {status} = {planning} AND {expired}")
+                let running = u.value("running", s(ConversationStatus::Running.as_str()));
+                // Its own holder may end the lease after the flip to RUNNING too (a failed enqueue).
+                format!(
+                    "attribute_exists(#PK) AND (({status} = {planning} AND {expired}) OR ({status} = {running} AND {holder_name} = {me}))"
+                )
             }
             LeasePhase::Aggregating { turn } => {
                 u.set("status", s(ConversationStatus::Aggregating.as_str())).set("lease_turn", n(turn));
@@ -533,7 +537,11 @@ impl AnswerStore for DynamoConversationStore {
             None => {
                 let Some(c) = self.get_conversation(id).await? else { return Ok(LeaseOutcome::Missing) };
                 let in_phase = match phase {
-                    LeasePhase::Planning => c.status == ConversationStatus::Planning,
+                    LeasePhase::Planning => {
+                        c.status == ConversationStatus::Planning
+                            || (c.status == ConversationStatus::Running
+                                && c.lease.as_ref().is_some_and(|l| l.holder == holder))
+                    }
                     LeasePhase::Aggregating { turn } => {
                         c.turn == turn
                             && (c.status == ConversationStatus::Aggregating

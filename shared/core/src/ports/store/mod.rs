@@ -135,7 +135,8 @@ store_roles! {
     /// hand-off to a person.
     pub trait AnswerStore {
         /// Takes the lease of `phase` for `holder` until `until_ms`, in one conditional write:
-        /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease;
+        /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease (or, for
+        ///   the lease's own holder, `PLANNING` or `RUNNING`: its planner may end it after the flip);
         /// - [`LeasePhase::Aggregating`]: the conversation is on `turn` and either `RUNNING` with
         ///   `remaining = 0` (it becomes `AGGREGATING`: the aggregation flip) or `AGGREGATING` under a
         ///   lease that expired before `now_ms` (a takeover).
