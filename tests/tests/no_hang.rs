@@ -458,7 +458,7 @@ async fn a_reply_of_a_hundred_maximal_subtasks_fits_its_item_and_names_every_fai
             SubtaskRecord::new(&conversation, subtask, "support".into())
         })
         .collect();
-    assert!(store.start_run(&conversation.id, &records, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &records, &[], &Usage::default()).await.unwrap());
     // Every subtask answered at the longest a result is kept (16,000 characters, 3 bytes each),
     // every fifth one failed.
     for (i, r) in records.iter().enumerate() {

@@ -224,7 +224,7 @@ async fn direct(
         depends_on: vec![],
     };
     let rec = SubtaskRecord::new(&conversation, subtask, "support".into());
-    anyhow::ensure!(store.start_run(&conversation.id, &[rec], &[], &Usage::default()).await?);
+    anyhow::ensure!(store.start_run(&conversation.id, None, &[rec], &[], &Usage::default()).await?);
     let queue: Arc<dyn TaskQueue> = Arc::new(InMemoryQueue::new(QueueSettings::default()));
     let worker = Worker::new(
         store.clone(),

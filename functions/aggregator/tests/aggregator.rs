@@ -42,7 +42,7 @@ async fn finished_conversation(store: &InMemoryConversationStore, id: &str) -> C
         )
     };
     let recs = vec![mk("w01", "Check order A1029."), mk("w02", "Check coupon SAVE20.")];
-    store.start_run(&c.id, &recs, &[], &Usage::default()).await.unwrap();
+    store.start_run(&c.id, None, &recs, &[], &Usage::default()).await.unwrap();
     let results = [
         ("w01", SubtaskResult::Succeeded { text: "Order A1029 is paid.".into(), tool_calls: vec![] }),
         ("w02", SubtaskResult::failed(FailureKind::ToolsUnavailable, "HTTP 500 upstream exploded")),

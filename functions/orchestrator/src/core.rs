@@ -302,9 +302,9 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING` past the creator's lease: subtasks still `QUEUED` with no attempt (the creator
-    ///   died before enqueueing them) are sent again (a duplicate of a message already sent is
-    ///   absorbed like any duplicate delivery).
+    /// - `RUNNING` past the creator's lease (it died, or answered 503 when the send failed and
+    ///   ended its lease): subtasks still `QUEUED` with no attempt are sent again (a duplicate of a
+    ///   message already sent is absorbed like any duplicate delivery).
     async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
         let existing = Created { conversation_id: id.clone(), new: false };
         let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
@@ -339,6 +339,7 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
+            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for.
             ConversationStatus::Running if conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) => {
                 let unsent: Vec<SubtaskRecord> = self
                     .store
@@ -379,10 +380,10 @@ impl Orchestrator {
         if let Err(e) =
             self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
         {
-            tracing::error!(error = %e, "could not arm the deadline; failing the conversation");
-            if let Ok(true) = self.store.fail_conversation(&id, "could not schedule the conversation").await {
-                obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
-            }
+            // The conversation stays PLANNING (the sweep finds it past its deadline) and this planner
+            // ends its lease, so the retry its 503 asks for takes the planning over at once.
+            tracing::error!(error = %e, "could not arm the deadline; the planning lease is handed back");
+            self.end_planning_lease(&conversation).await;
             return Err(ApiError::Unavailable(e.to_string()));
         }
 
@@ -399,15 +400,34 @@ impl Orchestrator {
             .map(|s| SubtaskRecord::new(&conversation, s.clone(), self.roles.role_for(&s.tools)))
             .collect();
         swarm_core::domain::link_dependents(&mut records);
-        if !self.store.start_run(&id, &records, &plan.notes, &usage).await? {
-            // Another request (or the deadline path) moved it on; nothing more to do.
+        let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
+        if !self.store.start_run(&id, planner, &records, &plan.notes, &usage).await? {
+            // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             return Ok(Created { conversation_id: id, new: true });
         }
         obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
-        self.enqueue_ready(&id, &records).await?;
+        if let Err(e) = self.enqueue_ready(&id, &records).await {
+            // The retry the 503 asks for sends them: it must not wait for this lease to run out.
+            self.end_planning_lease(&conversation).await;
+            return Err(e);
+        }
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true })
+    }
+
+    /// Ends this planner's own planning lease (its holder renews it until an instant already past),
+    /// `PLANNING` or just flipped to `RUNNING`: a retry takes the planning over (or sends what was not
+    /// sent) at once instead of waiting for the lease. When that write fails the lease simply runs
+    /// out and the retry after it does.
+    async fn end_planning_lease(&self, conversation: &Conversation) {
+        let Some(lease) = &conversation.lease else { return };
+        let now = now_ms();
+        match self.store.acquire_lease(&conversation.id, LeasePhase::Planning, &lease.holder, now, now - 1).await {
+            Ok(LeaseOutcome::Acquired { .. }) => tracing::info!("planning lease handed back"),
+            Ok(outcome) => tracing::info!(?outcome, "planning lease not handed back: no longer this planner's"),
+            Err(e) => tracing::warn!(error = %e, "planning lease not handed back; it runs out"),
+        }
     }
 
     /// Enqueues every subtask without dependencies, and every subtask of a role with its own

@@ -107,7 +107,7 @@ async fn setup() -> Setup {
         depends_on: vec![],
     };
     let recs = vec![SubtaskRecord::new(&conversation, subtask, "refund".into())];
-    assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &recs, &[], &Usage::default()).await.unwrap());
     let queue = |name: &str| InMemoryQueue::new(QueueSettings { name: name.into(), ..QueueSettings::default() });
     let (tasks, refund_queue) = (queue("tasks"), queue("refund"));
     let queues =

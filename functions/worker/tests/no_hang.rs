@@ -46,7 +46,7 @@ async fn running(
     let mut records: Vec<SubtaskRecord> =
         subtasks.into_iter().map(|s| SubtaskRecord::new(&c, s, "support".into())).collect();
     link_dependents(&mut records);
-    assert!(store.start_run(&c.id, &records, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&c.id, None, &records, &[], &Usage::default()).await.unwrap());
     c.id
 }
 

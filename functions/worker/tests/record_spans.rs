@@ -96,7 +96,7 @@ async fn two_conversations(store: &InMemoryConversationStore) -> [(ConversationI
             depends_on: vec![],
         };
         let rec = SubtaskRecord::new(&c, subtask, "support".into());
-        assert!(store.start_run(&c.id, &[rec], &[], &Usage::default()).await.unwrap());
+        assert!(store.start_run(&c.id, None, &[rec], &[], &Usage::default()).await.unwrap());
         out.push((c.id, subtask_id));
     }
     [out[0].clone(), out[1].clone()]

@@ -133,7 +133,7 @@ async fn setup_with(deadline_secs: u64, records: impl Fn(&Conversation) -> Vec<S
     store.create_conversation(&conversation).await.unwrap();
     let mut recs = records(&conversation);
     swarm_core::domain::link_dependents(&mut recs);
-    assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &recs, &[], &Usage::default()).await.unwrap());
     let queue = |name: &str| InMemoryQueue::new(QueueSettings { name: name.into(), ..QueueSettings::default() });
     Setup { store, tasks: queue("tasks"), refund_queue: queue("refund"), id: conversation.id }
 }

@@ -147,7 +147,7 @@ async fn setup() -> Setup {
         depends_on: vec![],
     };
     let recs = vec![SubtaskRecord::new(&conversation, subtask, "refund".into())];
-    assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &recs, &[], &Usage::default()).await.unwrap());
     let queue = |name: &str| InMemoryQueue::new(QueueSettings { name: name.into(), ..QueueSettings::default() });
     Setup { store, tasks: queue("tasks"), refund_queue: queue("refund"), id: conversation.id }
 }
@@ -460,7 +460,7 @@ async fn the_dlq_consumer_as_deployed_sends_no_refund_dependent_to_the_tasks_que
             SubtaskRecord::new(&conversation, step("w02", &["w01"], &[REFUND]), "refund".into()),
         ];
         swarm_core::domain::link_dependents(&mut recs);
-        assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+        assert!(store.start_run(&conversation.id, None, &recs, &[], &Usage::default()).await.unwrap());
         if done {
             let lease = swarm_core::effects::AttemptLease::new(now_ms() + 60_000);
             store.begin_attempt(&conversation.id, &"w01".into(), &lease, now_ms()).await.unwrap();
@@ -545,7 +545,7 @@ async fn a_subtask_counted_by_the_deadline_path_keeps_its_tokens_on_the_conversa
     store.create_conversation(&conversation).await.unwrap();
     let subtask = Subtask { id: "w01".into(), instruction: "Check A1029".into(), tools: vec![], depends_on: vec![] };
     let recs = vec![SubtaskRecord::new(&conversation, subtask, "support".into())];
-    assert!(store.start_run(&conversation.id, &recs, &[], &Usage::default()).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &recs, &[], &Usage::default()).await.unwrap());
     // A worker recorded w01's result and its 12,000 tokens, then died before counting it
     // (worker_after_record_result); its message comes back after the visibility timeout, past the deadline.
     let used = Usage {

@@ -73,7 +73,7 @@ async fn setup_with_usage(tools: &[&str], planning_usage: Usage) -> Setup {
         depends_on: vec![],
     };
     let rec = SubtaskRecord::new(&conversation, subtask, "support".into());
-    assert!(store.start_run(&conversation.id, &[rec], &[], &planning_usage).await.unwrap());
+    assert!(store.start_run(&conversation.id, None, &[rec], &[], &planning_usage).await.unwrap());
     Setup { store, queue: InMemoryQueue::new(QueueSettings::default()), id: conversation.id }
 }
 

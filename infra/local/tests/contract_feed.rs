@@ -42,7 +42,7 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
             "support".into(),
         )
     };
-    store.start_run(&c.id, &[subtask("w01"), subtask("w02")], &[], &Usage::default()).await?;
+    store.start_run(&c.id, None, &[subtask("w01"), subtask("w02")], &[], &Usage::default()).await?;
     store.begin_attempt(&c.id, &"w01".into(), &swarm_core::effects::AttemptLease::new(2), 1).await?;
     store.save_checkpoint(&c.id, &"w01".into(), "{\"round\":1}").await?;
     let done = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };

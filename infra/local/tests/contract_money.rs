@@ -52,7 +52,7 @@ async fn running(store: &Store, ids: &[&str]) -> Result<Conversation> {
             SubtaskRecord::new(&conv, subtask, "refund".into())
         })
         .collect();
-    ensure!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?, "start_run refused");
+    ensure!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?, "start_run refused");
     Ok(conv)
 }
 

@@ -19,8 +19,8 @@ use swarm_core::domain::{
 use swarm_core::effects::AttemptLease;
 use swarm_core::language::Language;
 use swarm_core::ports::{
-    AttemptStart, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
-    RecordOutcome,
+    AttemptStart, Call, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
+    RecordOutcome, StoreDecorator, StoreError, StoreOp,
 };
 
 type Store = Arc<dyn ConversationStore>;
@@ -49,6 +49,9 @@ contract_tests!(
     an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires,
     an_aggregation_lease_needs_nothing_remaining_and_its_turn,
     a_planning_lease_is_taken_over_only_after_it_expires,
+    a_lease_holder_takes_its_own_live_lease_again_and_can_end_it,
+    start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made,
+    a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
@@ -85,7 +88,7 @@ async fn running(store: &Store, ids: &[&str]) -> Result<(Conversation, Vec<Subta
     let conv = conversation("C104");
     ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
     let records: Vec<SubtaskRecord> = ids.iter().map(|id| record(&conv, id, &[])).collect();
-    ensure!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?, "start_run refused");
+    ensure!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?, "start_run refused");
     Ok((conv, records))
 }
 
@@ -156,7 +159,7 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
     let notes = vec!["2 subtasks dropped over the limit".to_owned()];
     let usage =
         Usage { prompt_tokens: Some(120), completion_tokens: Some(30), cached_tokens: None, cost_usd: Some(0.25) };
-    assert!(store.start_run(&conv.id, &records, &notes, &usage).await?);
+    assert!(store.start_run(&conv.id, None, &records, &notes, &usage).await?);
 
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Running);
@@ -176,14 +179,14 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
 async fn start_run_outside_planning_returns_false_and_writes_nothing(store: Store) -> Result<()> {
     let (conv, records) = running(&store, &["w01", "w02"]).await?;
     let extra = vec![record(&conv, "w09", &[])];
-    assert!(!store.start_run(&conv.id, &extra, &["late".into()], &Usage::default()).await?);
+    assert!(!store.start_run(&conv.id, None, &extra, &["late".into()], &Usage::default()).await?);
     assert_eq!(store.list_subtasks(&conv.id).await?, records);
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!((after.total, after.remaining), (2, 2));
     assert!(after.notes.is_empty());
 
     let missing = ConversationId::new();
-    assert!(!store.start_run(&missing, &extra, &[], &Usage::default()).await?);
+    assert!(!store.start_run(&missing, None, &extra, &[], &Usage::default()).await?);
     assert!(store.list_subtasks(&missing).await?.is_empty());
     Ok(())
 }
@@ -393,7 +396,7 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &[])];
     let plan_usage = Usage { prompt_tokens: Some(100), cost_usd: Some(0.5), ..Default::default() };
-    store.start_run(&conv.id, &records, &[], &plan_usage).await?;
+    store.start_run(&conv.id, None, &records, &[], &plan_usage).await?;
     store
         .count_finished(
             &conv.id,
@@ -438,7 +441,7 @@ async fn a_plan_of_one_hundred_subtasks_is_written_whole(store: Store) -> Result
             r
         })
         .collect();
-    assert!(store.start_run(&conv.id, &records, &[], &Usage::default()).await?);
+    assert!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?);
     let listed = store.list_subtasks(&conv.id).await?;
     assert_eq!(listed.len(), 100);
     assert_eq!(listed, records);
@@ -510,7 +513,7 @@ async fn transition_subtask_flips_only_from_the_listed_statuses(store: Store) ->
     let conv = conversation("C104");
     store.create_conversation(&conv).await?;
     let records = vec![record(&conv, "w01", &[]), record(&conv, "w02", &["w01"])];
-    store.start_run(&conv.id, &records, &[], &Usage::default()).await?;
+    store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?;
     assert!(!store.transition_subtask(&conv.id, &"w02".into(), &[], SubtaskStatus::Queued).await?);
     assert!(
         !store.transition_subtask(&conv.id, &"w02".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
@@ -652,7 +655,7 @@ async fn a_planning_lease_is_taken_over_only_after_it_expires(store: Store) -> R
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Planning, "a planning lease changes no status");
     assert_eq!(after.lease, Some(Lease { holder: "orchestrator:retry".into(), until_ms: 40_000, turn: 0 }));
-    store.start_run(&conv.id, &[record(&conv, "w01", &[])], &[], &Usage::default()).await?;
+    store.start_run(&conv.id, None, &[record(&conv, "w01", &[])], &[], &Usage::default()).await?;
     assert!(matches!(
         store.acquire_lease(&conv.id, LeasePhase::Planning, "late", 90_000, 99_000).await?,
         LeaseOutcome::NotInPhase { status: ConversationStatus::Running, .. }
@@ -717,7 +720,7 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     let flipped = in_shard(&store, 1, now - 1_000).await?;
     store.transition_conversation(&flipped, ConversationStatus::Planning, ConversationStatus::Failed).await?;
     let answered = in_shard(&store, 1, now - 1_000).await?;
-    store.start_run(&answered, &[], &[], &Usage::default()).await?;
+    store.start_run(&answered, None, &[], &[], &Usage::default()).await?;
     let still_open = store.overdue_conversations(1, now, 10).await?;
     assert_eq!(still_open, vec![answered.clone()], "only the RUNNING one is still in the index");
     store.acquire_lease(&answered, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
@@ -726,7 +729,7 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     assert!(store.overdue_conversations(1, now, 10).await?.is_empty());
     // Handed to a person: terminal too.
     let handed = in_shard(&store, 1, now - 1_000).await?;
-    store.start_run(&handed, &[], &[], &Usage::default()).await?;
+    store.start_run(&handed, None, &[], &[], &Usage::default()).await?;
     store.acquire_lease(&handed, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     let handoff = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now };
     assert!(store.hand_off(&handed, "a person takes over", &Usage::default(), &handoff).await?);
@@ -744,7 +747,10 @@ async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_wr
     conv.language = Some(Language::TraditionalChinese);
     ensure!(store.create_conversation(&conv).await? == CreateOutcome::Created);
     let records = vec![record(&conv, "w01", &[])];
-    ensure!(store.start_run(&conv.id, &records, &["a note".into()], &Usage::default()).await?, "start_run refused");
+    ensure!(
+        store.start_run(&conv.id, None, &records, &["a note".into()], &Usage::default()).await?,
+        "start_run refused"
+    );
     store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
     store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     ensure!(store.finish_conversation(&conv.id, "已回覆", &Usage::default()).await?, "finish refused");
@@ -801,5 +807,150 @@ async fn a_customer_s_conversations_list_newest_first_in_pages(store: Store) -> 
     let theirs_ids: Vec<ConversationId> = theirs_listed.conversations.iter().map(|c| c.id.clone()).collect();
     assert_eq!(theirs_ids, [theirs.id]);
     assert!(store.list_customer_conversations("C199", None, 10).await?.conversations.is_empty());
+    Ok(())
+}
+
+async fn a_lease_holder_takes_its_own_live_lease_again_and_can_end_it(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    let creator = Lease { holder: "orchestrator:creator".into(), until_ms: 5_000, turn: 0 };
+    conv.lease = Some(creator.clone());
+    store.create_conversation(&conv).await?;
+    // Its holder ends the live planning lease (an instant already past): the next asker takes over at once.
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:creator", 1_000, 999).await?,
+        LeaseOutcome::Acquired { taken_over: None }
+    );
+    let ended = Lease { until_ms: 999, ..creator };
+    assert_eq!(store.get_conversation(&conv.id).await?.and_then(|c| c.lease), Some(ended.clone()));
+    assert_eq!(
+        store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 1_000, 40_000).await?,
+        LeaseOutcome::Acquired { taken_over: Some(ended) }
+    );
+
+    // The aggregation flip asked again by its own holder (its answer lost): acquired, nothing taken over.
+    let (conv, _) = running(&store, &["w01"]).await?;
+    store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
+    let agg = LeasePhase::Aggregating { turn: 0 };
+    for _ in 0..2 {
+        assert_eq!(
+            store.acquire_lease(&conv.id, agg, "aggregator:a", 10_000, 100_000).await?,
+            LeaseOutcome::Acquired { taken_over: None }
+        );
+    }
+    let live = Lease { holder: "aggregator:a".into(), until_ms: 100_000, turn: 0 };
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.lease.clone()), (ConversationStatus::Aggregating, Some(live.clone())));
+    assert_eq!(store.acquire_lease(&conv.id, agg, "aggregator:b", 10_001, 100_001).await?, LeaseOutcome::Held(live));
+    Ok(())
+}
+
+async fn start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made(store: Store) -> Result<()> {
+    let mut conv = conversation("C104");
+    conv.lease = Some(Lease { holder: "orchestrator:first".into(), until_ms: 5_000, turn: 0 });
+    store.create_conversation(&conv).await?;
+    let taken = store.acquire_lease(&conv.id, LeasePhase::Planning, "orchestrator:retry", 5_001, 40_000).await?;
+    assert!(matches!(taken, LeaseOutcome::Acquired { taken_over: Some(_) }), "{taken:?}");
+    // The planner taken over finishes its plan late: refused, nothing of it is the conversation's.
+    let late = [record(&conv, "w01", &[]), record(&conv, "w02", &[])];
+    assert!(!store.start_run(&conv.id, Some("orchestrator:first"), &late, &[], &Usage::default()).await?);
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total), (ConversationStatus::Planning, 0));
+    assert!(store.list_subtasks(&conv.id).await?.is_empty());
+    // The holder's flip; asked again (its answer lost), it is found made, and nothing changes.
+    let plan = [record(&conv, "w01", &[])];
+    for _ in 0..2 {
+        assert!(store.start_run(&conv.id, Some("orchestrator:retry"), &plan, &[], &Usage::default()).await?);
+    }
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));
+    assert_eq!(after.plan, BTreeSet::from(["w01".to_owned()]));
+    assert!(!store.start_run(&conv.id, Some("orchestrator:first"), &late, &[], &Usage::default()).await?);
+    let ids: Vec<SubtaskId> = store.list_subtasks(&conv.id).await?.into_iter().map(|r| r.subtask.id).collect();
+    assert_eq!(ids, [SubtaskId::from("w01")]);
+    assert_eq!(store.count_finished(&conv.id, &"w02".into(), &Usage::default()).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(
+        store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?,
+        CountOutcome::Counted { remaining: 0 }
+    );
+    Ok(())
+}
+
+/// The store with the answer of each listed operation's first call lost: the write is applied, then the
+/// caller gets a transient error (as an HTTP 500 or an attempt timeout after DynamoDB applied it).
+struct LosesFirstAnswer {
+    inner: Store,
+    lose: std::sync::Mutex<HashSet<StoreOp>>,
+}
+
+impl StoreDecorator for LosesFirstAnswer {
+    fn inner(&self) -> &dyn ConversationStore {
+        self.inner.as_ref()
+    }
+
+    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> std::result::Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = std::result::Result<T, StoreError>> + Send + 'a,
+    {
+        let answer = run.await?;
+        let lost = self.lose.lock().map_err(|_| StoreError::Permanent("lock poisoned".into()))?.remove(&call.op);
+        if lost {
+            return Err(StoreError::Transient(format!("{} answer lost (injected)", call.op.name())));
+        }
+        Ok(answer)
+    }
+}
+
+/// Each conditional write the guarantees rely on, applied and its answer lost, then retried by its caller
+/// with the same arguments: the retry recognises its own write and answers as the first call would have.
+async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried(
+    store: Store,
+) -> Result<()> {
+    let decorator = Arc::new(LosesFirstAnswer { inner: store.clone(), lose: Default::default() });
+    let lossy: Store = decorator.clone();
+    let lose = |op: StoreOp| -> Result<()> {
+        decorator.lose.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.insert(op);
+        Ok(())
+    };
+    let lost = |r: std::result::Result<(), StoreError>| -> Result<()> {
+        ensure!(matches!(r, Err(e) if e.is_transient()), "answer not lost");
+        Ok(())
+    };
+
+    // create_conversation, with an Idempotency-Key (a transaction with its claim) and without (one put).
+    for key in [Some("first-and-only"), None] {
+        let mut conv = conversation("C104");
+        conv.idempotency_key = key.map(str::to_owned);
+        conv.request_hash = Some(request_hash("C104", &conv.query));
+        conv.lease = Some(Lease { holder: "orchestrator:first".into(), until_ms: now_ms() + 35_000, turn: 0 });
+        lose(StoreOp::CreateConversation)?;
+        lost(lossy.create_conversation(&conv).await.map(|_| ()))?;
+        assert_eq!(lossy.create_conversation(&conv).await?, CreateOutcome::Created, "key {key:?}");
+        assert_eq!(store.get_conversation(&conv.id).await?, Some(conv.clone()));
+
+        // The planner's flip PLANNING → RUNNING.
+        let plan = [record(&conv, "w01", &[])];
+        lose(StoreOp::StartRun)?;
+        lost(lossy.start_run(&conv.id, Some("orchestrator:first"), &plan, &[], &Usage::default()).await.map(|_| ()))?;
+        assert!(lossy.start_run(&conv.id, Some("orchestrator:first"), &plan, &[], &Usage::default()).await?);
+        let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+        assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));
+
+        // The aggregation flip RUNNING → AGGREGATING.
+        store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
+        let agg = LeasePhase::Aggregating { turn: 0 };
+        let now = now_ms();
+        lose(StoreOp::AcquireLease)?;
+        lost(lossy.acquire_lease(&conv.id, agg, "aggregator:a", now, now + 90_000).await.map(|_| ()))?;
+        assert_eq!(
+            lossy.acquire_lease(&conv.id, agg, "aggregator:a", now, now + 90_000).await?,
+            LeaseOutcome::Acquired { taken_over: None }
+        );
+    }
+    // A second request with the same key is still told it is not the first.
+    let mut again = conversation("C104");
+    again.idempotency_key = Some("first-and-only".into());
+    again.request_hash = Some(request_hash("C104", &again.query));
+    assert!(matches!(store.create_conversation(&again).await?, CreateOutcome::Existing(_)));
     Ok(())
 }

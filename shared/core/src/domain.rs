@@ -160,6 +160,12 @@ pub struct Conversation {
     /// Ids of subtasks already counted (the exactly-once guard).
     #[serde(default)]
     pub finished: BTreeSet<String>,
+    /// Ids of the plan's subtasks, written with the flip to `RUNNING`: only these are listed,
+    /// resumed and counted (a planner taken over may have left items of its own plan). Empty while
+    /// planning, for a plan of no subtasks, and on items written before plans were recorded: then
+    /// every subtask item of the conversation is its plan's.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub plan: BTreeSet<String>,
     #[serde(default)]
     pub reply: Option<String>,
     #[serde(default)]
@@ -242,6 +248,16 @@ pub struct Handoff {
 }
 
 impl Conversation {
+    /// Whether this stored conversation is the one `created` writes: the same id, customer, message
+    /// and creation instant. Each request makes a new id, so a match is that request's own write —
+    /// a create retried after its answer was lost finds it.
+    pub fn is_created_by(&self, created: &Conversation) -> bool {
+        self.id == created.id
+            && self.customer_id == created.customer_id
+            && self.query == created.query
+            && self.created_at_ms == created.created_at_ms
+    }
+
     /// A new conversation in `PLANNING`, with the default deadline and a 7-day TTL.
     pub fn new(customer_id: &str, query: &str, now_ms: i64, deadline_secs: u64) -> Self {
         Self {
@@ -254,6 +270,7 @@ impl Conversation {
             total: 0,
             remaining: 0,
             finished: BTreeSet::new(),
+            plan: BTreeSet::new(),
             reply: None,
             usage: Usage::default(),
             notes: Vec::new(),

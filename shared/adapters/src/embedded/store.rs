@@ -73,6 +73,11 @@ pub(super) struct Tables {
 }
 
 impl Tables {
+    /// The conversation item of `id`.
+    pub(super) fn conversation(&self, id: &ConversationId) -> Option<&Conversation> {
+        self.conversations.get(id)
+    }
+
     /// Hands one write to every reader. Called with the lock held, so readers see writes in
     /// the order they were applied; a reader that went away is dropped.
     pub(super) fn emit(&mut self, created: bool, item: ChangedItem) {
@@ -133,6 +138,12 @@ impl ConversationRecords for InMemoryConversationStore {
         if let Some(key) = &conversation.idempotency_key {
             let k = (conversation.customer_id.clone(), key.clone());
             if let Some((existing, claimed_by)) = t.idempotency.get(&k) {
+                if existing == &conversation.id
+                    && t.conversations.get(existing).is_some_and(|c| c.is_created_by(conversation))
+                {
+                    // This call's own write, asked again after its answer was lost.
+                    return Ok(CreateOutcome::Created);
+                }
                 // As the DynamoDB store: a claim without a hash (older) matches any request.
                 return Ok(match (claimed_by, &conversation.request_hash) {
                     (Some(a), Some(b)) if a != b => CreateOutcome::KeyReused(existing.clone()),
@@ -140,7 +151,10 @@ impl ConversationRecords for InMemoryConversationStore {
                 });
             }
         }
-        if t.conversations.contains_key(&conversation.id) {
+        if let Some(stored) = t.conversations.get(&conversation.id) {
+            if stored.is_created_by(conversation) {
+                return Ok(CreateOutcome::Created);
+            }
             return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
         }
         if let Some(key) = &conversation.idempotency_key {
@@ -171,22 +185,34 @@ impl ConversationRecords for InMemoryConversationStore {
     async fn start_run(
         &self,
         id: &ConversationId,
+        planner: Option<&str>,
         subtasks: &[SubtaskRecord],
         notes: &[String],
         usage: &Usage,
     ) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        let plan: std::collections::BTreeSet<String> = subtasks.iter().map(|s| s.subtask.id.to_string()).collect();
+        let holds = |conv: &Conversation| planner.is_none_or(|p| conv.lease.as_ref().is_some_and(|l| l.holder == p));
         if conv.status != ConversationStatus::Planning {
+            // This planner's own flip, made before (as DynamoDB's retried write finds it).
+            let own =
+                planner.is_some() && conv.status == ConversationStatus::Running && holds(conv) && conv.plan == plan;
+            return Ok(own);
+        }
+        if !holds(conv) {
             return Ok(false);
         }
         conv.status = ConversationStatus::Running;
         conv.total = subtasks.len() as u32;
         conv.remaining = subtasks.len() as u32;
+        conv.plan = plan;
         conv.notes = notes.to_vec();
         conv.usage = conv.usage.add(usage);
         let snapshot = conv.clone();
         let map = t.subtasks.entry(id.clone()).or_default();
+        // Written atomically, so no other plan's items exist here; kept as DynamoDB's takeover leaves it.
+        map.retain(|sid, _| snapshot.plan.contains(sid.as_str()));
         for s in subtasks {
             map.insert(s.subtask.id.clone(), s.clone());
         }
@@ -282,9 +308,15 @@ impl AnswerStore for InMemoryConversationStore {
     ) -> Result<LeaseOutcome, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(LeaseOutcome::Missing) };
-        let expired = conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
+        // Expired, or the caller's own (a renewal, or a retry of a write whose answer was lost).
+        let own = conv.lease.as_ref().is_some_and(|l| l.holder == holder);
+        let expired = own || conv.lease.as_ref().is_none_or(|l| l.until_ms < now_ms);
         let (in_phase, turn) = match phase {
-            LeasePhase::Planning => (conv.status == ConversationStatus::Planning, conv.turn),
+            // Its own holder may end the planning lease after the flip to RUNNING too (a failed enqueue).
+            LeasePhase::Planning => (
+                conv.status == ConversationStatus::Planning || (conv.status == ConversationStatus::Running && own),
+                conv.turn,
+            ),
             LeasePhase::Aggregating { turn } => {
                 let ready = match conv.status {
                     ConversationStatus::Running => conv.remaining == 0,
@@ -306,7 +338,7 @@ impl AnswerStore for InMemoryConversationStore {
                 turn,
             })));
         }
-        let taken_over = if fresh { None } else { conv.lease.clone() };
+        let taken_over = if fresh || own { None } else { conv.lease.clone() };
         if matches!(phase, LeasePhase::Aggregating { .. }) {
             conv.status = ConversationStatus::Aggregating;
         }
@@ -379,6 +411,10 @@ impl AccountingStore for InMemoryConversationStore {
         if conv.finished.contains(subtask_id.as_str()) {
             return Ok(CountOutcome::AlreadyCounted);
         }
+        if !conv.plan.is_empty() && !conv.plan.contains(subtask_id.as_str()) {
+            // Not a subtask of the plan (a planner taken over wrote it): it never counts.
+            return Ok(CountOutcome::AlreadyCounted);
+        }
         if conv.remaining == 0 {
             // DynamoDB guard `remaining > 0`: never go negative.
             return Ok(CountOutcome::AlreadyCounted);
@@ -428,7 +464,7 @@ mod tests {
         c.idempotency_key = Some("k1".into());
         store.create_conversation(&c).await.unwrap();
         let subtasks = [subtask(&c, "w01"), subtask(&c, "w02")];
-        store.start_run(&c.id, &subtasks, &[], &Usage::default()).await.unwrap();
+        store.start_run(&c.id, None, &subtasks, &[], &Usage::default()).await.unwrap();
         store.begin_attempt(&c.id, &"w01".into(), &AttemptLease::new(1_000), 1).await.unwrap();
         store.save_checkpoint(&c.id, &"w01".into(), "{}").await.unwrap();
         let result = SubtaskResult::Succeeded { text: "ok".into(), tool_calls: vec![] };
@@ -445,7 +481,11 @@ mod tests {
                 .await
                 .unwrap()
         );
-        assert!(matches!(store.create_conversation(&c).await.unwrap(), CreateOutcome::Existing(_)));
+        // Another request with the key (the same request again is its own write: Created, nothing written).
+        let mut again = Conversation::new("C1", "q", 0, 120);
+        again.idempotency_key = Some("k1".into());
+        assert!(matches!(store.create_conversation(&again).await.unwrap(), CreateOutcome::Existing(_)));
+        assert_eq!(store.create_conversation(&c).await.unwrap(), CreateOutcome::Created);
 
         let mut seen = Vec::new();
         while let Ok(change) = stream.try_recv() {
@@ -478,7 +518,7 @@ mod tests {
         let c = Conversation::new("C1", "q", 0, 120);
         store.create_conversation(&c).await.unwrap();
         let many: Vec<SubtaskRecord> = (0..100).map(|i| subtask(&c, &format!("w{i:03}"))).collect();
-        store.start_run(&c.id, &many, &[], &Usage::default()).await.unwrap();
+        store.start_run(&c.id, None, &many, &[], &Usage::default()).await.unwrap();
         for round in 0..50 {
             for r in &many {
                 store.save_checkpoint(&c.id, &r.subtask.id, &format!("{round}")).await.unwrap();

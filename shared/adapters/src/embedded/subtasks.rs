@@ -20,7 +20,10 @@ impl SubtaskStore for InMemoryConversationStore {
     }
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        Ok(self.lock()?.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default())
+        let t = self.lock()?;
+        let plan = t.conversation(id).map(|c| &c.plan);
+        let of_plan = |r: &&SubtaskRecord| plan.is_none_or(|p| p.is_empty() || p.contains(r.subtask.id.as_str()));
+        Ok(t.subtasks.get(id).map(|m| m.values().filter(of_plan).cloned().collect()).unwrap_or_default())
     }
 
     async fn transition_subtask(

@@ -5,7 +5,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest};
+use std::collections::BTreeSet;
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest,
+};
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, Usage, truncate_chars,
@@ -137,15 +141,34 @@ impl DynamoConversationStore {
 
     /// Writes `items` with `BatchWriteItem`, 25 per call, retrying unprocessed items.
     async fn batch_put(&self, items: Vec<Item>) -> Result<(), StoreError> {
-        for chunk in items.chunks(BATCH_WRITE_LIMIT) {
-            let mut pending: Vec<WriteRequest> = Vec::with_capacity(chunk.len());
-            for item in chunk {
-                let put = PutRequest::builder()
-                    .set_item(Some(item.clone()))
-                    .build()
-                    .map_err(|e| StoreError::Permanent(format!("BatchWriteItem request: {e}")))?;
-                pending.push(WriteRequest::builder().put_request(put).build());
-            }
+        let mut writes = Vec::with_capacity(items.len());
+        for item in items {
+            let put = PutRequest::builder()
+                .set_item(Some(item))
+                .build()
+                .map_err(|e| StoreError::Permanent(format!("BatchWriteItem request: {e}")))?;
+            writes.push(WriteRequest::builder().put_request(put).build());
+        }
+        self.batch_write(writes).await
+    }
+
+    /// Deletes the items of `keys` (`PK` and `SK` each) with `BatchWriteItem`, 25 per call.
+    async fn batch_delete(&self, keys: Vec<Item>) -> Result<(), StoreError> {
+        let mut writes = Vec::with_capacity(keys.len());
+        for key in keys {
+            let delete = DeleteRequest::builder()
+                .set_key(Some(key))
+                .build()
+                .map_err(|e| StoreError::Permanent(format!("BatchWriteItem request: {e}")))?;
+            writes.push(WriteRequest::builder().delete_request(delete).build());
+        }
+        self.batch_write(writes).await
+    }
+
+    /// Runs `writes` with `BatchWriteItem`, 25 per call, retrying unprocessed ones.
+    async fn batch_write(&self, writes: Vec<WriteRequest>) -> Result<(), StoreError> {
+        for chunk in writes.chunks(BATCH_WRITE_LIMIT) {
+            let mut pending: Vec<WriteRequest> = chunk.to_vec();
             let mut round = 0u32;
             while !pending.is_empty() {
                 let req = self.client.batch_write_item().request_items(self.table.clone(), pending.clone());
@@ -178,6 +201,19 @@ impl DynamoConversationStore {
         Ok(())
     }
 
+    /// After a create whose condition failed on the conversation's id: [`CreateOutcome::Created`] when the
+    /// stored item is this request's own conversation (an attempt applied, its answer lost, retried in
+    /// place); a permanent error for any other conversation under the id.
+    async fn own_conversation(&self, conversation: &Conversation) -> Result<CreateOutcome, StoreError> {
+        match self.get_conversation(&conversation.id).await? {
+            Some(stored) if stored.is_created_by(conversation) => {
+                tracing::info!(conversation_id = %conversation.id, "create found its own write (answer lost)");
+                Ok(CreateOutcome::Created)
+            }
+            _ => Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id))),
+        }
+    }
+
     /// Writes `after` over the stored approval, conditional on its status still being `from`.
     pub(super) async fn rewrite_approval(&self, after: &Approval, from: ApprovalStatus) -> Result<bool, StoreError> {
         let mut u = Update::default();
@@ -207,6 +243,16 @@ impl DynamoConversationStore {
     }
 }
 
+/// Whether `planner` (when named) holds the conversation's lease.
+fn holds_planning(c: &Conversation, planner: Option<&str>) -> bool {
+    planner.is_none_or(|p| c.lease.as_ref().is_some_and(|l| l.holder == p))
+}
+
+/// Whether `c` is `planner`'s own flip to `RUNNING` with `plan` (made by an attempt whose answer was lost).
+fn own_flip(c: &Conversation, planner: Option<&str>, plan: &BTreeSet<String>) -> bool {
+    planner.is_some() && c.status == ConversationStatus::Running && holds_planning(c, planner) && c.plan == *plan
+}
+
 fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
     let put = Put::builder()
         .table_name(table)
@@ -230,9 +276,7 @@ impl ConversationRecords for DynamoConversationStore {
                 .condition_expression("attribute_not_exists(PK)");
             return match self.retry.run("dynamodb", "PutItem", sdk_error_is_transient, || req.clone().send()).await {
                 Ok(_) => Ok(CreateOutcome::Created),
-                Err(e) if is_conditional_failure(&e) => {
-                    Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)))
-                }
+                Err(e) if is_conditional_failure(&e) => self.own_conversation(conversation).await,
                 Err(e) => Err(to_store_error("PutItem", e)),
             };
         };
@@ -259,6 +303,10 @@ impl ConversationRecords for DynamoConversationStore {
                     })?;
                     let claimed = idempotency_claim(&existing)?;
                     let id = claimed.conversation_id;
+                    if id == conversation.id {
+                        // The claim is this request's own (a retried transaction whose answer was lost).
+                        return self.own_conversation(conversation).await;
+                    }
                     tracing::info!(conversation_id = %id, customer_id = %conversation.customer_id, "idempotency key already used");
                     // A claim without a hash (written before hashes were kept) matches any request.
                     return Ok(match (claimed.request_hash, &conversation.request_hash) {
@@ -267,7 +315,7 @@ impl ConversationRecords for DynamoConversationStore {
                     });
                 }
                 if codes.first().is_some_and(|c| c == "ConditionalCheckFailed") {
-                    return Err(StoreError::Permanent(format!("conversation {} already exists", conversation.id)));
+                    return self.own_conversation(conversation).await;
                 }
                 Err(to_store_error("TransactWriteItems", e))
             }
@@ -281,6 +329,7 @@ impl ConversationRecords for DynamoConversationStore {
     async fn start_run(
         &self,
         id: &ConversationId,
+        planner: Option<&str>,
         subtasks: &[SubtaskRecord],
         notes: &[String],
         usage: &Usage,
@@ -289,28 +338,56 @@ impl ConversationRecords for DynamoConversationStore {
         // subtasks are batch-written first and the conversation flipped last. The
         // status check first keeps "not PLANNING writes nothing" for every caller
         // but a concurrent second start_run of the same conversation.
+        let plan: BTreeSet<String> = subtasks.iter().map(|r| r.subtask.id.to_string()).collect();
         let Some(current) = self.get_conversation(id).await? else {
             return Ok(false);
         };
-        if current.status != ConversationStatus::Planning {
-            return Ok(false);
+        if current.status != ConversationStatus::Planning || !holds_planning(&current, planner) {
+            return Ok(own_flip(&current, planner, &plan));
+        }
+        // A planner taken over may have written items of its own plan before it died: they go.
+        let stale: Vec<SubtaskId> = self
+            .list_subtasks(id)
+            .await?
+            .into_iter()
+            .map(|r| r.subtask.id)
+            .filter(|sid| !plan.contains(sid.as_str()))
+            .collect();
+        if !stale.is_empty() {
+            tracing::warn!(conversation_id = %id, stale = stale.len(), "removing subtask items of a planner taken over");
+            self.batch_delete(stale.iter().map(|sid| ItemKey::subtask(id, sid).item()).collect()).await?;
         }
         let items = subtasks.iter().map(subtask_item).collect::<Result<Vec<_>, _>>()?;
         self.batch_put(items).await?;
         let count = subtasks.len() as u32;
         let mut u = Update::default();
         u.set("status", s(ConversationStatus::Running.as_str())).set("total", n(count)).set("remaining", n(count));
+        if plan.is_empty() {
+            u.remove("plan");
+        } else {
+            u.set("plan", AttributeValue::Ss(plan.iter().cloned().collect()));
+        }
         if notes.is_empty() {
             u.remove("notes");
         } else {
             u.set("notes", AttributeValue::L(notes.iter().map(s).collect()));
         }
         u.add_usage(usage);
-        let condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
-        let flipped = self
+        let mut condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
+        if let Some(planner) = planner {
+            let holder = u.name("lease_holder");
+            let me = u.value("planner", s(planner));
+            condition = format!("{condition} AND {holder} = {me}");
+        }
+        let mut flipped = self
             .update("UpdateItem(start_run)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
             .is_some();
+        if !flipped {
+            // Someone else's flip or takeover — or this planner's own flip, applied by an attempt
+            // whose answer was lost (HTTP 500, a timeout) and retried in place.
+            flipped = self.get_conversation(id).await?.is_some_and(|c| own_flip(&c, planner, &plan));
+        }
         tracing::info!(conversation_id = %id, subtasks = count, flipped, "run started");
         Ok(flipped)
     }
@@ -416,7 +493,10 @@ impl AnswerStore for DynamoConversationStore {
         let status = u.name("status");
         let lease_until = u.name("lease_until_ms");
         let now = u.value("now", n(now_ms));
-        let expired = format!("(attribute_not_exists({lease_until}) OR {lease_until} < {now})");
+        let holder_name = u.name("lease_holder");
+        let me = u.value("me", s(holder));
+        // Expired, or this holder's own (a renewal, or this call's own write retried after its answer was lost).
+        let expired = format!("(attribute_not_exists({lease_until}) OR {lease_until} < {now} OR {holder_name} = {me})");
         let condition = match phase {
             LeasePhase::Planning => {
                 let turn = u.name("turn");
@@ -424,7 +504,11 @@ impl AnswerStore for DynamoConversationStore {
                 let lease_turn = u.name("lease_turn");
                 u.set_expr(format!("{lease_turn} = if_not_exists({turn}, {zero})"));
                 let planning = u.value("planning", s(ConversationStatus::Planning.as_str()));
-                format!("attribute_exists(#PK) AND {status} = {planning} AND {expired}")
+                let running = u.value("running", s(ConversationStatus::Running.as_str()));
+                // Its own holder may end the lease after the flip to RUNNING too (a failed enqueue).
+                format!(
+                    "attribute_exists(#PK) AND (({status} = {planning} AND {expired}) OR ({status} = {running} AND {holder_name} = {me}))"
+                )
             }
             LeasePhase::Aggregating { turn } => {
                 u.set("status", s(ConversationStatus::Aggregating.as_str())).set("lease_turn", n(turn));
@@ -450,14 +534,23 @@ impl AnswerStore for DynamoConversationStore {
         {
             Some(old) => {
                 let old = conversation_from_item(&old)?;
-                // From RUNNING the lease on the item (the planning one) is not an aggregation taken over.
-                let taken_over = if old.status == ConversationStatus::Running { None } else { old.lease };
+                // From RUNNING the lease on the item (the planning one) is not an aggregation taken
+                // over; nor is this holder's own lease.
+                let taken_over = if old.status == ConversationStatus::Running {
+                    None
+                } else {
+                    old.lease.filter(|l| l.holder != holder)
+                };
                 Ok(LeaseOutcome::Acquired { taken_over })
             }
             None => {
                 let Some(c) = self.get_conversation(id).await? else { return Ok(LeaseOutcome::Missing) };
                 let in_phase = match phase {
-                    LeasePhase::Planning => c.status == ConversationStatus::Planning,
+                    LeasePhase::Planning => {
+                        c.status == ConversationStatus::Planning
+                            || (c.status == ConversationStatus::Running
+                                && c.lease.as_ref().is_some_and(|l| l.holder == holder))
+                    }
                     LeasePhase::Aggregating { turn } => {
                         c.turn == turn
                             && (c.status == ConversationStatus::Aggregating
@@ -545,7 +638,11 @@ impl AccountingStore for DynamoConversationStore {
         let finished = u.name("finished");
         let sid = u.value("sid", s(subtask_id));
         let zero = u.value("zero", n(0));
-        let condition = format!("attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero}");
+        // Only an id of the plan counts (no `plan`: a conversation planned before it was kept).
+        let plan = u.name("plan");
+        let condition = format!(
+            "attribute_exists(#PK) AND NOT contains({finished}, {sid}) AND {remaining} > {zero} AND (attribute_not_exists({plan}) OR contains({plan}, {sid}))"
+        );
         match self
             .update("UpdateItem(count_finished)", &ItemKey::conversation(id), u, condition, ReturnValue::UpdatedNew)
             .await?

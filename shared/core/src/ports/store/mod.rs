@@ -88,13 +88,18 @@ store_roles! {
             as GetConversation;
 
         /// Writes all subtask items and flips the conversation `PLANNING → RUNNING`
-        /// with `total = remaining = subtasks.len()`, `notes`, and `usage` added.
-        /// Returns `false` (and writes nothing) when the conversation is not in `PLANNING`.
+        /// with `total = remaining = subtasks.len()`, the plan's ids, `notes`, and `usage` added —
+        /// conditional on `planner` (when given) holding the planning lease. Returns `false` (and
+        /// flips nothing) when the conversation is not in `PLANNING` or another planner holds it;
+        /// `true` when this planner's own flip is found already made (its answer was lost).
+        /// Subtask items of the conversation outside this plan (a planner taken over wrote them)
+        /// are removed, and are never listed nor counted whatever is left of them.
         /// DynamoDB: at most 100 items per transaction, so large plans write the
         /// subtasks first and flip the conversation last.
         async fn start_run(
             &self,
             id: &ConversationId,
+            planner: Option<&str>,
             subtasks: &[SubtaskRecord],
             notes: &[String],
             usage: &Usage,
@@ -144,12 +149,15 @@ store_roles! {
     /// hand-off to a person.
     pub trait AnswerStore {
         /// Takes the lease of `phase` for `holder` until `until_ms`, in one conditional write:
-        /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease;
+        /// - [`LeasePhase::Planning`]: the conversation is `PLANNING` and holds no live lease (or, for
+        ///   the lease's own holder, `PLANNING` or `RUNNING`: its planner may end it after the flip);
         /// - [`LeasePhase::Aggregating`]: the conversation is on `turn` and either `RUNNING` with
         ///   `remaining = 0` (it becomes `AGGREGATING`: the aggregation flip) or `AGGREGATING` under a
         ///   lease that expired before `now_ms` (a takeover).
         ///
-        /// A live lease is never taken over ([`LeaseOutcome::Held`]).
+        /// A live lease is never taken over ([`LeaseOutcome::Held`]); the holder's own lease is taken
+        /// again (renewed, or ended with an `until_ms` already past), so a call retried after its write
+        /// was applied and its answer lost answers [`LeaseOutcome::Acquired`] with nothing taken over.
         async fn acquire_lease(
             &self,
             id: &ConversationId,
@@ -186,7 +194,8 @@ store_roles! {
         async fn get_subtask(&self, id: &ConversationId, subtask_id: &SubtaskId) -> Result<Option<SubtaskRecord>, StoreError>
             as GetSubtask { subtask: subtask_id };
 
-        /// All subtasks of a conversation, strongly consistent, in id order.
+        /// All subtasks of a conversation's plan (once it has one: see [`ConversationRecords::start_run`]),
+        /// strongly consistent, in id order.
         async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError>
             as ListSubtasks;
 
@@ -253,7 +262,8 @@ store_roles! {
     pub trait AccountingStore {
         /// Exactly-once accounting: one conditional update of the conversation
         /// item adds `subtask_id` to the finished set, decrements `remaining` and
-        /// adds `usage`, guarded by "id not yet in the set" (DESIGN.md invariant 1).
+        /// adds `usage`, guarded by "id not yet in the set" and "id in the plan" (DESIGN.md
+        /// invariant 1); an id outside the plan changes nothing ([`CountOutcome::AlreadyCounted`]).
         async fn count_finished(
             &self,
             id: &ConversationId,

@@ -54,6 +54,9 @@ struct ConversationItem {
     /// The exactly-once guard: absent while empty (DynamoDB has no empty set).
     #[serde(default, with = "serde_dynamo::string_set", skip_serializing_if = "BTreeSet::is_empty")]
     finished: BTreeSet<String>,
+    /// The plan's subtask ids (written by `start_run`'s flip); absent while empty and on items written before.
+    #[serde(default, with = "serde_dynamo::string_set", skip_serializing_if = "BTreeSet::is_empty")]
+    plan: BTreeSet<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reply: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -116,6 +119,7 @@ pub fn conversation_item(c: &Conversation) -> Result<Item, StoreError> {
         created_at_ms: c.created_at_ms,
         deadline_ms: c.deadline_ms,
         finished: c.finished.clone(),
+        plan: c.plan.clone(),
         reply: c.reply.clone(),
         notes: c.notes.clone(),
         error: c.error.clone(),
@@ -166,6 +170,7 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
         total: c.total,
         remaining: c.remaining,
         finished: c.finished,
+        plan: c.plan,
         reply: c.reply,
         usage: Usage {
             prompt_tokens: c.usage_prompt_tokens,
