@@ -50,8 +50,30 @@ else
     step "npm packages of the gateway tests (server-everything, conformance 0.1.10)" \
         bash -c 'cd infra/gateway && { [[ -d node_modules/@modelcontextprotocol/server-everything && -d node_modules/@modelcontextprotocol/conformance ]] || npm ci --no-audit --no-fund; }' || exit 1
 fi
-step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
-    cargo test --workspace --all-targets
+# `--no-fail-fast`: a failing test binary does not stop the step, so every binary runs; the
+# summary names each failing binary and says how many ran (cargo prints one "test result:" line per
+# binary that ran, and "error: test failed, to rerun pass `…`" per binary that failed).
+declare -a cargo_details=()
+cargo_tests() {
+    local log rc=0
+    log="$(mktemp)"
+    cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || rc=$?
+    local ran passed failed_tests failing
+    ran=$(grep -c '^test result: ' "$log")
+    passed=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | paste -sd+ - | bc)
+    failed_tests=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | paste -sd+ - | bc)
+    failing=$(grep -E '^error: (test failed|[0-9]+ targets? failed)' -A100 "$log" | grep -oE '`-p [^`]+`' | sort -u)
+    cargo_details+=("      cargo test: ${ran:-0} test binaries ran, ${passed:-0} tests passed, ${failed_tests:-0} failed")
+    if [[ -n "$failing" ]]; then
+        while IFS= read -r line; do cargo_details+=("      failing binary: ${line//\`/}"); done <<<"$failing"
+    fi
+    if grep -q '^error: could not compile' "$log"; then cargo_details+=("      a crate did not compile: its test binaries never ran"); rc=1; fi
+    rm -f "$log"
+    return $rc
+}
+step "cargo test --workspace --no-fail-fast (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
+    cargo_tests
+report+=("${cargo_details[@]}")
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
 # double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
 # approval or against its rejection (README "Chaos"), exit 1; a run in which a fault kind was injected
