@@ -23,9 +23,18 @@ use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 struct Cli {
     /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
     /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
-    /// Tables and queues get names unique to the run and are deleted at the end.
+    /// Tables and queues get names unique to the run and are deleted at the end, unless --stack names them.
     #[arg(long, global = true, value_name = "URL")]
     aws_endpoint: Option<String>,
+    /// With --aws-endpoint: keep the table and queues under this stack name across restarts (the
+    /// table `<NAME>`, the queues `<NAME>-tasks`, `<NAME>-refund` and their `-dlq`s): created if
+    /// missing, reused if present, never deleted at the end — stop or kill the process and the next
+    /// start with the same name carries on what was in flight, as a deployed stack does.
+    #[arg(long, global = true, value_name = "NAME", requires = "aws_endpoint")]
+    stack: Option<String>,
+    /// With --stack: delete the stack's table and queues first, and start clean.
+    #[arg(long, global = true, requires = "stack")]
+    fresh: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -194,7 +203,13 @@ async fn main() -> anyhow::Result<()> {
     // With a collector configured, spans leave every second (and once more at the end).
     let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
     let backend = match cli.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint)),
+        Some(endpoint) => {
+            let options = EmulatorOptions::new(endpoint);
+            BackendChoice::Emulator(match &cli.stack {
+                Some(name) => options.on_stack(name, cli.fresh)?,
+                None => options,
+            })
+        }
         None => BackendChoice::Embedded,
     };
     match cli.command {
@@ -599,9 +614,12 @@ async fn serve(
     println!("  callers      {callers}");
     println!("  metrics      http://{addr}/metrics   (Prometheus text)");
     println!("  approvals    {approvals}");
-    println!(
-        "  memory       everything (conversations, queues, approvals, the shop's refunds) lives in this process unless --aws-endpoint is given: stop it and it is gone"
-    );
+    let memory = if stack.is_embedded() {
+        "in memory: conversations, queues and approvals live in this process; stop it and they are gone (--aws-endpoint <URL> --stack <NAME> keeps them on the emulator across restarts)"
+    } else {
+        "on the emulator (see the backend line); the demo shop's orders and refunds live in this process and start afresh"
+    };
+    println!("  state        {memory}");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));

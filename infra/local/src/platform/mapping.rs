@@ -59,7 +59,11 @@ impl EventSourceMapping {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let this = Arc::new(self);
         let slots = Arc::new(Semaphore::new(this.settings.max_concurrency.max(1)));
+        // The invocations in flight die with the mapping (dropping the set aborts them): a stack
+        // stopped or killed leaves no invocation of its own running on.
+        let mut invocations = tokio::task::JoinSet::new();
         loop {
+            while invocations.try_join_next().is_some() {}
             let permit = tokio::select! {
                 p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
                 _ = shutdown.changed() => return,
@@ -81,7 +85,7 @@ impl EventSourceMapping {
             let received_at = Instant::now();
             let this = this.clone();
             let slots = slots.clone();
-            tokio::spawn(async move {
+            invocations.spawn(async move {
                 this.deliver(deliveries, polled_at, received_at, &slots).await;
                 drop(permit);
             });
