@@ -97,7 +97,7 @@ chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
     --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
     --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
-    --approval-twice-rate 0.34 --approval-reject-rate 0.34)
+    --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02)
 chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 --seed 9
     --crash-rate 0.06 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at worker_after_record_result=0.1 --crash-at worker_after_count=0.1
@@ -107,7 +107,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
-    --approval-twice-rate 0.5 --approval-reject-rate 0.5)
+    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.03)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \
