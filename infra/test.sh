@@ -89,6 +89,9 @@ report+=("${cargo_details[@]}")
 # The emulator runs at time scale 0.1: with 8 conversations at once, moto (about 8 subtasks/s on 2
 # cores) needs about 5.5 s for a fault-free conversation, too close to the 6 s deadline of scale 0.05.
 # It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
+# A share of the tasks messages is poisoned (--poison-message-rate): failed on every receive, each is
+# redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ
+# consumer runs in both runs and the verdict requires it (docs/local-platform.md).
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
@@ -107,7 +110,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
-    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.03)
+    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \
