@@ -48,6 +48,9 @@ swarm_tests::on_both_backends!(
 /// message still comes back only after its invocation (and its attempt lease) is over. The sweep
 /// runs every 720 s (3 s) with a timeout of 720 s (3 s): at 0.25 s and 1 s its scans of a loaded
 /// emulator time out, and every invocation counted as timed out is one these drills assert on.
+/// The DLQ consumer's timeout likewise 720 s (3 s; the DLQs' visibility timeout 1440 s, 6 s), and
+/// a tool call 200 s (833 ms: the worker's tool timeout and the gateway's per-call timeout, the
+/// gateway's and the shop's function timeouts at 240 s), all inside the worker's 3 s.
 fn drill_timings() -> Timings {
     let mut t = swarm_tests::with_room_for_tool_calls(swarm_tests::with_room_to_plan(Timings::standard().clone()));
     t.conversation.deadline = Duration::from_secs(3600);
@@ -55,6 +58,12 @@ fn drill_timings() -> Timings {
     t.queues.tasks.visibility_timeout = Duration::from_secs(1440);
     t.sweep.period = Duration::from_secs(720);
     t.sweep.timeout = Duration::from_secs(720);
+    t.dlq_consumer.timeout = Duration::from_secs(720);
+    t.queues.dead_letters.visibility_timeout = Duration::from_secs(1440);
+    t.gateway.timeout = Duration::from_secs(240);
+    t.shop.timeout = Duration::from_secs(240);
+    t.gateway.call_timeout = Duration::from_secs(200);
+    t.worker.tool_timeout = Duration::from_secs(200);
     t
 }
 
