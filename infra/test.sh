@@ -56,8 +56,30 @@ else
     step "npm packages of the gateway tests (server-everything, conformance 0.1.10)" \
         bash -c 'cd infra/gateway && { [[ -d node_modules/@modelcontextprotocol/server-everything && -d node_modules/@modelcontextprotocol/conformance ]] || npm ci --no-audit --no-fund; }' || exit 1
 fi
-step "cargo test --workspace (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
-    cargo test --workspace --all-targets
+# `--no-fail-fast`: a failing test binary does not stop the step, so every binary runs; the
+# summary names each failing binary and says how many ran (cargo prints one "test result:" line per
+# binary that ran, and "error: test failed, to rerun pass `…`" per binary that failed).
+declare -a cargo_details=()
+cargo_tests() {
+    local log rc=0
+    log="$(mktemp)"
+    cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || rc=$?
+    local ran passed failed_tests failing
+    ran=$(grep -c '^test result: ' "$log")
+    passed=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | paste -sd+ - | bc)
+    failed_tests=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | paste -sd+ - | bc)
+    failing=$(grep -E '^error: (test failed|[0-9]+ targets? failed)' -A100 "$log" | grep -oE '`-p [^`]+`' | sort -u)
+    cargo_details+=("      cargo test: ${ran:-0} test binaries ran, ${passed:-0} tests passed, ${failed_tests:-0} failed")
+    if [[ -n "$failing" ]]; then
+        while IFS= read -r line; do cargo_details+=("      failing binary: ${line//\`/}"); done <<<"$failing"
+    fi
+    if grep -q '^error: could not compile' "$log"; then cargo_details+=("      a crate did not compile: its test binaries never ran"); rc=1; fi
+    rm -f "$log"
+    return $rc
+}
+step "cargo test --workspace --no-fail-fast (unit, contract suites on both adapters, local stack, gateway federation and conformance, Lambda handlers on the emulator)" \
+    cargo_tests
+report+=("${cargo_details[@]}")
 # swarm-chaos at a small size on both backends with the fixed seed: the run fails on a lost, hung,
 # double-counted, double-aggregated or double-refunded conversation, a refund without the operator's
 # approval or against its rejection (docs/chaos.md), exit 1; a run in which a fault kind was injected
@@ -73,6 +95,9 @@ step "cargo test --workspace (unit, contract suites on both adapters, local stac
 # The emulator runs at time scale 0.1: with 8 conversations at once, moto (about 8 subtasks/s on 2
 # cores) needs about 5.5 s for a fault-free conversation, too close to the 6 s deadline of scale 0.05.
 # It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
+# A share of the tasks messages is poisoned (--poison-message-rate): failed on every receive, each is
+# redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ
+# consumer runs in both runs and the verdict requires it (docs/local-platform.md).
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
@@ -81,7 +106,7 @@ chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
     --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
     --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
-    --approval-twice-rate 0.34 --approval-reject-rate 0.34)
+    --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02)
 chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 --seed 9
     --crash-rate 0.06 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at worker_after_record_result=0.1 --crash-at worker_after_count=0.1
@@ -91,7 +116,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
-    --approval-twice-rate 0.5 --approval-reject-rate 0.5)
+    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \

@@ -101,16 +101,31 @@ pub fn unmet_expectations(case: &Case, view: &ConversationView) -> Vec<String> {
     problems
 }
 
-/// `timings` with room for one tool call at a small time scale: the worker's tool timeout and the
-/// gateway's per-call timeout at 50 s (the gateway's and the shop's function timeouts at 60 s, so
-/// the table's rules between them still hold). At 1/240 the table's 10 s leave a call 42 ms, which a
-/// loaded 2-core machine misses now and then; these leave it about 200 ms.
+/// `timings` with room for one tool call at a small time scale: the worker's tool timeout, the
+/// gateway's per-call timeout and its discovery timeout (`tools/list` upstream) at 50 s (the
+/// gateway's and the shop's function timeouts at 60 s, so the table's rules between them still
+/// hold). At 1/240 the table's 10 s leave a call 42 ms and its 5 s leave discovery 21 ms (the
+/// planner then sees no tools), which a loaded 2-core machine misses now and then; these leave about 200 ms.
 pub fn with_room_for_tool_calls(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
     let secs = std::time::Duration::from_secs;
     timings.gateway.timeout = secs(60);
     timings.shop.timeout = secs(60);
     timings.gateway.call_timeout = secs(50);
+    timings.gateway.discovery_timeout = secs(50);
     timings.worker.tool_timeout = secs(50);
+    timings
+}
+
+/// `timings` with room to plan at a small time scale: the orchestrator's timeout, planning budget
+/// and planning lease × 40 (their order kept: budget < timeout < lease). At 1/240 the table's 25 s
+/// plan budget leaves 104 ms and its 29 s timeout 1 s (whole seconds), which a loaded 2-core machine
+/// misses (the plan falls back to one task, or the POST times out); these leave 4.2 s, 5 s and 5.8 s.
+/// For tests whose subject is not the orchestrator's budgets.
+pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
+    let o = &mut timings.orchestrator;
+    o.timeout *= 40;
+    o.plan_budget *= 40;
+    o.lease *= 40;
     timings
 }
 

@@ -84,9 +84,18 @@ struct Cli {
 struct Platform {
     /// Run the AWS way: DynamoDB (with its stream) and SQS on this emulator endpoint
     /// (start one with `infra/aws/moto.sh start`), e.g. http://127.0.0.1:5000.
-    /// Tables and queues get names unique to the run and are deleted at the end.
+    /// Tables and queues get names unique to the run and are deleted at the end, unless --stack names them.
     #[arg(long, value_name = "URL")]
     aws_endpoint: Option<String>,
+    /// With --aws-endpoint: keep the table and queues under this stack name across restarts (the
+    /// table `<NAME>`, the queues `<NAME>-tasks`, `<NAME>-refund` and their `-dlq`s): created if
+    /// missing, reused if present, never deleted at the end — stop or kill the process and the next
+    /// start with the same name carries on what was in flight, as a deployed stack does.
+    #[arg(long, value_name = "NAME", requires = "aws_endpoint")]
+    stack: Option<String>,
+    /// With --stack: delete the stack's table and queues first, and start clean.
+    #[arg(long, requires = "stack")]
+    fresh: bool,
     /// Conversations one customer may start per minute (past it: 429 with Retry-After), counted in the store.
     #[arg(long, default_value_t = CustomerLimits::DEFAULT.conversations_per_minute, value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=100_000), value_name = "N")]
     conversations_per_minute: u32,
@@ -307,7 +316,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             check_llm().await?;
             // With a collector configured, spans leave every second (and once more at the end).
             let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
-            let mut options = options(&platform);
+            let mut options = options(&platform)?;
             if let Some(secs) = deadline {
                 options.timings.conversation.deadline = Duration::from_secs(secs);
             }
@@ -358,7 +367,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 AllowedOrigins::parse(&allow_origins).map_err(|e| anyhow::anyhow!("--allow-origin: {e}"))?
             };
             let _flushing = telemetry.spawn_periodic_flush(Duration::from_secs(1));
-            let mut options = options(&platform);
+            let mut options = options(&platform)?;
             options.refund_approval_above_cents = approval_above;
             let served = serve(options, port, auth, operators, origins, &telemetry).await;
             telemetry.flush().await;
@@ -469,12 +478,18 @@ fn print_wiring(json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn options(platform: &Platform) -> StackOptions {
+fn options(platform: &Platform) -> anyhow::Result<StackOptions> {
     let backend = match &platform.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone())),
+        Some(endpoint) => {
+            let options = EmulatorOptions::new(endpoint.clone());
+            BackendChoice::Emulator(match &platform.stack {
+                Some(name) => options.on_stack(name, platform.fresh)?,
+                None => options,
+            })
+        }
         None => BackendChoice::Embedded,
     };
-    StackOptions {
+    Ok(StackOptions {
         backend,
         worker_concurrency: platform.concurrency,
         time_scale: platform.time_scale,
@@ -483,7 +498,7 @@ fn options(platform: &Platform) -> StackOptions {
             subtasks_per_conversation: platform.max_subtasks,
         },
         ..StackOptions::default()
-    }
+    })
 }
 
 /// Model label for people: the offline model says what it is.
@@ -674,9 +689,12 @@ async fn serve(
     println!("  browsers     CORS for {}", origins.origins().join(", "));
     println!("  metrics      http://{addr}/metrics   (Prometheus text)");
     println!("  approvals    {approvals}");
-    println!(
-        "  memory       everything (conversations, queues, approvals, the shop's refunds) lives in this process unless --aws-endpoint is given: stop it and it is gone"
-    );
+    let memory = if stack.is_embedded() {
+        "in memory: conversations, queues and approvals live in this process; stop it and they are gone (--aws-endpoint <URL> --stack <NAME> keeps them on the emulator across restarts)"
+    } else {
+        "on the emulator (see the backend line); the demo shop's orders and refunds live in this process and start afresh"
+    };
+    println!("  state        {memory}");
     println!("  tool gateway {}", stack.gateway_url);
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));

@@ -19,7 +19,7 @@ use swarm_core::faults::CrashPoint;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
 use swarm_local::chaos::operator::{Operator, OperatorLog};
-use swarm_local::chaos::report::{ClientOutcome, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
+use swarm_local::chaos::report::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
 use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
 use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, Queue, StackOptions};
@@ -90,6 +90,11 @@ struct Args {
     /// … for up to this long (table seconds).
     #[arg(long, default_value_t = 30.0)]
     delivery_delay_max_secs: f64,
+    /// Share of tasks-queue messages poisoned at their first receive: failed on every receive (in
+    /// batchItemFailures, with the worker's retry visibility) until the redrive policy moves them to
+    /// the DLQ, whose consumer closes their subtask.
+    #[arg(long, default_value_t = 0.001)]
+    poison_message_rate: f64,
     /// Share of the aggregator's stream records dropped.
     #[arg(long, default_value_t = 0.03)]
     stream_drop_rate: f64,
@@ -193,6 +198,7 @@ fn chaos_settings(a: &Args) -> anyhow::Result<ChaosSettings> {
         duplicate_delivery: rate("--duplicate-delivery-rate", a.duplicate_delivery_rate)?,
         delayed_delivery: rate("--delayed-delivery-rate", a.delayed_delivery_rate)?,
         delivery_delay_max: seconds("--delivery-delay-max-secs", a.delivery_delay_max_secs, scale)?,
+        poison_message: rate("--poison-message-rate", a.poison_message_rate)?,
         stream_drop: rate("--stream-drop-rate", a.stream_drop_rate)?,
         stream_duplicate: rate("--stream-duplicate-rate", a.stream_duplicate_rate)?,
         client_repost: rate("--client-repost-rate", a.client_repost_rate)?,
@@ -559,6 +565,7 @@ impl Driver<'_> {
             approvals_at_end,
             concurrency: self.concurrency_lines(),
             platform: self.platform_lines(),
+            dead_letters: self.dead_letter_facts(),
             notes,
         })
     }
@@ -639,6 +646,22 @@ impl Driver<'_> {
             faults.push(FaultLine { name: name.into(), rate: r, opportunities: stats.requests, injected });
         }
         faults
+    }
+
+    /// The dead-letter path: messages poisoned, received on a DLQ, acknowledged there, and the DLQ consumer's invocations.
+    fn dead_letter_facts(&self) -> DeadLetterFacts {
+        let stack = self.stack;
+        let dlqs = [stack.queue_name(Queue::TasksDeadLetters), stack.queue_name(Queue::RefundDeadLetters)];
+        let mut seen: BTreeMap<String, bool> = BTreeMap::new();
+        for r in stack.received().into_iter().filter(|r| dlqs.contains(&r.queue.as_str())) {
+            *seen.entry(r.message_id).or_default() |= !r.retried;
+        }
+        DeadLetterFacts {
+            poisoned: self.chaos.poisoned_count() as u64,
+            dead_lettered: seen.len() as u64,
+            acknowledged: seen.values().filter(|a| **a).count() as u64,
+            invocations: stack.counters().snapshot().dead_letter_invocations,
+        }
     }
 
     /// The platform counters worth a line.

@@ -1,4 +1,4 @@
-//! The chaos hook of the local platform: per opportunity, a seeded decision whether to inject a fault of each kind (a crash at a named point, a duplicated or delayed SQS delivery, a dropped or duplicated stream record, a client re-post, a tool error or hang, an approval decision posted twice or a rejection), and the count of every fault injected.
+//! The chaos hook of the local platform: per opportunity, a seeded decision whether to inject a fault of each kind (a crash at a named point, a duplicated or delayed SQS delivery, a poison message, a dropped or duplicated stream record, a client re-post, a tool error or hang, an approval decision posted twice or a rejection), and the count of every fault injected.
 //!
 //! Each kind keeps its own RNG (seeded from the run's seed and the kind) and spaces its
 //! injections: with rate `r`, the gap between two injections is `1/r` opportunities times a
@@ -9,7 +9,7 @@
 //! Crash points go through [`swarm_core::faults`]: [`Chaos`] is the [`FaultPlan`] every
 //! invocation runs under.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -27,6 +27,11 @@ pub enum FaultKind {
     DuplicateDelivery,
     /// An SQS batch held before its invocation (a slow poller; its messages stay in flight).
     DelayedDelivery,
+    /// A tasks-queue message its worker fails on every receive before it begins (as a worker
+    /// whose store is throttled on that item every time): listed in `batchItemFailures` with the
+    /// worker's retry visibility, redriven to the DLQ after `maxReceiveCount` receives, where the
+    /// DLQ consumer closes its subtask.
+    PoisonMessage,
     /// A stream record the aggregator's filter passed never reaches it (dropped after
     /// `MaximumRetryAttempts`, or lost).
     StreamRecordDropped,
@@ -53,6 +58,7 @@ impl FaultKind {
         all.extend([
             FaultKind::DuplicateDelivery,
             FaultKind::DelayedDelivery,
+            FaultKind::PoisonMessage,
             FaultKind::StreamRecordDropped,
             FaultKind::StreamRecordDuplicated,
             FaultKind::ClientRepost,
@@ -71,6 +77,7 @@ impl FaultKind {
             FaultKind::Crash(point) => format!("crash:{}", point.name()),
             FaultKind::DuplicateDelivery => "sqs_duplicate_delivery".into(),
             FaultKind::DelayedDelivery => "sqs_delayed_delivery".into(),
+            FaultKind::PoisonMessage => "sqs_poison_message".into(),
             FaultKind::StreamRecordDropped => "stream_record_dropped".into(),
             FaultKind::StreamRecordDuplicated => "stream_record_duplicated".into(),
             FaultKind::ClientRepost => "api_client_repost".into(),
@@ -96,6 +103,7 @@ impl FaultKind {
             FaultKind::ToolUpstreamDown => 8,
             FaultKind::ApprovalPostedTwice => 9,
             FaultKind::ApprovalRejected => 10,
+            FaultKind::PoisonMessage => 11,
         }
     }
 }
@@ -150,6 +158,8 @@ pub struct ChaosSettings {
     /// Per SQS batch; held for a time drawn uniformly from `[0, delivery_delay_max]`.
     pub delayed_delivery: f64,
     pub delivery_delay_max: Duration,
+    /// Per tasks-queue message, at its first receive: poison it ([`FaultKind::PoisonMessage`]).
+    pub poison_message: f64,
     /// Per stream record the aggregator's filter passes.
     pub stream_drop: f64,
     pub stream_duplicate: f64,
@@ -171,6 +181,7 @@ impl ChaosSettings {
             duplicate_delivery: 0.0,
             delayed_delivery: 0.0,
             delivery_delay_max: Duration::ZERO,
+            poison_message: 0.0,
             stream_drop: 0.0,
             stream_duplicate: 0.0,
             client_repost: 0.0,
@@ -186,6 +197,7 @@ impl ChaosSettings {
             FaultKind::Crash(point) => self.crash.get(&point).copied().unwrap_or(0.0),
             FaultKind::DuplicateDelivery => self.duplicate_delivery,
             FaultKind::DelayedDelivery => self.delayed_delivery,
+            FaultKind::PoisonMessage => self.poison_message,
             FaultKind::StreamRecordDropped => self.stream_drop,
             FaultKind::StreamRecordDuplicated => self.stream_duplicate,
             FaultKind::ClientRepost => self.client_repost,
@@ -264,6 +276,8 @@ pub struct Chaos {
     kinds: Mutex<BTreeMap<FaultKind, Spacing>>,
     /// Draws that are not decisions (delays, error shapes), in one seeded stream.
     draws: Mutex<StdRng>,
+    /// Ids of the poisoned messages: failed on every receive.
+    poisoned: Mutex<HashSet<String>>,
 }
 
 impl Chaos {
@@ -273,7 +287,7 @@ impl Chaos {
         let kinds =
             FaultKind::all().into_iter().map(|k| (k, Spacing::new(settings.seed, k, settings.rate(k)))).collect();
         let draws = Mutex::new(StdRng::seed_from_u64(settings.seed.wrapping_add(0x5EED)));
-        Ok(Self { settings, kinds: Mutex::new(kinds), draws })
+        Ok(Self { settings, kinds: Mutex::new(kinds), draws, poisoned: Mutex::default() })
     }
 
     pub fn settings(&self) -> &ChaosSettings {
@@ -288,6 +302,25 @@ impl Chaos {
             tracing::warn!(fault = %kind, "injected fault");
         }
         injected
+    }
+
+    /// Whether the message `message_id`, received for the `receive_count`th time, is poisoned:
+    /// decided at its first receive (one opportunity of [`FaultKind::PoisonMessage`]), kept after.
+    pub fn poisoned(&self, message_id: &str, receive_count: u32) -> bool {
+        let mut poisoned = self.poisoned.lock().unwrap_or_else(PoisonError::into_inner);
+        if poisoned.contains(message_id) {
+            return true;
+        }
+        if receive_count <= 1 && self.decide(FaultKind::PoisonMessage) {
+            poisoned.insert(message_id.to_owned());
+            return true;
+        }
+        false
+    }
+
+    /// How many messages were poisoned.
+    pub fn poisoned_count(&self) -> usize {
+        self.poisoned.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// Counts one injection of `kind` that was not a decision (a request refused while the tool server is down).

@@ -1,4 +1,4 @@
-//! The emulator backend: DynamoDB (with its stream) and SQS on an AWS emulator (moto), through the same AWS adapters the Lambdas use; tables and queues get names unique to the run; with IAM enforced, each function signs with its own IAM user's key ([`super::iam`]).
+//! The emulator backend: DynamoDB (with its stream) and SQS on an AWS emulator (moto), through the same AWS adapters the Lambdas use; tables and queues get names unique to the run, or the names of a stack that outlives the process (reused on the next start, so a restart loses nothing); with IAM enforced, each function signs with its own IAM user's key ([`super::iam`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,10 +34,17 @@ pub struct EmulatorOptions {
     pub endpoint: String,
     /// `AWS_REGION`, else `us-east-1`.
     pub region: String,
-    /// Prefix of the table and queue names; a unique suffix is added per run.
+    /// Prefix of the table and queue names; a unique suffix is added per run (without [`Self::stack`]).
     pub name_prefix: String,
     /// Leave the table and queues on the emulator at teardown (to inspect them).
     pub keep_resources: bool,
+    /// A stack name: the table is `<stack>`, the queues `<stack>-tasks`, `<stack>-refund` and their
+    /// `-dlq`s, created if missing and reused if present, and kept at teardown — as a deployed stack's
+    /// table and queues outlive its functions, a restart finds what was in flight. `None`: names
+    /// unique to the run, deleted at teardown.
+    pub stack: Option<String>,
+    /// With [`Self::stack`]: delete the stack's table and queues first, and start clean.
+    pub fresh: bool,
     /// IAM is enforced on this emulator (`infra/aws/moto_server.py --iam`, its own port): the
     /// platform signs as the emulator's administrator, each function as its own IAM user with its
     /// role's policies from `template.yaml`.
@@ -54,8 +61,24 @@ impl EmulatorOptions {
                 .unwrap_or_else(|| "us-east-1".into()),
             name_prefix: "swarm-local".into(),
             keep_resources: false,
+            stack: None,
+            fresh: false,
             iam: false,
         }
+    }
+
+    /// The same, on the stack named `name` ([`EmulatorOptions::stack`]); `fresh` deletes what it holds first.
+    ///
+    /// Errors: a name DynamoDB and SQS do not both accept (1-60 characters of `A-Z a-z 0-9 - _`,
+    /// so that `<name>-refund-dlq` stays within SQS's 80).
+    pub fn on_stack(mut self, name: &str, fresh: bool) -> anyhow::Result<Self> {
+        let valid = (1..=60).contains(&name.len())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && name.len() >= 3;
+        anyhow::ensure!(valid, "stack name {name:?}: 3-60 characters of A-Z a-z 0-9 - _");
+        self.stack = Some(name.to_owned());
+        self.fresh = fresh;
+        Ok(self)
     }
 
     /// The same, with IAM enforced or not ([`EmulatorOptions::iam`]).
@@ -137,6 +160,8 @@ pub struct EmulatorBackend {
     stream_poll: Duration,
     /// With IAM on: each function's clients, signed with its own key, and the users to delete.
     signed: Option<(HashMap<String, FunctionClients>, FunctionUsers)>,
+    /// The stack's table was there already (a restart): what it holds is carried on.
+    reused: bool,
 }
 
 impl EmulatorBackend {
@@ -148,9 +173,23 @@ impl EmulatorBackend {
     /// Errors: the emulator does not answer or refuses a request.
     pub async fn provision(options: &EmulatorOptions, timings: &Timings) -> anyhow::Result<Self> {
         let (dynamodb, streams, sqs) = emulator_clients_as(&options.endpoint, &options.region, options.credentials());
-        // Names unique to this run: several runs (and tests) share one emulator.
-        let run = uuid::Uuid::now_v7().simple().to_string();
-        let base = format!("{}-{}", options.name_prefix, &run[run.len() - 12..]);
+        let base = match &options.stack {
+            Some(stack) => stack.clone(),
+            None => {
+                // Names unique to this run: several runs (and tests) share one emulator.
+                let run = uuid::Uuid::now_v7().simple().to_string();
+                format!("{}-{}", options.name_prefix, &run[run.len() - 12..])
+            }
+        };
+        if options.stack.is_some() && options.fresh {
+            delete_stack(&dynamodb, &sqs, &base).await;
+        }
+        let reused = table_exists(&dynamodb, &base).await.with_context(|| {
+            format!(
+                "looking for table {base} on {} (is the emulator running? infra/aws/moto.sh start)",
+                options.endpoint
+            )
+        })?;
         create_table(&dynamodb, &base).await.with_context(|| {
             format!("creating table {base} on {} (is the emulator running? infra/aws/moto.sh start)", options.endpoint)
         })?;
@@ -166,8 +205,10 @@ impl EmulatorBackend {
                     dlq_visibility_timeout_secs: secs(q.dead_letters.visibility_timeout),
                     max_receive_count: q.max_receive_count,
                 };
-                let (url, dlq_url) =
-                    create_queue_with_dlq(&sqs, spec).await.with_context(|| format!("creating queue {name}"))?;
+                // A reused stack's queues keep their attributes: another time scale is refused (QueueAlreadyExists).
+                let (url, dlq_url) = create_queue_with_dlq(&sqs, spec).await.with_context(|| {
+                    format!("creating queue {name} (a stack's queues hold the time scale they were made with: same --time-scale, or --fresh)")
+                })?;
                 anyhow::Ok((handles(&sqs, &url), handles(&sqs, &dlq_url), [url, dlq_url]))
             }
         };
@@ -188,6 +229,7 @@ impl EmulatorBackend {
             queue_urls,
             stream_poll: timings.local.stream_poll.max(MIN_STREAM_POLL),
             signed: None,
+            reused,
         };
         if options.iam {
             match this.sign_functions().await {
@@ -208,6 +250,10 @@ impl EmulatorBackend {
     async fn sign_functions(&self) -> anyhow::Result<(HashMap<String, FunctionClients>, FunctionUsers)> {
         let arns = self.arns().await?;
         let functions = super::iam::functions()?;
+        if self.options.stack.is_some() {
+            // A killed run of the stack left its users behind; each start makes its own keys.
+            FunctionUsers::delete_named(&self.options.endpoint, &self.options.region, &self.table, &functions).await?;
+        }
         let (users, keys) =
             FunctionUsers::create(&self.options.endpoint, &self.options.region, &self.table, &functions, &arns).await?;
         let clients = keys
@@ -270,8 +316,21 @@ fn handles(sqs: &aws_sdk_sqs::Client, url: &str) -> QueueHandles {
 impl Backend for EmulatorBackend {
     fn describe(&self) -> String {
         let iam = if self.signed.is_some() { " · IAM enforced, each function its own user" } else { "" };
+        let kept = match (&self.options.stack, self.reused) {
+            (Some(stack), true) => format!(
+                " · stack {stack} reused: its conversations and queued messages carry on; they outlive this process (--fresh starts clean)"
+            ),
+            (Some(stack), false) => {
+                format!(
+                    " · stack {stack} created: it outlives this process and the next start reuses it (--fresh starts clean)"
+                )
+            }
+            (None, _) => {
+                " · table and queues of this run only, deleted when it stops (--stack <name> keeps them)".to_owned()
+            }
+        };
         format!(
-            "emulator {} · table {} · queues {}, {} (+ DLQs){iam}",
+            "emulator {} · table {} · queues {}, {} (+ DLQs){iam}{kept}",
             self.options.endpoint, self.table, self.queues.tasks.name, self.queues.refund.name
         )
     }
@@ -300,7 +359,10 @@ impl Backend for EmulatorBackend {
         self.queues.get(queue)
     }
 
-    /// Reads the stream from its start: the table is new, so nothing before this run is replayed.
+    /// Reads the stream from its start: on a new table nothing before this run is replayed; on a
+    /// reused stack's table every record still in the stream is delivered again (at least once, as
+    /// an event source mapping created on an existing stream with `TRIM_HORIZON`): a record the
+    /// killed run's trigger had read but not acted on is acted on now, and the rest are no-ops.
     async fn change_feed(&self) -> Result<Box<dyn ChangeFeed>, StreamError> {
         let reader = DynamoStreamReader::open(
             &self.dynamodb,
@@ -341,8 +403,16 @@ impl Backend for EmulatorBackend {
         }
     }
 
-    /// Deletes the functions' IAM users, the queues and the table (unless kept); failures are logged.
+    /// Deletes the functions' IAM users, the queues and the table (unless kept, or a named stack's:
+    /// those outlive the process); failures are logged.
     async fn teardown(&self) {
+        if self.options.stack.is_some() {
+            if let Some((_, users)) = &self.signed {
+                users.delete().await;
+            }
+            tracing::info!(stack = %self.table, "the stack's table and queues are kept for the next start");
+            return;
+        }
         if self.options.keep_resources {
             tracing::info!(table = %self.table, queues = ?self.queue_urls, "emulator resources kept");
             return;
@@ -366,6 +436,38 @@ impl Backend for EmulatorBackend {
             }
             Err(_) => tracing::warn!(table = %self.table, "DeleteTable gave no answer"),
         }
+    }
+}
+
+/// Whether `table` exists. Errors: the emulator does not answer, or refuses DescribeTable.
+async fn table_exists(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<bool> {
+    match dynamodb.describe_table().table_name(table).send().await {
+        Ok(_) => Ok(true),
+        Err(e) if e.as_service_error().is_some_and(|se| se.is_resource_not_found_exception()) => Ok(false),
+        Err(e) => Err(anyhow::anyhow!("DescribeTable: {}", aws_sdk_dynamodb::error::DisplayErrorContext(&e))),
+    }
+}
+
+/// Deletes a stack's table and its four queues, those that exist (`--fresh`); failures are logged.
+async fn delete_stack(dynamodb: &aws_sdk_dynamodb::Client, sqs: &aws_sdk_sqs::Client, stack: &str) {
+    for name in [
+        format!("{stack}-tasks"),
+        format!("{stack}-tasks-dlq"),
+        format!("{stack}-refund"),
+        format!("{stack}-refund-dlq"),
+    ] {
+        let found = tokio::time::timeout(CLEANUP_TIMEOUT, sqs.get_queue_url().queue_name(&name).send()).await;
+        let Ok(Ok(found)) = found else { continue };
+        let Some(url) = found.queue_url else { continue };
+        if let Ok(Err(e)) = tokio::time::timeout(CLEANUP_TIMEOUT, sqs.delete_queue().queue_url(&url).send()).await {
+            tracing::warn!(queue_url = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "could not delete queue");
+        }
+    }
+    match tokio::time::timeout(CLEANUP_TIMEOUT, dynamodb.delete_table().table_name(stack).send()).await {
+        Ok(Err(e)) if !e.as_service_error().is_some_and(|se| se.is_resource_not_found_exception()) => {
+            tracing::warn!(table = %stack, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "could not delete table")
+        }
+        _ => tracing::info!(stack, "the stack's table and queues deleted: starting clean"),
     }
 }
 

@@ -111,6 +111,20 @@ impl FunctionUsers {
         Ok((this, keys))
     }
 
+    /// Deletes the users `<prefix>-<function>` of `functions` that exist (a killed run's, before a
+    /// restart makes them again); a missing one is skipped, a failure logged.
+    /// Errors: the IAM client cannot be built.
+    pub async fn delete_named(endpoint: &str, region: &str, prefix: &str, functions: &[String]) -> anyhow::Result<()> {
+        let iam = IamClient::new(endpoint, region)?;
+        for function in functions {
+            let user = format!("{prefix}-{function}");
+            if iam.call(&[("Action", "GetUser"), ("UserName", &user)]).await.is_ok() {
+                Self { iam: IamClient::new(endpoint, region)?, users: vec![user] }.delete().await;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes every user (its keys and policies first); failures are logged.
     pub async fn delete(&self) {
         for user in &self.users {

@@ -47,8 +47,13 @@ pub struct EventSourceMapping {
     pub duplicate_deliveries: bool,
     /// A fault plan per invocation (crash points), if any.
     pub faults: Option<Arc<dyn FaultPlan>>,
-    /// The chaos run's delivery faults: a batch held before its invocation, or handed to two at once.
+    /// The chaos run's delivery faults: a batch held before its invocation, or handed to two at
+    /// once, and poisoned messages (where [`Self::poison_visibility_secs`] is set).
     pub chaos: Option<Arc<Chaos>>,
+    /// On the tasks queue only: the visibility timeout, whole seconds, a poisoned message is given
+    /// back with (the worker's `retry_visibility`, as it sets it for a record it lists in
+    /// `batchItemFailures`); `None`: no message of this queue is poisoned.
+    pub poison_visibility_secs: Option<u32>,
     pub counters: Arc<Counters>,
     pub received: Arc<ReceivedLog>,
 }
@@ -59,7 +64,11 @@ impl EventSourceMapping {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let this = Arc::new(self);
         let slots = Arc::new(Semaphore::new(this.settings.max_concurrency.max(1)));
+        // The invocations in flight die with the mapping (dropping the set aborts them): a stack
+        // stopped or killed leaves no invocation of its own running on.
+        let mut invocations = tokio::task::JoinSet::new();
         loop {
+            while invocations.try_join_next().is_some() {}
             let permit = tokio::select! {
                 p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
                 _ = shutdown.changed() => return,
@@ -81,7 +90,7 @@ impl EventSourceMapping {
             let received_at = Instant::now();
             let this = this.clone();
             let slots = slots.clone();
-            tokio::spawn(async move {
+            invocations.spawn(async move {
                 this.deliver(deliveries, polled_at, received_at, &slots).await;
                 drop(permit);
             });
@@ -110,17 +119,21 @@ impl EventSourceMapping {
         if is_worker {
             self.counters.worker_started();
         }
+        let (poisoned, healthy) = self.poisoned(&deliveries).await;
         let mut failed: HashSet<String> = HashSet::new();
-        if chaos.is_some_and(|c| c.decide(FaultKind::DuplicateDelivery)) {
-            let (first, second) = with_duplicate(slots, || self.invoke_once(&deliveries)).await;
+        if healthy.is_empty() {
+            // Every message of the batch was poisoned: nothing is left to invoke with.
+        } else if chaos.is_some_and(|c| c.decide(FaultKind::DuplicateDelivery)) {
+            let (first, second) = with_duplicate(slots, || self.invoke_once(&healthy)).await;
             failed.extend(first);
             failed.extend(second);
         } else {
             let times = if self.duplicate_deliveries { 2 } else { 1 };
             for _ in 0..times {
-                failed = self.invoke_once(&deliveries).await;
+                failed = self.invoke_once(&healthy).await;
             }
         }
+        failed.extend(poisoned);
         if is_worker {
             self.counters.worker_ended();
         }
@@ -146,6 +159,29 @@ impl EventSourceMapping {
                 }
             }
         }
+    }
+
+    /// Under chaos, where poisoning is on: the batch's poisoned messages ([`Chaos::poisoned`]), each
+    /// given back with the worker's retry visibility as the worker would (`ChangeMessageVisibility`),
+    /// and the rest, which the invocation gets.
+    async fn poisoned(&self, deliveries: &[Delivery]) -> (HashSet<String>, Vec<Delivery>) {
+        let (Some(chaos), Some(visibility)) = (self.chaos.as_deref(), self.poison_visibility_secs) else {
+            return (HashSet::new(), deliveries.to_vec());
+        };
+        let mut poisoned = HashSet::new();
+        let mut healthy = Vec::new();
+        for d in deliveries {
+            if !chaos.poisoned(&d.message_id, d.receive_count) {
+                healthy.push(d.clone());
+                continue;
+            }
+            add(&self.counters.batch_item_failures, 1);
+            if let Err(e) = self.consumer.change_visibility(&d.receipt_handle, visibility).await {
+                tracing::warn!(queue = %self.queue, message_id = %d.message_id, error = %e, "ChangeMessageVisibility of a poisoned message failed");
+            }
+            poisoned.insert(d.message_id.clone());
+        }
+        (poisoned, healthy)
     }
 
     /// One invocation; answers the ids of the messages to leave for redelivery.

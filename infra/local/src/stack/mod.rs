@@ -171,6 +171,11 @@ impl LocalStack {
         })
     }
 
+    /// Whether the state lives in this process (the embedded backend): gone when it stops.
+    pub fn is_embedded(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// Which backend, and where (one line).
     pub fn describe_backend(&self) -> String {
         self.backend.describe()
@@ -256,6 +261,16 @@ impl LocalStack {
     /// The hand-off events seen so far (the pipe's output), in stream order.
     pub fn handoffs(&self) -> Vec<HandoffEvent> {
         self.observed.handoffs.all()
+    }
+
+    /// Dies the way `kill -9` kills the process: every mapping, invocation, trigger, schedule and
+    /// server is dropped at its next await, with no drain and no teardown. A message in flight comes
+    /// back after its visibility timeout; on a named emulator stack the next start carries on.
+    pub async fn kill(self) {
+        for t in self.running.tasks {
+            t.abort();
+            let _ = t.await;
+        }
     }
 
     /// Stops the mappings, the trigger and the servers, then tears the backend down.

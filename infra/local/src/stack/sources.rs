@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use swarm_core::faults::FaultPlan;
-use swarm_core::timings::Timings;
+use swarm_core::timings::{Timings, seconds_rounded_up};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -125,6 +125,9 @@ impl Sources<'_> {
             duplicate_deliveries: self.options.duplicate_deliveries,
             faults: self.faults.clone(),
             chaos: self.chaos(),
+            // The refund queue carries confirmations too; the chaos poisons subtasks' messages only.
+            poison_visibility_secs: (queue == Queue::Tasks)
+                .then(|| u32::try_from(seconds_rounded_up(self.timings.worker.retry_visibility)).unwrap_or(u32::MAX)),
             counters: self.observed.counters.clone(),
             received: self.observed.received.clone(),
         }

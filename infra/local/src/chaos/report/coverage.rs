@@ -27,6 +27,7 @@ fn knob(name: &str) -> Option<Knob> {
     Some(Knob::Rate(match name {
         "sqs_duplicate_delivery" => "--duplicate-delivery-rate",
         "sqs_delayed_delivery" => "--delayed-delivery-rate",
+        "sqs_poison_message" => "--poison-message-rate",
         "stream_record_dropped" => "--stream-drop-rate",
         "stream_record_duplicated" => "--stream-duplicate-rate",
         "api_client_repost" => "--client-repost-rate",

@@ -42,6 +42,19 @@ pub struct LedgerRefund {
     pub idempotency_key: String,
 }
 
+/// The dead-letter path as the run saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeadLetterFacts {
+    /// Messages the chaos poisoned (failed on every receive: each must reach a DLQ).
+    pub poisoned: u64,
+    /// Distinct messages received on a DLQ (dead-lettered by a redrive policy).
+    pub dead_lettered: u64,
+    /// Of those, the ones the DLQ consumer acknowledged (deleted from the DLQ).
+    pub acknowledged: u64,
+    /// DLQ consumer invocations.
+    pub invocations: u64,
+}
+
 /// Everything the verdict is made of.
 #[derive(Clone, Debug, Default)]
 pub struct RunFacts {
@@ -70,6 +83,7 @@ pub struct RunFacts {
     pub concurrency: Vec<(String, u64, u64)>,
     /// Platform counters worth a line: `(name, value)`.
     pub platform: Vec<(String, u64)>,
+    pub dead_letters: DeadLetterFacts,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
 }

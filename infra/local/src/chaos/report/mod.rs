@@ -22,7 +22,7 @@ mod money;
 mod sheet;
 mod subtasks;
 
-pub use facts::{ClientOutcome, FaultLine, LedgerRefund, RunFacts, approval_of_key};
+pub use facts::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, RunFacts, approval_of_key};
 use sheet::{Finding, Sheet, percentile, secs};
 
 /// How a run ended.
@@ -63,6 +63,7 @@ type Check = fn(&RunFacts, &mut Sheet);
 const CHECKS: &[Check] = &[
     coverage::fault_kinds,
     platform_counters,
+    dead_letters,
     conversations::requests,
     conversations::terminal,
     conversations::lost,
@@ -166,6 +167,34 @@ fn header(f: &RunFacts) -> String {
 fn platform_counters(f: &RunFacts, t: &mut Sheet) {
     for (name, value) in &f.platform {
         t.row(&format!("platform: {name}"), value);
+    }
+}
+
+/// The dead-letter path ran where messages were dead-lettered: every poisoned message reached a
+/// DLQ, the DLQ consumer was invoked for them and acknowledged each one.
+fn dead_letters(f: &RunFacts, t: &mut Sheet) {
+    let d = f.dead_letters;
+    t.row("messages poisoned (failed on every receive)", d.poisoned);
+    t.row(
+        "messages dead-lettered / acknowledged by the DLQ consumer",
+        format!("{} / {} ({} DLQ consumer invocations)", d.dead_lettered, d.acknowledged, d.invocations),
+    );
+    if d.dead_lettered > 0 && d.invocations == 0 {
+        t.broken(format!("{} messages dead-lettered, but the DLQ consumer was never invoked", d.dead_lettered));
+    }
+    if d.acknowledged < d.dead_lettered {
+        t.broken(format!(
+            "{} of {} dead-lettered messages never acknowledged by the DLQ consumer",
+            d.dead_lettered - d.acknowledged,
+            d.dead_lettered
+        ));
+    }
+    if d.dead_lettered < d.poisoned {
+        t.broken(format!(
+            "{} of {} poisoned messages never reached a DLQ (redrive policy, or a settle time shorter than max_receive_count receives)",
+            d.poisoned - d.dead_lettered,
+            d.poisoned
+        ));
     }
 }
 

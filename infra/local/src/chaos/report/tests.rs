@@ -352,3 +352,28 @@ fn a_run_too_small_to_inject_every_kind_is_inconclusive_with_rates_sized_for_it(
     assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::Failed, 1));
     assert!(v.table.contains("FAILED:"), "{}", v.table);
 }
+
+#[test]
+fn dead_lettered_messages_require_the_dlq_consumer_and_every_poisoned_message_must_reach_a_dlq() {
+    let mut f = facts();
+    f.dead_letters = DeadLetterFacts { poisoned: 2, dead_lettered: 2, acknowledged: 2, invocations: 2 };
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Passed, "{}", v.table);
+    assert_eq!(
+        cell(&v.table, "messages dead-lettered / acknowledged by the DLQ consumer"),
+        "2 / 2 (2 DLQ consumer invocations)"
+    );
+    assert_eq!(cell(&v.table, "messages poisoned (failed on every receive)"), "2");
+
+    f.dead_letters = DeadLetterFacts { poisoned: 3, dead_lettered: 2, acknowledged: 1, invocations: 0 };
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Failed, "{}", v.table);
+    assert_eq!(
+        v.failures,
+        vec![
+            "2 messages dead-lettered, but the DLQ consumer was never invoked".to_owned(),
+            "1 of 2 dead-lettered messages never acknowledged by the DLQ consumer".to_owned(),
+            "1 of 3 poisoned messages never reached a DLQ (redrive policy, or a settle time shorter than max_receive_count receives)".to_owned(),
+        ]
+    );
+}
