@@ -1,7 +1,7 @@
 //! No conversation hangs, whatever dies when: each crash point between two writes, a lost aggregation and a lost deadline message, each on both backends (embedded, and the AWS adapters on the emulator), and what moves the conversation on afterwards — the aggregation lease taken over once it expired, the deadline path re-armed until the conversation is terminal, the periodic sweep, a retry with the same `Idempotency-Key`. Plus the reply that always fits its item, on both stores.
 //!
 //! Time runs at [`SCALE`] (1/240) of the timing table: the aggregation lease 90 s → 375 ms, the
-//! planning lease 35 s → 146 ms, the sweep's period 60 s → 250 ms, the deadline path's re-arm
+//! planning lease 35 s × 40 (room to plan) → 5.8 s, the sweep's period 60 s → 250 ms, the deadline path's re-arm
 //! 30 s → 1 s (whole seconds of `DelaySeconds`), the conversation's deadline as each test sets it.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -41,10 +41,11 @@ swarm_tests::on_both_backends!(
     a_reply_of_a_hundred_maximal_subtasks_fits_its_item_and_names_every_failed_one,
 );
 
-/// The standard table with room for tool calls and the conversation's deadline at `deadline_secs`
-/// (scaled by [`SCALE`]).
+/// The standard table with room for tool calls and to plan (the orchestrator's timeout, budget and
+/// lease × 40: a 1 s invocation is missed on a loaded machine) and the conversation's deadline at
+/// `deadline_secs` (scaled by [`SCALE`]). The tests wait on the stack's own lease, never a constant.
 fn timings(deadline_secs: u64) -> Timings {
-    let mut t = swarm_tests::with_room_for_tool_calls(Timings::standard().clone());
+    let mut t = swarm_tests::with_room_for_tool_calls(swarm_tests::with_room_to_plan(Timings::standard().clone()));
     t.conversation.deadline = Duration::from_secs(deadline_secs);
     t
 }
@@ -285,7 +286,7 @@ async fn an_orchestrator_killed_after_writing_the_conversation_is_planned_by_a_r
     let died = stack.post_conversation(MESSAGE, "C104", Some("retry-1")).await;
     assert!(died.is_err(), "the first invocation died after its first write: {died:?}");
     assert_eq!(stack.conversation_count().await.unwrap(), 1);
-    // The client retries once the creator's planning lease (146 ms) has surely expired.
+    // The client retries once the creator's planning lease has surely expired.
     tokio::time::sleep(stack.timings().orchestrator.lease * 3).await;
     let id = post(&stack, Some("retry-1")).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
