@@ -282,7 +282,7 @@ async fn a_deadline_path_killed_after_closing_leaves_the_conversation_to_the_nex
 async fn an_orchestrator_killed_after_writing_the_conversation_is_planned_by_a_retry_with_the_same_key(
     backend: BackendChoice,
 ) {
-    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterCreate, timings(2400)).await;
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterCreate, timings(9600)).await;
     let died = stack.post_conversation(MESSAGE, "C104", Some("retry-1")).await;
     assert!(died.is_err(), "the first invocation died after its first write: {died:?}");
     assert_eq!(stack.conversation_count().await.unwrap(), 1);
@@ -346,7 +346,7 @@ async fn an_orchestrator_killed_after_writing_the_conversation_is_failed_cleanly
 }
 
 async fn an_orchestrator_killed_before_enqueueing_is_resumed_by_a_retry_with_the_same_key(backend: BackendChoice) {
-    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterStartRun, timings(2400)).await;
+    let stack = one_subtask_killed_at(backend, CrashPoint::OrchestratorAfterStartRun, timings(9600)).await;
     assert!(stack.post_conversation(MESSAGE, "C104", Some("retry-2")).await.is_err());
     tokio::time::sleep(stack.timings().orchestrator.lease * 3).await;
     let id = post(&stack, Some("retry-2")).await;
