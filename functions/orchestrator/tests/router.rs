@@ -425,3 +425,54 @@ async fn a_customer_lists_only_their_own_conversations_a_page_at_a_time() {
     let junk = with_header(request("GET", "/conversations?cursor=bm90LWEtY3Vyc29y", ""), "authorization", &bearer);
     assert_error(&send(router(&r, tokens()), junk).await, 400, "bad_cursor");
 }
+
+#[tokio::test]
+async fn an_idempotency_key_that_is_not_ascii_or_given_twice_is_400_and_nothing_written() {
+    let r = rig();
+    let body = r#"{"message": "where is A1029", "customer_id": "C104"}"#;
+    for _ in 0..2 {
+        let mut request = post(body);
+        request.headers_mut().insert("idempotency-key", header::HeaderValue::from_bytes("clé-1".as_bytes()).unwrap());
+        assert_error(&send(router(&r, Auth::None), request).await, 400, "bad_idempotency_key");
+    }
+    let mut twice = post(body);
+    twice.headers_mut().append("idempotency-key", "key-a".parse().unwrap());
+    twice.headers_mut().append("idempotency-key", "key-b".parse().unwrap());
+    assert_error(&send(router(&r, Auth::None), twice).await, 400, "bad_idempotency_key");
+    assert_eq!(r.store.conversation_count(), 0, "nothing written");
+    // One ASCII key still works, and its retry is the same conversation.
+    let first = send(router(&r, Auth::None), with_header(post(body), "idempotency-key", "key-a")).await;
+    let again = send(router(&r, Auth::None), with_header(post(body), "idempotency-key", "key-a")).await;
+    assert_eq!((first.0, again.0), (StatusCode::ACCEPTED, StatusCode::ACCEPTED), "{}", first.2);
+    assert_eq!(first.2["conversation_id"], again.2["conversation_id"]);
+    assert_eq!(r.store.conversation_count(), 1);
+}
+
+#[tokio::test]
+async fn a_json_array_with_the_fields_in_order_is_not_the_object() {
+    let r = rig();
+    for body in [r#"["where is A1029", "C104"]"#, r#"  ["where is A1029", "C104"]"#] {
+        assert_error(&send(router(&r, Auth::None), post(body)).await, 400, "bad_fields");
+    }
+    assert_eq!(r.store.conversation_count(), 0, "nothing written");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_stops_short_is_408_at_the_read_deadline_and_nothing_written() {
+    let r = rig();
+    let part: Result<axum::body::Bytes, std::io::Error> = Ok(axum::body::Bytes::from_static(br#"{"message": "wh"#));
+    let stalled = futures::stream::StreamExt::chain(futures::stream::iter([part]), futures::stream::pending());
+    let started = tokio::time::Instant::now();
+    let sent = send(router(&r, Auth::None), request_with(Body::from_stream(stalled)));
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(60), sent).await.expect("answered, not held open");
+    assert_error(&answer, 408, "body_timeout");
+    let waited = started.elapsed();
+    // The bound docs/api.md gives: 10 seconds.
+    let deadline = std::time::Duration::from_secs(10);
+    assert!(waited >= deadline && waited < deadline + std::time::Duration::from_secs(1), "{waited:?}");
+    assert_eq!(r.store.conversation_count(), 0, "nothing written");
+}
+
+fn request_with(body: Body) -> Request<Body> {
+    Request::builder().method("POST").uri("/conversations").header("content-length", "60").body(body).unwrap()
+}

@@ -19,6 +19,7 @@ pub mod models;
 pub mod operator;
 pub mod platform;
 pub mod progress;
+pub mod serve_edges;
 pub mod stack;
 pub mod waterfall;
 pub mod wiring;

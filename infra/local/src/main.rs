@@ -699,7 +699,8 @@ async fn serve(
     println!("  demo shop    {}", stack.shop_url);
     println!("  model        {}", model_line(&stack));
     println!("Ctrl-C stops it.");
-    let served = axum::serve(listener, app)
+    // Hyper's own refusals of a request head (414, 431, 400) in the API's error shape.
+    let served = axum::serve(swarm_local::serve_edges::EdgeListener(listener), app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

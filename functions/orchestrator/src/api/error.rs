@@ -3,8 +3,9 @@
 //! One status per kind of mistake: 400 for a request that cannot be used as sent
 //! (not JSON, a JSON body of the wrong shape or type, a field missing or out of
 //! limits, a bad header, path or query), 401/403 for who is calling, 404 for what
-//! does not exist, 405, 409 for a conflict with what was recorded, 413, 422 for an
-//! `Idempotency-Key` reused with another request, 429, 503.
+//! does not exist, 405, 408 for a body that did not arrive in time, 409 for a conflict with
+//! what was recorded, 413, 414, 422 for an `Idempotency-Key` reused with another request, 429,
+//! 431, 503 ([`super::edges`] has 408, 414 and 431).
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -148,8 +149,15 @@ impl From<PathRejection> for HttpError {
 
 /// Parses a JSON body: 400 `bad_json` when it is not JSON at all (or empty), 400 `bad_fields`
 /// when it is JSON of the wrong shape (not an object, a field of the wrong type).
+/// A JSON array is not the object even when its elements are the fields in order.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], expected: &str) -> Result<T, HttpError> {
-    serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        HttpError::bad_request("bad_json", format!("request body must be a JSON object {expected}: {e}"))
+    })?;
+    if !value.is_object() {
+        return Err(HttpError::bad_request("bad_fields", format!("request body must be a JSON object {expected}")));
+    }
+    serde_json::from_value(value).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => {
             HttpError::bad_request("bad_fields", format!("request body must be a JSON object {expected}: {e}"))
         }

@@ -4,7 +4,8 @@
 //! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
 //! or out of limits, a bad header, path or query), 401 no or unknown credentials,
 //! 403 an authenticated caller acting for another customer, 404 an unknown route or
-//! conversation, 405 a wrong method (with `Allow`), 413 a body over
+//! conversation, 405 a wrong method (with `Allow`), 408 a body not whole within
+//! [`BODY_READ_TIMEOUT`], 413 a body over
 //! [`MAX_BODY_BYTES`], 409 an approval decided the other way or expired, 422 an
 //! `Idempotency-Key` reused with another request, 429 a customer over their
 //! conversations per minute (with `Retry-After`), 503 storage or queue unavailable
@@ -15,6 +16,7 @@
 pub mod bodies;
 pub mod caller;
 pub mod cors;
+pub mod edges;
 pub mod error;
 pub mod operator;
 pub mod tokens;
@@ -34,6 +36,7 @@ use serde::Deserialize;
 pub use bodies::{ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health};
 pub use caller::{Auth, Caller, JwtIdentity};
 pub use cors::AllowedOrigins;
+pub use edges::{BODY_READ_TIMEOUT, head_refused, read_body_within};
 pub use error::{HttpError, PROBLEM_JSON, Problem};
 pub use operator::{IamOperators, Operator, OperatorAllowlist, OperatorAuth};
 pub use tokens::TokenTable;
@@ -104,6 +107,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
+        .layer(axum::middleware::from_fn(edges::body_deadline))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(trace::request_span))
         .with_state(state);
@@ -135,7 +139,7 @@ async fn create(
     let message =
         body.message.ok_or_else(|| HttpError::bad_request("missing_message", "field \"message\" is required"))?;
     let customer = caller.acting_for(body.customer_id)?;
-    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
+    let key = idempotency_key(&headers)?;
     let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
     let created = state.core.create(validated).await?;
     let id = created.conversation_id.to_string();
@@ -143,6 +147,19 @@ async fn create(
     let location = HeaderValue::from_str(&answer.status_url)
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(answer)).into_response())
+}
+
+/// The `Idempotency-Key` header, if given: one field of visible ASCII, else 400 `bad_idempotency_key`
+/// (a key that could not be read must not make a second conversation).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
+    let mut keys = headers.get_all("idempotency-key").iter();
+    let Some(key) = keys.next() else { return Ok(None) };
+    if keys.next().is_some() {
+        return Err(HttpError::bad_request("bad_idempotency_key", "give one Idempotency-Key header, not several"));
+    }
+    key.to_str()
+        .map(Some)
+        .map_err(|_| HttpError::bad_request("bad_idempotency_key", "Idempotency-Key must be visible ASCII"))
 }
 
 /// `GET /conversations` query: `customer_id` (with authentication off: whose; on: the caller's own

@@ -44,6 +44,12 @@ impl ApiInvoker {
             async move {
                 use axum::response::IntoResponse as _;
                 use tower::ServiceExt as _;
+                // API Gateway reads the whole body before it invokes: a body that stops short is
+                // 408 at the read deadline, and the function never runs.
+                let request = match orchestrator::api::read_body_within(request).await {
+                    Ok(request) => request,
+                    Err(error) => return error.into_response(),
+                };
                 let call = async move {
                     match inner.oneshot(request).await {
                         Ok(response) => response,
