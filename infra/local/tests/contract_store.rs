@@ -16,11 +16,11 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, Lease, MAX_RESULT_CHARS,
     Subtask, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
-use swarm_core::effects::AttemptLease;
+use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::language::Language;
 use swarm_core::ports::{
-    AttemptStart, Call, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase,
-    RecordOutcome, StoreDecorator, StoreError, StoreOp,
+    AttemptStart, Call, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome,
+    LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator, StoreError, StoreOp,
 };
 
 type Store = Arc<dyn ConversationStore>;
@@ -52,6 +52,10 @@ contract_tests!(
     a_lease_holder_takes_its_own_live_lease_again_and_can_end_it,
     start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_flip_made,
     a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried,
+    a_count_whose_answer_was_lost_is_retried_as_already_counted_and_counts_once,
+    an_attempt_begun_whose_answer_was_lost_is_retried_as_the_same_attempt_counted_once,
+    a_result_recorded_whose_answer_was_lost_is_retried_as_the_record_written,
+    an_intent_recorded_whose_answer_was_lost_is_retried_as_the_entry_recorded_once,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
     overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their_deadline,
     every_terminal_write_takes_the_conversation_out_of_the_sweep_index,
@@ -952,5 +956,122 @@ async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_
     again.idempotency_key = Some("first-and-only".into());
     again.request_hash = Some(request_hash("C104", &again.query));
     assert!(matches!(store.create_conversation(&again).await?, CreateOutcome::Existing(_)));
+    Ok(())
+}
+
+/// [`LosesFirstAnswer`] over `store`, and a function arming it to lose the next answer of `op`.
+fn losing(store: &Store) -> (Arc<LosesFirstAnswer>, Store) {
+    let decorator = Arc::new(LosesFirstAnswer { inner: store.clone(), lose: Default::default() });
+    let lossy: Store = decorator.clone();
+    (decorator, lossy)
+}
+
+impl LosesFirstAnswer {
+    fn lose(&self, op: StoreOp) -> Result<()> {
+        self.lose.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.insert(op);
+        Ok(())
+    }
+}
+
+/// The error of a call whose answer was lost; an error when it answered.
+fn answer_lost<T: std::fmt::Debug>(r: std::result::Result<T, StoreError>) -> Result<()> {
+    ensure!(matches!(&r, Err(e) if e.is_transient()), "answer not lost: {r:?}");
+    Ok(())
+}
+
+/// `count_finished` applied, its answer lost, retried: the retry answers `AlreadyCounted` (no holder tells
+/// the retry from a duplicate delivery, and the worker does the same after either: it releases the
+/// dependents; the aggregator is started by the item's stream when `remaining` reaches 0, not by the
+/// answer), and the subtask is counted once with its usage added once.
+async fn a_count_whose_answer_was_lost_is_retried_as_already_counted_and_counts_once(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01", "w02"]).await?;
+    let (decorator, lossy) = losing(&store);
+    let usage = Usage { prompt_tokens: Some(12), ..Default::default() };
+    for sid in ["w01", "w02"] {
+        decorator.lose(StoreOp::CountFinished)?;
+        answer_lost(lossy.count_finished(&conv.id, &sid.into(), &usage).await)?;
+        assert_eq!(lossy.count_finished(&conv.id, &sid.into(), &usage).await?, CountOutcome::AlreadyCounted);
+    }
+    let after = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(after.remaining, 0, "each subtask counted once, the last one to 0");
+    assert_eq!(after.finished, BTreeSet::from(["w01".to_owned(), "w02".to_owned()]));
+    assert_eq!(after.usage.prompt_tokens, Some(24), "usage added once per subtask");
+    Ok(())
+}
+
+/// `begin_attempt` applied, its answer lost, retried by the same attempt: it is started (its own live
+/// lease, never another holder's), counted once, and a second attempt still waits for that lease.
+async fn an_attempt_begun_whose_answer_was_lost_is_retried_as_the_same_attempt_counted_once(
+    store: Store,
+) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let (decorator, lossy) = losing(&store);
+    let lease = AttemptLease::new(60_000);
+    decorator.lose(StoreOp::BeginAttempt)?;
+    answer_lost(lossy.begin_attempt(&conv.id, &"w01".into(), &lease, 1_000).await)?;
+    let AttemptStart::Started(rec) = lossy.begin_attempt(&conv.id, &"w01".into(), &lease, 1_000).await? else {
+        anyhow::bail!("the attempt whose answer was lost did not start on its retry");
+    };
+    assert_eq!((rec.status, rec.attempts, rec.started_at_ms), (SubtaskStatus::Running, 1, Some(1_000)));
+    assert_eq!(rec.lease, Some(lease.clone()));
+    assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?, Some(rec), "the record answered is the one stored");
+    let other = AttemptLease::new(70_000);
+    assert!(matches!(
+        store.begin_attempt(&conv.id, &"w01".into(), &other, 2_000).await?,
+        AttemptStart::Leased(r) if r.lease == Some(lease.clone()) && r.attempts == 1
+    ));
+    // The lease expired: the next attempt is the second.
+    let AttemptStart::Started(next) = store.begin_attempt(&conv.id, &"w01".into(), &other, 60_000).await? else {
+        anyhow::bail!("the next attempt did not start after the lease expired");
+    };
+    assert_eq!((next.attempts, next.lease), (2, Some(other)));
+    Ok(())
+}
+
+/// `record_result` applied, its answer lost, retried with the same result: the retry answers the record
+/// as written (`Recorded`, so the worker's finish is reported and counted as its own), and a different
+/// result after it is still told the subtask had finished.
+async fn a_result_recorded_whose_answer_was_lost_is_retried_as_the_record_written(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let (decorator, lossy) = losing(&store);
+    let result = succeeded("A1029 shipped on Monday");
+    let usage = Usage { prompt_tokens: Some(7), completion_tokens: Some(3), ..Default::default() };
+    let tools = vec!["shop__track_shipment".to_owned()];
+    decorator.lose(StoreOp::RecordResult)?;
+    answer_lost(lossy.record_result(&conv.id, &"w01".into(), &result, &usage, &tools, 3_000).await)?;
+    let written = recorded(lossy.record_result(&conv.id, &"w01".into(), &result, &usage, &tools, 3_000).await?)?;
+    assert_eq!((written.status, written.finished_at_ms), (SubtaskStatus::Succeeded, Some(3_000)));
+    assert_eq!((written.result.as_ref(), written.usage, &written.tools_used), (Some(&result), usage, &tools));
+    assert_eq!(store.get_subtask(&conv.id, &"w01".into()).await?.as_ref(), Some(&written));
+    let late = SubtaskResult::failed(FailureKind::DeadlinePassed, "late");
+    match store.record_result(&conv.id, &"w01".into(), &late, &Usage::default(), &[], 3_000).await? {
+        RecordOutcome::AlreadyFinished(rec) => assert_eq!(rec, written),
+        other => anyhow::bail!("expected AlreadyFinished, got {other:?}"),
+    }
+    Ok(())
+}
+
+/// `record_intent` applied, its answer lost, retried: the retry answers the entry as stored
+/// (`Existing`, equal to the intent sent), and the journal holds it once. `Existing` is the safe answer:
+/// nothing on the entry tells this attempt's write from an earlier attempt's, so the worker dispatches it
+/// as possibly sent, with the entry's key (the shop answers a repeated key with its first outcome).
+async fn an_intent_recorded_whose_answer_was_lost_is_retried_as_the_entry_recorded_once(store: Store) -> Result<()> {
+    let (conv, _) = running(&store, &["w01"]).await?;
+    let lease = AttemptLease::new(now_ms() + 60_000);
+    let AttemptStart::Started(_) = store.begin_attempt(&conv.id, &"w01".into(), &lease, now_ms()).await? else {
+        anyhow::bail!("the attempt did not start");
+    };
+    let (decorator, lossy) = losing(&store);
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("order_id".into(), "A1029".into());
+    let intent = Effect::intent(&conv.id, &"w01".into(), 1, "shop__refund", arguments, 4_000);
+    decorator.lose(StoreOp::RecordIntent)?;
+    answer_lost(lossy.record_intent(&conv.id, &"w01".into(), &lease.holder, &intent).await)?;
+    assert_eq!(
+        lossy.record_intent(&conv.id, &"w01".into(), &lease.holder, &intent).await?,
+        IntentOutcome::Existing(intent.clone())
+    );
+    let rec = store.get_subtask(&conv.id, &"w01".into()).await?.context("subtask missing")?;
+    assert_eq!(rec.effects, vec![intent]);
     Ok(())
 }

@@ -356,6 +356,17 @@ impl SubtaskRecord {
             ttl: conversation.ttl,
         }
     }
+
+    /// Whether this record is the finish `record_result` writes for exactly these values (its
+    /// `finished_at_ms` is `now_ms`, epoch milliseconds): a retry whose answer was lost finds its own
+    /// write by it. A result trimmed to fit the item is not recognised (answered as already finished).
+    pub fn is_finish_of(&self, result: &SubtaskResult, usage: &Usage, tools_used: &[String], now_ms: i64) -> bool {
+        self.status == result.status()
+            && self.finished_at_ms == Some(now_ms)
+            && self.result.as_ref() == Some(result)
+            && self.usage == *usage
+            && self.tools_used == tools_used
+    }
 }
 
 /// Fills each record's `dependents` from the others' `depends_on`.

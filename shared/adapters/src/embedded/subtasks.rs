@@ -60,6 +60,10 @@ impl SubtaskStore for InMemoryConversationStore {
         if rec.status.is_terminal() {
             return Ok(AttemptStart::AlreadyFinished(rec.clone()));
         }
+        if rec.lease.as_ref().is_some_and(|held| held.holder == lease.holder) {
+            // This attempt's own start (a retry after its answer was lost): counted once.
+            return Ok(AttemptStart::Started(rec.clone()));
+        }
         if rec.lease.as_ref().is_some_and(|held| !held.admits(&lease.holder, now_ms)) {
             return Ok(AttemptStart::Leased(rec.clone()));
         }
@@ -122,6 +126,9 @@ impl SubtaskStore for InMemoryConversationStore {
             return Ok(RecordOutcome::Missing);
         };
         if rec.status.is_terminal() {
+            if rec.is_finish_of(result, usage, tools_used, now_ms) {
+                return Ok(RecordOutcome::Recorded(rec.clone()));
+            }
             return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
         }
         rec.status = result.status();

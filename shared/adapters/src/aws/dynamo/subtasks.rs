@@ -135,7 +135,10 @@ impl SubtaskStore for DynamoConversationStore {
         let open = u.status_in(&from);
         let (until, holder) = (u.name("lease_until_ms"), u.name("lease_holder"));
         let (at, me) = (u.value("at", n(now_ms)), u.value("me", s(&lease.holder)));
-        let condition = format!("{open} AND (attribute_not_exists({until}) OR {until} <= {at} OR {holder} = {me})");
+        // Never this attempt's own lease: a retry after a lost answer finds its start made and is counted once.
+        let condition = format!(
+            "{open} AND (attribute_not_exists({until}) OR {until} <= {at}) AND (attribute_not_exists({holder}) OR {holder} <> {me})"
+        );
         match self
             .update("UpdateItem(begin_attempt)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::AllNew)
             .await?
@@ -144,6 +147,9 @@ impl SubtaskStore for DynamoConversationStore {
             None => match self.subtask_after_conflict(id, subtask_id).await? {
                 None => Ok(AttemptStart::Missing),
                 Some(rec) if rec.status.is_terminal() => Ok(AttemptStart::AlreadyFinished(rec)),
+                Some(rec) if rec.lease.as_ref().is_some_and(|l| l.holder == lease.holder) => {
+                    Ok(AttemptStart::Started(rec))
+                }
                 Some(rec) if rec.lease.as_ref().is_some_and(|l| !l.admits(&lease.holder, now_ms)) => {
                     Ok(AttemptStart::Leased(rec))
                 }
@@ -221,6 +227,7 @@ impl SubtaskStore for DynamoConversationStore {
             Some(item) => Ok(RecordOutcome::Recorded(subtask_from_item(&item)?)),
             None => match self.subtask_after_conflict(id, subtask_id).await? {
                 None => Ok(RecordOutcome::Missing),
+                Some(rec) if rec.is_finish_of(result, usage, tools_used, now_ms) => Ok(RecordOutcome::Recorded(rec)),
                 Some(rec) if rec.status.is_terminal() => Ok(RecordOutcome::AlreadyFinished(rec)),
                 Some(rec) => Err(StoreError::Transient(format!(
                     "record_result condition failed but subtask {subtask_id} is {}; retry",

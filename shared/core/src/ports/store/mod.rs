@@ -211,7 +211,9 @@ store_roles! {
 
         /// Marks a non-terminal subtask `RUNNING` under `lease`, increments `attempts` and sets
         /// `started_at_ms` on the first attempt — conditional on no other holder's lease being live
-        /// at `now_ms` ([`AttemptStart::Leased`] then, and nothing written).
+        /// at `now_ms` ([`AttemptStart::Leased`] then, and nothing written). A subtask already under
+        /// `lease.holder`'s lease is that attempt's own start (a retry after a lost answer): answered
+        /// [`AttemptStart::Started`] as stored, not counted again.
         async fn begin_attempt(
             &self,
             id: &ConversationId,
@@ -231,7 +233,8 @@ store_roles! {
             as SaveCheckpoint { subtask: subtask_id };
 
         /// Writes the subtask's terminal result, usage and tools used, conditional
-        /// on the subtask not being terminal yet; answers the record as written.
+        /// on the subtask not being terminal yet; answers the record as written — also to a retry of the
+        /// same finish whose answer was lost ([`crate::domain::SubtaskRecord::is_finish_of`]).
         async fn record_result(
             &self,
             id: &ConversationId,
