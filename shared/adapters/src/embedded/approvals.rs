@@ -34,6 +34,15 @@ impl ApprovalStore for InMemoryConversationStore {
         Ok(t.approvals.range::<str, _>((Bound::Unbounded, upper)).rev().take(limit).map(|(_, a)| a.clone()).collect())
     }
 
+    async fn list_pending_approvals_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let page = self.list_approvals_after(after, 100).await?;
+        Ok(page.into_iter().filter(|a| a.status == ApprovalStatus::Pending).take(limit).collect())
+    }
+
     async fn decide_approval(
         &self,
         approval_id: &str,

@@ -77,6 +77,15 @@ impl ApprovalStore for DynamoConversationStore {
         page.items().iter().map(approval_from_item).collect()
     }
 
+    async fn list_pending_approvals_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let page = self.list_approvals_after(after, 100).await?;
+        Ok(page.into_iter().filter(|a| a.status == ApprovalStatus::Pending).take(limit).collect())
+    }
+
     async fn decide_approval(
         &self,
         approval_id: &str,

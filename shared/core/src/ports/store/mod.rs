@@ -320,6 +320,17 @@ store_roles! {
         async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError>
             as ListApprovalsAfter;
 
+        /// At most `limit` approvals whose stored status is `PENDING` (a pending one past its
+        /// expiry included: [`Approval::status_at`] tells), listed after the approval `after` (its
+        /// id; `None`: from the newest), in [`ApprovalStore::list_approvals`]'s order, however many
+        /// decided approvals are newer: the operator's queue and the approvals-waiting gauges.
+        async fn list_pending_approvals_after(
+            &self,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<Approval>, StoreError>
+            as ListPendingApprovalsAfter;
+
         /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
         /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
         /// past its expiry is marked `EXPIRED` instead.
