@@ -331,6 +331,13 @@ store_roles! {
         ) -> Result<Vec<Approval>, StoreError>
             as ListPendingApprovalsAfter;
 
+        /// Puts a pending approval written before the pending approvals' index existed into it
+        /// (the sweep's backfill), conditional on it being `PENDING` and not yet indexed. Answers
+        /// whether this call added it (`false`: already indexed, decided, missing, or a store whose
+        /// listing needs no index). A retry after a lost answer finds it indexed: `false`, no harm.
+        async fn index_pending_approval(&self, approval_id: &str) -> Result<bool, StoreError>
+            as IndexPendingApproval;
+
         /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
         /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
         /// past its expiry is marked `EXPIRED` instead.
