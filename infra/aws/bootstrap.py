@@ -36,7 +36,9 @@ def main():
                                   {"AttributeName": "sweep_shard", "AttributeType": "N"},
                                   {"AttributeName": "deadline_ms", "AttributeType": "N"},
                                   {"AttributeName": "customer_id", "AttributeType": "S"},
-                                  {"AttributeName": "created_at_ms", "AttributeType": "N"}],
+                                  {"AttributeName": "created_at_ms", "AttributeType": "N"},
+                                  {"AttributeName": "pending_pk", "AttributeType": "S"},
+                                  {"AttributeName": "pending_sk", "AttributeType": "S"}],
             KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
             # The sweep's sparse, sharded index, as template.yaml declares it.
             GlobalSecondaryIndexes=[{
@@ -49,6 +51,12 @@ def main():
                 "IndexName": "customer",
                 "KeySchema": [{"AttributeName": "customer_id", "KeyType": "HASH"},
                               {"AttributeName": "created_at_ms", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }, {
+                # The pending approvals (GET /approvals?status=pending, the waiting gauges).
+                "IndexName": "pending",
+                "KeySchema": [{"AttributeName": "pending_pk", "KeyType": "HASH"},
+                              {"AttributeName": "pending_sk", "KeyType": "RANGE"}],
                 "Projection": {"ProjectionType": "ALL"},
             }],
             BillingMode="PAY_PER_REQUEST",

@@ -59,6 +59,8 @@ SWEEP_INDEX = {"IndexName": "sweep", "KeySchema": [{"AttributeName": "sweep_shar
                                                    {"AttributeName": "deadline_ms", "KeyType": "RANGE"}]}
 CUSTOMER_INDEX = {"IndexName": "customer", "KeySchema": [{"AttributeName": "customer_id", "KeyType": "HASH"},
                                                          {"AttributeName": "created_at_ms", "KeyType": "RANGE"}]}
+PENDING_INDEX = {"IndexName": "pending", "KeySchema": [{"AttributeName": "pending_pk", "KeyType": "HASH"},
+                                                       {"AttributeName": "pending_sk", "KeyType": "RANGE"}]}
 # Routes anyone may call: a health check and the API's contract.
 OPEN_ROUTES = {"GET /health", "GET /openapi.json"}
 RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
@@ -388,6 +390,9 @@ class Checker:
             index = next((i for i in indexes if i.get("IndexName") == SWEEP_INDEX["IndexName"]), None)
             if index is None or index.get("KeySchema") != SWEEP_INDEX["KeySchema"]:
                 self.fail(table, f"no sweep index {SWEEP_INDEX!r}")
+            index = next((i for i in indexes if i.get("IndexName") == PENDING_INDEX["IndexName"]), None)
+            if index is None or index.get("KeySchema") != PENDING_INDEX["KeySchema"]:
+                self.fail(table, f"no pending approvals' index {PENDING_INDEX!r}")
         schedules = [r for r in self.resources.values() if r["Type"] == "AWS::Scheduler::Schedule"]
         swept = [self.target(r["Properties"].get("Target", {}).get("Arn")) for r in schedules]
         sweepers = [f for f in swept if f in functions
@@ -399,6 +404,9 @@ class Checker:
             if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
                                and str(res["Fn::Sub"]).endswith(f"/index/{SWEEP_INDEX['IndexName']}")):
                 self.fail(f, f"its role does not name the sweep index (dynamodb:Query on <table>/index/{SWEEP_INDEX['IndexName']})")
+            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
+                               and str(res["Fn::Sub"]).endswith(f"/index/{PENDING_INDEX['IndexName']}")):
+                self.fail(f, f"its role does not name the pending approvals' index (dynamodb:Query on <table>/index/{PENDING_INDEX['IndexName']})")
 
     def check_api(self, functions):
         """The API's contract as deployed: open routes, the customers' list, its index and CORS from one list."""
@@ -429,6 +437,9 @@ class Checker:
             if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
                                and str(res["Fn::Sub"]).endswith(f"/index/{CUSTOMER_INDEX['IndexName']}")):
                 self.fail(api_fn, f"its role does not name the customers' index (dynamodb:Query on <table>/index/{CUSTOMER_INDEX['IndexName']})")
+            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
+                               and str(res["Fn::Sub"]).endswith(f"/index/{PENDING_INDEX['IndexName']}")):
+                self.fail(api_fn, f"its role does not name the pending approvals' index (dynamodb:Query on <table>/index/{PENDING_INDEX['IndexName']})")
             env = (functions[api_fn]["Properties"].get("Environment") or {}).get("Variables") or {}
             if env.get("CORS_ALLOWED_ORIGINS") != {"Fn::Join": [",", {"Ref": "CorsAllowOrigins"}]}:
                 self.fail(api_fn, "CORS_ALLOWED_ORIGINS is not the CorsAllowOrigins parameter's list")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, the API's open routes, customers' list and CORS, Bedrock's grants with LlmAuth=sigv4, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
+# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, the API's open routes, customers' list and CORS, the pending approvals' index and its readers, Bedrock's grants with LlmAuth=sigv4, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
 # Usage: .venv/bin/python -m unittest infra/aws/test_check_template.py   (run by infra/aws/lint.sh)
 #        SWARM_WIRING_JSON=wiring.json ... also holds that local wiring (`swarm-local wiring --json`) against the template.
 import copy
@@ -326,6 +326,17 @@ class LeastPrivilege(unittest.TestCase):
         for expected in ("not authorised as POST /conversations", "no customers' index",
                          "does not name the customers' index", "CORS_ALLOWED_ORIGINS is not"):
             self.assertTrue(any(expected in f for f in found), (expected, found))
+
+    def test_the_pending_approvals_index_and_its_readers_are_checked(self):
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"] = [
+            i for i in t["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"] if i["IndexName"] != "pending"]
+        for role, sid in (("OrchestratorRole", "ListPendingApprovals"), ("SweeperRole", "PendingApprovalsIndex")):
+            statements = self.statements(t, role)
+            statements[:] = [st for st in statements if not (isinstance(st, dict) and st.get("Sid") == sid)]
+        found = self.findings(t)
+        self.assertTrue(any("no pending approvals' index" in f for f in found), found)
+        self.assertEqual(sum("does not name the pending approvals' index" in f for f in found), 2, found)
 
     def test_with_bedrock_the_llm_roles_invoke_the_model_and_read_no_key(self):
         self.assertEqual(self.findings(self.expanded, params={"LlmAuth": "sigv4"}, label="sigv4"), [])

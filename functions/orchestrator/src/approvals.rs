@@ -60,7 +60,9 @@ impl Approvals {
     /// A page of approvals, newest first: at most `limit` (1..=[`MAX_LISTED`]), optionally only
     /// those in `status` now, starting after `cursor` (a page's `next_cursor`, opaque). With a status
     /// filter a page reads on through the store until it is full, at most [`MAX_SCANNED`] approvals,
-    /// and ends with a cursor to go on from.
+    /// and ends with a cursor to go on from; `pending` reads the store's pending approvals only
+    /// ([`swarm_core::ports::ApprovalStore::list_pending_approvals_after`]), so an old one waiting
+    /// behind many decided ones is listed.
     ///
     /// Errors: 400 `bad_cursor` for a cursor this API did not hand out; 503 when the store is unavailable.
     pub async fn list(
@@ -85,7 +87,7 @@ impl Approvals {
         let mut scanned = 0;
         let mut more = true;
         while approvals.len() < limit && scanned < MAX_SCANNED && more {
-            let chunk = self.store.list_approvals_after(after.as_deref(), limit.min(MAX_SCANNED - scanned)).await?;
+            let chunk = self.read_after(status, after.as_deref(), limit.min(MAX_SCANNED - scanned)).await?;
             more = !chunk.is_empty();
             for a in &chunk {
                 scanned += 1;
@@ -100,12 +102,26 @@ impl Approvals {
         }
         // Another page follows when the store holds an approval after the last one looked at.
         let next_cursor = match &after {
-            Some(last) if more && !self.store.list_approvals_after(Some(last), 1).await?.is_empty() => {
+            Some(last) if more && !self.read_after(status, Some(last), 1).await?.is_empty() => {
                 Some(crate::cursor::encode(&After { after: last.clone() }))
             }
             _ => None,
         };
         Ok(ApprovalsPage { approvals, next_cursor })
+    }
+
+    /// At most `limit` approvals after `after` in the store's order: the pending approvals' index
+    /// when only pending ones are asked for (however many decided ones are newer), else all.
+    async fn read_after(
+        &self,
+        status: Option<ApprovalStatus>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, ApiError> {
+        Ok(match status {
+            Some(ApprovalStatus::Pending) => self.store.list_pending_approvals_after(after, limit).await?,
+            _ => self.store.list_approvals_after(after, limit).await?,
+        })
     }
 
     /// Records `decision` by `operator` on approval `id`. Approving signs a token for exactly the

@@ -32,6 +32,8 @@ contract_tests!(
     an_approved_call_not_run_takes_a_fresh_token_only_while_approved,
     approvals_list_newest_conversation_first,
     approvals_list_in_pages_after_an_id,
+    a_pending_approval_older_than_a_hundred_decided_ones_is_listed_and_paged,
+    indexing_an_indexed_decided_or_missing_approval_changes_nothing,
     a_handoff_requested_while_running_ends_the_conversation_in_handoff,
 );
 
@@ -422,6 +424,81 @@ async fn approvals_list_newest_conversation_first(store: Store) -> Result<()> {
     ];
     assert_eq!(listed, expected);
     assert_eq!(store.list_approvals(1).await?.len(), 1);
+    Ok(())
+}
+
+async fn a_pending_approval_older_than_a_hundred_decided_ones_is_listed_and_paged(store: Store) -> Result<()> {
+    let far = now_ms() + 3_600_000;
+    let older = running(&store, &["w01"]).await?;
+    let waiting = store.create_approval(&approval(&older, "w01", 1, far)).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let newer = running(&store, &["w01"]).await?;
+    let reject = |at_ms| ApprovalDecision { approve: false, by: "ops@example.com".into(), at_ms, token: None };
+    for ordinal in 1..=101 {
+        let a = store.create_approval(&approval(&newer, "w01", ordinal, far)).await?;
+        let decided = store.decide_approval(&a.id, &reject(now_ms())).await?;
+        ensure!(matches!(decided, DecideOutcome::Decided(_)), "approval {ordinal} not decided: {decided:?}");
+    }
+    let also = store.create_approval(&approval(&newer, "w01", 102, far)).await?;
+    // Behind 101 decided approvals, both pending ones are listed, newest first, and nothing else.
+    let listed: Vec<String> = store.list_pending_approvals_after(None, 100).await?.into_iter().map(|a| a.id).collect();
+    assert_eq!(listed, [also.id.clone(), waiting.id.clone()]);
+    // Pages of one walk them, each once.
+    let first = store.list_pending_approvals_after(None, 1).await?;
+    assert_eq!(first.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [also.id.as_str()]);
+    let second = store.list_pending_approvals_after(Some(&also.id), 1).await?;
+    assert_eq!(second.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [waiting.id.as_str()]);
+    assert_eq!(second[0].status, ApprovalStatus::Pending);
+    assert!(store.list_pending_approvals_after(Some(&waiting.id), 5).await?.is_empty(), "nothing after the oldest");
+    // A decision takes an approval off the list; one expiring as it is decided too.
+    store.decide_approval(&also.id, &reject(now_ms())).await?;
+    let expired = store.decide_approval(&waiting.id, &reject(far + 1)).await?;
+    ensure!(
+        matches!(&expired, DecideOutcome::Unchanged(a) if a.status == ApprovalStatus::Expired),
+        "not expired: {expired:?}"
+    );
+    assert!(store.list_pending_approvals_after(None, 100).await?.is_empty(), "decided approvals are not pending");
+    Ok(())
+}
+
+async fn indexing_an_indexed_decided_or_missing_approval_changes_nothing(store: Store) -> Result<()> {
+    let far = now_ms() + 3_600_000;
+    let conv = running(&store, &["w01"]).await?;
+    let pending = store.create_approval(&approval(&conv, "w01", 1, far)).await?;
+    let rejected = store.create_approval(&approval(&conv, "w01", 2, far)).await?;
+    let decision = ApprovalDecision { approve: false, by: "ops@example.com".into(), at_ms: now_ms(), token: None };
+    store.decide_approval(&rejected.id, &decision).await?;
+    assert!(!store.index_pending_approval(&pending.id).await?, "written pending: already indexed");
+    assert!(!store.index_pending_approval(&rejected.id).await?, "decided: never indexed");
+    assert!(!store.index_pending_approval("nobody.w01.1").await?, "missing");
+    let listed: Vec<String> = store.list_pending_approvals_after(None, 10).await?.into_iter().map(|a| a.id).collect();
+    assert_eq!(listed, [pending.id.as_str()]);
+    assert_eq!(store.get_approval(&rejected.id).await?.map(|a| a.status), Some(ApprovalStatus::Rejected));
+    Ok(())
+}
+
+/// DynamoDB only (the embedded store lists pending approvals by status): a pending approval
+/// written before the pending approvals' index existed (no `pending_pk`) is not listed until the
+/// sweep's backfill indexes it, once; a decision then takes it out again.
+#[tokio::test]
+async fn dynamodb_a_pending_approval_written_before_the_index_is_listed_once_backfilled() -> Result<()> {
+    use swarm_adapters::aws::dynamo::codec::approval_item;
+    use swarm_adapters::aws::dynamo::store::DynamoConversationStore;
+    let Some((client, table)) = common::dynamo_table("legacy_pending_backfill").await? else { return Ok(()) };
+    let store: Store = Arc::new(DynamoConversationStore::new(client.clone(), table.clone()));
+    let conv = running(&store, &["w01"]).await?;
+    let legacy = approval(&conv, "w01", 1, now_ms() + 3_600_000);
+    let mut item = approval_item(&legacy)?;
+    ensure!(item.remove("pending_pk").is_some() && item.remove("pending_sk").is_some());
+    client.put_item().table_name(&table).set_item(Some(item)).send().await?;
+    assert!(store.list_pending_approvals_after(None, 10).await?.is_empty(), "not in the index yet");
+    assert!(store.index_pending_approval(&legacy.id).await?, "the backfill indexes it");
+    assert!(!store.index_pending_approval(&legacy.id).await?, "a second backfill finds it indexed");
+    let listed: Vec<String> = store.list_pending_approvals_after(None, 10).await?.into_iter().map(|a| a.id).collect();
+    assert_eq!(listed, [legacy.id.as_str()]);
+    let decision = ApprovalDecision { approve: false, by: "ops@example.com".into(), at_ms: now_ms(), token: None };
+    ensure!(matches!(store.decide_approval(&legacy.id, &decision).await?, DecideOutcome::Decided(_)));
+    assert!(store.list_pending_approvals_after(None, 10).await?.is_empty(), "decided: out of the index");
     Ok(())
 }
 

@@ -1,10 +1,11 @@
 //! The sweep (EventBridge Scheduler, every minute): the deadline path of every conversation past its deadline that is not terminal, from the sparse, sharded index — the net under a lost deadline message — the approvals-waiting gauges, and the backstop of approved side effects not run.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
-use swarm_core::approval::ApprovalStatus;
+use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::now_ms;
 use swarm_core::obs;
 use swarm_core::obs::metrics::SweepOutcome;
@@ -18,7 +19,8 @@ use crate::clock::ms_between;
 use crate::outcome::Outcome;
 use crate::settings::SweepSettings;
 
-/// Approvals the sweep reads for the waiting gauges (one `Query` page of the approvals partition).
+/// Approvals the sweep reads for the waiting gauges (from the pending approvals' index) and for the
+/// backstop and the index's backfill (the newest of the approvals partition, one `Query` page).
 const SWEEP_APPROVALS_READ: usize = 1_000;
 
 /// What one sweep did (the sweep function's answer).
@@ -123,26 +125,56 @@ impl Sweep {
         report
     }
 
-    /// Sets the approvals-waiting gauges (how many, the oldest's age) from the newest
-    /// [`SWEEP_APPROVALS_READ`] approvals: the sweep runs every minute, so the alarm on the oldest
-    /// one's age never depends on an operator looking. The same read feeds the backstop of approved
-    /// side effects not run ([`backstop::run`]). A failed read leaves the gauges as they were.
+    /// Sets the approvals-waiting gauges (how many, the oldest's age) from the pending approvals'
+    /// index (at most [`SWEEP_APPROVALS_READ`], however many decided approvals are newer): the sweep
+    /// runs every minute, so the alarm on the oldest one's age never depends on an operator looking.
+    /// The newest [`SWEEP_APPROVALS_READ`] approvals feed the backstop of approved side effects not
+    /// run ([`backstop::run`]) and the index's backfill: a pending one the index lacks (written
+    /// before the index existed) is put into it, and counted now. A failed read leaves the gauges as
+    /// they were.
     async fn approvals(&self, now: i64, report: &mut SweepReport) {
-        match self.approvals.list_approvals(SWEEP_APPROVALS_READ).await {
-            Ok(all) => {
-                let pending: Vec<_> = all.iter().filter(|a| a.status_at(now) == ApprovalStatus::Pending).collect();
-                let oldest = pending.iter().map(|a| a.created_at_ms).min().unwrap_or(now);
-                obs::metrics::approvals_waiting(pending.len(), ms_between(oldest, now));
-                let window = self.settings.reissue_after;
-                let done = backstop::run(self.approvals.as_ref(), &all, self.reissue.as_ref(), window, now).await;
-                report.approved_not_run = done.not_run;
-                report.reissued = done.reissued;
-                report.errors += done.errors;
-            }
+        let newest = match self.approvals.list_approvals(SWEEP_APPROVALS_READ).await {
+            Ok(newest) => newest,
             Err(e) => {
                 tracing::warn!(error = %e, "sweep: reading the approvals failed; their gauges are not updated");
                 report.errors += 1;
+                return;
+            }
+        };
+        match self.approvals.list_pending_approvals_after(None, SWEEP_APPROVALS_READ).await {
+            Ok(indexed) => {
+                let known: HashSet<&str> = indexed.iter().map(|a| a.id.as_str()).collect();
+                let unindexed: Vec<&Approval> = newest
+                    .iter()
+                    .filter(|a| a.status == ApprovalStatus::Pending && !known.contains(a.id.as_str()))
+                    .collect();
+                let mut backfilled = 0;
+                for a in &unindexed {
+                    match self.approvals.index_pending_approval(&a.id).await {
+                        Ok(added) => backfilled += usize::from(added),
+                        Err(e) => {
+                            tracing::warn!(error = %e, approval_id = %a.id, "sweep: indexing a pending approval failed");
+                            report.errors += 1;
+                        }
+                    }
+                }
+                if backfilled > 0 {
+                    tracing::info!(backfilled, "sweep: pending approvals put into the pending approvals' index");
+                }
+                let pending: Vec<&Approval> =
+                    indexed.iter().chain(unindexed).filter(|a| a.status_at(now) == ApprovalStatus::Pending).collect();
+                let oldest = pending.iter().map(|a| a.created_at_ms).min().unwrap_or(now);
+                obs::metrics::approvals_waiting(pending.len(), ms_between(oldest, now));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sweep: reading the pending approvals failed; their gauges are not updated");
+                report.errors += 1;
             }
         }
+        let window = self.settings.reissue_after;
+        let done = backstop::run(self.approvals.as_ref(), &newest, self.reissue.as_ref(), window, now).await;
+        report.approved_not_run = done.not_run;
+        report.reissued = done.reissued;
+        report.errors += done.errors;
     }
 }

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
     ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification,
 };
-use swarm_adapters::aws::dynamo::codec::{CUSTOMER_INDEX, SWEEP_INDEX};
+use swarm_adapters::aws::dynamo::codec::{CUSTOMER_INDEX, PENDING_INDEX, SWEEP_INDEX};
 use swarm_adapters::aws::dynamo::store::to_store_error;
 use swarm_adapters::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 use swarm_core::ports::StoreError;
@@ -17,7 +17,8 @@ use swarm_core::ports::StoreError;
 /// tests and `swarm-local`): `PK`/`SK` strings, on-demand billing, stream
 /// `NEW_IMAGE`, TTL on `ttl`, the sweep's sparse index ([`SWEEP_INDEX`]:
 /// `sweep_shard` N, `deadline_ms` N, keys only) and the customers' ([`CUSTOMER_INDEX`]:
-/// `customer_id` S, `created_at_ms` N, all attributes). Waits (at most 60 s) until the table is `ACTIVE`.
+/// `customer_id` S, `created_at_ms` N, all attributes) and the pending approvals' ([`PENDING_INDEX`]:
+/// `pending_pk` S, `pending_sk` S, all attributes). Waits (at most 60 s) until the table is `ACTIVE`.
 /// An existing table of that name is reused.
 ///
 /// Errors: [`StoreError::Permanent`] for a rejected request or a table that
@@ -57,6 +58,13 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .projection(Projection::builder().projection_type(ProjectionType::All).build())
         .build()
         .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
+    let pending = GlobalSecondaryIndex::builder()
+        .index_name(PENDING_INDEX)
+        .key_schema(key_el("pending_pk", KeyType::Hash)?)
+        .key_schema(key_el("pending_sk", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| StoreError::Permanent(format!("CreateTable request: {e}")))?;
     let req = client
         .create_table()
         .table_name(table)
@@ -66,10 +74,13 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         .attribute_definitions(attr_of("deadline_ms", ScalarAttributeType::N)?)
         .attribute_definitions(attr("customer_id")?)
         .attribute_definitions(attr_of("created_at_ms", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("pending_pk")?)
+        .attribute_definitions(attr("pending_sk")?)
         .key_schema(key_el("PK", KeyType::Hash)?)
         .key_schema(key_el("SK", KeyType::Range)?)
         .global_secondary_indexes(sweep)
         .global_secondary_indexes(customers)
+        .global_secondary_indexes(pending)
         .billing_mode(BillingMode::PayPerRequest)
         .stream_specification(stream);
     let retry = AwsRetryPolicy::default();

@@ -34,6 +34,28 @@ impl ApprovalStore for InMemoryConversationStore {
         Ok(t.approvals.range::<str, _>((Bound::Unbounded, upper)).rev().take(limit).map(|(_, a)| a.clone()).collect())
     }
 
+    async fn list_pending_approvals_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        use std::ops::Bound;
+        let t = self.lock()?;
+        let upper = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(t.approvals
+            .range::<str, _>((Bound::Unbounded, upper))
+            .rev()
+            .filter(|(_, a)| a.status == ApprovalStatus::Pending)
+            .take(limit.clamp(1, 1_000))
+            .map(|(_, a)| a.clone())
+            .collect())
+    }
+
+    async fn index_pending_approval(&self, _approval_id: &str) -> Result<bool, StoreError> {
+        // The embedded store lists pending approvals by their status: every one is indexed.
+        Ok(false)
+    }
+
     async fn decide_approval(
         &self,
         approval_id: &str,

@@ -6,7 +6,7 @@ use swarm_core::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOut
 use swarm_core::effects::EffectOutcome;
 use swarm_core::ports::{ApprovalStore, StoreError};
 
-use super::codec::{ItemKey, approval_from_item, approval_item, approvals_partition, s};
+use super::codec::{ItemKey, PENDING_INDEX, approval_from_item, approval_item, approvals_partition, s};
 use super::store::{DynamoConversationStore, to_store_error};
 use super::update::Update;
 use crate::aws::retry::sdk_error_is_transient;
@@ -75,6 +75,61 @@ impl ApprovalStore for DynamoConversationStore {
             .await
             .map_err(|e| to_store_error("Query", e))?;
         page.items().iter().map(approval_from_item).collect()
+    }
+
+    async fn list_pending_approvals_after(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        // The index is read eventually consistent (a GSI has no other): an approval created or
+        // decided a moment ago may be missing or still listed; its status_at tells the reader.
+        let limit = limit.clamp(1, 1_000);
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(PENDING_INDEX)
+            .expression_attribute_values(":pk", approvals_partition())
+            .scan_index_forward(false);
+        req = match after {
+            None => req.key_condition_expression("pending_pk = :pk"),
+            Some(id) => req
+                .key_condition_expression("pending_pk = :pk AND pending_sk < :after")
+                .expression_attribute_values(":after", s(ItemKey::approval(id).sk())),
+        };
+        let mut pending = Vec::new();
+        let mut start = None;
+        // A page stops at 1 MB: read on from its last key until `limit` or the index's end.
+        loop {
+            let want = i32::try_from(limit - pending.len()).unwrap_or(1_000);
+            let page_req = req.clone().limit(want).set_exclusive_start_key(start.take());
+            let page = self
+                .retry
+                .run("dynamodb", "Query", sdk_error_is_transient, || page_req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Query", e))?;
+            for item in page.items() {
+                pending.push(approval_from_item(item)?);
+            }
+            start = page.last_evaluated_key;
+            if pending.len() >= limit || start.is_none() {
+                break;
+            }
+        }
+        pending.truncate(limit);
+        Ok(pending)
+    }
+
+    async fn index_pending_approval(&self, approval_id: &str) -> Result<bool, StoreError> {
+        let key = ItemKey::approval(approval_id);
+        let mut u = Update::default();
+        u.set("pending_pk", s(key.pk())).set("pending_sk", s(key.sk()));
+        let status = u.name("status");
+        let pending = u.value("pending", s(ApprovalStatus::Pending.code()));
+        let unindexed = u.name("pending_pk");
+        let condition = format!("attribute_exists(#PK) AND {status} = {pending} AND attribute_not_exists({unindexed})");
+        Ok(self.update("UpdateItem(index_pending_approval)", &key, u, condition, ReturnValue::None).await?.is_some())
     }
 
     async fn decide_approval(

@@ -222,6 +222,10 @@ impl DynamoConversationStore {
                 u.set(&attr, value);
             }
         }
+        if after.status != ApprovalStatus::Pending {
+            // Out of the pending approvals' index in the same conditional write that decides it.
+            u.remove("pending_pk").remove("pending_sk");
+        }
         let status = u.name("status");
         let to = u.value("to", s(after.status.code()));
         u.set_expr(format!("{status} = {to}"));

@@ -323,6 +323,24 @@ store_roles! {
         async fn list_approvals_after(&self, after: Option<&str>, limit: usize) -> Result<Vec<Approval>, StoreError>
             as ListApprovalsAfter;
 
+        /// At most `limit` approvals whose stored status is `PENDING` (a pending one past its
+        /// expiry included: [`Approval::status_at`] tells), listed after the approval `after` (its
+        /// id; `None`: from the newest), in [`ApprovalStore::list_approvals`]'s order, however many
+        /// decided approvals are newer: the operator's queue and the approvals-waiting gauges.
+        async fn list_pending_approvals_after(
+            &self,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<Approval>, StoreError>
+            as ListPendingApprovalsAfter;
+
+        /// Puts a pending approval written before the pending approvals' index existed into it
+        /// (the sweep's backfill), conditional on it being `PENDING` and not yet indexed. Answers
+        /// whether this call added it (`false`: already indexed, decided, missing, or a store whose
+        /// listing needs no index). A retry after a lost answer finds it indexed: `false`, no harm.
+        async fn index_pending_approval(&self, approval_id: &str) -> Result<bool, StoreError>
+            as IndexPendingApproval;
+
         /// `PENDING → APPROVED | REJECTED` with who and when (and the token of an approval),
         /// conditional on it being pending and not expired at `decision.at_ms`; a pending approval
         /// past its expiry is marked `EXPIRED` instead.
@@ -441,7 +459,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 29);
+        assert_eq!(StoreOp::ALL.len(), 31);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }

@@ -313,9 +313,16 @@ struct ApprovalItem {
     expires_at_ms: i64,
     conversation_id: ConversationId,
     ttl: i64,
+    /// The keys of the pending approvals' index (`APPROVALS` and the approval id): present only
+    /// while the approval is pending, so the index holds nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending_pk: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending_sk: Option<String>,
 }
 
-/// An approval item (`PK = APPROVALS`, `SK = <approval id>`) as the store writes it.
+/// An approval item (`PK = APPROVALS`, `SK = <approval id>`) as the store writes it: a pending
+/// one with the keys of the pending approvals' index (`pending_pk`, `pending_sk`).
 ///
 /// Errors: [`StoreError::Permanent`] when the approval does not serialise.
 pub fn approval_item(a: &Approval) -> Result<Item, StoreError> {
@@ -328,6 +335,8 @@ pub fn approval_item(a: &Approval) -> Result<Item, StoreError> {
         expires_at_ms: a.expires_at_ms,
         conversation_id: a.conversation_id.clone(),
         ttl: a.ttl,
+        pending_pk: (a.status == ApprovalStatus::Pending).then(|| key.pk()),
+        pending_sk: (a.status == ApprovalStatus::Pending).then(|| key.sk()),
     })
 }
 
@@ -524,6 +533,17 @@ mod tests {
             ("APPROVALS", "approved")
         );
         assert_eq!(approval_from_item(&item).unwrap(), a);
+        assert!(
+            !item.contains_key("pending_pk") && !item.contains_key("pending_sk"),
+            "a decided approval is not indexed"
+        );
+        let pending = Approval { status: ApprovalStatus::Pending, ..a.clone() };
+        let item = approval_item(&pending).unwrap();
+        assert_eq!(
+            (item["pending_pk"].as_s().unwrap().as_str(), item["pending_sk"].as_s().unwrap().as_str()),
+            ("APPROVALS", a.id.as_str())
+        );
+        assert_eq!(approval_from_item(&item).unwrap(), pending);
     }
 
     #[test]

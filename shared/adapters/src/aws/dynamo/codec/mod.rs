@@ -9,7 +9,7 @@
 //! | `IDEM#<customer>#<key>` | `IDEM` | `conversation_id`, `customer_id`, `request_hash`, `ttl` |
 //! | `PRINCIPAL#<kind>:<value>` | `CUSTOMER` | `customer_id`, `principal`, `updated_at_ms` (identity mapping) |
 //! | `LIMIT#<customer>` | `WINDOW#<start ms>` | `count` N, `ttl` (conversations started in one minute) |
-//! | `APPROVALS` | `<approval id>` | `approval` S (JSON), `status` S, `expires_at_ms` N, `conversation_id`, `ttl` (one partition: an operator's queue, a few writes per approval) |
+//! | `APPROVALS` | `<approval id>` | `approval` S (JSON), `status` S, `expires_at_ms` N, `conversation_id`, `ttl`, `pending_pk`/`pending_sk` while pending ([`PENDING_INDEX`]) (one partition: an operator's queue, a few writes per approval) |
 //!
 //! Indexes: `sweep` (`sweep_shard` N, `deadline_ms` N; keys only, sparse: non-terminal conversations)
 //! and `customer` (`customer_id` S, `created_at_ms` N; all attributes, sparse: conversation items).
@@ -40,3 +40,9 @@ pub const SWEEP_INDEX: &str = "sweep";
 /// sparse (only conversation items carry both; an idempotency claim has no `created_at_ms`):
 /// `GET /conversations`, newest first.
 pub const CUSTOMER_INDEX: &str = "customer";
+/// The pending approvals' index: `pending_pk` S (hash, always `APPROVALS`) and `pending_sk` S
+/// (range, the approval id), all attributes, sparse: only a pending approval carries them (written
+/// at creation, removed by the conditional write that decides or expires it). The operator's queue
+/// (`GET /approvals?status=pending`) and the approvals-waiting gauges, however many decided
+/// approvals are newer.
+pub const PENDING_INDEX: &str = "pending";
