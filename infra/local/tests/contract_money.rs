@@ -16,9 +16,13 @@ use swarm_core::domain::{
     SubtaskStatus, Usage, now_ms,
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange, EffectOutcome, EffectState};
-use swarm_core::ports::{AttemptStart, CloseOutcome, ConversationStore, CreateOutcome, IntentOutcome, RecordOutcome};
+use swarm_core::ports::{
+    AttemptStart, CloseOutcome, ConversationStore, CreateOutcome, IntentOutcome, RecordOutcome, StoreOp,
+};
 
 type Store = Arc<dyn ConversationStore>;
+
+use common::lossy::{answer_lost, losing};
 
 contract_tests!(
     a_live_lease_keeps_a_second_attempt_out_until_it_expires_or_is_released,
@@ -35,6 +39,7 @@ contract_tests!(
     a_pending_approval_older_than_a_hundred_decided_ones_is_listed_and_paged,
     indexing_an_indexed_decided_or_missing_approval_changes_nothing,
     a_handoff_requested_while_running_ends_the_conversation_in_handoff,
+    a_decision_and_a_finish_whose_answers_were_lost_are_retried_to_the_same_approval,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -525,5 +530,45 @@ async fn a_handoff_requested_while_running_ends_the_conversation_in_handoff(stor
         (Some("a person will take over"), Some(asked), Some(7))
     );
     assert!(!store.request_handoff(&conv.id, &asked).await?, "a terminal conversation takes no request");
+    Ok(())
+}
+
+/// `decide_approval` and `finish_approval` applied, their answers lost, retried by the same caller:
+/// the retried decision answers `Unchanged` with the decision as written (the approvals API then
+/// enqueues the approved call or closes the rejected effect exactly as after `Decided`; only the
+/// decided metric is not counted), the retried finish answers `false` with the outcome as written
+/// (its caller ignores the answer), and neither writes again.
+async fn a_decision_and_a_finish_whose_answers_were_lost_are_retried_to_the_same_approval(store: Store) -> Result<()> {
+    let conv = running(&store, &["w01", "w02"]).await?;
+    let (decorator, lossy) = losing(&store);
+    let at = now_ms();
+    for (subtask, approve) in [("w01", true), ("w02", false)] {
+        let pending = approval(&conv, subtask, 1, at + 3_600_000);
+        store.create_approval(&pending).await?;
+        let token = approve.then(|| "tok".to_owned());
+        let decision = ApprovalDecision { approve, by: "ops-alice".into(), at_ms: at, token: token.clone() };
+        decorator.lose(StoreOp::DecideApproval)?;
+        answer_lost(lossy.decide_approval(&pending.id, &decision).await)?;
+        let DecideOutcome::Unchanged(decided) = lossy.decide_approval(&pending.id, &decision).await? else {
+            anyhow::bail!("the retried decision of {subtask} did not answer the decision as written");
+        };
+        let status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
+        assert_eq!(
+            (decided.status, decided.decided_by.as_deref(), decided.decided_at_ms, decided.token.clone()),
+            (status, Some("ops-alice"), Some(at), token)
+        );
+        assert_eq!(store.get_approval(&pending.id).await?, Some(decided));
+    }
+    let id = approval_id(&conv.id, &"w01".into(), 1);
+    let receipt = EffectOutcome::new("refunded RF-A1033-1", false);
+    decorator.lose(StoreOp::FinishApproval)?;
+    answer_lost(lossy.finish_approval(&id, ApprovalStatus::Executed, &receipt, at + 5).await)?;
+    assert!(!lossy.finish_approval(&id, ApprovalStatus::Executed, &receipt, at + 6).await?);
+    let finished = store.get_approval(&id).await?.context("approval missing")?;
+    assert_eq!(
+        (finished.status, finished.outcome, finished.finished_at_ms),
+        (ApprovalStatus::Executed, Some(receipt), Some(at + 5)),
+        "the first finish stands"
+    );
     Ok(())
 }

@@ -19,11 +19,13 @@ use swarm_core::domain::{
 use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::language::Language;
 use swarm_core::ports::{
-    AttemptStart, Call, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome,
-    LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator, StoreError, StoreOp,
+    AttemptStart, ConversationPosition, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome,
+    LeasePhase, RecordOutcome, StoreError, StoreOp,
 };
 
 type Store = Arc<dyn ConversationStore>;
+
+use common::lossy::{LosesFirstAnswer, answer_lost, losing};
 
 contract_tests!(
     created_conversation_reads_back_unchanged,
@@ -879,32 +881,6 @@ async fn start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_fl
     Ok(())
 }
 
-/// The store with the answer of each listed operation's first call lost: the write is applied, then the
-/// caller gets a transient error (as an HTTP 500 or an attempt timeout after DynamoDB applied it).
-struct LosesFirstAnswer {
-    inner: Store,
-    lose: std::sync::Mutex<HashSet<StoreOp>>,
-}
-
-impl StoreDecorator for LosesFirstAnswer {
-    fn inner(&self) -> &dyn ConversationStore {
-        self.inner.as_ref()
-    }
-
-    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> std::result::Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: std::future::Future<Output = std::result::Result<T, StoreError>> + Send + 'a,
-    {
-        let answer = run.await?;
-        let lost = self.lose.lock().map_err(|_| StoreError::Permanent("lock poisoned".into()))?.remove(&call.op);
-        if lost {
-            return Err(StoreError::Transient(format!("{} answer lost (injected)", call.op.name())));
-        }
-        Ok(answer)
-    }
-}
-
 /// Each conditional write the guarantees rely on, applied and its answer lost, then retried by its caller
 /// with the same arguments: the retry recognises its own write and answers as the first call would have.
 async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried(
@@ -956,26 +932,6 @@ async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_
     again.idempotency_key = Some("first-and-only".into());
     again.request_hash = Some(request_hash("C104", &again.query));
     assert!(matches!(store.create_conversation(&again).await?, CreateOutcome::Existing(_)));
-    Ok(())
-}
-
-/// [`LosesFirstAnswer`] over `store`, and a function arming it to lose the next answer of `op`.
-fn losing(store: &Store) -> (Arc<LosesFirstAnswer>, Store) {
-    let decorator = Arc::new(LosesFirstAnswer { inner: store.clone(), lose: Default::default() });
-    let lossy: Store = decorator.clone();
-    (decorator, lossy)
-}
-
-impl LosesFirstAnswer {
-    fn lose(&self, op: StoreOp) -> Result<()> {
-        self.lose.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.insert(op);
-        Ok(())
-    }
-}
-
-/// The error of a call whose answer was lost; an error when it answered.
-fn answer_lost<T: std::fmt::Debug>(r: std::result::Result<T, StoreError>) -> Result<()> {
-    ensure!(matches!(&r, Err(e) if e.is_transient()), "answer not lost: {r:?}");
     Ok(())
 }
 

@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+#[allow(dead_code)] // each suite uses the part it needs
+pub mod lossy;
+
 use anyhow::Result;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use swarm_adapters::aws::dynamo::DynamoConversationStore;
