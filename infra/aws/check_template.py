@@ -47,6 +47,7 @@ import tomllib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from translate import expand  # noqa: E402
 from check_allowlists import check_gateway_roles, check_local_roles, check_pipes  # noqa: E402
+from check_api import check_api, check_sweep  # noqa: E402
 
 EXPECTED_FILTER = {
     "dynamodb": {
@@ -55,14 +56,6 @@ EXPECTED_FILTER = {
     }
 }
 REQUIRED_OUTPUTS = {"ApiUrl", "TableName", "TasksQueueUrl", "GatewayUrl"}
-SWEEP_INDEX = {"IndexName": "sweep", "KeySchema": [{"AttributeName": "sweep_shard", "KeyType": "HASH"},
-                                                   {"AttributeName": "deadline_ms", "KeyType": "RANGE"}]}
-CUSTOMER_INDEX = {"IndexName": "customer", "KeySchema": [{"AttributeName": "customer_id", "KeyType": "HASH"},
-                                                         {"AttributeName": "created_at_ms", "KeyType": "RANGE"}]}
-PENDING_INDEX = {"IndexName": "pending", "KeySchema": [{"AttributeName": "pending_pk", "KeyType": "HASH"},
-                                                       {"AttributeName": "pending_sk", "KeyType": "RANGE"}]}
-# Routes anyone may call: a health check and the API's contract.
-OPEN_ROUTES = {"GET /health", "GET /openapi.json"}
 RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 RATE_UNIT_SECS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -342,9 +335,9 @@ class Checker:
                 if ttl.get("AttributeName") != "ttl" or ttl.get("Enabled") is not True:
                     self.fail(name, "TTL not enabled on attribute `ttl`")
 
-        self.check_sweep(functions)
+        check_sweep(self, functions)
         self.check_instance_cap(functions)
-        self.check_api(functions)
+        check_api(self, functions)
         self.check_bedrock()
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
@@ -376,81 +369,6 @@ class Checker:
         role = self.target(self.resources.get(fn_name, {}).get("Properties", {}).get("Role"))
         if not self.allows(role, "sqs:SendMessage", lambda res: self.target(res) == queue):
             self.fail(name, f"{fn_name}'s role may not send to its on-failure destination {queue}")
-
-    def check_sweep(self, functions):
-        """The sweep's sparse index exists, a scheduled function sweeps it, and that function's role names the index."""
-        # The conversations table is the one with a stream (the aggregator's); another table (the shop's
-        # ledger) holds no conversation and needs no sweep index.
-        tables = [(k, r) for k, r in self.resources.items() if r["Type"] == "AWS::DynamoDB::Table"
-                  and r["Properties"].get("StreamSpecification")]
-        if not tables:
-            self.fail("sweep", "no conversations table (a table with a stream) to sweep")
-        for table, r in tables:
-            indexes = r["Properties"].get("GlobalSecondaryIndexes") or []
-            index = next((i for i in indexes if i.get("IndexName") == SWEEP_INDEX["IndexName"]), None)
-            if index is None or index.get("KeySchema") != SWEEP_INDEX["KeySchema"]:
-                self.fail(table, f"no sweep index {SWEEP_INDEX!r}")
-            index = next((i for i in indexes if i.get("IndexName") == PENDING_INDEX["IndexName"]), None)
-            if index is None or index.get("KeySchema") != PENDING_INDEX["KeySchema"]:
-                self.fail(table, f"no pending approvals' index {PENDING_INDEX!r}")
-        schedules = [r for r in self.resources.values() if r["Type"] == "AWS::Scheduler::Schedule"]
-        swept = [self.target(r["Properties"].get("Target", {}).get("Arn")) for r in schedules]
-        sweepers = [f for f in swept if f in functions
-                    and ((functions[f]["Properties"].get("Environment") or {}).get("Variables") or {}).get("WORKER_MODE") == "sweep"]
-        if not sweepers:
-            self.fail("sweep", "no schedule invokes a function in WORKER_MODE=sweep")
-        for f in sweepers:
-            role = self.target(functions[f]["Properties"].get("Role"))
-            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
-                               and str(res["Fn::Sub"]).endswith(f"/index/{SWEEP_INDEX['IndexName']}")):
-                self.fail(f, f"its role does not name the sweep index (dynamodb:Query on <table>/index/{SWEEP_INDEX['IndexName']})")
-            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
-                               and str(res["Fn::Sub"]).endswith(f"/index/{PENDING_INDEX['IndexName']}")):
-                self.fail(f, f"its role does not name the pending approvals' index (dynamodb:Query on <table>/index/{PENDING_INDEX['IndexName']})")
-
-    def check_api(self, functions):
-        """The API's contract as deployed: open routes, the customers' list, its index and CORS from one list."""
-        routes = {}
-        for name, r in self.resources.items():
-            if r["Type"] == "AWS::ApiGatewayV2::Route":
-                routes[self.value(r["Properties"].get("RouteKey"))] = (name, self.chosen(r["Properties"]))
-        for key in sorted(OPEN_ROUTES):
-            if key not in routes:
-                self.fail("api", f"no route {key}")
-            elif routes[key][1].get("AuthorizationType") != "NONE":
-                self.fail(routes[key][0], f"{key} must need no credential (AuthorizationType NONE)")
-        post, listing = routes.get("POST /conversations"), routes.get("GET /conversations")
-        if listing is None:
-            self.fail("api", "no route GET /conversations")
-        elif post is not None and (listing[1].get("AuthorizationType"), listing[1].get("AuthorizerId")) != (
-                post[1].get("AuthorizationType"), post[1].get("AuthorizerId")):
-            self.fail(listing[0], "GET /conversations is not authorised as POST /conversations is")
-        integration = next((self.chosen(r["Properties"]) for r in self.resources.values()
-                            if r["Type"] == "AWS::ApiGatewayV2::Integration"), {})
-        api_fn = self.target(integration.get("IntegrationUri"))
-        table = self.resources.get("Table", {}).get("Properties", {})
-        index = next((i for i in table.get("GlobalSecondaryIndexes") or [] if i.get("IndexName") == CUSTOMER_INDEX["IndexName"]), None)
-        if index is None or index.get("KeySchema") != CUSTOMER_INDEX["KeySchema"]:
-            self.fail("Table", f"no customers' index {CUSTOMER_INDEX!r} (GET /conversations)")
-        if api_fn in functions:
-            role = self.target(functions[api_fn]["Properties"].get("Role"))
-            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
-                               and str(res["Fn::Sub"]).endswith(f"/index/{CUSTOMER_INDEX['IndexName']}")):
-                self.fail(api_fn, f"its role does not name the customers' index (dynamodb:Query on <table>/index/{CUSTOMER_INDEX['IndexName']})")
-            if not self.allows(role, "dynamodb:Query", lambda res: isinstance(res, dict) and "Fn::Sub" in res
-                               and str(res["Fn::Sub"]).endswith(f"/index/{PENDING_INDEX['IndexName']}")):
-                self.fail(api_fn, f"its role does not name the pending approvals' index (dynamodb:Query on <table>/index/{PENDING_INDEX['IndexName']})")
-            env = (functions[api_fn]["Properties"].get("Environment") or {}).get("Variables") or {}
-            if env.get("CORS_ALLOWED_ORIGINS") != {"Fn::Join": [",", {"Ref": "CorsAllowOrigins"}]}:
-                self.fail(api_fn, "CORS_ALLOWED_ORIGINS is not the CorsAllowOrigins parameter's list")
-        else:
-            self.fail("api", "no function behind the API's integration")
-        apis = [self.chosen(r["Properties"]) for r in self.resources.values() if r["Type"] == "AWS::ApiGatewayV2::Api"]
-        origins = str(self.value({"Ref": "CorsAllowOrigins"}) or "").strip(", ")
-        for api in apis:
-            cors = api.get("CorsConfiguration")
-            if origins and (not cors or cors.get("AllowOrigins") != {"Ref": "CorsAllowOrigins"}):
-                self.fail("HttpApi", "CorsConfiguration.AllowOrigins is not the CorsAllowOrigins parameter")
 
     def check_bedrock(self):
         """With LlmAuth=sigv4, the roles that would read the LLM key invoke the configured model instead."""

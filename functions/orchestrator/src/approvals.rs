@@ -76,7 +76,7 @@ impl Approvals {
             Some(text) => {
                 let After { after } = crate::cursor::decode(text)?;
                 if !is_approval_id(&after) {
-                    return Err(crate::cursor::bad_cursor());
+                    return Err(crate::cursor::bad_cursor().into());
                 }
                 Some(after)
             }

@@ -71,6 +71,12 @@ pub struct CreateRequest {
     pub idempotency_key: Option<String>,
 }
 
+impl From<crate::cursor::BadCursor> for ApiError {
+    fn from(e: crate::cursor::BadCursor) -> Self {
+        ApiError::BadRequest { code: "bad_cursor", message: e.to_string() }
+    }
+}
+
 /// Errors as the API shows them: `{"error": {"code", "message"}}` with an HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

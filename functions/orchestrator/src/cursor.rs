@@ -4,8 +4,6 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::core::ApiError;
-
 /// The cursor's format version; a cursor of another version is refused.
 const VERSION: u8 = 1;
 
@@ -22,17 +20,20 @@ pub fn encode<T: Serialize>(at: &T) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
-/// 400 `bad_cursor`: a cursor this API did not hand out.
-pub fn bad_cursor() -> ApiError {
-    ApiError::BadRequest {
-        code: "bad_cursor",
-        message: "cursor is not one this API handed out; start again without it".into(),
-    }
+/// A cursor this API did not hand out; the API answers it 400 `bad_cursor`
+/// (`From<BadCursor> for ApiError`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cursor is not one this API handed out; start again without it")]
+pub struct BadCursor;
+
+/// The error of a cursor this API did not hand out.
+pub fn bad_cursor() -> BadCursor {
+    BadCursor
 }
 
 /// The position a cursor holds.
 /// Errors: [`bad_cursor`] for anything this API did not hand out (another shape or version).
-pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
+pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, BadCursor> {
     let bad = bad_cursor;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim()).map_err(|_| bad())?;
     let envelope: Envelope<T> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
@@ -53,15 +54,14 @@ mod tests {
     }
 
     #[test]
-    fn a_cursor_reads_back_and_junk_is_a_400() {
+    fn a_cursor_reads_back_and_junk_is_a_bad_cursor() {
         let cursor = encode(&At { after: "c.w01.1".into() });
         assert!(cursor.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{cursor}");
         assert_eq!(decode::<At>(&cursor).unwrap(), At { after: "c.w01.1".into() });
         for junk in
             ["", "junk", "e30", &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"v":2,"after":"x"}"#)]
         {
-            let e = decode::<At>(junk).unwrap_err();
-            assert_eq!((e.status(), e.code()), (400, "bad_cursor"), "{junk}");
+            assert_eq!(decode::<At>(junk).unwrap_err(), BadCursor, "{junk}");
         }
     }
 }
