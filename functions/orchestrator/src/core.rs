@@ -469,7 +469,7 @@ impl Orchestrator {
         let catalogue = match tokio::time::timeout_at(deadline, self.tools.list_tools(&ctx)).await {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "tool catalogue unavailable; planning without tools");
+                tracing::warn!(error = %e.log_safe(), "tool catalogue unavailable; planning without tools");
                 Vec::new()
             }
             Err(_) => {
@@ -486,6 +486,7 @@ impl Orchestrator {
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };
         let mut last_error;
+        let mut why: &str;
         for attempt in 0..2 {
             let request = ChatRequest {
                 purpose: Purpose::Plan,
@@ -514,10 +515,12 @@ impl Orchestrator {
                     obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Planned);
                     return (plan, usage, handoff);
                 }
-                Ok(_) => last_error = "the plan has no subtasks".into(),
-                Err(e) => last_error = e.to_string(),
+                // The model sees why (its retry message); the log says only the class: the error
+                // quotes the model's ids and tool names, written from the customer's words.
+                Ok(_) => (last_error, why) = ("the plan has no subtasks".into(), "no_subtasks"),
+                Err(e) => (last_error, why) = (e.to_string(), e.kind()),
             }
-            tracing::warn!(attempt, error = %last_error, "unusable plan");
+            tracing::warn!(attempt, reason = why, "unusable plan");
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }
