@@ -64,12 +64,13 @@ cargo_tests() {
     local log rc=0
     log="$(mktemp)"
     cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || rc=$?
-    local ran passed failed_tests failing
+    local ran passed failed_tests ignored failing
     ran=$(grep -c '^test result: ' "$log")
     passed=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | paste -sd+ - | bc)
     failed_tests=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | paste -sd+ - | bc)
+    ignored=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) ignored.*/\1/' | paste -sd+ - | bc)
     failing=$(grep -E '^error: (test failed|[0-9]+ targets? failed)' -A100 "$log" | grep -oE '`-p [^`]+`' | sort -u)
-    cargo_details+=("      cargo test: ${ran:-0} test binaries ran, ${passed:-0} tests passed, ${failed_tests:-0} failed")
+    cargo_details+=("      cargo test: ${ran:-0} test binaries ran, ${passed:-0} tests passed, ${failed_tests:-0} failed, ${ignored:-0} ignored (not run)")
     if [[ -n "$failing" ]]; then
         while IFS= read -r line; do cargo_details+=("      failing binary: ${line//\`/}"); done <<<"$failing"
     fi
