@@ -136,7 +136,7 @@ for ((run = 1; run <= runs; run++)); do
         if run_entry "$t" "$log"; then
             took=$((SECONDS - start))
             total[$t]=$(( ${total[$t]:-0} + took ))
-            (( took > ${worst[$t]:-0} )) && worst[$t]=$took
+            if [[ -z "${worst[$t]:-}" ]] || (( took > worst[$t] )); then worst[$t]=$took; fi
             printf '  ok    %4ss  %s\n' "$took" "$t"
         else
             rc=$?
