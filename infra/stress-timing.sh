@@ -89,6 +89,8 @@ if [[ ${#entries[@]} -eq 0 ]]; then
     exit 2
 fi
 
+load="stress-ng --cpu $cpu"
+[[ "$cpu" == "0" ]] && load="none (STRESS_CPU=0)"
 stress_pid=""
 finish() {
     [[ -n "$stress_pid" ]] && kill -- "-$stress_pid" 2>/dev/null
@@ -148,7 +150,7 @@ for ((run = 1; run <= runs; run++)); do
             echo "... last lines of the log:"
             tail -25 "$log"
             echo
-            echo "Summary: $((run - 1)) of $runs runs passed before run $run failed in $t ($((SECONDS - start_all)) s; load: stress-ng --cpu $cpu)"
+            echo "Summary: $((run - 1)) of $runs runs passed before run $run failed in $t ($((SECONDS - start_all)) s; load: $load)"
             exit 1
         fi
     done
@@ -156,7 +158,7 @@ for ((run = 1; run <= runs; run++)); do
 done
 
 echo
-echo "Summary: $runs of $runs runs passed, load stress-ng --cpu $cpu, $((SECONDS - start_all)) s in all"
+echo "Summary: $runs of $runs runs passed, load: $load, $((SECONDS - start_all)) s in all"
 echo "  time per run (s): ${run_times[*]}"
 for t in "${entries[@]}"; do
     printf '  %-28s  %2s passes  mean %4ss  worst %4ss\n' "$t" "$runs" "$(( total[$t] / runs ))" "${worst[$t]}"
