@@ -407,7 +407,17 @@ impl Orchestrator {
             .collect();
         swarm_core::domain::link_dependents(&mut records);
         let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
-        if !self.store.start_run(&id, planner, &records, &plan.notes, &usage).await? {
+        let started = match self.store.start_run(&id, planner, &records, &plan.notes, &usage).await {
+            Ok(started) => started,
+            Err(e) => {
+                // Applied or not (an answer lost after the flip, a throttle): the retry the 503 asks
+                // for must not meet this lease — it plans again (`PLANNING`) or sends what was not
+                // sent (`RUNNING`), never a 202 for subtasks nobody sends.
+                self.end_planning_lease(&conversation).await;
+                return Err(e.into());
+            }
+        };
+        if !started {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             return Ok(Created { conversation_id: id, new: true });
         }
