@@ -589,6 +589,7 @@ impl Driver<'_> {
                 .filter(|(_, kinds)| kinds.iter().any(|k| !k.is_recoverable()))
                 .map(|(key, _)| key)
                 .collect(),
+            store_faults: self.chaos.store_faults_by_op().into_iter().map(|(op, n)| (op.to_owned(), n)).collect(),
             notes,
         })
     }

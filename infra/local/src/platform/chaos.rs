@@ -326,6 +326,8 @@ pub struct Chaos {
     poisoned: Mutex<HashSet<String>>,
     /// The faults injected where the injector knew the subtask they hit: `(conversation, subtask)` → kinds.
     met: Mutex<BTreeMap<(String, String), BTreeSet<FaultKind>>>,
+    /// Store faults by operation name: `(answers lost, throttled)`.
+    store_ops: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
 
 impl Chaos {
@@ -335,7 +337,14 @@ impl Chaos {
         let kinds =
             FaultKind::all().into_iter().map(|k| (k, Spacing::new(settings.seed, k, settings.rate(k)))).collect();
         let draws = Mutex::new(StdRng::seed_from_u64(settings.seed.wrapping_add(0x5EED)));
-        Ok(Self { settings, kinds: Mutex::new(kinds), draws, poisoned: Mutex::default(), met: Mutex::default() })
+        Ok(Self {
+            settings,
+            kinds: Mutex::new(kinds),
+            draws,
+            poisoned: Mutex::default(),
+            met: Mutex::default(),
+            store_ops: Mutex::default(),
+        })
     }
 
     pub fn settings(&self) -> &ChaosSettings {
@@ -375,6 +384,22 @@ impl Chaos {
     /// The faults injected where the injector knew the subtask they hit ([`Chaos::tag`]).
     pub fn met(&self) -> BTreeMap<(String, String), BTreeSet<FaultKind>> {
         self.met.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Notes a store fault injected into operation `op` (`lost`: its answer lost, else throttled).
+    pub fn note_store_fault(&self, op: &'static str, lost: bool) {
+        let mut ops = self.store_ops.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = ops.entry(op).or_default();
+        if lost {
+            n.0 += 1;
+        } else {
+            n.1 += 1;
+        }
+    }
+
+    /// Store faults by operation name: `(answers lost, throttled)`.
+    pub fn store_faults_by_op(&self) -> BTreeMap<&'static str, (u64, u64)> {
+        self.store_ops.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// How many messages were poisoned.

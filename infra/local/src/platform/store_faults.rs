@@ -81,11 +81,19 @@ impl<P: StoreFaultPlan> StoreDecorator for FaultyStore<P> {
 /// applied, of [`FaultKind::StoreAnswerLost`]; reads meet neither.
 impl StoreFaultPlan for Chaos {
     fn throttle(&self, call: &Call<'_>) -> bool {
-        is_write(call.op) && self.decide(FaultKind::StoreThrottled)
+        let throttled = is_write(call.op) && self.decide(FaultKind::StoreThrottled);
+        if throttled {
+            self.note_store_fault(call.op.name(), false);
+        }
+        throttled
     }
 
     fn lose_answer(&self, call: &Call<'_>) -> bool {
-        is_write(call.op) && self.decide(FaultKind::StoreAnswerLost)
+        let lost = is_write(call.op) && self.decide(FaultKind::StoreAnswerLost);
+        if lost {
+            self.note_store_fault(call.op.name(), true);
+        }
+        lost
     }
 }
 
@@ -210,6 +218,7 @@ mod tests {
         assert!(e.is_transient() && e.to_string().contains("ProvisionedThroughputExceededException"), "{e}");
         assert!(memory.get_conversation(&id).await.unwrap().is_none(), "nothing written");
         assert!(throttled.get_conversation(&id).await.is_ok(), "a read is never throttled");
+        assert_eq!(chaos.store_faults_by_op(), [("create_conversation", (0, 1))].into());
 
         let mut s = ChaosSettings::quiet(1);
         s.store_answer_lost = 1.0;

@@ -87,6 +87,8 @@ pub struct RunFacts {
     /// `(conversation, subtask)` of every subtask an unrecoverable fault was injected into (a
     /// poisoned message), where the injector knew it.
     pub unrecoverable: BTreeSet<(String, String)>,
+    /// Store faults by operation name: `(answers lost, throttled)`.
+    pub store_faults: BTreeMap<String, (u64, u64)>,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
 }

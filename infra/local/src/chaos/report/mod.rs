@@ -66,6 +66,7 @@ type Check = fn(&RunFacts, &mut Sheet);
 const CHECKS: &[Check] = &[
     coverage::fault_kinds,
     platform_counters,
+    recoverable::store_faults_by_op,
     dead_letters,
     conversations::requests,
     conversations::terminal,

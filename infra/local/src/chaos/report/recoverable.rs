@@ -1,4 +1,4 @@
-//! What the faults cost the customers: a 202 whose conversation ended with no subtask ever begun (fails the run), and the subtasks that failed although every fault the injector knows they met was recoverable (shown).
+//! What the faults cost the customers, and where the store faults hit: a 202 whose conversation ended with no subtask ever begun (fails the run), and the subtasks that failed although every fault the injector knows they met was recoverable (shown).
 
 use std::collections::BTreeSet;
 
@@ -55,5 +55,16 @@ pub(super) fn failed_though_recoverable(f: &RunFacts, t: &mut Sheet) {
     t.row(
         "subtasks failed though every fault they met was recoverable",
         format!("{} of {failed} failed ({excused} met a poisoned message or a rejected approval)", failed - excused),
+    );
+}
+
+/// Which store operations the store faults hit: `op lost/throttled` (shown). A lost answer of an
+/// operation listed here was survived when the run passed.
+pub(super) fn store_faults_by_op(f: &RunFacts, t: &mut Sheet) {
+    let ops: Vec<String> =
+        f.store_faults.iter().map(|(op, (lost, throttled))| format!("{op} {lost}/{throttled}")).collect();
+    t.row(
+        "store faults by operation (answer lost / throttled)",
+        if ops.is_empty() { "none".into() } else { ops.join(", ") },
     );
 }

@@ -215,6 +215,7 @@ fn a_clean_run_passes_and_its_table_says_what_happened() {
     assert_eq!(cell(t, "side effects never confirmed (journal intent at the end)"), "0");
     assert_eq!(cell(t, "refunds made while their approval records an error"), "0");
     assert_eq!(cell(t, "accepted (202), ended with no subtask ever begun"), "0");
+    assert_eq!(cell(t, "store faults by operation (answer lost / throttled)"), "none");
     assert_eq!(
         cell(t, "subtasks failed though every fault they met was recoverable"),
         "1 of 1 failed (0 met a poisoned message or a rejected approval)"
