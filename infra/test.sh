@@ -120,7 +120,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 8 --time-scale 0.1 -
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
     --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
-    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.2)
+    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.34)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \
