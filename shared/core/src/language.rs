@@ -264,6 +264,24 @@ mod tests {
     }
 
     #[test]
+    fn a_product_name_in_the_other_language_does_not_decide() {
+        // English with a Chinese product name, short or long.
+        assert_eq!(Language::detect("Is the 黑色羽绒服 in stock?", None), English);
+        assert_eq!(Language::detect("Can I use SAVE20 on the 黑色羽绒服 and the 蓝色亚麻衬衫?", Some(Hans)), English);
+        // Chinese with the shop's English product name.
+        assert_eq!(Language::detect("Grey Running Shoes 43 有货吗？", None), Hans);
+        assert_eq!(Language::detect("Navy Down Jacket L 還有貨嗎？", None), Hant);
+        assert_eq!(Language::detect("能用 TEA5 吗？买两袋 Green Tea 250g", None), Hans);
+    }
+
+    #[test]
+    fn mixed_text_goes_to_the_language_with_more_words() {
+        assert_eq!(Language::detect("Hi, 我的订单 A1029 到哪了？", None), Hans);
+        assert_eq!(Language::detect("你好, where is my order A1029 and when will it arrive?", None), English);
+        assert_eq!(Language::detect("你好 hello", Some(Hant)), Hant, "a tie: Chinese, of the previous script");
+    }
+
+    #[test]
     fn tags_round_trip_and_regional_tags_map_to_their_script() {
         for l in Language::ALL {
             assert_eq!(Language::parse(l.tag()), Some(l));
