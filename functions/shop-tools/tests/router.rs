@@ -193,3 +193,27 @@ async fn missing_arguments_get_the_same_json_error_shape_as_refusals() -> anyhow
     assert_eq!(error, json!({"error": "invalid arguments for refund: missing field `order_id`"}));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_refund_the_policy_rules_out_names_its_rule_and_figures_beside_the_reason() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let refund = call("refund", json!({"order_id": "A1006"}));
+    let (is_error, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C105", Some("k1"), refund)?).await?).await?;
+    assert!(is_error);
+    assert_eq!(
+        answer,
+        json!({"error": "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00",
+               "code": "refund_window_closed", "order_id": "A1006", "delivered_at": "2026-11-18T06:00:00+08:00",
+               "window_days": 7, "window_closed_at": "2026-11-25T06:00:00+08:00"})
+    );
+    let refund = call("refund", json!({"order_id": "A1016", "amount": 900.0}));
+    let (_, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C103", Some("k2"), refund)?).await?).await?;
+    assert_eq!(
+        answer,
+        json!({"error": "a refund of 900.00 CNY exceeds what is refundable on order A1016: 797.00 CNY (797.00 CNY paid minus 0.00 CNY already refunded)",
+               "code": "exceeds_refundable", "order_id": "A1016", "amount": 900.0, "refundable": 797.0, "paid": 797.0,
+               "refunded": 0.0, "currency": "CNY"})
+    );
+    assert!(rig.shop.refunds().await.unwrap().is_empty());
+    Ok(())
+}

@@ -18,8 +18,8 @@ mod shipping;
 pub mod views;
 
 pub use views::{
-    CouponCheck, OrderLine, OrderList, OrderView, ProductMatches, ProductView, RefundPolicyView, RefundReceipt,
-    ShipmentSummary, TrackView,
+    CouponCheck, CouponFinding, OrderLine, OrderList, OrderView, ProductMatches, ProductView, RefundPolicyView,
+    RefundReceipt, ShipmentSummary, TrackView,
 };
 
 /// The demo data set, embedded at build time.
