@@ -64,6 +64,18 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The answer a tool gives for this refusal: `{"error": "<reason>"}`, and for a
+    /// [`Refusal::Policy`] its rule's code and figures beside the reason.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut answer = serde_json::json!({ "error": self.to_string() });
+        if let (Self::Policy(rule), Some(object)) = (self, answer.as_object_mut())
+            && let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(rule)
+        {
+            object.extend(fields);
+        }
+        answer
+    }
+
     /// Whether retrying the same call may succeed: only when the ledger was unavailable; otherwise the data decides.
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable(_))

@@ -23,7 +23,7 @@ use crate::access::{
     header_text,
 };
 use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
-use crate::error::{RefundRule, Refusal, ShopError};
+use crate::error::{Refusal, ShopError};
 use crate::shop::Shop;
 
 /// Path the MCP endpoint is served at.
@@ -38,7 +38,7 @@ pub struct ShopTools {
 
 /// A tool answer: one text content holding a JSON object; a refusal is
 /// `{"error": "<reason>"}` with `is_error = true`, and a refund the policy rules out has its
-/// rule's code and figures beside the reason ([`RefundRule`]).
+/// rule's code and figures beside the reason ([`Refusal::to_json`]).
 fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: Result<T, Refusal>) -> CallToolResult {
     let customer_id = customer_id.unwrap_or("-");
     match result {
@@ -55,22 +55,9 @@ fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: R
         Err(refusal) => {
             tracing::info!(tool, customer_id, outcome = "refused", "tool call refused");
             tracing::debug!(tool, reason = %refusal, "refusal reason");
-            match &refusal {
-                Refusal::Policy(rule) => rule_result(rule),
-                _ => refusal_result(&refusal.to_string()),
-            }
+            CallToolResult::error(vec![ContentBlock::text(refusal.to_json().to_string())])
         }
     }
-}
-
-/// `{"error": "<the rule's sentence>", "code": "<the rule>", <its figures>}` with `is_error = true`.
-fn rule_result(rule: &RefundRule) -> CallToolResult {
-    let mut answer = serde_json::json!({ "error": rule.to_string() });
-    if let (Some(answer), Ok(serde_json::Value::Object(fields))) = (answer.as_object_mut(), serde_json::to_value(rule))
-    {
-        answer.extend(fields);
-    }
-    CallToolResult::error(vec![ContentBlock::text(answer.to_string())])
 }
 
 /// The input schema of a tool taking `T` (from its doc comments).
