@@ -179,6 +179,7 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
         let own = messages(b).into_iter().rev().find(|m| text(m).starts_with("Subtask ")).unwrap();
         assert_eq!(language_named(text(&own), ANSWER_LANGUAGE_MARKER), Some(Language::TraditionalChinese));
         assert!(text(&own).contains("Write your answer in Traditional Chinese (繁體中文)"), "{own}");
+        assert!(text(&own).contains("Put what the tools say into that language, a refusal's reason too"), "{own}");
     }
     let reply_messages = messages(reply[0]);
     assert_eq!(reply_messages.len(), 2, "system and one user message");
@@ -194,11 +195,33 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
     assert!(user.contains("\"language\": \"zh-Hant\""), "{user}");
     assert!(text(&reply_messages[0]).contains("`Reply language:`"), "the system prompt points at it");
 
-    // An English message gets English named everywhere.
-    let bodies = through_the_mock("Where is order A1029, and can I use SAVE20?").await;
-    let reply = bodies
-        .iter()
-        .find_map(|b| messages(b).into_iter().find(|m| m["role"] == "user" && text(m).contains(SUBTASK_RESULTS_MARKER)))
-        .unwrap();
-    assert_eq!(language_named(text(&reply), REPLY_LANGUAGE_MARKER), Some(Language::English));
+    // A Simplified message gets Simplified named, and an English one English, in every request.
+    for (message, language) in [
+        ("能用 DOUBLE11 这张券吗？我的订单 A1029 到哪了？", Language::SimplifiedChinese),
+        ("Where is order A1029, and can I use SAVE20?", Language::English),
+    ] {
+        let bodies = through_the_mock(message).await;
+        let named = |marker: &str| -> Vec<Option<Language>> {
+            bodies
+                .iter()
+                .flat_map(|b| messages(b))
+                .filter(|m| text(m).contains(marker))
+                .map(|m| language_named(text(&m), marker))
+                .collect()
+        };
+        let (plan, work, reply) =
+            (named(INSTRUCTION_LANGUAGE_MARKER), named(ANSWER_LANGUAGE_MARKER), named(REPLY_LANGUAGE_MARKER));
+        assert_eq!((plan.len(), reply.len()), (1, 1), "{message}: {bodies:#?}");
+        assert!(work.len() >= 2, "{message}: {bodies:#?}");
+        for named in plan.iter().chain(&work).chain(&reply) {
+            assert_eq!(*named, Some(language), "{message}");
+        }
+        let reply_request = bodies
+            .iter()
+            .flat_map(|b| messages(b))
+            .find(|m| m["role"] == "user" && text(m).contains(SUBTASK_RESULTS_MARKER))
+            .unwrap();
+        let expected = format!("\"language\": \"{}\"", language.tag());
+        assert!(text(&reply_request).contains(&expected), "{message}: {reply_request}");
+    }
 }
