@@ -446,7 +446,9 @@ fn zh_product(text: &str, codes: &[String]) -> Option<Product> {
             && !ORDER_ID.is_match(name)
             && !upper.contains("SKU")
             && !codes.iter().any(|c| upper.contains(c.as_str()))
-            && !["订单", "优惠券", "包裹", "快递", "退款", "这个", "那个", "它"].iter().any(|w| name.contains(w));
+            && !["订单", "券", "包裹", "快递", "退款", "这个", "那个", "它", "下一单", "下单", "首单"]
+                .iter()
+                .any(|w| name.contains(w));
         if valid {
             return Some(Product { name: name.to_owned(), quantity });
         }
