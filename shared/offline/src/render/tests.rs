@@ -349,3 +349,16 @@ fn the_policy_is_written_from_its_numbers_in_chinese() {
     let t = render(Some(ToolKind::RefundPolicy), &json!({}), &p.to_string(), Language::TraditionalChinese).join(" ");
     assert_chinese(Language::TraditionalChinese, &t);
 }
+
+#[test]
+fn an_order_without_a_parcel_yet_is_explained_from_its_code_in_chinese() {
+    let none = json!({"error": "order A1029 has no shipment yet (status PAID)", "code": "no_shipment_yet",
+        "order_id": "A1029", "status": "PAID"});
+    let args = json!({"order_id": "A1029"});
+    let hans = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::SimplifiedChinese).join(" ");
+    assert_eq!(hans, "订单 A1029 还没有包裹：该订单已付款，尚未发货。");
+    let hant = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::TraditionalChinese).join(" ");
+    assert_eq!(hant, "訂單 A1029 還沒有包裹：該訂單已付款，尚未發貨。");
+    let en = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::English).join(" ");
+    assert_eq!(en, "The parcel of order A1029 could not be tracked: order A1029 has no shipment yet (status PAID).");
+}
