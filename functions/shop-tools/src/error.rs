@@ -42,6 +42,10 @@ pub enum Refusal {
     /// (another customer's order is reported the same way).
     #[error("{0}")]
     NotFound(String),
+    /// The order exists but has no parcel yet (unpaid, paid and not shipped, cancelled):
+    /// answered with the code `no_shipment_yet`, the order and its status beside the reason.
+    #[error("order {order_id} has no shipment yet (status {status})")]
+    NoShipmentYet { order_id: String, status: String },
     /// The arguments are missing, contradictory or out of range.
     #[error("{0}")]
     InvalidArguments(String),
@@ -65,12 +69,17 @@ pub enum Refusal {
 
 impl Refusal {
     /// The answer a tool gives for this refusal: `{"error": "<reason>"}`, and for a
-    /// [`Refusal::Policy`] its rule's code and figures beside the reason.
+    /// [`Refusal::Policy`] or [`Refusal::NoShipmentYet`] its code and figures beside the reason.
     pub fn to_json(&self) -> serde_json::Value {
         let mut answer = serde_json::json!({ "error": self.to_string() });
-        if let (Self::Policy(rule), Some(object)) = (self, answer.as_object_mut())
-            && let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(rule)
-        {
+        let fields = match self {
+            Self::Policy(rule) => serde_json::to_value(rule).ok(),
+            Self::NoShipmentYet { order_id, status } => {
+                Some(serde_json::json!({ "code": "no_shipment_yet", "order_id": order_id, "status": status }))
+            }
+            _ => None,
+        };
+        if let (Some(serde_json::Value::Object(fields)), Some(object)) = (fields, answer.as_object_mut()) {
             object.extend(fields);
         }
         answer

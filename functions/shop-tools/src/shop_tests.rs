@@ -153,7 +153,13 @@ async fn a_delivered_parcel_is_never_late() -> anyhow::Result<()> {
 async fn an_order_without_shipment_says_so_with_its_status() -> anyhow::Result<()> {
     assert_eq!(
         shop()?.track_shipment("C104", Some("A1029"), None).await,
-        Err(Refusal::NotFound("order A1029 has no shipment yet (status PAID)".into()))
+        Err(Refusal::NoShipmentYet { order_id: "A1029".into(), status: "PAID".into() })
+    );
+    let refusal = Refusal::NoShipmentYet { order_id: "A1029".into(), status: "PAID".into() };
+    assert_eq!(
+        refusal.to_json(),
+        serde_json::json!({"error": "order A1029 has no shipment yet (status PAID)", "code": "no_shipment_yet",
+                           "order_id": "A1029", "status": "PAID"})
     );
     Ok(())
 }

@@ -12,7 +12,7 @@ use swarm_core::language::Language;
 
 use crate::catalog::ToolKind;
 use crate::lang::{join_list, say, zh};
-use codes::{coupon_reasons, policy_in_chinese, refund_rule};
+use codes::{coupon_reasons, no_shipment_yet, policy_in_chinese, refund_rule};
 
 /// Longest rendering of one unknown result.
 const MAX_GENERIC_CHARS: usize = 600;
@@ -29,6 +29,9 @@ pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str, language:
     };
     let l = language;
     if let Some(error) = obj.get("error") {
+        if let Some(sentence) = no_shipment_yet(obj, l) {
+            return vec![sentence];
+        }
         let why = refund_rule(obj, l).unwrap_or_else(|| scalar(error));
         return vec![error_sentence(kind, args, &why, l)];
     }

@@ -138,3 +138,17 @@ pub(super) fn policy_in_chinese(p: &Map<String, Value>, l: Language) -> Option<S
         "退款政策：{orders}簽收後 {days} 天內可申請退款；尚未送達的訂單不能退款，退款期限從送達時開始計算。"
     ))
 }
+
+/// An order without a parcel yet (`{"error": …, "code": "no_shipment_yet", "order_id", "status"}`)
+/// in Chinese; `None` in English (the shop's sentence is English) and for any other answer.
+pub(super) fn no_shipment_yet(e: &Map<String, Value>, l: Language) -> Option<String> {
+    if l == Language::English || str_of(e, "code")? != "no_shipment_yet" {
+        return None;
+    }
+    let (order, word) = (str_of(e, "order_id")?, status_word(str_of(e, "status")?, l));
+    Some(zh!(
+        l,
+        "订单 {order} 还没有包裹：该订单{word}，尚未发货。",
+        "訂單 {order} 還沒有包裹：該訂單{word}，尚未發貨。"
+    ))
+}
