@@ -362,3 +362,36 @@ fn an_order_without_a_parcel_yet_is_explained_from_its_code_in_chinese() {
     let en = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::English).join(" ");
     assert_eq!(en, "The parcel of order A1029 could not be tracked: order A1029 has no shipment yet (status PAID).");
 }
+
+#[test]
+fn a_refusal_with_a_code_is_decided_on_its_code_and_never_quoted_in_english_in_chinese() {
+    let hans = Language::SimplifiedChinese;
+    let r = |kind, args: Value, result: Value, l| render(Some(kind), &args, &result.to_string(), l).join(" ");
+    // The code decides "not found", not the words of the message.
+    let busy = json!({"error": "order lookup not found in cache, try later", "code": "unavailable"});
+    assert_eq!(
+        r(ToolKind::GetOrder, json!({"order_id": "A2"}), busy.clone(), Language::English),
+        "Order A2 could not be looked up: order lookup not found in cache, try later."
+    );
+    assert_eq!(
+        r(ToolKind::GetOrder, json!({"order_id": "A2"}), busy, hans),
+        "无法查询订单 A2：商店暂时无法处理，请稍后再试。"
+    );
+    let gone = json!({"error": "order A9 is gone", "code": "not_found"});
+    assert_eq!(r(ToolKind::GetOrder, json!({"order_id": "A9"}), gone, hans), "未找到订单 A9。");
+    let product = json!({"error": "no product matches 'kettle'", "code": "not_found"});
+    assert_eq!(
+        r(
+            ToolKind::CheckCoupon,
+            json!({"code": "TEA5", "product_name": "kettle"}),
+            product,
+            Language::TraditionalChinese
+        ),
+        "無法查詢優惠券 TEA5：未找到相關記錄。"
+    );
+    let bad = json!({"error": "invalid arguments for refund: missing field `order_id`", "code": "invalid_arguments"});
+    assert_eq!(
+        r(ToolKind::Refund, json!({"order_id": "A1"}), bad, hans),
+        "订单 A1 的退款未能办理：请求的信息不完整或有误。"
+    );
+}
