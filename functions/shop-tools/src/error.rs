@@ -68,14 +68,29 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The answer a tool gives for this refusal: `{"error": "<reason>"}`, and for a
-    /// [`Refusal::Policy`] or [`Refusal::NoShipmentYet`] its code and figures beside the reason.
+    /// The refusal's code, what a caller decides on (never the message): `not_found`,
+    /// `no_shipment_yet`, `invalid_arguments`, `refused`, a refund rule's code
+    /// ([`RefundRule`]: `not_delivered` …), `needs_approval`, `unavailable`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not_found",
+            Self::NoShipmentYet { .. } => "no_shipment_yet",
+            Self::InvalidArguments(_) => "invalid_arguments",
+            Self::Refused(_) => "refused",
+            Self::Policy(rule) => rule.code(),
+            Self::NeedsApproval(_) => "needs_approval",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// The answer a tool gives for this refusal: `{"error": "<reason>", "code": "<code>"}`, and
+    /// for a [`Refusal::Policy`] or [`Refusal::NoShipmentYet`] its figures beside them.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut answer = serde_json::json!({ "error": self.to_string() });
+        let mut answer = serde_json::json!({ "error": self.to_string(), "code": self.code() });
         let fields = match self {
             Self::Policy(rule) => serde_json::to_value(rule).ok(),
             Self::NoShipmentYet { order_id, status } => {
-                Some(serde_json::json!({ "code": "no_shipment_yet", "order_id": order_id, "status": status }))
+                Some(serde_json::json!({ "order_id": order_id, "status": status }))
             }
             _ => None,
         };
@@ -131,6 +146,20 @@ pub enum RefundRule {
         refunded: i64,
         currency: String,
     },
+}
+
+impl RefundRule {
+    /// The rule's code, as serialised (`not_delivered` …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotPaid { .. } => "not_paid",
+            Self::NothingLeft { .. } => "nothing_left",
+            Self::NotDelivered { .. } => "not_delivered",
+            Self::NoDeliveryTime { .. } => "no_delivery_time",
+            Self::RefundWindowClosed { .. } => "refund_window_closed",
+            Self::ExceedsRefundable { .. } => "exceeds_refundable",
+        }
+    }
 }
 
 impl std::fmt::Display for RefundRule {

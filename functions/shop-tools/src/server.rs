@@ -37,8 +37,8 @@ pub struct ShopTools {
 }
 
 /// A tool answer: one text content holding a JSON object; a refusal is
-/// `{"error": "<reason>"}` with `is_error = true`, and a refund the policy rules out has its
-/// rule's code and figures beside the reason ([`Refusal::to_json`]).
+/// `{"error": "<reason>", "code": "<code>"}` with `is_error = true`, and a refund the policy
+/// rules out has its rule's figures beside them ([`Refusal::to_json`]).
 fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: Result<T, Refusal>) -> CallToolResult {
     let customer_id = customer_id.unwrap_or("-");
     match result {
@@ -49,13 +49,15 @@ fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: R
             }
             Err(e) => {
                 tracing::error!(tool, error = %e, "tool result did not serialize");
-                refusal_result(&format!("internal error: the {tool} result could not be encoded"))
+                // A defect, not a refusal of the shop's: no code to decide on.
+                let reason = format!("internal error: the {tool} result could not be encoded");
+                CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
             }
         },
         Err(refusal) => {
             tracing::info!(tool, customer_id, outcome = "refused", "tool call refused");
             tracing::debug!(tool, reason = %refusal, "refusal reason");
-            CallToolResult::error(vec![ContentBlock::text(refusal.to_json().to_string())])
+            refusal_result(&refusal)
         }
     }
 }
@@ -73,7 +75,7 @@ fn input_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Result<T, CallToolResult> {
     serde_json::from_value(serde_json::Value::Object(arguments)).map_err(|e| {
         tracing::info!(tool, outcome = "bad_arguments", "tool call refused");
-        refusal_result(&format!("invalid arguments for {tool}: {e}"))
+        refusal_result(&Refusal::InvalidArguments(format!("invalid arguments for {tool}: {e}")))
     })
 }
 
@@ -81,12 +83,15 @@ fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Resu
 fn customer_of(tool: &'static str, parts: &Parts) -> Result<String, CallToolResult> {
     header_text(&parts.headers, CUSTOMER_HEADER).map(str::to_owned).ok_or_else(|| {
         tracing::warn!(tool, outcome = "no_customer", "tool call refused");
-        refusal_result(&format!("{tool} acts for a customer: the tool gateway sets {CUSTOMER_HEADER}"))
+        refusal_result(&Refusal::InvalidArguments(format!(
+            "{tool} acts for a customer: the tool gateway sets {CUSTOMER_HEADER}"
+        )))
     })
 }
 
-fn refusal_result(reason: &str) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
+/// `{"error": "<reason>", "code": "<code>", …}` with `is_error = true` ([`Refusal::to_json`]).
+fn refusal_result(refusal: &Refusal) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(refusal.to_json().to_string())])
 }
 
 #[tool_router]
@@ -214,7 +219,9 @@ impl ShopTools {
             Some(key) => key.to_owned(),
             None => {
                 tracing::warn!(tool = "refund", outcome = "no_idempotency_key", "tool call refused");
-                return Ok(refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}")));
+                return Ok(refusal_result(&Refusal::InvalidArguments(format!(
+                    "refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}"
+                ))));
             }
         };
         // The gateway's word only: whatever the arguments held is replaced.
@@ -223,7 +230,9 @@ impl ShopTools {
             Some(Ok(limit)) if limit >= 0 => Some(limit),
             Some(_) => {
                 tracing::warn!(tool = "refund", outcome = "bad_consent_limit", "tool call refused");
-                return Ok(refusal_result(&format!("{CONSENT_LIMIT_HEADER} must be a whole number of cents")));
+                return Ok(refusal_result(&Refusal::InvalidArguments(format!(
+                    "{CONSENT_LIMIT_HEADER} must be a whole number of cents"
+                ))));
             }
         };
         args.approval_id = header_text(&parts.headers, APPROVAL_ID_HEADER).map(str::to_owned);

@@ -186,7 +186,7 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
     let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
     assert!(out.is_error);
-    assert_eq!(out.text, r#"{"error":"order A1007 not found"}"#);
+    assert_eq!(out.text, r#"{"code":"not_found","error":"order A1007 not found"}"#);
     // A lower-case customer never reaches the shop: the gateway wants the canonical form.
     let lower = json!({"order_id": "A1007", "_idempotency_key": "conv-probe/w01/2"});
     let out = s.tools.call_tool(&ctx("refund", "c106"), "shop__refund", lower, T).await.unwrap();

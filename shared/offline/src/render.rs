@@ -12,7 +12,7 @@ use swarm_core::language::Language;
 
 use crate::catalog::ToolKind;
 use crate::lang::{join_list, say, zh};
-use codes::{coupon_reasons, no_shipment_yet, policy_in_chinese, refund_rule};
+use codes::{coupon_reasons, no_shipment_yet, policy_in_chinese, refund_rule, refusal_in_chinese};
 
 /// Longest rendering of one unknown result.
 const MAX_GENERIC_CHARS: usize = 600;
@@ -32,8 +32,16 @@ pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str, language:
         if let Some(sentence) = no_shipment_yet(obj, l) {
             return vec![sentence];
         }
-        let why = refund_rule(obj, l).unwrap_or_else(|| scalar(error));
-        return vec![error_sentence(kind, args, &why, l)];
+        let code = str_of(obj, "code");
+        let why = refund_rule(obj, l)
+            .or_else(|| code.and_then(|c| refusal_in_chinese(c, l)))
+            .unwrap_or_else(|| scalar(error));
+        // Decided on the code; only an answer without one (another upstream's) is read for "not found".
+        let not_found = match code {
+            Some(code) => code == "not_found",
+            None => reads_as_not_found(&scalar(error)),
+        };
+        return vec![error_sentence(kind, args, &why, not_found, l)];
     }
     if obj.get("orders").is_some_and(Value::is_array) {
         return vec![order_list(obj, false, l)];
@@ -89,11 +97,13 @@ pub(crate) fn field(text: &str, key: &str) -> Option<Value> {
 
 // ------------------------------------------------------------------ shapes
 
-fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str, l: Language) -> String {
-    let not_found = {
-        let e = error.to_lowercase();
-        e.contains("not found") || e.contains("no product") || e.contains("does not exist") || e.contains("unknown")
-    };
+/// Whether an error without a code says something was not found (answers of upstreams that give no code).
+fn reads_as_not_found(error: &str) -> bool {
+    let e = error.to_lowercase();
+    e.contains("not found") || e.contains("no product") || e.contains("does not exist") || e.contains("unknown")
+}
+
+fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str, not_found: bool, l: Language) -> String {
     let order = args.get("order_id").or_else(|| args.get("order")).map(scalar);
     let sku = args.get("sku").map(scalar);
     let name = args.get("name").or_else(|| args.get("query")).map(scalar);

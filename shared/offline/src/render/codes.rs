@@ -152,3 +152,19 @@ pub(super) fn no_shipment_yet(e: &Map<String, Value>, l: Language) -> Option<Str
         "訂單 {order} 還沒有包裹：該訂單{word}，尚未發貨。"
     ))
 }
+
+/// A refusal's class code in Chinese, for a refusal without a sentence of its own; `None` in
+/// English and for a code this does not know.
+pub(super) fn refusal_in_chinese(code: &str, l: Language) -> Option<String> {
+    if l == Language::English {
+        return None;
+    }
+    Some(match code {
+        "not_found" => zh!(l, "未找到相关记录", "未找到相關記錄"),
+        "invalid_arguments" => zh!(l, "请求的信息不完整或有误", "請求的資訊不完整或有誤"),
+        "unavailable" => zh!(l, "商店暂时无法处理，请稍后再试", "商店暫時無法處理，請稍後再試"),
+        "refused" => zh!(l, "商店拒绝了该请求", "商店拒絕了該請求"),
+        "needs_approval" => zh!(l, "需要工作人员批准", "需要工作人員核准"),
+        _ => return None,
+    })
+}
