@@ -1,4 +1,4 @@
-//! Replies in the customer's language and script through the whole local stack: every case written in Chinese — the public ones (Simplified) and those of `tests/fixtures/queries-zh-hant.jsonl` (Traditional) — is answered in Chinese of its script and every English one in English, with the offline model, on both backends; the language is stored on the conversation once; the deadline path's model-free reply is written in the stored script; and, through the mock LLM on the wire, the plan, work and reply requests of a real model name the language.
+//! Replies in the customer's language and script through the whole local stack: every case written in Chinese — the public ones and those of `tests/fixtures/queries-zh-hans.jsonl` (Simplified) and `tests/fixtures/queries-zh-hant.jsonl` (Traditional) — is answered in Chinese of its script and every English one in English, with the offline model, on both backends; the language is stored on the conversation once; the deadline path's model-free reply is written in the stored script; and, through the mock LLM on the wire, the plan, work and reply requests of a real model name the language.
 //!
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -22,8 +22,8 @@ use swarm_core::timings::Timings;
 use swarm_local::{BackendChoice, Function, LocalStack, StackOptions, Wraps};
 use swarm_offline::offline_label;
 use swarm_tests::{
-    FlakyStore, StoreOp, case_language, cases, over_offline, script_problems, traditional_cases, unmet_expectations,
-    with_plan,
+    FlakyStore, StoreOp, case_language, cases, over_offline, script_problems, simplified_cases, traditional_cases,
+    unmet_expectations, with_plan,
 };
 
 /// How long a test waits for one conversation.
@@ -36,8 +36,8 @@ swarm_tests::on_both_backends!(
 
 async fn every_case_is_answered_in_the_language_and_script_it_was_written_in(backend: BackendChoice) {
     let stack = LocalStack::start(StackOptions { backend, ..StackOptions::default() }).await.unwrap();
-    let all: Vec<_> = cases().into_iter().chain(traditional_cases()).collect();
-    assert_eq!(all.iter().filter(|c| case_language(c) == Language::SimplifiedChinese).count(), 5);
+    let all: Vec<_> = cases().into_iter().chain(simplified_cases()).chain(traditional_cases()).collect();
+    assert_eq!(all.iter().filter(|c| case_language(c) == Language::SimplifiedChinese).count(), 7);
     assert_eq!(all.iter().filter(|c| case_language(c) == Language::TraditionalChinese).count(), 6);
     // Every message at once: the conversations run side by side, as customers' do.
     let mut posted = Vec::new();
