@@ -204,7 +204,7 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
         let named = |marker: &str| -> Vec<Option<Language>> {
             bodies
                 .iter()
-                .flat_map(|b| messages(b))
+                .flat_map(&messages)
                 .filter(|m| text(m).contains(marker))
                 .map(|m| language_named(text(&m), marker))
                 .collect()
@@ -218,7 +218,7 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
         }
         let reply_request = bodies
             .iter()
-            .flat_map(|b| messages(b))
+            .flat_map(&messages)
             .find(|m| m["role"] == "user" && text(m).contains(SUBTASK_RESULTS_MARKER))
             .unwrap();
         let expected = format!("\"language\": \"{}\"", language.tag());
