@@ -55,6 +55,23 @@ pub struct DeadLetterFacts {
     pub invocations: u64,
 }
 
+/// The stack killed mid-run and started again on the same stack (`--restart-at`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestartFacts {
+    /// When it was killed, from the run's start.
+    pub killed_at: Duration,
+    /// Conversations accepted (202) before the kill.
+    pub accepted_at_kill: usize,
+    /// Of those, the ones not terminal in the table right after the kill (in flight).
+    pub open_at_kill: usize,
+    /// How long the new stack took to start.
+    pub restarted_in: Duration,
+    /// The new stack's backend line (`stack … reused`).
+    pub backend: String,
+    /// Conversations accepted after the restart.
+    pub accepted_after: usize,
+}
+
 /// Everything the verdict is made of.
 #[derive(Clone, Debug, Default)]
 pub struct RunFacts {
@@ -91,6 +108,9 @@ pub struct RunFacts {
     pub store_faults: BTreeMap<String, (u64, u64)>,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
+    /// `Some` when a restart was asked for (`--restart-at`): `Some(None)` it never came (the run
+    /// accepted too few conversations), `Some(Some(_))` what it did.
+    pub restart: Option<Option<RestartFacts>>,
 }
 
 /// The scenario index a conversation's message names (`chaos conversation <n>.`).
