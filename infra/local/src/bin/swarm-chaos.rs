@@ -15,12 +15,14 @@ use swarm_adapters::llm::{LlmConfig, build_models};
 use swarm_core::access::CustomerLimits;
 use swarm_core::approval::Approval;
 use swarm_core::domain::{Conversation, ConversationId, SubtaskRecord};
-use swarm_core::time::now_ms;
 use swarm_core::faults::CrashPoint;
+use swarm_core::time::now_ms;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
 use swarm_local::chaos::operator::{Operator, OperatorLog};
-use swarm_local::chaos::report::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
+use swarm_local::chaos::report::{
+    ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, Outcome, RunFacts, verdict,
+};
 use swarm_local::chaos::restart::Stacks;
 use swarm_local::chaos::scenario::{Scenario, has_refund};
 use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
@@ -345,7 +347,10 @@ async fn main() -> anyhow::Result<()> {
             args.aws_endpoint.is_some(),
             "--restart-at needs --aws-endpoint: in memory nothing outlives the stack, so a restart would lose everything"
         );
-        anyhow::ensure!(share > 0.0 && share < 1.0, "--restart-at must be a share between 0 and 1 (exclusive), not {share}");
+        anyhow::ensure!(
+            share > 0.0 && share < 1.0,
+            "--restart-at must be a share between 0 and 1 (exclusive), not {share}"
+        );
     }
     rate("--refund-share", args.refund_share)?;
     anyhow::ensure!(
@@ -644,6 +649,7 @@ impl Driver<'_> {
             audit: log,
             store,
             ledger: self.ledger(&stack).await?,
+            tickets: self.tickets(&stack).await?,
             operator,
             approvals_at_end,
             concurrency: self.concurrency_lines().await?,
@@ -710,6 +716,15 @@ impl Driver<'_> {
                 reason: r.reason,
                 idempotency_key: r.idempotency_key,
             })
+            .collect())
+    }
+
+    /// The shop's support tickets (one shop, carried over a restart).
+    async fn tickets(&self, stack: &LocalStack) -> anyhow::Result<Vec<LedgerTicket>> {
+        let tickets = stack.shop.tickets().await.context("reading the shop's tickets")?;
+        Ok(tickets
+            .into_iter()
+            .map(|t| LedgerTicket { order_id: t.order_id, subject: t.subject, idempotency_key: t.idempotency_key })
             .collect())
     }
 

@@ -36,9 +36,10 @@ impl Servers {
     pub async fn start(options: &StackOptions, timings: &Timings) -> anyhow::Result<Self> {
         let (tokens, shop) = match &options.carried {
             Some(carried) => (carried.tokens.clone(), carried.shop.clone()),
-            None => {
-                (tool_gateway::DemoTokens::generate(), Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?))
-            }
+            None => (
+                tool_gateway::DemoTokens::generate(),
+                Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?),
+            ),
         };
         let shop_access = shop_tools::ShopAccess::local(tokens.shop_upstream().clone())
             .map_err(|e| anyhow::anyhow!("the demo shop's upstream token: {e}"))?;

@@ -42,6 +42,15 @@ pub struct LedgerRefund {
     pub idempotency_key: String,
 }
 
+/// A support ticket in the shop's ledger (what the ledger says).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LedgerTicket {
+    pub order_id: String,
+    pub subject: String,
+    /// The idempotency key the shop received with the call.
+    pub idempotency_key: String,
+}
+
 /// The dead-letter path as the run saw it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeadLetterFacts {
@@ -91,6 +100,8 @@ pub struct RunFacts {
     /// (`None`: absent from the store).
     pub store: BTreeMap<String, Option<(Conversation, Vec<SubtaskRecord>)>>,
     pub ledger: Vec<LedgerRefund>,
+    /// Every support ticket the shop opened.
+    pub tickets: Vec<LedgerTicket>,
     /// What the operator decided (its own log).
     pub operator: OperatorLog,
     /// Every approval id known (the operator's log, the subtasks' journals) → the approval in the

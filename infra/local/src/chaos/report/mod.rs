@@ -4,7 +4,8 @@
 //! conversation ended with no subtask ever begun, a request answered by two conversations, a
 //! conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF` are terminal,
 //! whatever its subtasks await), a count applied twice or lost, a conversation aggregated twice, a
-//! subtask or an approval refunded twice, a refund no scripted subtask asked for, a refund the
+//! subtask or an approval refunded twice, a subtask that opened two support tickets (or a
+//! ticket no scripted subtask asked for), a refund no scripted subtask asked for, a refund the
 //! operator never approved or rejected, an order refunded beyond what the operator approved, a
 //! refund made while its subtask reports failure, a side effect left "being confirmed" for good,
 //! and poisoned messages the DLQ consumer never ran for. It is inconclusive when none of these
@@ -25,7 +26,9 @@ mod recoverable;
 mod sheet;
 mod subtasks;
 
-pub use facts::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, RestartFacts, RunFacts, approval_of_key};
+pub use facts::{
+    ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, RestartFacts, RunFacts, approval_of_key,
+};
 use sheet::{Finding, Sheet, percentile, secs};
 
 /// How a run ended.
@@ -83,6 +86,7 @@ const CHECKS: &[Check] = &[
     subtasks::consistency,
     subtasks::aggregations,
     money::refunds_per_subtask,
+    money::tickets_per_subtask,
     money::refunded_per_order,
     consent::asked_and_decided,
     consent::approvals_at_end,
@@ -184,7 +188,8 @@ fn restart(f: &RunFacts, t: &mut Sheet) {
         None => {}
         Some(None) => {
             t.row("restart (kill -9, then the same stack)", "never: too few conversations accepted");
-            t.findings.push(Finding::TooSmall("the restart asked for never came: too few conversations accepted".into()));
+            t.findings
+                .push(Finding::TooSmall("the restart asked for never came: too few conversations accepted".into()));
         }
         Some(Some(r)) => {
             t.row(
