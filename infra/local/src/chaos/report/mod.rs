@@ -4,8 +4,8 @@
 //! conversation ended with no subtask ever begun, a request answered by two conversations, a
 //! conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF` are terminal,
 //! whatever its subtasks await), a count applied twice or lost, a conversation aggregated twice, a
-//! subtask or an approval refunded twice, a subtask that opened two support tickets (or a
-//! ticket no scripted subtask asked for), a refund no scripted subtask asked for, a refund the
+//! subtask or an approval refunded twice, a scripted support ticket opened twice (or a ticket no
+//! scripted subtask asked for), a refund no scripted subtask asked for, a refund the
 //! operator never approved or rejected, an order refunded beyond what the operator approved, a
 //! refund made while its subtask reports failure, a side effect left "being confirmed" for good,
 //! and poisoned messages the DLQ consumer never ran for. It is inconclusive when none of these
