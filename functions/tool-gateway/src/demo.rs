@@ -19,22 +19,30 @@ pub struct DemoTokens {
 /// The demo roles, in the order [`demo_config`] defines them.
 pub const DEMO_ROLES: [&str; 3] = ["support", "refund", "planner"];
 
-/// The shop's tools that touch no money: its reads, and the support ticket (a side effect without money).
-const SHOP_SUPPORT: [&str; 7] = [
+/// The shop's tools that read.
+const SHOP_READS: [&str; 6] = [
     "shop__get_order",
     "shop__list_customer_orders",
     "shop__track_shipment",
     "shop__get_product",
     "shop__check_coupon",
     "shop__get_refund_policy",
-    "shop__open_ticket",
 ];
 
 /// Each demo role's tools, by name (an allowlist, as `template.yaml`'s `GATEWAY_CONFIG`): a tool
 /// the shop adds reaches no role until it is named here.
 pub const DEMO_ROLE_TOOLS: [(&str, &[&str]); 3] = [
-    ("support", &SHOP_SUPPORT),
-    ("refund", &["shop__get_order", "shop__list_customer_orders", "shop__get_refund_policy", "shop__refund"]),
+    ("support", &SHOP_READS),
+    (
+        "refund",
+        &[
+            "shop__get_order",
+            "shop__list_customer_orders",
+            "shop__get_refund_policy",
+            "shop__refund",
+            "shop__open_ticket",
+        ],
+    ),
     (
         "planner",
         &[
@@ -89,13 +97,13 @@ impl DemoTokens {
 
 /// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`, called with
 /// `Authorization: Bearer <tokens.shop_upstream()>`;
-/// roles `support` (every shop tool but `shop__refund`), `refund`
-/// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
+/// roles `support` (every shop tool that reads), `refund`
+/// (`shop__refund`, `shop__open_ticket`, `shop__get_refund_policy`, `shop__get_order`,
 /// `shop__list_customer_orders`) and `planner` (lists every shop tool, calls none), each
 /// [`DEMO_ROLE_TOOLS`] by name (the template's lists);
 /// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`),
-/// `shop__open_ticket` side-effecting without consent (it moves no money: the support role's own
-/// side effect, journaled and confirmed by the tasks worker).
+/// `shop__open_ticket` side-effecting without consent (it moves no money; like every side effect
+/// it is the refund role's, journaled and confirmed by the refund worker).
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| tokens.token(role).cloned().unwrap_or_default();
     // Its waits are the timing table's (`UpstreamConfig::new`'s defaults); the local stack scales them.

@@ -19,18 +19,17 @@ use swarm_core::faults::CrashPoint;
 use swarm_core::time::now_ms;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
+use swarm_local::chaos::client::{Patience, customer};
 use swarm_local::chaos::operator::{Operator, OperatorLog};
 use swarm_local::chaos::report::{
     ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, Outcome, RunFacts, verdict,
 };
 use swarm_local::chaos::restart::Stacks;
 use swarm_local::chaos::scenario::{Scenario, has_refund};
-use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
+use swarm_local::platform::chaos::{Chaos, ChaosSettings, ToolFaults};
 use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, Queue, StackOptions};
 use tokio::sync::{Notify, Semaphore};
 
-/// Re-posts one client makes at most after failed `POST`s.
-const MAX_REPOSTS: u32 = 3;
 /// Longest wait for the audit to catch up with the table at the end.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the audit polls the emulator's stream when it found nothing.
@@ -271,69 +270,6 @@ async fn start_mock(a: &Args) -> anyhow::Result<MockHandle> {
     };
     let (_, handle) = MockLlm::start(config).await.context("starting the mock LLM")?;
     Ok(handle)
-}
-
-/// How long a client waits: for its conversation to end, before posting again, and after a
-/// `409 request_in_progress` (the planning lease).
-#[derive(Clone, Copy)]
-struct Patience {
-    wait: Duration,
-    backoff: Duration,
-    lease: Duration,
-}
-
-/// One scripted customer: posts (again, with the same key, after a failure when the chaos
-/// draws a re-post), then waits for its conversation to end.
-async fn customer(
-    stacks: &Stacks,
-    chaos: &Chaos,
-    audit: &Audit,
-    scenario: &Scenario,
-    key: &str,
-    patience: Patience,
-) -> ClientOutcome {
-    let Patience { wait, backoff, lease } = patience;
-    let mut out = ClientOutcome::default();
-    let message = scenario.message();
-    loop {
-        out.posts += 1;
-        let (message, customer) = (&message, &scenario.customer_id);
-        match stacks.call(|s| async move { s.post_conversation(message, customer, Some(key)).await }).await {
-            Ok((202, body)) => {
-                out.conversation_id = body["conversation_id"].as_str().map(str::to_owned);
-                if let Some(id) = &out.conversation_id {
-                    stacks.accepted(id);
-                }
-                break;
-            }
-            Ok((status, _)) if status >= 500 => {}
-            // The key's first request is still being planned, or its planner died inside its lease:
-            // come back once the lease has ended (as Retry-After says), then this post plans it.
-            Ok((409, body)) if body["error"]["code"] == "request_in_progress" => {
-                if out.posts > MAX_REPOSTS {
-                    out.gave_up = true;
-                    break;
-                }
-                tokio::time::sleep(lease).await;
-                continue;
-            }
-            Ok((status, body)) => {
-                tracing::warn!(status, %body, "the API refused a scripted request");
-                out.refused = Some(status);
-                break;
-            }
-            Err(e) => tracing::info!(error = %e, "no answer from the API"),
-        }
-        if out.posts > MAX_REPOSTS || !chaos.decide(FaultKind::ClientRepost) {
-            out.gave_up = true;
-            break;
-        }
-        tokio::time::sleep(backoff).await;
-    }
-    if let Some(id) = &out.conversation_id {
-        audit.wait_terminal(id, wait).await;
-    }
-    out
 }
 
 #[tokio::main]
