@@ -107,8 +107,8 @@ report+=("${cargo_details[@]}")
 # several messages go out in part (docs/chaos.md). The embedded run is at 1/20, not 1/50: at 1/50 (a 2.4 s
 # deadline) a planning taken over after a creator died at `orchestrator_after_create` could end past the
 # deadline before its subtask began, which the verdict fails ("202, no subtask ever begun"; issue 18 point 4).
-# Every conversation's third and sixth subtasks open two support tickets each (no approval), one per round, so
-# an invocation can die between two side effects (`worker_between_effects`; few reach the second round, hence
+# Every conversation's third subtask opens two support tickets (no approval), one per round, so an invocation
+# can die between two side effects (`worker_between_effects`; few reach the second round on the emulator, hence
 # 0.5 and 1). The emulator run kills its stack once 30 % of the conversations are accepted, the way
 # kill -9 kills `serve`, and starts it again on the same stack (--restart-at; a few seconds more than without).
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.05 --seed 9

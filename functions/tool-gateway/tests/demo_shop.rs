@@ -86,7 +86,13 @@ async fn demo_roles_see_their_tool_sets() {
     );
     assert_eq!(
         names(s.tools.list_tools(&ctx("refund", "C104")).await.unwrap()),
-        ["shop__get_order", "shop__get_refund_policy", "shop__list_customer_orders", "shop__open_ticket", "shop__refund"]
+        [
+            "shop__get_order",
+            "shop__get_refund_policy",
+            "shop__list_customer_orders",
+            "shop__open_ticket",
+            "shop__refund"
+        ]
     );
     assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 8);
     for tool in s.tools.list_tools(&ctx("planner", "C104")).await.unwrap() {

@@ -183,7 +183,7 @@ struct Args {
     /// requests in flight unanswered, no drain), and start it again on the same emulator stack with
     /// its secrets and the shop's ledger; the verdict judges every conversation accepted before and
     /// after. Emulator only (in memory nothing outlives the process). E.g. 0.5.
-    #[arg(long, value_name = "SHARE", requires = "aws_endpoint")]
+    #[arg(long, value_name = "SHARE")]
     restart_at: Option<f64>,
 }
 

@@ -1,4 +1,4 @@
-//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents), subtasks that each open two support tickets about the customer's order — two side effects in two rounds of one loop, neither waiting for a person — and, in a share of them, one refund of a known amount on the customer's own refundable order.
+//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents), a subtask that opens two support tickets about the customer's order — two side effects in two rounds of one loop, neither waiting for a person — and, in a share of them, one refund of a known amount on the customer's own refundable order.
 //!
 //! Every refund's `reason` and every ticket's `subject` carry the subtask's tag (`chaos
 //! <conversation>/<subtask>`), so the shop's ledger tells which subtask each was made for without
@@ -54,7 +54,7 @@ pub fn has_refund(index: usize, share: f64) -> bool {
 impl Scenario {
     /// Conversation `index` with `subtasks` steps (at least 1): step 1 reads the order; every
     /// fourth step depends on the one before it; with 5 or more, the second to last joins steps
-    /// 1 and 2; steps 3 and 6 each open two support tickets about the order, one per round; with `refund`
+    /// 1 and 2; step 3 opens two support tickets about the order, one per round; with `refund`
     /// and 2 or more, the last refunds [`REFUND_AMOUNT`] on the order after step 1. The others read shipments, products, coupons, the order list and the policy.
     pub fn new(index: usize, subtasks: usize, refund: bool) -> Self {
         // Every customer in turn, shifted every round, so every fourth conversation is not always the same customer.
@@ -77,7 +77,7 @@ impl Scenario {
                     "shop__refund",
                     json!({"order_id": order, "amount": REFUND_AMOUNT, "reason": tag}),
                 )
-            } else if i == 3 || i == 6 {
+            } else if i == 3 {
                 // Two side effects in two rounds of one loop, neither waiting for a person.
                 let tag = refund_tag(index, &sid);
                 let text = format!("Open a support ticket about the parcel of {order}, then one about its invoice");
