@@ -22,14 +22,16 @@ use crate::access::{
     APPROVAL_ID_HEADER, APPROVAL_REQUIRED, CONSENT_LIMIT_HEADER, CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess,
     header_text,
 };
-use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
+use crate::args::{
+    CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, OpenTicketArgs, RefundArgs, TrackShipmentArgs,
+};
 use crate::error::{Refusal, ShopError};
 use crate::shop::Shop;
 
 /// Path the MCP endpoint is served at.
 pub const MCP_PATH: &str = "/mcp";
 
-/// The rmcp server handler: seven tools over one [`Shop`].
+/// The rmcp server handler: eight tools over one [`Shop`].
 #[derive(Debug, Clone)]
 pub struct ShopTools {
     shop: Arc<Shop>,
@@ -244,12 +246,38 @@ impl ShopTools {
             answered => Ok(answer("refund", Some(&args.customer_id), answered)),
         }
     }
+
+    #[tool(
+        input_schema = input_schema::<OpenTicketArgs>(),
+        description = "Open a support ticket about one of the customer's orders, for a person to follow up (a complaint, a damaged item, a question the tools cannot answer). Needs a unique idempotency_key; repeating a key never opens a second ticket.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
+    )]
+    async fn open_ticket(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let mut args = match parse::<OpenTicketArgs>("open_ticket", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
+        args.customer_id = match customer_of("open_ticket", &parts) {
+            Ok(customer) => customer,
+            Err(refused) => return refused,
+        };
+        args.idempotency_key = match header_text(&parts.headers, IDEMPOTENCY_HEADER) {
+            Some(key) => key.to_owned(),
+            None => {
+                tracing::warn!(tool = "open_ticket", outcome = "no_idempotency_key", "tool call refused");
+                return refusal_result(&format!(
+                    "open_ticket is a side effect: the tool gateway sets {IDEMPOTENCY_HEADER}"
+                ));
+            }
+        };
+        answer("open_ticket", Some(&args.customer_id), self.shop.open_ticket(&args).await)
+    }
 }
 
 #[tool_handler(
     router = self.tool_router,
     name = "shop-tools",
-    instructions = "Demo e-commerce shop: orders, shipments, products and stock, coupons, refund policy and refunds. Customer-scoped tools act only on the given customer's data."
+    instructions = "Demo e-commerce shop: orders, shipments, products and stock, coupons, refund policy and refunds, support tickets. Customer-scoped tools act only on the given customer's data."
 )]
 impl ServerHandler for ShopTools {}
 

@@ -114,7 +114,7 @@ async fn a_foreign_host_is_refused_even_with_the_credential() -> anyhow::Result<
     let answered = lambda.clone().oneshot(post("x7k2ab.lambda-url.eu-west-1.on.aws", list.clone())?).await?;
     assert_eq!(answered.status(), StatusCode::OK);
     let body = body_json(answered).await?;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(7));
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(8));
     let refused = lambda.oneshot(post("abc.execute-api.eu-west-1.amazonaws.com", list)?).await?;
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     Ok(())

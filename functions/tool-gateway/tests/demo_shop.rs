@@ -86,9 +86,15 @@ async fn demo_roles_see_their_tool_sets() {
     );
     assert_eq!(
         names(s.tools.list_tools(&ctx("refund", "C104")).await.unwrap()),
-        ["shop__get_order", "shop__get_refund_policy", "shop__list_customer_orders", "shop__refund"]
+        [
+            "shop__get_order",
+            "shop__get_refund_policy",
+            "shop__list_customer_orders",
+            "shop__open_ticket",
+            "shop__refund"
+        ]
     );
-    assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 7);
+    assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 8);
     for tool in s.tools.list_tools(&ctx("planner", "C104")).await.unwrap() {
         let props = tool.input_schema.get("properties").cloned().unwrap_or_default();
         assert!(props.get("customer_id").is_none(), "{} shows customer_id", tool.name);

@@ -1,4 +1,4 @@
-//! The shop's rules as plain Rust over the data set, one room per job: orders, shipments, products, coupons and refunds (in a [`RefundLedger`]: in memory locally, DynamoDB on Lambda; the data set on disk is never edited). Here: the shop itself and the lookups every job shares. Amounts are whole cents inside; the tools' results ([`views`]) speak decimals.
+//! The shop's rules as plain Rust over the data set, one room per job: orders, shipments, products, coupons, refunds and support tickets (in a [`RefundLedger`]: in memory locally, DynamoDB on Lambda; the data set on disk is never edited). Here: the shop itself and the lookups every job shares. Amounts are whole cents inside; the tools' results ([`views`]) speak decimals.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,16 +7,18 @@ use chrono::{DateTime, FixedOffset, NaiveDate};
 
 use crate::data::{Customer, Order, Shipment, ShopData};
 use crate::error::{Refusal, ShopError};
-pub use crate::ledger::RefundRecord;
 use crate::ledger::{InMemoryLedger, LedgerError, OrderRefunds, RefundLedger};
+pub use crate::ledger::{RefundRecord, TicketRecord};
 
 mod coupons;
 mod orders;
 mod products;
 mod refunds;
 mod shipping;
+mod tickets;
 pub mod views;
 
+pub use tickets::{MAX_SUBJECT_CHARS, TicketReceipt};
 pub use views::{
     CouponCheck, CouponFinding, OrderLine, OrderList, OrderView, ProductMatches, ProductView, RefundPolicyView,
     RefundReceipt, ShipmentSummary, TrackView,
