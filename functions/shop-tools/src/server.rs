@@ -265,9 +265,9 @@ impl ShopTools {
             Some(key) => key.to_owned(),
             None => {
                 tracing::warn!(tool = "open_ticket", outcome = "no_idempotency_key", "tool call refused");
-                return refusal_result(&format!(
+                return refusal_result(&Refusal::InvalidArguments(format!(
                     "open_ticket is a side effect: the tool gateway sets {IDEMPOTENCY_HEADER}"
-                ));
+                )));
             }
         };
         answer("open_ticket", Some(&args.customer_id), self.shop.open_ticket(&args).await)
