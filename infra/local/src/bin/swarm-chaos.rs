@@ -161,6 +161,12 @@ struct Args {
     /// timeouts plus a DLQ visibility timeout).
     #[arg(long)]
     settle_secs: Option<f64>,
+
+    /// Fail the run when fewer than this share (0..1) of the subtasks end SUCCEEDED, counting every
+    /// subtask but those still awaiting an operator and those the operator rejected (default: the
+    /// share is shown, not judged).
+    #[arg(long, value_name = "SHARE")]
+    min_succeeded: Option<f64>,
 }
 
 fn rate(name: &str, r: f64) -> anyhow::Result<f64> {
@@ -302,6 +308,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.conversations > 0 && args.subtasks > 0, "--conversations and --subtasks must be at least 1");
     rate("--refund-share", args.refund_share)?;
+    if let Some(min) = args.min_succeeded {
+        rate("--min-succeeded", min)?;
+    }
     anyhow::ensure!(
         args.time_scale.is_finite() && args.time_scale > 0.0,
         "--time-scale must be a positive number, not {}",
@@ -567,6 +576,7 @@ impl Driver<'_> {
             platform: self.platform_lines(),
             dead_letters: self.dead_letter_facts(),
             notes,
+            min_succeeded: args.min_succeeded,
         })
     }
 

@@ -86,6 +86,8 @@ pub struct RunFacts {
     pub dead_letters: DeadLetterFacts,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
+    /// `--min-succeeded`: the share of counted subtasks (0..=1) that must end `SUCCEEDED`; `None`: not judged.
+    pub min_succeeded: Option<f64>,
 }
 
 /// The scenario index a conversation's message names (`chaos conversation <n>.`).

@@ -71,6 +71,7 @@ const CHECKS: &[Check] = &[
     conversations::accepted_failed,
     subtasks::by_status,
     subtasks::failed_by_kind,
+    subtasks::succeeded_share,
     subtasks::refund_subtasks,
     subtasks::counts,
     subtasks::consistency,
