@@ -277,12 +277,28 @@ async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_a
 async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirmed_and_runs_once(
     backend: BackendChoice,
 ) {
-    // At 1/240 of the table: deadline 0.5 s, the refund queue's visibility timeout 1.5 s, confirm delay 0.125 s.
     // The refund worker dies after recording its intent, before dispatching; the deadline path answers
     // first ("submitted, being confirmed"), and the killed message, back after the visibility timeout,
     // finds the conversation answered. Something must still learn what happened to the intent.
+    // At 1/240 of the table, with room to plan, for tool calls and for whole invocations (the table's
+    // 0.5 s deadline was missed on a loaded machine before the refund reached its intent): the deadline
+    // 1200 s (5 s), the refund queue's visibility timeout 3600 s (15 s), so the killed message comes
+    // back well after the deadline path (its message or the 2.5 s sweep) closed the subtask; the
+    // confirm delay 30 s (0.125 s, held as 1 s). A tool call 200 s (833 ms; the gateway's and the
+    // shop's function timeouts 240 s), as in the platform drills: the order lookup before the refund
+    // timed out at `with_room_for_tool_calls`' 208 ms on a loaded emulator, and the refund never began.
+    let mut timings = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
+        swarm_tests::with_room_to_plan(Timings::standard().clone()),
+    ));
+    timings.gateway.timeout = Duration::from_secs(240);
+    timings.shop.timeout = Duration::from_secs(240);
+    timings.gateway.call_timeout = Duration::from_secs(200);
+    timings.worker.tool_timeout = Duration::from_secs(200);
+    timings.conversation.deadline = Duration::from_secs(1200);
+    timings.queues.refund.visibility_timeout = Duration::from_secs(3600);
     let stack = start(StackOptions {
         backend,
+        timings,
         time_scale: 1.0 / 240.0,
         refund_approval_above_cents: Some(100_000_000_000),
         faults: Some(Arc::new(Once(CrashPoint::WorkerAfterIntent, AtomicBool::new(false)))),
@@ -400,7 +416,10 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     // A lookup (w01) and a refund after it (w02): the refund waits for w01 on its own queue, where only the
     // orchestrator sends it. The orchestrator dies after the subtasks are written, before any is sent; the
     // client's retry with the same key (once the planning lease has expired) sends both. At 1/30 of the
-    // table (a tool call's 10 s → 333 ms), the deadline lifted to 3600 s (120 s).
+    // table (a tool call's 10 s → 333 ms), the deadline lifted to 3600 s (120 s). The orchestrator's
+    // timeout, plan budget and planning lease × 4 (4 s, 3.3 s, 4.7 s; their order kept): at the
+    // table's 1 s the retry's POST timed out on a loaded emulator ("the orchestrator invocation timed
+    // out (timeout 1s)"); × 40 (`with_room_to_plan`) would make the wait for the lease 140 s.
     let plan = serde_json::json!({"subtasks": [
         {"id": "w01", "instruction": "Check the status of order A1033.", "tools": ["shop__get_order"]},
         {"id": "w02", "instruction": "Refund order A1033 if the shop allows it; the customer's reason: \"Please refund order A1033\".",
@@ -409,6 +428,9 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     .to_string();
     let mut timings = Timings::standard().clone();
     timings.conversation.deadline = Duration::from_secs(3600);
+    timings.orchestrator.timeout *= 4;
+    timings.orchestrator.plan_budget *= 4;
+    timings.orchestrator.lease *= 4;
     let stack = start(StackOptions {
         backend,
         timings,

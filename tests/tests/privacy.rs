@@ -1,4 +1,4 @@
-//! Customer text never reaches the logs: a conversation through the whole local stack takes the approval path (a refund whose model-written reason quotes the customer waits for a person) and the provider-error path (the LLM provider refuses a subtask), with telemetry installed as a Lambda installs it (JSON logs at the template's default level, spans recorded); every log line and every span's name and attributes are scanned for the customer's words. Runs on both backends.
+//! Customer text never reaches the logs: a conversation through the whole local stack takes the unusable-plan path (the model's first plan names a tool after the customer's words), the approval path (a refund whose model-written reason quotes the customer waits for a person) and the provider-error path (the LLM provider refuses a subtask), with telemetry installed as a Lambda installs it (JSON logs at the template's default level, spans recorded); every log line and every span's name and attributes are scanned for the customer's words. Runs on both backends.
 //!
 //! Logs go to the process's stderr, past the test harness, so each run is a child process of this
 //! test binary (the ignored `child` test) whose stderr the parent reads; the child prints its spans'
@@ -8,6 +8,7 @@
 
 use std::io::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use serde_json::Value;
 use swarm_adapters::telemetry::{self, MetricsSink, Options, TelemetryConfig, TraceExport};
 use swarm_core::domain::SubtaskStatus;
 use swarm_core::llm::Models;
-use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, LlmError, Purpose};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
 use swarm_tests::{over_offline, with_plan};
 
@@ -30,15 +31,24 @@ const PROVIDER_ECHO: &str = "SWARM_PRIVACY_PROVIDER_ECHO";
 /// Marks the child's span lines on its stderr.
 const SPAN_LINE: &str = "PRIVACY-SPAN ";
 
-/// The model following the plan, whose refund reason quotes the customer (as models do).
+/// The model following the plan, whose refund reason quotes the customer (as models do), and
+/// whose first plan names a tool after the customer's words (unusable: planned again).
 struct QuotingTheCustomer {
     inner: Arc<dyn ChatModel>,
+    planned_once: AtomicBool,
 }
 
 #[async_trait]
 impl ChatModel for QuotingTheCustomer {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let mut response = self.inner.complete(request).await?;
+        if request.purpose == Purpose::Plan && !self.planned_once.swap(true, Ordering::SeqCst) {
+            let unusable = serde_json::json!({"subtasks": [
+                {"id": "w01", "instruction": "Refund order A1033.", "tools": [format!("shop__{WORDS}")]}
+            ]});
+            response.content = Some(unusable.to_string());
+            return Ok(response);
+        }
         for call in response.tool_calls.iter_mut().filter(|c| c.name == "shop__refund") {
             let mut args: Value = serde_json::from_str(&call.arguments).unwrap_or_default();
             args["reason"] = serde_json::json!(format!("the customer says: my parrot {WORDS} chewed the earbuds"));
@@ -71,7 +81,7 @@ fn models() -> Models {
     };
     let scripted = with_plan(over_offline(), &plan)
         .fail_work_on("A1029", Err(LlmError::Permanent { status: 400, message: refused }));
-    Models::single(Arc::new(QuotingTheCustomer { inner: Arc::new(scripted) }))
+    Models::single(Arc::new(QuotingTheCustomer { inner: Arc::new(scripted), planned_once: AtomicBool::new(false) }))
 }
 
 /// The child: one conversation on `backend`, then every span's texts on stderr.
@@ -143,6 +153,10 @@ fn run_child(backend: &str, provider_echo: bool) -> Vec<String> {
 
 fn no_customer_words_in(backend: &str, provider_echo: bool) {
     let lines = run_child(backend, provider_echo);
+    assert!(
+        lines.iter().any(|l| l.contains("unusable plan")),
+        "the unusable first plan was logged (by its class) on {backend}"
+    );
     let leaks: Vec<&String> = lines.iter().filter(|l| l.contains("Zephyrine") || l.contains("Quillback")).collect();
     assert!(
         leaks.is_empty(),

@@ -308,9 +308,9 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING` past the creator's lease (it died, or answered 503 when the send failed and
-    ///   ended its lease): subtasks still `QUEUED` with no attempt are sent again (a duplicate of a
-    ///   message already sent is absorbed like any duplicate delivery).
+    /// - `RUNNING`: subtasks still `QUEUED` with no attempt are sent again, inside the creator's lease
+    ///   too (it may have died before it sent them; a duplicate of a message already sent is absorbed
+    ///   like any duplicate delivery).
     async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
         let existing = Created { conversation_id: id.clone(), new: false };
         let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
@@ -345,8 +345,11 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
-            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for.
-            ConversationStatus::Running if conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) => {
+            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for. A
+            // creator killed before it enqueued holds its lease still, and nobody else sends: a retry
+            // inside a live lease sends too (a duplicate of a creator's send is absorbed like any
+            // duplicate delivery), so a 202 always leaves the subtasks sent.
+            ConversationStatus::Running => {
                 let unsent: Vec<SubtaskRecord> = self
                     .store
                     .list_subtasks(&id)
@@ -407,7 +410,17 @@ impl Orchestrator {
             .collect();
         swarm_core::domain::link_dependents(&mut records);
         let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
-        if !self.store.start_run(&id, planner, &records, &plan.notes, &usage).await? {
+        let started = match self.store.start_run(&id, planner, &records, &plan.notes, &usage).await {
+            Ok(started) => started,
+            Err(e) => {
+                // Applied or not (an answer lost after the flip, a throttle): the retry the 503 asks
+                // for must not meet this lease — it plans again (`PLANNING`) or sends what was not
+                // sent (`RUNNING`), never a 202 for subtasks nobody sends.
+                self.end_planning_lease(&conversation).await;
+                return Err(e.into());
+            }
+        };
+        if !started {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             return Ok(Created { conversation_id: id, new: true });
         }
@@ -469,7 +482,7 @@ impl Orchestrator {
         let catalogue = match tokio::time::timeout_at(deadline, self.tools.list_tools(&ctx)).await {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "tool catalogue unavailable; planning without tools");
+                tracing::warn!(error = %e.log_safe(), "tool catalogue unavailable; planning without tools");
                 Vec::new()
             }
             Err(_) => {
@@ -486,6 +499,7 @@ impl Orchestrator {
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };
         let mut last_error;
+        let mut why: &str;
         for attempt in 0..2 {
             let request = ChatRequest {
                 purpose: Purpose::Plan,
@@ -514,10 +528,12 @@ impl Orchestrator {
                     obs::metrics::planning_finished(started.elapsed(), obs::metrics::PlanOutcome::Planned);
                     return (plan, usage, handoff);
                 }
-                Ok(_) => last_error = "the plan has no subtasks".into(),
-                Err(e) => last_error = e.to_string(),
+                // The model sees why (its retry message); the log says only the class: the error
+                // quotes the model's ids and tool names, written from the customer's words.
+                Ok(_) => (last_error, why) = ("the plan has no subtasks".into(), "no_subtasks"),
+                Err(e) => (last_error, why) = (e.to_string(), e.kind()),
             }
-            tracing::warn!(attempt, error = %last_error, "unusable plan");
+            tracing::warn!(attempt, reason = why, "unusable plan");
             messages.push(ChatMessage::Assistant { content: Some(text), tool_calls: vec![], reasoning_content: None });
             messages.push(plan_retry_message(&last_error));
         }

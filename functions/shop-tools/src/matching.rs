@@ -59,10 +59,34 @@ const FILLER: &[&str] = &[
 /// Chinese filler (matched as whole runs or as bigrams): "有货吗", "还有", "的", "码" (size).
 const FILLER_ZH: &[&str] = &["有货", "货吗", "还有", "有吗", "的", "吗", "呢", "码", "请问"];
 
+/// Chinese words a customer writes for what the catalogue's Chinese names say otherwise: colours
+/// (the names hold them in English, "跑步鞋（grey）") and short forms ("跑鞋" for "跑步鞋").
+/// Longest first, so "藏青色" is read before "青色".
+const SYNONYMS_ZH: &[(&str, &str)] = &[
+    ("海军蓝", " navy "),
+    ("藏青色", " navy "),
+    ("藏青", " navy "),
+    ("深蓝色", " navy "),
+    ("灰色", " grey "),
+    ("蓝色", " blue "),
+    ("黑色", " black "),
+    ("白色", " white "),
+    ("红色", " red "),
+    ("绿色", " green "),
+    ("跑鞋", "跑步鞋"),
+    ("运动鞋", "跑步鞋"),
+    ("杯子", "马克杯"),
+];
+
 /// Search terms of a text: lower-case ASCII words (plural `s` dropped, `gray` → `grey`) and
-/// Chinese character bigrams (a lone character stays a unigram).
+/// Chinese character bigrams (a lone character stays a unigram), Chinese synonyms read first.
 fn terms(text: &str) -> Vec<String> {
-    let lower = text.to_lowercase();
+    let mut lower = text.to_lowercase();
+    for (zh, canonical) in SYNONYMS_ZH {
+        if lower.contains(zh) {
+            lower = lower.replace(zh, canonical);
+        }
+    }
     let mut out = Vec::new();
     let mut word = String::new();
     let mut run: Vec<char> = Vec::new();
@@ -163,6 +187,19 @@ mod tests {
     fn chinese_names_become_bigrams() {
         assert_eq!(terms("羽绒服（navy） M码"), vec!["羽绒", "绒服", "navy", "m"]);
         assert_eq!(terms("羽绒服有货吗"), vec!["羽绒", "绒服", "服有"]);
+    }
+
+    #[test]
+    fn chinese_colours_and_short_forms_read_as_the_catalogue_names_them() {
+        assert_eq!(terms("灰色跑鞋 43 码"), vec!["grey", "跑步", "步鞋", "43"]);
+        let shoes = |size: &str| [format!("Grey Running Shoes {size}"), format!("跑步鞋（grey） {size}码")];
+        let score_of = |query: &str, size: &str| {
+            let names = shoes(size);
+            score(query, &[names[0].as_str(), names[1].as_str()])
+        };
+        assert_eq!(score_of("灰色跑鞋 43 码", "43"), Some(Score { matched: 4, unmatched_own: 2 }));
+        assert_eq!(score_of("灰色跑鞋 43 码", "42"), Some(Score { matched: 3, unmatched_own: 3 }));
+        assert!(score_of("灰色跑鞋", "40").is_some(), "no size: still the shoes");
     }
 
     #[test]

@@ -28,6 +28,22 @@ pub enum PlanError {
     Cycle(String),
 }
 
+impl PlanError {
+    /// What a log line may say of this error: its class, never the ids, tool names or JSON text
+    /// it quotes (the model writes them, and models echo the customer's words).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NoJson(_) => "no_json",
+            Self::BadShape => "bad_shape",
+            Self::EmptyInstruction(_) => "empty_instruction",
+            Self::DuplicateId(_) => "duplicate_id",
+            Self::UnknownTool { .. } => "unknown_tool",
+            Self::UnknownDependency { .. } => "unknown_dependency",
+            Self::Cycle(_) => "cycle",
+        }
+    }
+}
+
 /// Reads the subtasks out of a model answer: JSON found in prose or fences,
 /// trailing commas tolerated, a bare array accepted, missing ids numbered
 /// `w01…`, a `depends_on` string taken as a one-element list.
@@ -276,6 +292,15 @@ mod tests {
             tools: vec![],
             depends_on: deps.iter().map(|d| (*d).into()).collect(),
         }
+    }
+
+    #[test]
+    fn a_plan_errors_kind_quotes_nothing_the_model_wrote() {
+        let quoting = PlanError::UnknownTool { subtask: "w01".into(), tool: "Zephyrine Quillback".into() };
+        assert!(quoting.to_string().contains("Zephyrine"), "the model is told the name it wrote");
+        assert_eq!(quoting.kind(), "unknown_tool");
+        assert_eq!(PlanError::Cycle("Zephyrine".into()).kind(), "cycle");
+        assert_eq!(PlanError::DuplicateId("Zephyrine".into()).kind(), "duplicate_id");
     }
 
     #[test]

@@ -13,7 +13,7 @@ macro_rules! pat {
 
 pat!(
     STATUS_STRONG,
-    r"(?i)\bstatus\b|\bdelivered\b|\bstate of\b|\bprogress\b|\bhappening with\b|\bhas\b[^.?!]*\bshipped\b|状态|进度|签收|送达|发货了|付款了|支付了|情况|怎么样了"
+    r"(?i)\bstatus\b|\bdelivered\b|\bstate of\b|\bprogress\b|\bhappening with\b|\bhas\b[^.?!]*\bshipped\b|状态|进度|签收|送达|送到了|送到没|发货了|付款了|支付了|情况|怎么样了"
 );
 pat!(
     /// "Check my order", "look up orders A1001 …": a status question unless a parcel is asked about.
@@ -23,7 +23,7 @@ pat!(
 pat!(ORDER_WORD, r"(?i)\borders?\b|订单|单号");
 pat!(
     SHIPMENT_STRONG,
-    r"(?i)\bparcels?\b|\bpackages?\b|\barriv|\btrack|\bshipping\b|\bshipment|\bdelivery\b|\beta\b|\bcourier|\bcarrier|\blogistics|\bin transit\b|\bdelayed\b|\blate\b|\boverdue\b|\bstuck\b|\bwhen will\b[^.?!]*\b(?:come|get here|reach|be here|deliver|arrive)|\bwill\b[^.?!]*\bbe delivered\b|到哪|在哪|物流|快递|包裹|什么时候到|何时到|几时到|运单|配送|派送|到了吗|还没到|没收到"
+    r"(?i)\bparcels?\b|\bpackages?\b|\barriv|\btrack|\bshipping\b|\bshipment|\bdelivery\b|\beta\b|\bcourier|\bcarrier|\blogistics|\bin transit\b|\bdelayed\b|\blate\b|\boverdue\b|\bstuck\b|\bwhen will\b[^.?!]*\b(?:come|get here|reach|be here|deliver|arrive)|\bwill\b[^.?!]*\bbe delivered\b|到哪|在哪|物流|快递|包裹|什么时候到|何时到|几时到|运单|配送|派送|(?:^|[^送])到了吗|还没到|没收到"
 );
 pat!(WHERE, r"(?i)\bwhere\b|\bwhere's\b|\bwhereabouts\b");
 pat!(WILL_BE_DELIVERED, r"(?i)\bwill\b[^.?!]*\bdelivered\b");

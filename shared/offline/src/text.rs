@@ -305,11 +305,11 @@ pat!(
     r"还有货|有没有货|有货|没货|缺货|有库存|库存|补货|现货|到货|卖完|多少钱|价格|价钱|怎么卖|几块钱|售价|能用|可以用|可用"
 );
 pat!(
-    /// Chinese purchase cue: the product follows.
+    /// Chinese purchase or use cue: the product follows ("买两袋绿茶", "能用在机械键盘上吗").
     ZH_PRODUCT_AFTER,
-    r"(?:买|购买|下单|订购)"
+    r"(?:买|购买|下单|订购|用在|用于|用来买)"
 );
-pat!(ZH_END, r"[，,。？?！!；;：:]|的话|时候|时|能|可以|用|吗|呢|还有|有没有|的价格");
+pat!(ZH_END, r"[，,。？?！!；;：:]|的话|时候|时|能|可以|用|上吗|上呢|上面|吗|呢|还有|有没有|的价格");
 pat!(
     ZH_FILLER,
     r"^(?:请问|你好|您好|帮我查一下|帮我查|帮我|请帮我|查询一下|查询|查一下|查下|看看|看一下|那个|这个|这款|那款|你们的|你们|我想买的|我想买|想买|我想|我要|我|的|还|现在|目前|一下|问下|问一下)+|(?:的|还|现在|目前|都|也)+$"
@@ -412,10 +412,14 @@ fn zh_product(text: &str, codes: &[String]) -> Option<Product> {
     }
     if let Some(m) = ZH_PRODUCT_BEFORE.find(text) {
         let head = &text[..m.start()];
-        // The phrase starts after the last separator before the cue.
+        // The phrase starts after the last separator before the cue: punctuation, or a space
+        // before Latin text ("SKU-1016 有货吗") — not a space inside the phrase ("灰色跑鞋 43 码").
         let start = head
             .char_indices()
-            .filter(|(_, c)| "，,。？?！!；;：:".contains(*c) || c.is_whitespace())
+            .filter(|(i, c)| {
+                "，,。？?！!；;：:".contains(*c)
+                    || (c.is_whitespace() && !has_cjk(&head[..*i]) && !head[..*i].trim().is_empty())
+            })
             .map(|(i, c)| i + c.len_utf8())
             .next_back()
             .unwrap_or(0);

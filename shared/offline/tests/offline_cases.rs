@@ -15,7 +15,7 @@ use swarm_core::prompts::{
     work_messages_in,
 };
 use swarm_offline::{OFFLINE_LABEL, OfflineModel, offline_label};
-use swarm_testing::{case, case_language, cases, script_problems, tools_of_kind, traditional_cases};
+use swarm_testing::{case, case_language, cases, script_problems, simplified_cases, tools_of_kind, traditional_cases};
 
 // ------------------------------------------------------------------ catalogue
 
@@ -253,6 +253,11 @@ async fn run_case(id: &str) -> Run {
     run(&c.query, &c.customer_id).await
 }
 
+/// Each subtask's tool calls, in plan order, as (bare tool name, arguments).
+fn calls_per_subtask(run: &Run) -> Vec<Vec<(&str, &Value)>> {
+    run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect()
+}
+
 fn bare(name: &str) -> &str {
     name.trim_start_matches("shop__")
 }
@@ -265,7 +270,7 @@ fn kind_covered(kind: &str, tools: &[&str]) -> bool {
 
 #[tokio::test]
 async fn every_case_gets_a_plan_of_the_expected_size_covering_the_expected_tool_kinds() {
-    for c in cases() {
+    for c in cases().into_iter().chain(traditional_cases()).chain(simplified_cases()) {
         let plan = plan(&OfflineModel::new(), &c.query).await;
         let id = c.id.as_str();
         let e = &c.expect;
@@ -289,7 +294,7 @@ async fn every_case_gets_a_plan_of_the_expected_size_covering_the_expected_tool_
 
 #[tokio::test]
 async fn every_case_reply_names_the_expected_facts_and_carries_the_offline_label() {
-    for c in cases().into_iter().chain(traditional_cases()) {
+    for c in cases().into_iter().chain(traditional_cases()).chain(simplified_cases()) {
         let id = c.id.as_str();
         let run = run(&c.query, &c.customer_id).await;
         let lower = run.reply.to_lowercase();
@@ -362,8 +367,7 @@ async fn a_greeting_calls_no_tool_and_is_answered_with_a_greeting() {
 #[tokio::test]
 async fn each_of_three_listed_orders_is_looked_up_by_its_own_worker() {
     let run = run_case("q03").await;
-    let per_subtask: Vec<Vec<(&str, &Value)>> =
-        run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect();
+    let per_subtask = calls_per_subtask(&run);
     assert_eq!(
         per_subtask,
         vec![
@@ -432,8 +436,7 @@ async fn an_overdue_parcel_is_called_overdue_and_the_jacket_restock_date_is_give
 #[tokio::test]
 async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
     let run = run_case("q11").await;
-    let per_subtask: Vec<Vec<(&str, &Value)>> =
-        run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect();
+    let per_subtask = calls_per_subtask(&run);
     assert_eq!(
         per_subtask,
         vec![
@@ -444,6 +447,26 @@ async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
             vec![("get_product", &json!({"name": "air purifier"}))],
         ]
     );
+}
+
+#[tokio::test]
+async fn the_five_questions_asked_in_chinese_get_the_same_calls_with_the_products_named_in_chinese() {
+    let c = simplified_cases().into_iter().find(|c| c.id == "s01").unwrap();
+    let run = run(&c.query, &c.customer_id).await;
+    let per_subtask = calls_per_subtask(&run);
+    assert_eq!(
+        per_subtask,
+        vec![
+            vec![("track_shipment", &json!({"order_id": "A1022"}))],
+            vec![("get_order", &json!({"order_id": "A1034"}))],
+            vec![("get_product", &json!({"name": "灰色跑鞋 43 码"}))],
+            vec![("check_coupon", &json!({"code": "TECH100", "product_name": "机械键盘"}))],
+            vec![("get_product", &json!({"name": "空气净化器"}))],
+        ]
+    );
+    // 629 CNY is under TECH100's 999 minimum: the Chinese reply says no, as the English one does.
+    assert!(run.reply.contains("TECH100") && run.reply.contains("999"), "{}", run.reply);
+    assert!(!run.reply.contains("可以用于") && !run.reply.contains("可以使用"), "{}", run.reply);
 }
 
 #[tokio::test]

@@ -9,6 +9,9 @@ pub const QUERIES_JSONL: &str = include_str!("../../../tests/fixtures/queries.js
 /// `tests/fixtures/queries-zh-hant.jsonl`: cases written in Traditional Chinese, same shape, with
 /// `expect.language` = `zh-Hant` (the public cases' Chinese is Simplified).
 pub const QUERIES_ZH_HANT_JSONL: &str = include_str!("../../../tests/fixtures/queries-zh-hant.jsonl");
+/// `tests/fixtures/queries-zh-hans.jsonl`: further cases in Simplified Chinese (a Chinese q11, a
+/// product named in Chinese with its size), same shape, with `expect.language` = `zh-Hans`.
+pub const QUERIES_ZH_HANS_JSONL: &str = include_str!("../../../tests/fixtures/queries-zh-hans.jsonl");
 /// `tests/fixtures/llm-responses.jsonl`: provider responses, one case per line, served by the mock LLM.
 pub const LLM_RESPONSES_JSONL: &str = include_str!("../../../tests/fixtures/llm-responses.jsonl");
 /// `tests/fixtures/mcp-cases.jsonl`: what MCP upstreams send, one case per line: `kind` `call_result`
@@ -38,6 +41,11 @@ pub struct Case {
 /// All cases, in file order. Panics on a malformed line (a broken fixture).
 pub fn cases() -> Vec<Case> {
     parse_cases(QUERIES_JSONL)
+}
+
+/// The further Simplified Chinese cases ([`QUERIES_ZH_HANS_JSONL`]), in file order.
+pub fn simplified_cases() -> Vec<Case> {
+    parse_cases(QUERIES_ZH_HANS_JSONL)
 }
 
 /// The Traditional Chinese cases ([`QUERIES_ZH_HANT_JSONL`]), in file order.

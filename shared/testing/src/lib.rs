@@ -15,7 +15,9 @@ pub mod preflight;
 mod store;
 mod tools;
 
-pub use fixtures::{Case, case, case_language, cases, mcp_case, script_problems, tools_of_kind, traditional_cases};
+pub use fixtures::{
+    Case, case, case_language, cases, mcp_case, script_problems, simplified_cases, tools_of_kind, traditional_cases,
+};
 pub use model::{Reply, ScriptedModel, text_response};
 pub use store::{FlakyStore, RecordLog, Recorded, StoreOp};
 pub use tools::{HangingTools, HungCall, StaticTools};

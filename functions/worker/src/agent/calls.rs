@@ -118,7 +118,7 @@ impl ToolCalls {
         let listed = match tokio::time::timeout_at(deadline, self.tools.list_tools(ctx)).await {
             Ok(Ok(t)) => t,
             Ok(Err(e)) if e.is_transient() => {
-                tracing::warn!(error = %e, "tool list unavailable");
+                tracing::warn!(error = %e.log_safe(), "tool list unavailable");
                 return Err(LoopEnd::Done(SubtaskResult::failed(
                     FailureKind::ToolsUnavailable,
                     format!("the tool gateway is unavailable: {e}"),
@@ -358,7 +358,7 @@ impl ToolCalls {
                 CallEnd::output(&call.name, &out.text, out.is_error, self.max_tool_output_chars)
             }
             Err(e) => {
-                tracing::warn!(tool = %call.name, error = %e, "tool call failed");
+                tracing::warn!(tool = %call.name, error = %e.log_safe(), "tool call failed");
                 obs::spans::record_tool_outcome(&tracing::Span::current(), "unavailable");
                 CallEnd::refused(&call.name, format!("the tool call failed: {e}"))
             }

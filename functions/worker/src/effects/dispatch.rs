@@ -99,7 +99,7 @@ impl Dispatcher {
                 Err(e) if e.is_transient() => {
                     // Dispatched, perhaps: a timeout or a lost connection may have reached the tool.
                     maybe_ran = true;
-                    tracing::warn!(tool = %effect.tool, ordinal = effect.ordinal, error = %e, "side effect's outcome unknown; replaying with its key");
+                    tracing::warn!(tool = %effect.tool, ordinal = effect.ordinal, error = %e.log_safe(), "side effect's outcome unknown; replaying with its key");
                 }
                 _ => break,
             }

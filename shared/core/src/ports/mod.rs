@@ -21,4 +21,4 @@ pub use store::{
     ConversationPosition, ConversationRecords, ConversationStore, CountOutcome, CreateOutcome, IntentOutcome,
     JournalStore, LeaseAsk, LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator, StoreError, StoreOp, SubtaskStore,
 };
-pub use tools::{ToolContext, ToolError, ToolGateway, ToolOutput};
+pub use tools::{LogSafeToolError, ToolContext, ToolError, ToolGateway, ToolOutput};

@@ -62,6 +62,30 @@ impl ToolError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Timeout(_) | Self::Unavailable(_))
     }
+
+    /// What a log line may say of this error: its class (and the timeout, or the proposed action's
+    /// tool), never the gateway's or the tool's message — those quote the call's
+    /// arguments, which the model wrote from the customer's words.
+    pub fn log_safe(&self) -> LogSafeToolError<'_> {
+        LogSafeToolError(self)
+    }
+}
+
+/// [`ToolError::log_safe`]: displays the class only.
+#[derive(Debug, Clone, Copy)]
+pub struct LogSafeToolError<'a>(&'a ToolError);
+
+impl std::fmt::Display for LogSafeToolError<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            ToolError::Timeout(after) => write!(f, "tool call timed out after {after:?}"),
+            ToolError::Unavailable(_) => f.write_str("tool gateway unavailable"),
+            ToolError::Permanent(_) => f.write_str("tool gateway error"),
+            ToolError::Local(_) => f.write_str("tool call not sent"),
+            ToolError::ApprovalRequired(action) => write!(f, "approval required for {}", action.tool),
+            ToolError::ApprovalRefused(_) => f.write_str("approval refused"),
+        }
+    }
 }
 
 /// The MCP tool gateway as a worker sees it (`tools/list`, `tools/call`).
@@ -77,4 +101,25 @@ pub trait ToolGateway: Send + Sync {
         arguments: serde_json::Value,
         timeout: Duration,
     ) -> Result<ToolOutput, ToolError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_safe_tool_error_says_its_class_never_the_message() {
+        let quoted = "order A1033: reason 'my parrot Zephyrine chewed it' is too long";
+        let errors = [
+            (ToolError::Unavailable(quoted.into()), "tool gateway unavailable"),
+            (ToolError::Permanent(quoted.into()), "tool gateway error"),
+            (ToolError::Local(quoted.into()), "tool call not sent"),
+            (ToolError::ApprovalRefused(quoted.into()), "approval refused"),
+            (ToolError::Timeout(Duration::from_secs(10)), "tool call timed out after 10s"),
+        ];
+        for (error, shown) in errors {
+            assert!(error.to_string().contains("Zephyrine") || matches!(error, ToolError::Timeout(_)));
+            assert_eq!(error.log_safe().to_string(), shown);
+        }
+    }
 }
