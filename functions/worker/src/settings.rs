@@ -13,6 +13,8 @@ pub struct WorkerSettings {
     pub max_rounds: u32,
     /// Longest wait for one tool call.
     pub tool_timeout: Duration,
+    /// Wait before a tools/list answered with a transient error is asked again (while a round still fits).
+    pub tool_list_retry: Duration,
     /// Time that must remain before starting an LLM round; less hands the work back.
     pub min_round_time: Duration,
     /// `DelaySeconds` of a handed-back message.
@@ -106,6 +108,7 @@ impl WorkerSettings {
         Self {
             max_rounds: w.max_rounds,
             tool_timeout: w.tool_timeout,
+            tool_list_retry: w.tool_list_retry,
             min_round_time: w.min_round,
             handback_delay_secs: u32::try_from(seconds_rounded_up(w.handback_delay)).unwrap_or(MAX_DELAY_SECONDS),
             max_handbacks: w.max_handbacks,

@@ -185,6 +185,9 @@ section! {
         /// The attempt lease of a running subtask, renewed every heartbeat by its live attempt.
         #[serde(rename = "attempt_lease_secs", deserialize_with = "secs")]
         attempt_lease: Duration,
+        /// Wait before a tools/list answered with a transient error is asked again.
+        #[serde(rename = "tool_list_retry_secs", deserialize_with = "secs")]
+        tool_list_retry: Duration,
     }
 }
 
