@@ -29,7 +29,7 @@ pub enum WorkerMode {
 
 /// Handles one SQS batch with `function` (the tasks worker on a tasks queue, the closer on a
 /// DLQ). Where the function has a receipt heartbeat (the tasks worker), every message of the batch
-/// is set to its receipt visibility at once and extended every beat until the batch is done, beside
+/// is set to its receipt visibility before any work begins and extended every beat until the batch is done, beside
 /// the work in the same future: a crashed or timed-out invocation's messages come back after the
 /// receipt visibility, not the queue's visibility timeout. Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
@@ -81,7 +81,13 @@ pub async fn handle(
     });
     let work = join_all(runs);
     let outcomes = match function.receipt_heartbeat() {
-        Some(heartbeat) => beside(work, held.beats(function, heartbeat)).await,
+        Some(heartbeat) => {
+            // The first beat lands before any work begins: an invocation killed early (its first
+            // work done, the beat's call still in flight) would leave its batch at the queue's
+            // visibility timeout.
+            held.beat(function, &heartbeat).await;
+            beside(work, held.beats(function, heartbeat)).await
+        }
         None => work.await,
     };
     let mut response = SqsBatchResponse::default();

@@ -43,7 +43,7 @@ impl Held {
     /// One beat: every held message set to the receipt visibility, each queue's call cut after
     /// `heartbeat.cut` (tried again on the next beat). A handle the queue calls stale (the message was
     /// received again elsewhere) is let go of.
-    async fn beat(&self, function: &dyn MessageHandler, heartbeat: &Heartbeat) {
+    pub async fn beat(&self, function: &dyn MessageHandler, heartbeat: &Heartbeat) {
         let mut held = self.by_queue.lock().await;
         for (queue, handles) in held.iter_mut().filter(|(_, h)| !h.is_empty()) {
             let call = function.keep_in_flight(queue, handles, heartbeat.receipt_visibility_secs);
@@ -62,11 +62,11 @@ impl Held {
         }
     }
 
-    /// Beats until dropped: at once, then every `heartbeat.every`.
+    /// Beats until dropped: every `heartbeat.every` (the first beat is the caller's, before the work).
     pub async fn beats(&self, function: &dyn MessageHandler, heartbeat: Heartbeat) -> Infallible {
         loop {
-            self.beat(function, &heartbeat).await;
             tokio::time::sleep(heartbeat.every).await;
+            self.beat(function, &heartbeat).await;
         }
     }
 }
