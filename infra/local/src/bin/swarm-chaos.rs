@@ -185,6 +185,11 @@ struct Args {
     /// after. Emulator only (in memory nothing outlives the process). E.g. 0.5.
     #[arg(long, value_name = "SHARE")]
     restart_at: Option<f64>,
+    /// Fail the run when fewer than this share (0..1) of the subtasks end SUCCEEDED, counting every
+    /// subtask but those still awaiting an operator and those the operator rejected (default: the
+    /// share is shown, not judged).
+    #[arg(long, value_name = "SHARE")]
+    min_succeeded: Option<f64>,
 }
 
 fn rate(name: &str, r: f64) -> anyhow::Result<f64> {
@@ -289,6 +294,9 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     rate("--refund-share", args.refund_share)?;
+    if let Some(min) = args.min_succeeded {
+        rate("--min-succeeded", min)?;
+    }
     anyhow::ensure!(
         args.time_scale.is_finite() && args.time_scale > 0.0,
         "--time-scale must be a positive number, not {}",
@@ -601,6 +609,7 @@ impl Driver<'_> {
             store_faults: self.chaos.store_faults_by_op().into_iter().map(|(op, n)| (op.to_owned(), n)).collect(),
             notes,
             restart: args.restart_at.map(|_| self.stacks.restart_facts()),
+            min_succeeded: args.min_succeeded,
         })
     }
 

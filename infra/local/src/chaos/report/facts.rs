@@ -122,6 +122,8 @@ pub struct RunFacts {
     /// `Some` when a restart was asked for (`--restart-at`): `Some(None)` it never came (the run
     /// accepted too few conversations), `Some(Some(_))` what it did.
     pub restart: Option<Option<RestartFacts>>,
+    /// `--min-succeeded`: the share of counted subtasks (0..=1) that must end `SUCCEEDED`; `None`: not judged.
+    pub min_succeeded: Option<f64>,
 }
 
 /// The scenario index a conversation's message names (`chaos conversation <n>.`).

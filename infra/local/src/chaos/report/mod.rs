@@ -80,6 +80,7 @@ const CHECKS: &[Check] = &[
     recoverable::accepted_never_begun,
     subtasks::by_status,
     subtasks::failed_by_kind,
+    subtasks::succeeded_share,
     recoverable::failed_though_recoverable,
     subtasks::refund_subtasks,
     subtasks::counts,

@@ -484,3 +484,34 @@ fn a_restart_is_told_and_one_asked_for_that_never_came_or_found_nothing_open_is_
     assert_eq!(v.outcome, Outcome::Inconclusive);
     assert!(v.failures.iter().any(|x| x.contains("the restart asked for never came")), "{:?}", v.failures);
 }
+
+#[test]
+fn the_share_of_subtasks_succeeded_leaves_out_the_rejected_and_fails_the_run_only_under_min_succeeded() {
+    // c0's w02 failed at the deadline (counted, not succeeded); c2's w02 was rejected by the operator (left out).
+    let v = verdict(&facts());
+    assert_eq!(
+        cell(&v.table, "subtasks SUCCEEDED / counted (excluded: awaiting an operator, rejected)"),
+        "4 / 5 = 80.00 % (excluded: 0, 1)"
+    );
+    assert_eq!(v.outcome, Outcome::Passed, "not judged without --min-succeeded: {}", v.table);
+    let judged = verdict(&RunFacts { min_succeeded: Some(0.8), ..facts() });
+    assert_eq!(judged.outcome, Outcome::Passed, "80 % meets 0.8: {}", judged.table);
+    let strict = verdict(&RunFacts { min_succeeded: Some(0.99), ..facts() });
+    assert_eq!(strict.outcome, Outcome::Failed);
+    assert_eq!(
+        strict.failures,
+        vec!["80.00 % of the subtasks counted ended SUCCEEDED, under --min-succeeded 99.00 %".to_owned()]
+    );
+    // A subtask awaiting an operator (no rejection) is left out as well.
+    let mut waiting = facts();
+    for (c, subtasks) in waiting.store.values_mut().flatten() {
+        if c.id.to_string() == waiting.clients[&2].conversation_id.clone().unwrap() {
+            subtasks[1].effects[0].state = EffectState::AwaitingApproval;
+        }
+    }
+    waiting.operator.decided.retain(|_, d| d.decision != Decision::Reject);
+    assert_eq!(
+        cell(&verdict(&waiting).table, "subtasks SUCCEEDED / counted (excluded: awaiting an operator, rejected)"),
+        "4 / 5 = 80.00 % (excluded: 1, 0)"
+    );
+}
