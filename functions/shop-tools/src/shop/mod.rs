@@ -53,6 +53,23 @@ fn unavailable(e: LedgerError) -> Refusal {
 }
 
 /// A user-supplied id shortened for echoing in an error message.
+/// The idempotency key a side effect is recorded under, trimmed.
+///
+/// Errors: [`Refusal::InvalidArguments`] when it is empty or longer than
+/// [`MAX_IDEMPOTENCY_KEY_CHARS`] characters.
+fn idempotency_key(raw: &str) -> Result<&str, Refusal> {
+    let key = raw.trim();
+    if key.is_empty() {
+        return Err(Refusal::InvalidArguments("idempotency_key is required".into()));
+    }
+    if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
+        return Err(Refusal::InvalidArguments(format!(
+            "idempotency_key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        )));
+    }
+    Ok(key)
+}
+
 fn shown(text: &str) -> String {
     const MAX: usize = 40;
     let trimmed = text.trim();

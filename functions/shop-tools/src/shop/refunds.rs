@@ -3,7 +3,7 @@
 use chrono::Duration;
 
 use super::views::{RefundPolicyView, RefundReceipt};
-use super::{MAX_IDEMPOTENCY_KEY_CHARS, Shop, shown, unavailable};
+use super::{Shop, idempotency_key, shown, unavailable};
 use crate::args::RefundArgs;
 use crate::data::{Customer, Order, OrderStatus};
 use crate::error::{RefundRule, Refusal};
@@ -56,15 +56,7 @@ impl Shop {
     /// consent limit; [`Refusal::Unavailable`] when the ledger cannot be reached (nothing recorded).
     pub async fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
-        let key = request.idempotency_key.trim();
-        if key.is_empty() {
-            return Err(Refusal::InvalidArguments("idempotency_key is required".into()));
-        }
-        if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
-            return Err(Refusal::InvalidArguments(format!(
-                "idempotency_key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
-            )));
-        }
+        let key = idempotency_key(&request.idempotency_key)?;
         // The amount arrives as a decimal (the MCP edge); the rules work in cents.
         let wanted = match request.amount {
             Some(a) if !a.is_finite() || to_cents(a) <= 0 => {

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{MAX_IDEMPOTENCY_KEY_CHARS, Shop, shown, unavailable};
+use super::{Shop, idempotency_key, shown, unavailable};
 use crate::args::OpenTicketArgs;
 use crate::error::Refusal;
 use crate::ledger::TicketRecord;
@@ -42,15 +42,7 @@ impl Shop {
     /// when the ledger cannot be reached (nothing recorded).
     pub async fn open_ticket(&self, request: &OpenTicketArgs) -> Result<TicketReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
-        let key = request.idempotency_key.trim();
-        if key.is_empty() {
-            return Err(Refusal::InvalidArguments("idempotency_key is required".into()));
-        }
-        if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
-            return Err(Refusal::InvalidArguments(format!(
-                "idempotency_key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
-            )));
-        }
+        let key = idempotency_key(&request.idempotency_key)?;
         let subject = request.subject.trim();
         if subject.is_empty() || subject.chars().count() > MAX_SUBJECT_CHARS {
             return Err(Refusal::InvalidArguments(format!("subject must be 1 to {MAX_SUBJECT_CHARS} characters")));
