@@ -54,12 +54,15 @@ def check_api(checker, functions):
             checker.fail("api", f"no route {key}")
         elif routes[key][1].get("AuthorizationType") != "NONE":
             checker.fail(routes[key][0], f"{key} must need no credential (AuthorizationType NONE)")
-    post, listing = routes.get("POST /conversations"), routes.get("GET /conversations")
-    if listing is None:
-        checker.fail("api", "no route GET /conversations")
-    elif post is not None and (listing[1].get("AuthorizationType"), listing[1].get("AuthorizerId")) != (
-            post[1].get("AuthorizationType"), post[1].get("AuthorizerId")):
-        checker.fail(listing[0], "GET /conversations is not authorised as POST /conversations is")
+    post = routes.get("POST /conversations")
+    # A customer's list and follow-up messages: the same callers as the first message.
+    for key in ("GET /conversations", "POST /conversations/{id}/messages"):
+        route = routes.get(key)
+        if route is None:
+            checker.fail("api", f"no route {key}")
+        elif post is not None and (route[1].get("AuthorizationType"), route[1].get("AuthorizerId")) != (
+                post[1].get("AuthorizationType"), post[1].get("AuthorizerId")):
+            checker.fail(route[0], f"{key} is not authorised as POST /conversations is")
     integration = next((checker.chosen(r["Properties"]) for r in checker.resources.values()
                         if r["Type"] == "AWS::ApiGatewayV2::Integration"), {})
     api_fn = checker.target(integration.get("IntegrationUri"))

@@ -22,8 +22,11 @@ use swarm_core::prompts::{plan_messages_in, plan_retry_message};
 use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
 use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
+use swarm_core::turns::RETENTION_AFTER_EXPIRY_SECS;
 use swarm_core::view::{ConversationSummary, ConversationView};
 use tracing::Instrument;
+
+mod turns;
 
 /// Orchestrator settings, read once at cold start.
 #[derive(Clone, Debug)]
@@ -39,6 +42,9 @@ pub struct OrchestratorSettings {
     pub planning_lease: Duration,
     /// Shards of the sweep index; a new conversation is written into one of them.
     pub sweep_shards: u32,
+    /// A conversation takes follow-ups for this long after its latest turn started (then 410);
+    /// the timing table's `conversation.idle_expiry_secs`.
+    pub idle_expiry: Duration,
 }
 
 impl Default for OrchestratorSettings {
@@ -59,6 +65,7 @@ impl OrchestratorSettings {
             plan_timeout: timings.orchestrator.plan_budget,
             planning_lease: timings.orchestrator.lease,
             sweep_shards: timings.sweep.shards.max(1),
+            idle_expiry: timings.conversation.idle_expiry,
         }
     }
 }
@@ -86,6 +93,15 @@ pub enum ApiError {
     /// 404: no such conversation for this customer (or no such approval).
     #[error("not found")]
     NotFound,
+    /// 409 with `Retry-After`: the conversation's latest turn is still being answered; a follow-up
+    /// starts a new turn only once it is over (about when its deadline passes at the latest).
+    #[error(
+        "conversation {conversation} is still answering turn {turn} ({status}); send the next message once it is answered, in {retry_after_secs} s at most"
+    )]
+    TurnInProgress { conversation: ConversationId, turn: u32, status: &'static str, retry_after_secs: u64 },
+    /// 410: the conversation expired (no message for its idle time); start a new one.
+    #[error("conversation {0} expired: it takes no more messages; start a new conversation")]
+    Expired(ConversationId),
     /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
     #[error("{0}")]
     Conflict(String),
@@ -112,7 +128,8 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
-            Self::Conflict(_) | Self::InProgress { .. } => 409,
+            Self::Conflict(_) | Self::InProgress { .. } | Self::TurnInProgress { .. } => 409,
+            Self::Expired(_) => 410,
             Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
             Self::Unavailable(_) => 503,
@@ -125,6 +142,8 @@ impl ApiError {
             Self::NotFound => "not_found",
             Self::Conflict(_) => "approval_conflict",
             Self::InProgress { .. } => "request_in_progress",
+            Self::TurnInProgress { .. } => "turn_in_progress",
+            Self::Expired(_) => "conversation_expired",
             Self::KeyReused(_) => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable(_) => "unavailable",
@@ -134,9 +153,9 @@ impl ApiError {
     /// Seconds a client should wait before retrying (`Retry-After` of a 429 or of a 409 in progress).
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Self::RateLimited { retry_after_secs, .. } | Self::InProgress { retry_after_secs, .. } => {
-                Some(*retry_after_secs)
-            }
+            Self::RateLimited { retry_after_secs, .. }
+            | Self::InProgress { retry_after_secs, .. }
+            | Self::TurnInProgress { retry_after_secs, .. } => Some(*retry_after_secs),
             _ => None,
         }
     }
@@ -156,12 +175,14 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// What `POST /conversations` answers (202).
+/// What `POST /conversations` and `POST /conversations/{id}/messages` answer (202).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Created {
     pub conversation_id: ConversationId,
-    /// `false` when an `Idempotency-Key` returned an earlier conversation.
+    /// `false` when an `Idempotency-Key` returned an earlier conversation (or turn).
     pub new: bool,
+    /// The turn the message is answered in (0: the first message).
+    pub turn: u32,
 }
 
 /// A planner's lease holder name (one per create or takeover).
@@ -286,6 +307,9 @@ impl Orchestrator {
         conversation.request_hash = Some(request_hash(&request.customer_id, &request.message));
         conversation.sweep_shard = Some(sweep_shard(&conversation.id, self.settings.sweep_shards));
         conversation.lease = Some(Lease { holder: planner_id(), until_ms: self.lease_until(now), turn: 0 });
+        let expires_at = time::after_ms(now, self.settings.idle_expiry);
+        conversation.expires_at_ms = Some(expires_at);
+        conversation.ttl = conversation.ttl.max(expires_at / 1000 + RETENTION_AFTER_EXPIRY_SECS);
         let id = conversation.id.clone();
         match self.store.create_conversation(&conversation).await? {
             CreateOutcome::Existing(existing) => {
@@ -312,8 +336,10 @@ impl Orchestrator {
     ///   too (it may have died before it sent them; a duplicate of a message already sent is absorbed
     ///   like any duplicate delivery).
     async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
-        let existing = Created { conversation_id: id.clone(), new: false };
-        let Some(conversation) = self.store.get_conversation(&id).await? else { return Ok(existing) };
+        let Some(conversation) = self.store.get_conversation(&id).await? else {
+            return Ok(Created { conversation_id: id, new: false, turn: 0 });
+        };
+        let existing = Created { conversation_id: id.clone(), new: false, turn: conversation.turn };
         let now = now_ms();
         match conversation.status {
             ConversationStatus::Planning => {
@@ -386,8 +412,11 @@ impl Orchestrator {
         // conversation's write still ends in the deadline path, never a hang.
         let left_secs = time::until(conversation.deadline_ms).as_secs() + 1;
         let delay = left_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
-        if let Err(e) =
-            self.queues.default_queue().send(&[TaskMessage::Deadline { conversation_id: id.clone() }], delay).await
+        if let Err(e) = self
+            .queues
+            .default_queue()
+            .send(&[TaskMessage::Deadline { conversation_id: id.clone(), turn: conversation.turn }], delay)
+            .await
         {
             // The conversation stays PLANNING (the sweep finds it past its deadline) and this planner
             // ends its lease, so the retry its 503 asks for takes the planning over at once.
@@ -397,6 +426,8 @@ impl Orchestrator {
         }
 
         let (plan, usage, handoff) = self.plan(&conversation).instrument(tracing::info_span!("plan")).await;
+        // Each turn's subtasks are its own: their items, messages and side-effect keys carry the turn.
+        let plan = turns::plan_in_turn(plan, conversation.turn);
         if handoff {
             // The customer asked for a person: the conversation ends in HANDOFF when it is answered.
             let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
@@ -422,7 +453,7 @@ impl Orchestrator {
         };
         if !started {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
-            return Ok(Created { conversation_id: id, new: true });
+            return Ok(Created { conversation_id: id, new: true, turn: conversation.turn });
         }
         obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
@@ -432,7 +463,7 @@ impl Orchestrator {
             return Err(e);
         }
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
-        Ok(Created { conversation_id: id, new: true })
+        Ok(Created { conversation_id: id, new: true, turn: conversation.turn })
     }
 
     /// Ends this planner's own planning lease (its holder renews it until an instant already past),
@@ -591,7 +622,11 @@ impl Orchestrator {
                 approvals.push(a);
             }
         }
-        Ok(ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms()))
+        let view = ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms());
+        if conversation.turn == 0 {
+            return Ok(view);
+        }
+        Ok(view.with_history(&self.store.conversation_history(&id).await?))
     }
 }
 

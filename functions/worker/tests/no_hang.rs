@@ -257,7 +257,7 @@ async fn deadline_messages(queue: &InMemoryQueue, id: &ConversationId) -> usize 
     for m in queue.receive(10, Duration::from_secs(900)).await.unwrap() {
         assert_eq!(
             serde_json::from_str::<TaskMessage>(&m.body).unwrap(),
-            TaskMessage::Deadline { conversation_id: id.clone() }
+            TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }
         );
         queue.delete(&m.receipt_handle).await.unwrap();
         n += 1;
@@ -277,13 +277,13 @@ async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answer
 
     // Past the deadline: w02 is closed, which brings remaining to 0 (the stream would now trigger the
     // aggregator), and the path re-arms in case that trigger is lost.
-    let first = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    let first = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }, lambda_deadline()).await;
     assert!(matches!(first, Outcome::Ignored(_)), "{first:?}");
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!((conv.status, conv.remaining), (ConversationStatus::Running, 0));
     assert_eq!(deadline_messages(&tasks, &id).await, 1, "re-armed");
     // Nothing answered since: this run aggregates itself, through the lease, and stops re-arming.
-    let second = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    let second = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }, lambda_deadline()).await;
     assert_eq!(second, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Done);
@@ -291,7 +291,7 @@ async fn the_deadline_path_re_arms_until_the_conversation_is_answered_and_answer
     let reply = conv.reply.unwrap();
     assert!(reply.contains("A1029 is paid.") && reply.contains("could not be finished in time"), "{reply}");
     assert_eq!(deadline_messages(&tasks, &id).await, 0, "terminal: no more deadline messages");
-    let third = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    let third = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }, lambda_deadline()).await;
     assert_eq!(third, Outcome::Ignored("conversation already over".into()));
 }
 
@@ -305,7 +305,7 @@ async fn a_running_conversation_with_nothing_remaining_whose_trigger_was_lost_is
     // The stream record of remaining = 0 never reached the aggregator.
     let tasks = queue("tasks", 30);
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
-    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }, lambda_deadline()).await;
 
     assert_eq!(outcome, Outcome::Concluded(ConversationStatus::Done));
     let conv = store.get_conversation(&id).await.unwrap().unwrap();
@@ -322,7 +322,7 @@ async fn an_aggregation_whose_lease_is_live_is_left_alone_and_the_deadline_path_
     store.acquire_lease(&id, phase, "aggregator:alive", now_ms(), now_ms() + 90_000).await.unwrap();
     let tasks = queue("tasks", 30);
     let w = worker(store.clone(), Arc::new(tasks.clone()), Arc::new(ScriptedModel::new([])));
-    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone() }, lambda_deadline()).await;
+    let outcome = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 }, lambda_deadline()).await;
 
     assert!(matches!(&outcome, Outcome::Ignored(why) if why.contains("aggregator:alive")), "{outcome:?}");
     let conv = store.get_conversation(&id).await.unwrap().unwrap();

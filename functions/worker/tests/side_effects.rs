@@ -304,8 +304,9 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
     // The deadline passes (at most 2 s from now); the deadline path closes what is open.
     let deadline_ms = s.store.get_conversation(&s.id).await.unwrap().unwrap().deadline_ms;
     tokio::time::sleep(Duration::from_millis(u64::try_from(deadline_ms - now_ms() + 20).unwrap_or(0))).await;
-    let deadline =
-        w.handle(TaskMessage::Deadline { conversation_id: s.id.clone() }, after(Duration::from_secs(10))).await;
+    let deadline = w
+        .handle(TaskMessage::Deadline { conversation_id: s.id.clone(), turn: 0 }, after(Duration::from_secs(10)))
+        .await;
     assert_eq!(deadline, Outcome::Ignored("1 open subtasks closed; the aggregator answers".into()));
     let closed = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(closed.status, SubtaskStatus::Submitted, "not reported failed");

@@ -559,7 +559,7 @@ async fn a_subtask_counted_by_the_deadline_path_keeps_its_tokens_on_the_conversa
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let tasks: Arc<dyn TaskQueue> = Arc::new(InMemoryQueue::new(QueueSettings::default()));
     let closer = Closer::new(store.clone(), TaskQueues::new(tasks), &settings());
-    let outcome = closer.deadline(&conversation.id).await;
+    let outcome = closer.deadline(&conversation.id, 0).await;
     let conv = store.get_conversation(&conversation.id).await.unwrap().unwrap();
     eprintln!(
         "deadline path: {outcome:?}; conversation {} remaining {} usage {:?}",

@@ -211,7 +211,7 @@ async fn a_message_received_too_often_moves_to_the_dlq(backend: Backend) -> Resu
 async fn a_delayed_message_stays_invisible_until_its_delay(backend: Backend) -> Result<()> {
     let q = backend.queues(30, 3).await?;
     let sent_at = Instant::now();
-    q.tx.send(&[TaskMessage::Deadline { conversation_id: ConversationId::new() }], 2).await?;
+    q.tx.send(&[TaskMessage::Deadline { conversation_id: ConversationId::new(), turn: 0 }], 2).await?;
     assert!(q.rx.receive(10, Duration::ZERO).await?.is_empty(), "delayed: not visible yet");
     let got = q.rx.receive(10, Duration::from_secs(6)).await?;
     ensure!(got.len() == 1, "after the delay got {}", got.len());

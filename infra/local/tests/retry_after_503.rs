@@ -163,7 +163,7 @@ async fn a_retry_inside_the_lease_after_a_503_from_arming_the_deadline_plans_the
         .lock()
         .map_err(|_| anyhow::anyhow!("lock poisoned"))?
         .iter()
-        .filter(|(m, _)| *m == TaskMessage::Deadline { conversation_id: id.clone() })
+        .filter(|(m, _)| *m == TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 })
         .map(|(_, delay)| *delay)
         .collect::<Vec<_>>();
     ensure!(

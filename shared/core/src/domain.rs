@@ -14,6 +14,7 @@ pub use crate::lifecycle::{ConversationStatus, SubtaskStatus};
 pub use crate::result::{FailureKind, MAX_RESULT_CHARS, SubtaskResult, ToolCallRecord};
 pub use crate::text::{TRUNCATION_MARK, truncate_bytes, truncate_chars};
 pub use crate::time::now_ms;
+pub use crate::turns::{NextTurn, TurnRecord};
 
 /// Upper bound on subtasks in one plan (DESIGN.md "up to 100 independent subtasks").
 pub const MAX_SUBTASKS: usize = 100;
@@ -190,9 +191,18 @@ pub struct Conversation {
     /// [`request_hash`] of the request that created it (stored with the idempotency key's claim).
     #[serde(default)]
     pub request_hash: Option<String>,
-    /// The turn being answered (0: the first message).
+    /// The turn being answered (0: the first message); every top-level field but the id, the
+    /// customer, `created_at_ms` and `expires_at_ms` is this turn's (earlier turns: [`TurnRecord`]s).
     #[serde(default)]
     pub turn: u32,
+    /// When this turn started, Unix epoch milliseconds; `None`: turn 0, which started at `created_at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_started_at_ms: Option<i64>,
+    /// After this instant (Unix epoch milliseconds) the conversation takes no follow-up (410): its
+    /// idle time after the latest turn started. `None` on items written before it was stored: then
+    /// [`Conversation::expires_at`] reckons it from the turn's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
     /// The language and script the customer is answered in, detected from the message when the
     /// conversation was created; `None` on items written before it was stored: read it through
     /// [`Conversation::reply_language`], which then detects it from `query`.
@@ -280,6 +290,8 @@ impl Conversation {
             handoff: None,
             request_hash: None,
             turn: 0,
+            turn_started_at_ms: None,
+            expires_at_ms: None,
             language: None,
             lease: None,
             sweep_shard: None,
@@ -393,8 +405,14 @@ pub enum TaskMessage {
         #[serde(default)]
         handbacks: u32,
     },
-    /// The conversation's deadline passed: aggregate with what it has.
-    Deadline { conversation_id: ConversationId },
+    /// The conversation's deadline passed: aggregate with what it has. `turn` is the turn whose
+    /// deadline it is (absent, 0, in messages queued before turns): a message of another turn than
+    /// the conversation's changes nothing and is not re-armed.
+    Deadline {
+        conversation_id: ConversationId,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        turn: u32,
+    },
     /// Run an approved side effect exactly as recorded, with its approval attached (the
     /// approvals API sends it to the role's queue; no model is involved).
     Execute { conversation_id: ConversationId, approval_id: String },
@@ -408,7 +426,22 @@ pub enum TaskMessage {
     },
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl TaskMessage {
+    /// The turn the message belongs to: a `Run`'s or `Confirm`'s subtask id carries it
+    /// ([`SubtaskId::turn`]: ids of turn 0 have no prefix, so messages queued before turns read as
+    /// turn 0), a `Deadline` says it; `None` for `Execute` (its approval names the subtask).
+    pub fn turn(&self) -> Option<u32> {
+        match self {
+            Self::Run { subtask_id, .. } | Self::Confirm { subtask_id, .. } => Some(subtask_id.turn()),
+            Self::Deadline { turn, .. } => Some(*turn),
+            Self::Execute { .. } => None,
+        }
+    }
+
     pub fn run(conversation_id: &ConversationId, subtask_id: &SubtaskId) -> Self {
         Self::Run { conversation_id: conversation_id.clone(), subtask_id: subtask_id.clone(), handbacks: 0 }
     }
@@ -416,7 +449,7 @@ impl TaskMessage {
     pub fn conversation_id(&self) -> &ConversationId {
         match self {
             Self::Run { conversation_id, .. }
-            | Self::Deadline { conversation_id }
+            | Self::Deadline { conversation_id, .. }
             | Self::Execute { conversation_id, .. }
             | Self::Confirm { conversation_id, .. } => conversation_id,
         }

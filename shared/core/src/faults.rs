@@ -26,6 +26,10 @@ pub enum CrashPoint {
     OrchestratorAfterCreate,
     /// Orchestrator: the subtasks are written and the conversation is `RUNNING`, nothing is enqueued yet.
     OrchestratorAfterStartRun,
+    /// Orchestrator: a follow-up's turn is started (the earlier turn archived, the conversation
+    /// `PLANNING` on the new turn), its deadline is not armed yet. Not in [`CrashPoint::ALL`]: the
+    /// chaos scenario sends no follow-ups; the turn tests kill it.
+    OrchestratorAfterStartTurn,
     /// Worker: the attempt began (`RUNNING`, attempts + 1), no LLM round has run.
     WorkerAfterBeginAttempt,
     /// Worker: the subtask's result is written, it is not counted yet.
@@ -77,6 +81,7 @@ impl CrashPoint {
         match self {
             Self::OrchestratorAfterCreate => "orchestrator_after_create",
             Self::OrchestratorAfterStartRun => "orchestrator_after_start_run",
+            Self::OrchestratorAfterStartTurn => "orchestrator_after_start_turn",
             Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
             Self::WorkerAfterRecordResult => "worker_after_record_result",
             Self::WorkerAfterCount => "worker_after_count",

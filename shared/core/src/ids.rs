@@ -69,6 +69,28 @@ impl SubtaskId {
     }
 }
 
+/// Separator between a turn's prefix and the planned id (`t1~w01`): never in a planned id (those
+/// keep to [`crate::untrusted::is_id_char`]), so [`SubtaskId::turn`] reads every id unambiguously.
+const TURN_SEPARATOR: char = '~';
+
+impl SubtaskId {
+    /// The id a subtask planned as `planned` has in `turn`: `planned` itself in turn 0 (today's
+    /// `TASK#w01` keys read as turn 0), `t<turn>~<planned>` after it, so each turn's items, queue
+    /// messages and side-effect keys are its own.
+    pub fn in_turn(turn: u32, planned: &str) -> Self {
+        if turn == 0 { Self(planned.to_owned()) } else { Self(format!("t{turn}{TURN_SEPARATOR}{planned}")) }
+    }
+
+    /// The turn this id was planned in ([`SubtaskId::in_turn`]); 0 for an id without a turn prefix.
+    pub fn turn(&self) -> u32 {
+        self.0
+            .split_once(TURN_SEPARATOR)
+            .and_then(|(prefix, _)| prefix.strip_prefix('t'))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
 impl fmt::Display for SubtaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(&self.0)
@@ -158,5 +180,15 @@ mod tests {
         assert_eq!(serde_json::to_string(&id).unwrap(), r#""w01""#);
         assert_eq!(serde_json::from_str::<SubtaskId>(r#""w02""#).unwrap(), "w02");
         assert_eq!(format!("[{id:>4}]"), "[ w01]", "Display pads like a str");
+    }
+
+    #[test]
+    fn a_subtask_id_carries_its_turn_and_turn_zero_ids_are_todays() {
+        assert_eq!(SubtaskId::in_turn(0, "w01"), "w01");
+        assert_eq!(SubtaskId::in_turn(3, "w01"), "t3~w01");
+        assert_eq!(SubtaskId::in_turn(3, "w01").turn(), 3);
+        assert_eq!(SubtaskId::from("w01").turn(), 0);
+        assert_eq!(SubtaskId::from("t2.w01").turn(), 0, "a planned id never reads as another turn's");
+        assert_eq!(SubtaskId::from("tx~w01").turn(), 0);
     }
 }

@@ -28,5 +28,6 @@ pub mod schema;
 pub mod text;
 pub mod time;
 pub mod timings;
+pub mod turns;
 pub mod untrusted;
 pub mod view;

@@ -14,9 +14,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::approval::{Approval, ApprovalStatus};
 use crate::domain::{
     Conversation, ConversationStatus, FailureKind, HandoffReason, SubtaskId, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, Usage,
+    SubtaskStatus, TurnRecord, Usage,
 };
 use crate::effects::{Effect, EffectState};
+use crate::ports::ConversationHistory;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Progress {
@@ -55,6 +56,31 @@ pub struct SubtaskView {
     /// `status` in lower case (`succeeded`, `awaiting_approval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<LowerCase<SubtaskStatus>>,
+}
+
+impl SubtaskView {
+    /// The view of one subtask record.
+    pub fn build(r: &SubtaskRecord) -> Self {
+        SubtaskView {
+            id: r.subtask.id.to_string(),
+            instruction: r.subtask.instruction.clone(),
+            depends_on: r.subtask.depends_on.iter().map(SubtaskId::to_string).collect(),
+            tools_used: r.tools_used.clone(),
+            status: r.status,
+            error: match &r.result {
+                Some(SubtaskResult::Failed { kind, .. }) => Some(kind.customer_message().to_owned()),
+                Some(SubtaskResult::Skipped { dependency }) => {
+                    Some(format!("skipped: dependency {dependency} did not succeed"))
+                }
+                _ => None,
+            },
+            error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
+            effects: r.effects.iter().map(EffectView::build).collect(),
+            started_at: r.started_at_ms.map(rfc3339),
+            finished_at: r.finished_at_ms.filter(|_| r.status.is_terminal()).map(rfc3339),
+            state: Some(LowerCase(r.status)),
+        }
+    }
 }
 
 /// One side-effecting call of a subtask, as customers see it.
@@ -278,33 +304,71 @@ pub struct ConversationView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub updated_at: Option<String>,
+    /// The turn the top-level fields are of: the latest (0: the first message).
+    #[serde(default)]
+    pub turn: u32,
+    /// Every turn, oldest first, the latest included (its fields repeat the top-level ones): each
+    /// follow-up message (`POST /conversations/{id}/messages`) is a turn.
+    #[serde(default)]
+    pub turns: Vec<TurnView>,
+}
+
+/// One turn of a conversation: the customer's message, its subtasks and its reply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnView {
+    pub turn: u32,
+    /// The customer's message of this turn.
+    pub message: String,
+    pub status: ConversationStatus,
+    pub progress: Progress,
+    pub subtasks: Vec<SubtaskView>,
+    pub reply: Option<String>,
+    /// `null` when no provider reported usage for this turn.
+    pub usage: Option<Usage>,
+    /// When the turn started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub started_at: String,
+}
+
+impl TurnView {
+    /// An archived turn, with its subtasks (from `all`, every subtask of the conversation: those of
+    /// its plan, or with no plan kept, those whose id is of its turn).
+    pub fn archived(t: &TurnRecord, all: &[SubtaskRecord]) -> Self {
+        let mine = |r: &&SubtaskRecord| {
+            if t.plan.is_empty() { r.subtask.id.turn() == t.turn } else { t.plan.contains(r.subtask.id.as_str()) }
+        };
+        let subtasks: Vec<SubtaskView> = all.iter().filter(mine).map(SubtaskView::build).collect();
+        let finished = subtasks.iter().filter(|v| v.status.is_terminal()).count() as u32;
+        Self {
+            turn: t.turn,
+            message: t.query.clone(),
+            status: t.status,
+            progress: Progress { finished, total: t.total },
+            subtasks,
+            reply: t.reply.clone(),
+            usage: if t.usage.is_empty() { None } else { Some(t.usage) },
+            started_at: rfc3339(t.started_at_ms),
+        }
+    }
 }
 
 impl ConversationView {
+    /// With the conversation's earlier turns (`history`'s archived turns) before the latest.
+    pub fn with_history(mut self, history: &ConversationHistory) -> Self {
+        let mut turns: Vec<TurnView> = history
+            .turns
+            .iter()
+            .filter(|t| t.turn < self.turn)
+            .map(|t| TurnView::archived(t, &history.subtasks))
+            .collect();
+        turns.append(&mut self.turns);
+        self.turns = turns;
+        self
+    }
+
     pub fn build(conversation: &Conversation, subtasks: &[SubtaskRecord]) -> Self {
         let updated = subtasks_updated_at_ms(conversation, subtasks);
-        let subtasks = subtasks
-            .iter()
-            .map(|r| SubtaskView {
-                id: r.subtask.id.to_string(),
-                instruction: r.subtask.instruction.clone(),
-                depends_on: r.subtask.depends_on.iter().map(SubtaskId::to_string).collect(),
-                tools_used: r.tools_used.clone(),
-                status: r.status,
-                error: match &r.result {
-                    Some(SubtaskResult::Failed { kind, .. }) => Some(kind.customer_message().to_owned()),
-                    Some(SubtaskResult::Skipped { dependency }) => {
-                        Some(format!("skipped: dependency {dependency} did not succeed"))
-                    }
-                    _ => None,
-                },
-                error_code: r.result.as_ref().and_then(SubtaskResult::failure_kind),
-                effects: r.effects.iter().map(EffectView::build).collect(),
-                started_at: r.started_at_ms.map(rfc3339),
-                finished_at: r.finished_at_ms.filter(|_| r.status.is_terminal()).map(rfc3339),
-                state: Some(LowerCase(r.status)),
-            })
-            .collect();
+        let subtasks = subtasks.iter().map(SubtaskView::build).collect();
         Self {
             conversation_id: conversation.id.to_string(),
             customer_id: conversation.customer_id.clone(),
@@ -325,7 +389,25 @@ impl ConversationView {
             created_at_ms: Some(conversation.created_at_ms),
             updated_at_ms: Some(updated),
             updated_at: Some(rfc3339(updated)),
+            turn: conversation.turn,
+            turns: Vec::new(),
         }
+        .with_latest_turn(conversation)
+    }
+
+    /// `turns` holding the latest turn alone (its fields are the top-level ones).
+    fn with_latest_turn(mut self, conversation: &Conversation) -> Self {
+        self.turns = vec![TurnView {
+            turn: conversation.turn,
+            message: conversation.query.clone(),
+            status: self.status,
+            progress: self.progress.clone(),
+            subtasks: self.subtasks.clone(),
+            reply: self.reply.clone(),
+            usage: self.usage,
+            started_at: rfc3339(conversation.turn_started_at()),
+        }];
+        self
     }
 
     /// The view with the approvals of its side effects, as of `now_ms` (their changes count
@@ -514,6 +596,18 @@ mod tests {
         format!("{}{added}", out.strip_suffix('}').unwrap())
     }
 
+    /// A body of [`with_times`] with the turns appended (issue 19): `turn` and `turns`, whose one
+    /// entry (the conversation's only turn) repeats the top-level fields after its message.
+    fn with_turn(body: &str, message: &str) -> String {
+        let top = body.strip_suffix('}').unwrap();
+        let from = top.find(r#""status":"#).unwrap();
+        let to = top.find(r#","created_at":"#).unwrap();
+        let fields = &top[from..to];
+        format!(
+            r#"{top},"turn":0,"turns":[{{"turn":0,"message":"{message}",{fields},"started_at":"2026-01-01T00:00:00.000Z"}}]}}"#
+        )
+    }
+
     #[test]
     fn view_json_is_todays_byte_for_byte_but_a_failure_shows_our_words_and_its_code() {
         let (c, subtasks) = fixture();
@@ -523,13 +617,13 @@ mod tests {
         let ours = r#""error":"This part could not be finished before the conversation's time limit.","error_code":"deadline_passed""#;
         let expected = BEFORE.replacen(recorded, ours, 1);
         assert_ne!(expected, BEFORE);
-        assert_eq!(json, with_times(&expected));
+        assert_eq!(json, with_turn(&with_times(&expected), &c.query));
         // Without a failed subtask, nothing changed at all.
         let without_failure: Vec<SubtaskRecord> = subtasks.into_iter().filter(|r| r.subtask.id != "w02").collect();
         let json = serde_json::to_string(&ConversationView::build(&c, &without_failure)).unwrap();
         let w02 = r#"{"id":"w02","instruction":"Do w02.","depends_on":[],"tools_used":[],"status":"FAILED","error":"the conversation's deadline passed before it finished"},"#;
         assert!(BEFORE.contains(w02));
-        assert_eq!(json, with_times(&BEFORE.replacen(w02, "", 1)));
+        assert_eq!(json, with_turn(&with_times(&BEFORE.replacen(w02, "", 1)), &c.query));
     }
 
     #[test]

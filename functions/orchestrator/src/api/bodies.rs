@@ -13,12 +13,16 @@ pub struct CreateBody {
     pub customer_id: Option<String>,
 }
 
-/// `202` to `POST /conversations` (the `Location` header names the same URL).
+/// `202` to `POST /conversations` and `POST /conversations/{id}/messages` (the `Location` header
+/// names the same URL).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub struct Created {
     pub conversation_id: String,
     /// `/conversations/{conversation_id}`.
     pub status_url: String,
+    /// The turn the message is answered in: 0 for the first message, then one more per follow-up.
+    #[serde(default)]
+    pub turn: u32,
 }
 
 /// `GET /conversations`: a page of the caller's conversations, newest first.

@@ -101,6 +101,7 @@ pub fn router(state: ApiState) -> Router {
     let router = Router::new()
         .route("/conversations", post(create).get(list_conversations))
         .route("/conversations/{id}", get(status))
+        .route("/conversations/{id}/messages", post(follow_up))
         .route("/approvals", get(list_approvals))
         .route("/approvals/{id}", post(decide_approval))
         .route("/health", get(health))
@@ -142,11 +143,38 @@ async fn create(
     let key = idempotency_key(&headers)?;
     let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
     let created = state.core.create(validated).await?;
+    accepted(&created)
+}
+
+/// `202` with `Location` for a message accepted into `created`'s conversation and turn.
+fn accepted(created: &crate::core::Created) -> Result<Response, HttpError> {
     let id = created.conversation_id.to_string();
-    let answer = Created { status_url: format!("/conversations/{id}"), conversation_id: id };
+    let answer = Created { status_url: format!("/conversations/{id}"), conversation_id: id, turn: created.turn };
     let location = HeaderValue::from_str(&answer.status_url)
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(answer)).into_response())
+}
+
+/// `POST /conversations/{id}/messages` → 202 `{"conversation_id", "status_url", "turn"}`: the
+/// customer's next message, answered as a new turn; the body, identity and `Idempotency-Key` as
+/// for `POST /conversations`. 404 for an unknown or another customer's conversation, 409 (with
+/// `Retry-After`) while its latest turn is answered, 410 once it expired.
+async fn follow_up(
+    State(state): State<ApiState>,
+    caller: Caller,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id?;
+    let body: CreateBody = error::parse_json(&body?, r#"{"message": "...", "customer_id": "..."}"#)?;
+    let message =
+        body.message.ok_or_else(|| HttpError::bad_request("missing_message", "field \"message\" is required"))?;
+    let customer = caller.acting_for(body.customer_id)?;
+    let key = idempotency_key(&headers)?;
+    let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
+    let created = state.core.follow_up(&id, validated).await?;
+    accepted(&created)
 }
 
 /// The `Idempotency-Key` header, if given: one field of visible ASCII, else 400 `bad_idempotency_key`

@@ -76,11 +76,17 @@ impl DeadlinePath {
     /// Aggregating here answers the conversation as the aggregator does ([`answer_conversation`])
     /// with the model-free reply. With `rearm`, a conversation this run leaves non-terminal gets
     /// its next deadline message (`rearm_secs`): the path ends only when the conversation does.
-    /// The sweep runs it without `rearm` (the sweep itself comes back).
-    pub async fn run(&self, id: &ConversationId, rearm: bool) -> Result<DeadlineRun, StoreError> {
+    /// The sweep runs it without `rearm` (the sweep itself comes back) and without a `turn` (the
+    /// conversation's current one); a deadline message runs it for its own `turn`: a message of
+    /// another turn than the conversation's changes nothing and is not re-armed (each turn arms its own).
+    pub async fn run(&self, id: &ConversationId, turn: Option<u32>, rearm: bool) -> Result<DeadlineRun, StoreError> {
         let Some(conversation) = self.conversations.get_conversation(id).await? else {
             return Ok((Outcome::Poison(format!("unknown conversation {id}")), None));
         };
+        if let Some(turn) = turn.filter(|t| *t != conversation.turn) {
+            let why = format!("a deadline of turn {turn}; the conversation is on turn {}", conversation.turn);
+            return Ok((Outcome::Ignored(why), None));
+        }
         if conversation.status.is_terminal() {
             return Ok((Outcome::Ignored("conversation already over".into()), None));
         }
@@ -99,7 +105,7 @@ impl DeadlinePath {
         }
         let over = matches!(outcome, Outcome::Concluded(_) | Outcome::Poison(_));
         if rearm && !over {
-            if let Err(e) = self.arm(id, self.rearm_secs).await {
+            if let Err(e) = self.arm(id, conversation.turn, self.rearm_secs).await {
                 return Ok((Outcome::Retry(format!("could not re-arm the deadline: {e}")), action));
             }
             tracing::info!(delay_secs = self.rearm_secs, "conversation not over yet: deadline path re-armed");
@@ -115,7 +121,7 @@ impl DeadlinePath {
         }
         let left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
         let left = u32::try_from(left).unwrap_or(MAX_DELAY_SECONDS).clamp(1, MAX_DELAY_SECONDS);
-        match self.arm(&conversation.id, left).await {
+        match self.arm(&conversation.id, conversation.turn, left).await {
             Ok(()) => Outcome::Ignored("deadline not reached yet; re-armed".into()),
             Err(e) => Outcome::Retry(format!("could not re-arm the deadline: {e}")),
         }
@@ -139,7 +145,7 @@ impl DeadlinePath {
                 }
             }
             ConversationStatus::Running => {
-                let closed = self.close_open_subtasks(id, now).await?;
+                let closed = self.close_open_subtasks(conversation, now).await?;
                 faults::at(CrashPoint::DeadlineAfterClose).await;
                 let remaining = self.conversations.get_conversation(id).await?.map_or(0, |c| c.remaining);
                 if closed > 0 {
@@ -162,17 +168,20 @@ impl DeadlinePath {
         })
     }
 
-    /// Sends the conversation's next deadline message, `delay` seconds from now.
-    async fn arm(&self, id: &ConversationId, delay: u32) -> Result<(), QueueError> {
-        let message = TaskMessage::Deadline { conversation_id: id.clone() };
+    /// Sends the next deadline message of the conversation's `turn`, `delay` seconds from now.
+    async fn arm(&self, id: &ConversationId, turn: u32, delay: u32) -> Result<(), QueueError> {
+        let message = TaskMessage::Deadline { conversation_id: id.clone(), turn };
         self.deadlines.send(&[message], delay.min(MAX_DELAY_SECONDS)).await
     }
 
     /// Closes every open subtask (skipped after a failed dependency, else failed for the deadline)
     /// and counts every subtask (a crash may have left some uncounted). Answers how many
-    /// subtasks this call closed.
-    async fn close_open_subtasks(&self, id: &ConversationId, now: i64) -> Result<usize, StoreError> {
+    /// subtasks this call closed. Only subtasks of `conversation`'s turn (as read): a turn started
+    /// since is not this run's to close — its deadline has not passed.
+    async fn close_open_subtasks(&self, conversation: &Conversation, now: i64) -> Result<usize, StoreError> {
+        let id = &conversation.id;
         let mut all = self.subtasks.list_subtasks(id).await?;
+        all.retain(|r| r.subtask.id.turn() == conversation.turn);
         let mut closed = 0;
         // Everything still open fails — unless its journal holds side effects: those are reported as they
         // stand (done, being confirmed, waiting for approval), never as not done.

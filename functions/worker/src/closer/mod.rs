@@ -73,11 +73,15 @@ impl Closer {
         self
     }
 
-    /// A [`TaskMessage::Deadline`]: the deadline path in its own span (the conversation's status is
-    /// recorded once read), re-armed while the conversation is not terminal.
-    pub async fn deadline(&self, id: &ConversationId) -> Outcome {
-        let span = tracing::info_span!("deadline", conversation_id = %id, status = tracing::field::Empty);
-        self.deadline_path.run(id, true).instrument(span).await.map_or_else(Outcome::from, |(outcome, _)| outcome)
+    /// A [`TaskMessage::Deadline`] of `turn`: the deadline path in its own span (the conversation's
+    /// status is recorded once read), re-armed while that turn is the conversation's and not terminal.
+    pub async fn deadline(&self, id: &ConversationId, turn: u32) -> Outcome {
+        let span = tracing::info_span!("deadline", conversation_id = %id, turn, status = tracing::field::Empty);
+        self.deadline_path
+            .run(id, Some(turn), true)
+            .instrument(span)
+            .await
+            .map_or_else(Outcome::from, |(outcome, _)| outcome)
     }
 
     /// One sweep: the deadline path (without re-arming) of every conversation past its deadline that
@@ -95,7 +99,7 @@ impl Closer {
                 let span = subtask_span(&conversation_id, &subtask_id);
                 self.dead_run(&conversation_id, &subtask_id).instrument(span).await.unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => self.deadline(&conversation_id).await,
+            TaskMessage::Deadline { conversation_id, turn } => self.deadline(&conversation_id, turn).await,
             TaskMessage::Execute { approval_id, .. } => {
                 // The approval stays approved: once its token's window has passed, the sweep re-enqueues
                 // it with a fresh token (a re-post within the window enqueues it again as it is).

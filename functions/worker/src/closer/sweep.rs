@@ -94,7 +94,7 @@ impl Sweep {
                 conversation_id = %id,
                 status = tracing::field::Empty
             );
-            tokio::time::timeout_at(deadline, self.deadline_path.run(&id, false).instrument(span)).await
+            tokio::time::timeout_at(deadline, self.deadline_path.run(&id, None, false).instrument(span)).await
         }))
         .buffer_unordered(self.settings.max_parallel);
         let outcomes: Vec<_> = runs.collect().await;

@@ -87,7 +87,7 @@ impl Worker {
                     .await
                     .unwrap_or_else(Outcome::from)
             }
-            TaskMessage::Deadline { conversation_id } => self.closer.deadline(&conversation_id).await,
+            TaskMessage::Deadline { conversation_id, turn } => self.closer.deadline(&conversation_id, turn).await,
             TaskMessage::Execute { conversation_id, approval_id } => {
                 let span =
                     tracing::info_span!("execute", conversation_id = %conversation_id, approval_id = %approval_id);

@@ -115,6 +115,15 @@ impl Runner {
         let Some(conversation) = self.conversations.get_conversation(id).await? else {
             return Ok(Outcome::Poison(format!("unknown conversation {id}")));
         };
+        if subtask_id.turn() != conversation.turn {
+            // A late message of an earlier turn: that turn is over (its subtasks were closed before
+            // it ended) and this turn's counts are not its to touch.
+            return Ok(Outcome::Ignored(format!(
+                "a subtask of turn {}; the conversation is on turn {}",
+                subtask_id.turn(),
+                conversation.turn
+            )));
+        }
         if conversation.status.is_terminal() {
             return Ok(Outcome::Ignored(format!("conversation is {}", conversation.status.as_str())));
         }

@@ -10,7 +10,9 @@ use aws_sdk_dynamodbstreams::types::{
     AttributeValue as StreamValue, OperationType, Record, StreamRecord, StreamViewType,
 };
 use serde_json::Value;
-use swarm_adapters::aws::dynamo::codec::{Item, approval_item, conversation_item, idempotency_item, subtask_item};
+use swarm_adapters::aws::dynamo::codec::{
+    Item, approval_item, conversation_item, idempotency_item, subtask_item, turn_item,
+};
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore, InMemoryQueue, ItemChange, QueueSettings};
 use swarm_core::domain::now_ms;
 use swarm_core::ports::{ConversationStore, StoreError, TaskQueue};
@@ -139,6 +141,7 @@ pub fn stream_record(change: &ItemChange) -> Result<Value, StreamError> {
             idempotency_item(customer_id, key, conversation_id, request_hash.as_deref(), *ttl)
         }
         ChangedItem::Approval(a) => approval_item(a),
+        ChangedItem::Turn(id, turn) => turn_item(id, turn),
     }
     .map_err(|e| StreamError::Permanent(e.to_string()))?;
     let image: std::collections::HashMap<String, StreamValue> =

@@ -25,6 +25,7 @@ pub fn is_write(op: StoreOp) -> bool {
     !matches!(
         op,
         StoreOp::GetConversation
+            | StoreOp::GetConversationHistory
             | StoreOp::OverdueConversations
             | StoreOp::ListCustomerConversations
             | StoreOp::GetSubtask
@@ -196,7 +197,7 @@ mod tests {
     #[test]
     fn reads_are_not_writes_and_every_write_is() {
         let writes: Vec<&str> = StoreOp::ALL.iter().filter(|op| is_write(**op)).map(|op| op.name()).collect();
-        assert_eq!(writes.len(), StoreOp::ALL.len() - 9);
+        assert_eq!(writes.len(), StoreOp::ALL.len() - 10);
         for name in ["record_intent", "record_effect_outcome", "close_subtask", "finish_conversation", "count_finished"]
         {
             assert!(writes.contains(&name), "{name} is a write");

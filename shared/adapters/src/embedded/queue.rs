@@ -384,7 +384,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn delayed_message_is_invisible_until_its_delay() {
         let (main, _) = q(3);
-        main.send(&[TaskMessage::Deadline { conversation_id: ConversationId::from_trusted("c") }], 60).await.unwrap();
+        main.send(&[TaskMessage::Deadline { conversation_id: ConversationId::from_trusted("c"), turn: 0 }], 60)
+            .await
+            .unwrap();
         assert!(main.receive(1, Duration::from_secs(20)).await.unwrap().is_empty());
         assert_eq!(main.receive(1, Duration::from_secs(50)).await.unwrap().len(), 1);
     }
@@ -416,7 +418,9 @@ mod tests {
     #[tokio::test]
     async fn delay_over_fifteen_minutes_is_rejected() {
         let (main, _) = q(3);
-        let err = main.send(&[TaskMessage::Deadline { conversation_id: ConversationId::from_trusted("c") }], 901).await;
+        let err = main
+            .send(&[TaskMessage::Deadline { conversation_id: ConversationId::from_trusted("c"), turn: 0 }], 901)
+            .await;
         assert!(matches!(err, Err(QueueError::Permanent(_))));
         assert_eq!(main.depth(), 0);
     }

@@ -8,11 +8,12 @@ use tokio::sync::mpsc;
 
 use swarm_core::approval::Approval;
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, Lease, SubtaskId, SubtaskRecord, Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, Lease, NextTurn, SubtaskId, SubtaskRecord, TurnRecord,
+    Usage,
 };
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ConversationPage, ConversationPosition, ConversationRecords, CountOutcome,
-    CreateOutcome, LeaseOutcome, LeasePhase, StoreError,
+    AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
+    CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, TurnOutcome,
 };
 
 /// One write of one item, as a DynamoDB stream record (`NEW_IMAGE`) carries it.
@@ -44,6 +45,8 @@ pub enum ChangedItem {
     },
     /// An approval item.
     Approval(Approval),
+    /// A finished turn's archive (`TURN#<n>`), written when the next turn started.
+    Turn(ConversationId, TurnRecord),
 }
 
 impl ItemChange {
@@ -54,6 +57,7 @@ impl ItemChange {
             ChangedItem::Subtask(r) => &r.conversation_id,
             ChangedItem::IdempotencyKey { conversation_id, .. } => conversation_id,
             ChangedItem::Approval(a) => &a.conversation_id,
+            ChangedItem::Turn(id, _) => id,
         }
     }
 }
@@ -63,6 +67,8 @@ impl ItemChange {
 pub(super) struct Tables {
     conversations: HashMap<ConversationId, Conversation>,
     pub(super) subtasks: HashMap<ConversationId, BTreeMap<SubtaskId, SubtaskRecord>>,
+    /// Archived turns by conversation, oldest first.
+    turns: HashMap<ConversationId, Vec<TurnRecord>>,
     /// (customer, key) → the conversation it created and the hash of the request that claimed it.
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
@@ -211,8 +217,9 @@ impl ConversationRecords for InMemoryConversationStore {
         conv.usage = conv.usage.add(usage);
         let snapshot = conv.clone();
         let map = t.subtasks.entry(id.clone()).or_default();
-        // Written atomically, so no other plan's items exist here; kept as DynamoDB's takeover leaves it.
-        map.retain(|sid, _| snapshot.plan.contains(sid.as_str()));
+        // Written atomically, so no other plan's items exist here; kept as DynamoDB's takeover leaves it
+        // (earlier turns' items stay: they are those turns' record).
+        map.retain(|sid, _| sid.turn() != snapshot.turn || snapshot.plan.contains(sid.as_str()));
         for s in subtasks {
             map.insert(s.subtask.id.clone(), s.clone());
         }
@@ -273,6 +280,41 @@ impl ConversationRecords for InMemoryConversationStore {
             .collect();
         due.sort();
         Ok(due.into_iter().take(limit).map(|(_, id)| id.clone()).collect())
+    }
+
+    async fn start_turn(
+        &self,
+        previous: &Conversation,
+        next: &NextTurn,
+        now_ms: i64,
+    ) -> Result<TurnOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get(&previous.id) else { return Ok(TurnOutcome::Refused(None)) };
+        if conv.is_turn_started_by(next) {
+            // This call's own start, asked again after its answer was lost.
+            return Ok(TurnOutcome::Started(conv.clone()));
+        }
+        let on_turn = conv.turn.checked_add(1) == Some(next.turn) && conv.turn == previous.turn;
+        let live = conv.expires_at_ms.is_none_or(|at| now_ms < at);
+        if !on_turn || conv.status != previous.status || !conv.status.is_terminal() || !live {
+            return Ok(TurnOutcome::Refused(Some(conv.clone())));
+        }
+        // As DynamoDB's transaction: the archive of the stored turn and the new conversation item, together.
+        let archived = TurnRecord::of(conv);
+        let started = conv.next_turn(next);
+        t.turns.entry(previous.id.clone()).or_default().push(archived.clone());
+        t.conversations.insert(previous.id.clone(), started.clone());
+        t.emit(true, ChangedItem::Turn(previous.id.clone(), archived));
+        t.emit(false, ChangedItem::Conversation(started.clone()));
+        Ok(TurnOutcome::Started(started))
+    }
+
+    async fn conversation_history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError> {
+        let t = self.lock()?;
+        Ok(ConversationHistory {
+            turns: t.turns.get(id).cloned().unwrap_or_default(),
+            subtasks: t.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+        })
     }
 
     async fn list_customer_conversations(
@@ -452,6 +494,7 @@ mod tests {
             ChangedItem::Subtask(r) => format!("TASK#{} {}", r.subtask.id, r.status.as_str()),
             ChangedItem::IdempotencyKey { key, .. } => format!("IDEM {key}"),
             ChangedItem::Approval(a) => format!("APPROVAL {}", a.id),
+            ChangedItem::Turn(_, turn) => format!("TURN#{}", turn.turn),
         };
         format!("{} {what}", if change.created { "INSERT" } else { "MODIFY" })
     }

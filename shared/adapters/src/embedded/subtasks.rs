@@ -21,8 +21,13 @@ impl SubtaskStore for InMemoryConversationStore {
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
         let t = self.lock()?;
-        let plan = t.conversation(id).map(|c| &c.plan);
-        let of_plan = |r: &&SubtaskRecord| plan.is_none_or(|p| p.is_empty() || p.contains(r.subtask.id.as_str()));
+        let conv = t.conversation(id);
+        // An empty plan (planning, no subtasks, an item written before plans were kept): every item of the turn.
+        let of_plan = |r: &&SubtaskRecord| {
+            conv.is_none_or(|c| {
+                if c.plan.is_empty() { r.subtask.id.turn() == c.turn } else { c.plan.contains(r.subtask.id.as_str()) }
+            })
+        };
         Ok(t.subtasks.get(id).map(|m| m.values().filter(of_plan).cloned().collect()).unwrap_or_default())
     }
 

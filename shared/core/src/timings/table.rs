@@ -118,6 +118,9 @@ section! {
         /// The deadline path re-arms itself this long after it ran while the conversation is not terminal.
         #[serde(rename = "rearm_secs", deserialize_with = "secs")]
         rearm: Duration,
+        /// A conversation takes follow-ups for this long after its latest turn started (then 410).
+        #[serde(rename = "idle_expiry_secs", deserialize_with = "secs")]
+        idle_expiry: Duration,
     }
 }
 

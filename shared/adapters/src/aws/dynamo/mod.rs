@@ -14,6 +14,7 @@ pub mod codec;
 mod customers;
 pub mod store;
 mod subtasks;
+mod turns;
 mod update;
 
 pub use store::DynamoConversationStore;

@@ -12,11 +12,12 @@ use aws_sdk_dynamodb::types::{
 };
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, Usage, truncate_chars,
+    Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, Usage,
+    truncate_chars,
 };
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ConversationPage, ConversationPosition, ConversationRecords, CountOutcome,
-    CreateOutcome, LeaseOutcome, LeasePhase, StoreError, SubtaskStore,
+    AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
+    CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, SubtaskStore, TurnOutcome,
 };
 
 use super::codec::{
@@ -60,7 +61,12 @@ fn cancellation_codes(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> Ve
     }
 }
 
-fn transaction_is_transient(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> bool {
+/// Whether a transaction was cancelled because one of its conditions failed (nothing was written).
+pub(super) fn was_cancelled(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> bool {
+    cancellation_codes(e).iter().any(|c| c == "ConditionalCheckFailed")
+}
+
+pub(super) fn transaction_is_transient(e: &SdkError<TransactWriteItemsError, HttpResponse>) -> bool {
     let codes = cancellation_codes(e);
     if codes.is_empty() {
         return sdk_error_is_transient(e);
@@ -470,6 +476,19 @@ impl ConversationRecords for DynamoConversationStore {
         }
         out.truncate(limit);
         Ok(out)
+    }
+
+    async fn start_turn(
+        &self,
+        previous: &Conversation,
+        next: &NextTurn,
+        now_ms: i64,
+    ) -> Result<TurnOutcome, StoreError> {
+        self.begin_turn(previous, next, now_ms).await
+    }
+
+    async fn conversation_history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError> {
+        self.history(id).await
     }
 
     async fn list_customer_conversations(

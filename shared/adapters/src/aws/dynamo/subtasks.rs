@@ -1,7 +1,5 @@
 //! The subtask and journal roles of [`DynamoConversationStore`]: subtask items read, flipped, attempted under a lease and finished, and their side-effect journals.
 
-use std::collections::BTreeSet;
-
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
@@ -10,13 +8,9 @@ use swarm_core::ports::{
     AttemptStart, CloseOutcome, IntentOutcome, JournalStore, RecordOutcome, StoreError, SubtaskStore,
 };
 
-use super::codec::{
-    Item, ItemKey, conversation_from_item, conversation_partition, conversation_sort_key, effect_value, fit_checkpoint,
-    fit_result, n, s, subtask_from_item, subtask_sort_prefix, to_json,
-};
-use super::store::{DynamoConversationStore, to_store_error};
+use super::codec::{ItemKey, effect_value, fit_checkpoint, fit_result, n, s, subtask_from_item, to_json};
+use super::store::DynamoConversationStore;
 use super::update::Update;
-use crate::aws::retry::sdk_error_is_transient;
 
 const NON_TERMINAL: [SubtaskStatus; 3] = [SubtaskStatus::Pending, SubtaskStatus::Queued, SubtaskStatus::Running];
 /// Read-modify-write rounds of a journal entry before contention is reported as transient.
@@ -47,44 +41,17 @@ impl SubtaskStore for DynamoConversationStore {
     }
 
     async fn list_subtasks(&self, id: &ConversationId) -> Result<Vec<SubtaskRecord>, StoreError> {
-        let mut out = Vec::new();
-        let mut plan = BTreeSet::new();
-        let (task, meta) = (subtask_sort_prefix(), conversation_sort_key());
-        let task = task.as_s().map_err(|_| StoreError::Permanent("subtask sort key prefix is not a string".into()))?;
-        let mut start: Option<Item> = None;
-        // The whole partition: the conversation item (its plan) and the subtask items, in one read.
-        // A conversation holds at most 100 subtasks; the page bound only guards against a runaway loop.
-        for _page in 0..1_000 {
-            let req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk")
-                .expression_attribute_values(":pk", conversation_partition(id))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take());
-            let page = self
-                .retry
-                .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
-                .await
-                .map_err(|e| to_store_error("Query", e))?;
-            for item in page.items() {
-                match item.get("SK").and_then(|k| k.as_s().ok()) {
-                    Some(sk) if sk.starts_with(task.as_str()) => out.push(subtask_from_item(item)?),
-                    _ if item.get("SK") == Some(&meta) => plan = conversation_from_item(item)?.plan,
-                    _ => {}
-                }
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => {
-                    // Items of a planner taken over are not the conversation's (see `start_run`).
-                    out.retain(|r: &SubtaskRecord| plan.is_empty() || plan.contains(r.subtask.id.as_str()));
-                    return Ok(out);
-                }
-            }
-        }
-        Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))
+        let partition = self.partition(id).await?;
+        let (turn, plan) = partition.conversation.map(|c| (c.turn, c.plan)).unwrap_or_default();
+        let mut out = partition.subtasks;
+        // Items of a planner taken over are not the conversation's (see `start_run`); with no plan
+        // yet (or an item from before plans were kept) every item of the current turn is.
+        out.retain(
+            |r: &SubtaskRecord| {
+                if plan.is_empty() { r.subtask.id.turn() == turn } else { plan.contains(r.subtask.id.as_str()) }
+            },
+        );
+        Ok(out)
     }
 
     async fn transition_subtask(

@@ -14,8 +14,8 @@ use std::future::Future;
 
 use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
 use crate::domain::{
-    Conversation, ConversationId, ConversationStatus, Handoff, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus,
-    Usage,
+    Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, SubtaskResult,
+    SubtaskStatus, Usage,
 };
 use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
 
@@ -27,7 +27,7 @@ pub use outcomes::{
     AttemptStart, CloseOutcome, CountOutcome, CreateOutcome, IntentOutcome, LeaseOutcome, LeasePhase, RecordOutcome,
     StoreError,
 };
-pub use pages::{ConversationPage, ConversationPosition};
+pub use pages::{ConversationHistory, ConversationPage, ConversationPosition, TurnOutcome};
 use roles_macro::store_roles;
 
 /// One store call as a decorator sees it: which operation, and the arguments a decorator keys on.
@@ -131,6 +131,21 @@ store_roles! {
             limit: usize,
         ) -> Result<Vec<ConversationId>, StoreError>
             as OverdueConversations;
+
+        /// Starts turn `next.turn` on `previous` (the conversation as the caller read it), in one
+        /// transaction: archives `previous`'s turn ([`crate::domain::TurnRecord`], its own item) and
+        /// writes [`Conversation::next_turn`] over the conversation item — conditional on the stored
+        /// conversation being on turn `next.turn - 1`, in `previous.status` (terminal) and not expired
+        /// at `now_ms` (epoch milliseconds). [`TurnOutcome::Started`] with the new item; a retry whose
+        /// answer was lost finds its own write ([`Conversation::is_turn_started_by`]) and is answered
+        /// the same. Otherwise nothing is written: [`TurnOutcome::Refused`] with the stored conversation.
+        async fn start_turn(&self, previous: &Conversation, next: &NextTurn, now_ms: i64) -> Result<TurnOutcome, StoreError>
+            as StartTurn;
+
+        /// The conversation's archived turns (oldest first) and every subtask item of every turn
+        /// (in id order), strongly consistent: what `GET /conversations/{id}` shows as `turns[]`.
+        async fn conversation_history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError>
+            as GetConversationHistory;
 
         /// The conversations of `customer_id`, newest first (by `created_at_ms`, then id): at most
         /// `limit` (1..=100), starting after `after` (a page's [`ConversationPage::next`]).
@@ -468,7 +483,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 32);
+        assert_eq!(StoreOp::ALL.len(), 34);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }

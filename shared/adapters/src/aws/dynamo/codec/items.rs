@@ -14,7 +14,7 @@ use swarm_core::access::Principal;
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, Subtask, SubtaskId, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, Usage,
+    SubtaskResult, SubtaskStatus, TurnRecord, Usage,
 };
 use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::language::Language;
@@ -79,6 +79,10 @@ struct ConversationItem {
     request_hash: Option<String>,
     #[serde(default)]
     turn: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    turn_started_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<i64>,
     /// The reply's language as its BCP 47 tag; absent on items written before languages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     language: Option<String>,
@@ -130,6 +134,8 @@ pub fn conversation_item(c: &Conversation) -> Result<Item, StoreError> {
         conversation_id: c.handoff.map(|_| c.id.clone()),
         request_hash: c.request_hash.clone(),
         turn: c.turn,
+        turn_started_at_ms: c.turn_started_at_ms,
+        expires_at_ms: c.expires_at_ms,
         language: c.language.map(|l| l.tag().to_owned()),
         lease_holder: c.lease.as_ref().map(|l| l.holder.clone()),
         lease_until_ms: c.lease.as_ref().map(|l| l.until_ms),
@@ -185,11 +191,45 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
         handoff: c.handoff_reason.map(|reason| Handoff { reason, at_ms: c.handoff_at_ms.unwrap_or(0) }),
         request_hash: c.request_hash,
         turn: c.turn,
+        turn_started_at_ms: c.turn_started_at_ms,
+        expires_at_ms: c.expires_at_ms,
         language,
         lease,
         sweep_shard: c.sweep_shard,
         ttl: c.ttl,
     })
+}
+
+/// A finished turn's archive (`CONV#<id>` / `TURN#<n>`): the record as JSON (`record` S, at most
+/// the message's 32 KB and the reply's 200 KB) and the TTL.
+#[derive(Serialize, Deserialize)]
+struct TurnItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    record: String,
+    ttl: i64,
+}
+
+/// The archive item of `turn`, a turn of conversation `id`.
+///
+/// Errors: [`StoreError::Permanent`] when it does not encode.
+pub fn turn_item(id: &ConversationId, turn: &TurnRecord) -> Result<Item, StoreError> {
+    let key = ItemKey::Turn(id.clone(), turn.turn);
+    let record = serde_json::to_string(turn).map_err(|e| StoreError::Permanent(format!("turn record: {e}")))?;
+    encode(&TurnItem { pk: key.pk(), sk: key.sk(), record, ttl: turn.ttl })
+}
+
+/// The turn an archive item holds.
+///
+/// Errors: [`StoreError::Permanent`] when the item is not a turn's archive or is corrupt.
+pub fn turn_from_item(item: &Item) -> Result<TurnRecord, StoreError> {
+    let t: TurnItem = decode(item)?;
+    let Some(ItemKey::Turn(..)) = ItemKey::parse(&t.pk, &t.sk) else {
+        return Err(corrupt(item, "not a turn item's keys"));
+    };
+    serde_json::from_str(&t.record).map_err(|_| corrupt(item, "turn record is not JSON"))
 }
 
 /// `remaining` of the attributes an `UpdateItem` answered (`UPDATED_NEW` of a count).

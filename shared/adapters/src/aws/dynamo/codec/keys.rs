@@ -14,6 +14,8 @@ const CONVERSATION_PREFIX: &str = "CONV#";
 const CONVERSATION_SK: &str = "META";
 /// `SK` of a subtask item: this prefix, then the subtask id.
 const SUBTASK_PREFIX: &str = "TASK#";
+/// `SK` of a finished turn's archive: this prefix, then the turn's number in 10 digits (so they sort).
+const TURN_PREFIX: &str = "TURN#";
 const IDEMPOTENCY_PREFIX: &str = "IDEM#";
 const IDEMPOTENCY_SK: &str = "IDEM";
 /// The partition of every approval (`SK = <approval id>`): an operator's queue is small (a few
@@ -32,6 +34,8 @@ pub enum ItemKey {
     Conversation(ConversationId),
     /// A subtask item: `CONV#<id>` / `TASK#<subtask id>`.
     Subtask(ConversationId, SubtaskId),
+    /// A finished turn's archive: `CONV#<id>` / `TURN#<turn, 10 digits>`.
+    Turn(ConversationId, u32),
     /// An idempotency key's claim: `IDEM#<customer>#<key>` / `IDEM`, with `%` and `#` in the
     /// customer id escaped (`%25`, `%23`) so two (customer, key) pairs never share a key.
     Idempotency { customer_id: String, key: String },
@@ -60,7 +64,7 @@ impl ItemKey {
     /// The partition key (`PK`).
     pub fn pk(&self) -> String {
         match self {
-            Self::Conversation(id) | Self::Subtask(id, _) => conversation_pk(id),
+            Self::Conversation(id) | Self::Subtask(id, _) | Self::Turn(id, _) => conversation_pk(id),
             Self::Idempotency { customer_id, key } => {
                 let customer = customer_id.replace('%', "%25").replace('#', "%23");
                 format!("{IDEMPOTENCY_PREFIX}{customer}#{key}")
@@ -76,6 +80,7 @@ impl ItemKey {
         match self {
             Self::Conversation(_) => CONVERSATION_SK.to_owned(),
             Self::Subtask(_, subtask_id) => format!("{SUBTASK_PREFIX}{subtask_id}"),
+            Self::Turn(_, turn) => format!("{TURN_PREFIX}{turn:010}"),
             Self::Idempotency { .. } => IDEMPOTENCY_SK.to_owned(),
             Self::Approval(id) => id.clone(),
             Self::Principal(_) => PRINCIPAL_SK.to_owned(),
@@ -94,6 +99,9 @@ impl ItemKey {
             let id = ConversationId::from_trusted(id);
             if sk == CONVERSATION_SK {
                 return Some(Self::Conversation(id));
+            }
+            if let Some(turn) = sk.strip_prefix(TURN_PREFIX) {
+                return turn.parse().ok().map(|turn| Self::Turn(id, turn));
             }
             return sk.strip_prefix(SUBTASK_PREFIX).map(|sub| Self::Subtask(id, SubtaskId::from(sub)));
         }
@@ -157,11 +165,6 @@ pub fn conversation_sort_key() -> AttributeValue {
 /// The partition holding a conversation's item and its subtask items (`PK = :pk` of a `Query`).
 pub(crate) fn conversation_partition(id: &ConversationId) -> AttributeValue {
     s(conversation_pk(id))
-}
-
-/// The prefix every subtask item's sort key starts with (`begins_with(SK, :task)` of a `Query`).
-pub(crate) fn subtask_sort_prefix() -> AttributeValue {
-    s(SUBTASK_PREFIX)
 }
 
 /// The partition holding every approval (`PK = :pk` of a `Query`).

@@ -25,11 +25,11 @@ mod values;
 
 pub use items::{
     IdempotencyClaim, approval_from_item, approval_item, conversation_from_item, conversation_item, idempotency_claim,
-    idempotency_item, principal_customer, principal_item, subtask_from_item, subtask_item,
+    idempotency_item, principal_customer, principal_item, subtask_from_item, subtask_item, turn_from_item, turn_item,
 };
 pub(crate) use items::{remaining_of, window_count};
 pub use keys::{ItemKey, conversation_id_of_keys, conversation_record_pattern, conversation_sort_key};
-pub(crate) use keys::{approvals_partition, conversation_partition, customer_index_start, subtask_sort_prefix};
+pub(crate) use keys::{approvals_partition, conversation_partition, customer_index_start};
 pub use values::{Item, MAX_RESULT_BYTES};
 pub(crate) use values::{effect_value, fit_checkpoint, fit_result, n, s, to_json, usage_attributes};
 
