@@ -67,7 +67,7 @@ async fn on_turn_one(store: &Arc<dyn ConversationStore>, turn_deadline_ms: i64) 
         store.count_finished(&c.id, &r.subtask.id, &Usage::default()).await.unwrap();
     }
     store.acquire_lease(&c.id, LeasePhase::Aggregating { turn: 0 }, "agg", now, now + 60_000).await.unwrap();
-    assert!(store.finish_conversation(&c.id, "A1029 ships today.", &Usage::default()).await.unwrap());
+    assert!(store.finish_conversation(&c.id, 0, "A1029 ships today.", &Usage::default()).await.unwrap());
     let t0 = store.get_conversation(&c.id).await.unwrap().unwrap();
     let next = NextTurn {
         turn: 1,

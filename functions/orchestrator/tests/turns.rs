@@ -85,7 +85,7 @@ async fn answer(rig: &Rig, id: &ConversationId, reply: &str) {
     }
     let now = now_ms();
     rig.store.acquire_lease(id, LeasePhase::Aggregating { turn: c.turn }, "agg", now, now + 60_000).await.unwrap();
-    assert!(rig.store.finish_conversation(id, reply, &Usage::default()).await.unwrap());
+    assert!(rig.store.finish_conversation(id, c.turn, reply, &Usage::default()).await.unwrap());
 }
 
 fn error_code(body: &Value) -> &str {

@@ -54,7 +54,7 @@ async fn writes_and_records(backend: &dyn Backend) -> Result<Seen> {
     store.record_result(&c.id, &"w02".into(), &done, &Usage::default(), &[], 3).await?;
     store.count_finished(&c.id, &"w02".into(), &Usage::default()).await?;
     store.transition_conversation(&c.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?;
-    store.finish_conversation(&c.id, "the reply", &Usage::default()).await?;
+    store.finish_conversation(&c.id, 0, "the reply", &Usage::default()).await?;
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while records.len() < EXPECTED.len() && tokio::time::Instant::now() < deadline {

@@ -514,15 +514,15 @@ async fn a_handoff_requested_while_running_ends_the_conversation_in_handoff(stor
     let back = store.get_conversation(&conv.id).await?.context("conversation missing")?;
     assert_eq!((back.status, back.handoff), (ConversationStatus::Running, Some(asked)));
     assert!(
-        !store.hand_off(&conv.id, "a person will take over", &Usage::default(), &asked).await?,
+        !store.hand_off(&conv.id, 0, "a person will take over", &Usage::default(), &asked).await?,
         "only from AGGREGATING"
     );
     assert!(
         store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
     );
     let usage = Usage { prompt_tokens: Some(7), ..Default::default() };
-    assert!(store.hand_off(&conv.id, "a person will take over", &usage, &asked).await?);
-    assert!(!store.hand_off(&conv.id, "twice", &usage, &asked).await?, "once");
+    assert!(store.hand_off(&conv.id, 0, "a person will take over", &usage, &asked).await?);
+    assert!(!store.hand_off(&conv.id, 0, "twice", &usage, &asked).await?, "once");
     let done = store.get_conversation(&conv.id).await?.context("conversation missing")?;
     assert_eq!(done.status, ConversationStatus::Handoff);
     assert_eq!(

@@ -218,8 +218,8 @@ async fn only_one_of_two_concurrent_aggregation_flips_wins(store: Store) -> Resu
     );
 
     let usage = Usage { completion_tokens: Some(40), ..Default::default() };
-    assert!(store.finish_conversation(&conv.id, "Your order ships today.", &usage).await?);
-    assert!(!store.finish_conversation(&conv.id, "a second reply", &usage).await?);
+    assert!(store.finish_conversation(&conv.id, 0, "Your order ships today.", &usage).await?);
+    assert!(!store.finish_conversation(&conv.id, 0, "a second reply", &usage).await?);
     let done = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(done.status, ConversationStatus::Done);
     assert_eq!(done.reply.as_deref(), Some("Your order ships today."));
@@ -233,7 +233,7 @@ async fn transition_needs_the_expected_from_status(store: Store) -> Result<()> {
     assert!(
         !store.transition_conversation(&conv.id, ConversationStatus::Running, ConversationStatus::Aggregating).await?
     );
-    assert!(!store.finish_conversation(&conv.id, "too early", &Usage::default()).await?);
+    assert!(!store.finish_conversation(&conv.id, 0, "too early", &Usage::default()).await?);
     let after = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(after.status, ConversationStatus::Planning);
     assert_eq!(after.reply, None);
@@ -416,6 +416,7 @@ async fn usage_adds_up_and_unknown_fields_stay_none(store: Store) -> Result<()> 
     store
         .finish_conversation(
             &conv.id,
+            0,
             "done",
             &Usage { completion_tokens: Some(2), cost_usd: Some(0.25), ..Default::default() },
         )
@@ -473,7 +474,7 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
     assert!(
         !store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?
     );
-    assert!(!store.finish_conversation(&nobody, "r", &none).await?);
+    assert!(!store.finish_conversation(&nobody, 0, "r", &none).await?);
     assert!(!store.fail_conversation(&nobody, "r").await?);
     assert!(
         !store.transition_subtask(&conv.id, &"w77".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
@@ -612,8 +613,8 @@ async fn an_aggregation_lease_is_taken_once_and_taken_over_only_after_it_expires
         LeaseOutcome::Held(taken)
     );
     // One reply: the first finisher flips AGGREGATING → DONE, the other finds it over.
-    assert!(store.finish_conversation(&conv.id, "the reply", &Usage::default()).await?);
-    assert!(!store.finish_conversation(&conv.id, "a second reply", &Usage::default()).await?);
+    assert!(store.finish_conversation(&conv.id, 0, "the reply", &Usage::default()).await?);
+    assert!(!store.finish_conversation(&conv.id, 0, "a second reply", &Usage::default()).await?);
     assert!(matches!(
         store.acquire_lease(&conv.id, agg, "late", t0 + 900_000, t0 + 990_000).await?,
         LeaseOutcome::NotInPhase { status: ConversationStatus::Done, .. }
@@ -732,14 +733,14 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     assert_eq!(still_open, vec![answered.clone()], "only the RUNNING one is still in the index");
     store.acquire_lease(&answered, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     assert_eq!(store.overdue_conversations(1, now, 10).await?, vec![answered.clone()], "AGGREGATING is not over");
-    assert!(store.finish_conversation(&answered, "done", &Usage::default()).await?);
+    assert!(store.finish_conversation(&answered, 0, "done", &Usage::default()).await?);
     assert!(store.overdue_conversations(1, now, 10).await?.is_empty());
     // Handed to a person: terminal too.
     let handed = in_shard(&store, 1, now - 1_000).await?;
     store.start_run(&handed, None, &[], &[], &Usage::default()).await?;
     store.acquire_lease(&handed, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
     let handoff = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now };
-    assert!(store.hand_off(&handed, "a person takes over", &Usage::default(), &handoff).await?);
+    assert!(store.hand_off(&handed, 0, "a person takes over", &Usage::default(), &handoff).await?);
     assert!(store.overdue_conversations(1, now, 10).await?.is_empty(), "HANDOFF leaves the index");
     for id in [failed, flipped, answered, handed] {
         let c = store.get_conversation(&id).await?.context("item missing")?;
@@ -760,7 +761,7 @@ async fn the_reply_language_is_stored_with_the_conversation_and_kept_by_every_wr
     );
     store.count_finished(&conv.id, &"w01".into(), &Usage::default()).await?;
     store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 1_000).await?;
-    ensure!(store.finish_conversation(&conv.id, "已回覆", &Usage::default()).await?, "finish refused");
+    ensure!(store.finish_conversation(&conv.id, 0, "已回覆", &Usage::default()).await?, "finish refused");
     let back = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(back.status, ConversationStatus::Done, "{back:?}");
     assert_eq!(back.language, Some(Language::TraditionalChinese), "kept through start, count, lease and finish");

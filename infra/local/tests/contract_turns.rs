@@ -89,7 +89,7 @@ async fn finish_turn(
     let now = now_ms();
     let lease = store.acquire_lease(id, LeasePhase::Aggregating { turn }, "aggregator:t", now, now + 90_000).await?;
     ensure!(lease == LeaseOutcome::Acquired { taken_over: None }, "aggregation lease: {lease:?}");
-    ensure!(store.finish_conversation(id, reply, &Usage::default()).await?, "finish refused");
+    ensure!(store.finish_conversation(id, turn, reply, &Usage::default()).await?, "finish refused");
     store.get_conversation(id).await?.context("missing")
 }
 
@@ -219,10 +219,25 @@ async fn a_late_count_or_aggregation_of_an_earlier_turn_changes_nothing_in_the_n
     // Turn 0's subtask counted again (a late duplicate): outside turn 1's plan.
     let late_usage = Usage { prompt_tokens: Some(9), ..Usage::default() };
     assert_eq!(store.count_finished(&t1.id, &"w01".into(), &late_usage).await?, CountOutcome::AlreadyCounted);
+    assert_eq!(store.get_conversation(&t1.id).await?, Some(before), "nothing counted");
+    // Turn 0's reply (an aggregation of turn 0 that outlived its lease): not written over turn 1's.
+    let now = now_ms();
+    let t1_agg = LeasePhase::Aggregating { turn: 1 };
+    for r in &records {
+        store.count_finished(&t1.id, &r.subtask.id, &Usage::default()).await?;
+    }
+    store.acquire_lease(&t1.id, t1_agg, "aggregator:t1", now, now + 90_000).await?;
+    let before = store.get_conversation(&t1.id).await?.context("missing")?;
+    assert!(!store.finish_conversation(&t1.id, 0, "turn 0's late reply", &Usage::default()).await?);
+    let handoff = swarm_core::domain::Handoff { reason: swarm_core::domain::HandoffReason::Policy, at_ms: now };
+    assert!(!store.hand_off(&t1.id, 0, "turn 0's late hand-off", &Usage::default(), &handoff).await?);
     // Turn 0's aggregation lease: not turn 1's to take, even with nothing remaining.
     let agg = store.acquire_lease(&t1.id, LeasePhase::Aggregating { turn: 0 }, "aggregator:late", now, now + 1).await?;
     assert!(matches!(agg, LeaseOutcome::NotInPhase { .. }), "{agg:?}");
     assert_eq!(store.get_conversation(&t1.id).await?, Some(before));
+    // Turn 1's own answer lands.
+    assert!(store.finish_conversation(&t1.id, 1, "r1", &Usage::default()).await?);
+    assert_eq!(store.get_conversation(&t1.id).await?.context("missing")?.reply.as_deref(), Some("r1"));
     Ok(())
 }
 
@@ -236,7 +251,7 @@ async fn a_turn_s_archive_keeps_a_long_reply_and_message_within_the_item_limits(
     let now = now_ms();
     store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: 0 }, "a", now, now + 90_000).await?;
     let reply = "x".repeat(swarm_core::domain::MAX_REPLY_BYTES);
-    ensure!(store.finish_conversation(&conv.id, &reply, &Usage::default()).await?);
+    ensure!(store.finish_conversation(&conv.id, 0, &reply, &Usage::default()).await?);
     let t0 = store.get_conversation(&conv.id).await?.context("missing")?;
     let t1 = started(store.start_turn(&t0, &next(&t0, &message, "o:1", now), now).await?)?;
     assert_eq!(t1.query, message);

@@ -113,8 +113,8 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
     let reply = clean_text_bytes(&written.text, MAX_REPLY_BYTES);
     // The conversation item reaching HANDOFF is the hand-off event (the stream carries it on).
     let finished = match &handoff {
-        Some(h) => answers.hand_off(id, &reply, &written.usage, h).await?,
-        None => answers.finish_conversation(id, &reply, &written.usage).await?,
+        Some(h) => answers.hand_off(id, conversation.turn, &reply, &written.usage, h).await?,
+        None => answers.finish_conversation(id, conversation.turn, &reply, &written.usage).await?,
     };
     if !finished {
         tracing::warn!(conversation_id = %id, "another aggregation answered first (this lease was taken over)");

@@ -390,10 +390,16 @@ impl AnswerStore for InMemoryConversationStore {
         Ok(LeaseOutcome::Acquired { taken_over })
     }
 
-    async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
+    async fn finish_conversation(
+        &self,
+        id: &ConversationId,
+        turn: u32,
+        reply: &str,
+        usage: &Usage,
+    ) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
-        if conv.status != ConversationStatus::Aggregating {
+        if conv.status != ConversationStatus::Aggregating || conv.turn != turn {
             return Ok(false);
         }
         conv.status = ConversationStatus::Done;
@@ -420,13 +426,14 @@ impl AnswerStore for InMemoryConversationStore {
     async fn hand_off(
         &self,
         id: &ConversationId,
+        turn: u32,
         reply: &str,
         usage: &Usage,
         handoff: &Handoff,
     ) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
-        if conv.status != ConversationStatus::Aggregating {
+        if conv.status != ConversationStatus::Aggregating || conv.turn != turn {
             return Ok(false);
         }
         conv.status = ConversationStatus::Handoff;

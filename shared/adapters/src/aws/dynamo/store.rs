@@ -263,6 +263,19 @@ fn own_flip(c: &Conversation, planner: Option<&str>, plan: &BTreeSet<String>) ->
     planner.is_some() && c.status == ConversationStatus::Running && holds_planning(c, planner) && c.plan == *plan
 }
 
+/// The condition of a write of `turn`'s answer: `AGGREGATING` on that turn (an item without `turn`
+/// was written before turns: turn 0).
+fn on_turn(u: &mut Update, turn: u32) -> String {
+    let status = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
+    let name = u.name("turn");
+    let value = u.value("turn", n(turn));
+    if turn == 0 {
+        format!("{status} AND (attribute_not_exists({name}) OR {name} = {value})")
+    } else {
+        format!("{status} AND {name} = {value}")
+    }
+}
+
 fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
     let put = Put::builder()
         .table_name(table)
@@ -592,13 +605,19 @@ impl AnswerStore for DynamoConversationStore {
         }
     }
 
-    async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError> {
+    async fn finish_conversation(
+        &self,
+        id: &ConversationId,
+        turn: u32,
+        reply: &str,
+        usage: &Usage,
+    ) -> Result<bool, StoreError> {
         let mut u = Update::default();
         u.set("status", s(ConversationStatus::Done.as_str()))
             .set("reply", s(reply))
             .add_usage(usage)
             .remove("sweep_shard");
-        let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
+        let condition = on_turn(&mut u, turn);
         Ok(self
             .update("UpdateItem(finish_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
@@ -624,6 +643,7 @@ impl AnswerStore for DynamoConversationStore {
     async fn hand_off(
         &self,
         id: &ConversationId,
+        turn: u32,
         reply: &str,
         usage: &Usage,
         handoff: &Handoff,
@@ -636,7 +656,7 @@ impl AnswerStore for DynamoConversationStore {
             .set("conversation_id", s(id.as_str()))
             .add_usage(usage)
             .remove("sweep_shard");
-        let condition = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
+        let condition = on_turn(&mut u, turn);
         Ok(self
             .update("UpdateItem(hand_off)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?

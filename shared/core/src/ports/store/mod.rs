@@ -183,9 +183,10 @@ store_roles! {
         ) -> Result<LeaseOutcome, StoreError>
             as AcquireLease { lease: LeaseAsk { holder, now_ms, until_ms } };
 
-        /// `AGGREGATING → DONE` with the reply, adding `usage`; the conversation leaves the sweep index.
-        /// Returns whether this call made the flip.
-        async fn finish_conversation(&self, id: &ConversationId, reply: &str, usage: &Usage) -> Result<bool, StoreError>
+        /// `AGGREGATING → DONE` with the reply of `turn`, adding `usage`, conditional on the
+        /// conversation being on `turn` (a late aggregation of an earlier turn writes nothing); the
+        /// conversation leaves the sweep index. Returns whether this call made the flip.
+        async fn finish_conversation(&self, id: &ConversationId, turn: u32, reply: &str, usage: &Usage) -> Result<bool, StoreError>
             as FinishConversation;
 
         /// Records on a non-terminal conversation that it goes to a person when it ends. Returns
@@ -193,10 +194,12 @@ store_roles! {
         async fn request_handoff(&self, id: &ConversationId, handoff: &Handoff) -> Result<bool, StoreError>
             as RequestHandoff;
 
-        /// `AGGREGATING → HANDOFF` with the reply and why, adding `usage`. Returns whether this call made the flip.
+        /// `AGGREGATING → HANDOFF` with the reply of `turn` and why, adding `usage`, conditional on the
+        /// conversation being on `turn`. Returns whether this call made the flip.
         async fn hand_off(
             &self,
             id: &ConversationId,
+            turn: u32,
             reply: &str,
             usage: &Usage,
             handoff: &Handoff,
