@@ -129,6 +129,46 @@ pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_cor
     timings
 }
 
+/// `timings` with room for whole invocations at a small time scale, and the table's rule between
+/// them and the aggregation lease kept. Function timeouts are held in whole seconds (at least 1 s),
+/// so at 1/240 the table's 60 s become 1 s, in which a loaded 2-core machine's invocation on the
+/// emulator is cut now and then (a sweep or a deadline path that never answers), and the
+/// aggregation lease (90 s → 375 ms, not rounded) ends before the 1 s a live holder may still run:
+/// the rule `aggregator.lease > every timeout of a function that can hold it` no longer holds and
+/// a live holder is taken over, which AWS's own timings never allow. Here, each by an explicit factor:
+/// - × 12: the worker's, the refund worker's, the DLQ consumer's and the aggregator's timeouts
+///   (60 s → 720 s: 3 s at 1/240) and the aggregator's reply budget (45 s → 540 s, inside its timeout);
+/// - × 10: the sweep's period and timeout (60 s → 600 s: 2.5 s; the rule `2 × period ≤ deadline`
+///   holds for deadlines from 1200 s, 5 s at 1/240);
+/// - × 12: the aggregation lease (90 s → 1080 s: 4.5 s), longer than every timeout above;
+/// - × 4: the tasks, refund and dead-letter queues' visibility timeouts (360 s → 1440 s: 6 s), still
+///   longer than the function's timeout, so a message comes back only after its invocation is over
+///   (the template's 6 × would bring a killed message back after the deadlines these tests set).
+///
+/// For tests whose subject is what moves a conversation on, not the invocations' own budgets.
+pub fn with_room_for_invocations(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
+    for timeout in [
+        &mut timings.worker.timeout,
+        &mut timings.refund_worker.timeout,
+        &mut timings.dlq_consumer.timeout,
+        &mut timings.aggregator.timeout,
+        &mut timings.aggregator.reply_budget,
+        &mut timings.aggregator.lease,
+    ] {
+        *timeout *= 12;
+    }
+    timings.sweep.period *= 10;
+    timings.sweep.timeout *= 10;
+    for visibility in [
+        &mut timings.queues.tasks.visibility_timeout,
+        &mut timings.queues.refund.visibility_timeout,
+        &mut timings.queues.dead_letters.visibility_timeout,
+    ] {
+        *visibility *= 4;
+    }
+    timings
+}
+
 /// The emulator backend for `test` (the AWS adapters on `SWARM_AWS_ENDPOINT`), logs at `warn`;
 /// `None` only when `SWARM_SKIP_AWS=1` ([`emulator_endpoint`]).
 pub fn emulator_backend(test: &str) -> Option<swarm_local::BackendChoice> {

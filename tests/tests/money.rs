@@ -277,12 +277,28 @@ async fn an_approval_killed_before_its_refund_was_queued_runs_once_when_posted_a
 async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirmed_and_runs_once(
     backend: BackendChoice,
 ) {
-    // At 1/240 of the table: deadline 0.5 s, the refund queue's visibility timeout 1.5 s, confirm delay 0.125 s.
     // The refund worker dies after recording its intent, before dispatching; the deadline path answers
     // first ("submitted, being confirmed"), and the killed message, back after the visibility timeout,
     // finds the conversation answered. Something must still learn what happened to the intent.
+    // At 1/240 of the table, with room to plan, for tool calls and for whole invocations (the table's
+    // 0.5 s deadline was missed on a loaded machine before the refund reached its intent): the deadline
+    // 1200 s (5 s), the refund queue's visibility timeout 3600 s (15 s), so the killed message comes
+    // back well after the deadline path (its message or the 2.5 s sweep) closed the subtask; the
+    // confirm delay 30 s (0.125 s, held as 1 s). A tool call 200 s (833 ms; the gateway's and the
+    // shop's function timeouts 240 s), as in the platform drills: the order lookup before the refund
+    // timed out at `with_room_for_tool_calls`' 208 ms on a loaded emulator, and the refund never began.
+    let mut timings = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
+        swarm_tests::with_room_to_plan(Timings::standard().clone()),
+    ));
+    timings.gateway.timeout = Duration::from_secs(240);
+    timings.shop.timeout = Duration::from_secs(240);
+    timings.gateway.call_timeout = Duration::from_secs(200);
+    timings.worker.tool_timeout = Duration::from_secs(200);
+    timings.conversation.deadline = Duration::from_secs(1200);
+    timings.queues.refund.visibility_timeout = Duration::from_secs(3600);
     let stack = start(StackOptions {
         backend,
+        timings,
         time_scale: 1.0 / 240.0,
         refund_approval_above_cents: Some(100_000_000_000),
         faults: Some(Arc::new(Once(CrashPoint::WorkerAfterIntent, AtomicBool::new(false)))),

@@ -1,8 +1,10 @@
 //! No conversation hangs, whatever dies when: each crash point between two writes, a lost aggregation and a lost deadline message, each on both backends (embedded, and the AWS adapters on the emulator), and what moves the conversation on afterwards — the aggregation lease taken over once it expired, the deadline path re-armed until the conversation is terminal, the periodic sweep, a retry with the same `Idempotency-Key`. Plus the reply that always fits its item, on both stores.
 //!
-//! Time runs at [`SCALE`] (1/240) of the timing table: the aggregation lease 90 s → 375 ms, the
-//! planning lease 35 s × 40 (room to plan) → 5.8 s, the sweep's period 60 s → 250 ms, the deadline path's re-arm
-//! 30 s → 1 s (whole seconds of `DelaySeconds`), the conversation's deadline as each test sets it.
+//! Time runs at [`SCALE`] (1/240) of the timing table, with room where a loaded machine misses the
+//! scaled budgets ([`timings`]): the aggregation lease 90 s × 12 → 4.5 s, the planning lease 35 s ×
+//! 40 → 5.8 s, the workers' timeouts 60 s × 12 → 3 s, the sweep's period 60 s × 10 → 2.5 s, the
+//! tasks queue's visibility timeout 360 s × 4 → 6 s, the deadline path's re-arm 30 s → 1 s (whole
+//! seconds of `DelaySeconds`), the conversation's deadline as each test sets it.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
@@ -42,10 +44,14 @@ swarm_tests::on_both_backends!(
 );
 
 /// The standard table with room for tool calls and to plan (the orchestrator's timeout, budget and
-/// lease × 40: a 1 s invocation is missed on a loaded machine) and the conversation's deadline at
-/// `deadline_secs` (scaled by [`SCALE`]). The tests wait on the stack's own lease, never a constant.
+/// lease × 40: a 1 s invocation is missed on a loaded machine), for whole invocations (the workers',
+/// the sweep's and the aggregator's timeouts, the aggregation lease above them, the queues'
+/// visibility timeouts: [`swarm_tests::with_room_for_invocations`]) and the conversation's deadline
+/// at `deadline_secs` (scaled by [`SCALE`]). The tests wait on the stack's own lease, never a constant.
 fn timings(deadline_secs: u64) -> Timings {
-    let mut t = swarm_tests::with_room_for_tool_calls(swarm_tests::with_room_to_plan(Timings::standard().clone()));
+    let mut t = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
+        swarm_tests::with_room_to_plan(Timings::standard().clone()),
+    ));
     t.conversation.deadline = Duration::from_secs(deadline_secs);
     t
 }
@@ -126,6 +132,20 @@ async fn one_subtask_killed_at(backend: BackendChoice, point: CrashPoint, timing
     .unwrap()
 }
 
+/// The stack's counters once at least `n` invocations are counted killed (at most 30 s): a kill is
+/// counted when the platform's task running the invocation next runs, which on a loaded machine can
+/// be after the conversation the killed invocation left behind was answered by another.
+async fn counters_once_killed(stack: &LocalStack, n: u64) -> swarm_local::CounterSnapshot {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let counters = stack.counters().snapshot();
+        if counters.killed_invocations >= n || tokio::time::Instant::now() >= deadline {
+            return counters;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Posts `MESSAGE` for C104 (with `key`); answers the conversation id.
 async fn post(stack: &LocalStack, key: Option<&str>) -> String {
     let (status, body) = stack.post_conversation(MESSAGE, "C104", key).await.unwrap();
@@ -159,7 +179,7 @@ async fn an_aggregator_killed_after_the_flip_is_taken_over_once_its_lease_expire
     .unwrap();
     let id = post(&stack, None).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let killed = stack.counters().snapshot().killed_invocations;
+    let killed = counters_once_killed(&stack, 1).await.killed_invocations;
     stack.shutdown().await;
 
     let view = view.unwrap();
@@ -269,7 +289,7 @@ async fn a_deadline_path_killed_after_closing_leaves_the_conversation_to_the_nex
     let stack = a_stack_whose_aggregation_is_lost(backend, &log, CrashOnce::at(CrashPoint::DeadlineAfterClose)).await;
     let id = post(&stack, None).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let counters = stack.counters().snapshot();
+    let counters = counters_once_killed(&stack, 1).await;
     stack.shutdown().await;
 
     let view = view.unwrap();
@@ -409,7 +429,8 @@ async fn a_parent_killed_between_sending_its_dependent_and_flipping_it_leaves_no
         backend,
         models: Some(Models::single(Arc::new(a_parent_and_its_dependent()))),
         faults: CrashOnce::at(CrashPoint::WorkerAfterReleaseSend),
-        timings: timings(2400),
+        // 20 s: the killed parent's message comes back after the tasks queue's 6 s, long before it.
+        timings: timings(4800),
         time_scale: SCALE,
         ..StackOptions::default()
     })
@@ -417,7 +438,7 @@ async fn a_parent_killed_between_sending_its_dependent_and_flipping_it_leaves_no
     .unwrap();
     let id = post(&stack, None).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let killed = stack.counters().snapshot().killed_invocations;
+    let killed = counters_once_killed(&stack, 1).await.killed_invocations;
     let records = stack.store().list_subtasks(&swarm_core::domain::ConversationId::parse(&id).unwrap()).await;
     stack.shutdown().await;
 

@@ -1,9 +1,9 @@
 //! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a message the worker reports for retry comes back after the visibility timeout it set (`ChangeMessageVisibility`), long before the queue's own, and is redriven to the DLQ; a stuck invocation is cut at the function's timeout and its batch comes back after the queue's visibility timeout; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch goes to the on-failure destination and the deadline path answers the conversation; an invocation killed at a crash point is a failed one.
 //!
 //! Time runs at [`DRILL_SCALE`] (1/240) of the timing table, with room where a busy 2-core machine
-//! misses the scaled budgets ([`drill_timings`]): the worker's timeout lifted to 720 s → 3 s, the
-//! tasks queue's visibility timeout to 1440 s → 6 s (longer than an invocation, as the template has
-//! it), the worker's retry visibility 10 s → 42 ms (SQS holds whole seconds: 1 s).
+//! misses the scaled budgets ([`drill_timings`]): the worker's and the aggregator's timeouts lifted
+//! to 720 s → 3 s, the tasks queue's visibility timeout to 1440 s → 6 s (longer than an invocation,
+//! as the template has it), the worker's retry visibility 10 s → 42 ms (SQS holds whole seconds: 1 s).
 //! Timing is asserted as lower bounds, and as upper bounds only where the gap is an order of magnitude.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -42,24 +42,23 @@ swarm_tests::on_both_backends!(
 /// deadline path would end every subtask these drills watch come back after one. With room to
 /// plan and for tool calls ([`swarm_tests::with_room_to_plan`], [`swarm_tests::with_room_for_tool_calls`]):
 /// the drills watch the worker and the aggregator, and at 1/240 a busy machine misses the
-/// orchestrator's and the tools' own budgets. The worker's timeout is lifted from 60 s to 720 s
-/// (3 s scaled; the table's 0.25 s is held as 1 s, which a loaded machine's invocation on the
-/// emulator overruns) and the tasks queue's visibility timeout from 360 s to 1440 s (6 s), so a
-/// message still comes back only after its invocation (and its attempt lease) is over. The sweep
-/// runs every 720 s (3 s) with a timeout of 720 s (3 s): at 0.25 s and 1 s its scans of a loaded
-/// emulator time out, and every invocation counted as timed out is one these drills assert on.
-/// The DLQ consumer's timeout likewise 720 s (3 s; the DLQs' visibility timeout 1440 s, 6 s), and
-/// a tool call 200 s (833 ms: the worker's tool timeout and the gateway's per-call timeout, the
-/// gateway's and the shop's function timeouts at 240 s), all inside the worker's 3 s.
+/// orchestrator's and the tools' own budgets. With room for whole invocations
+/// ([`swarm_tests::with_room_for_invocations`]): the worker's, the DLQ consumer's and the
+/// aggregator's timeouts 720 s (3 s scaled; the table's 0.25 s is held as 1 s, which a loaded
+/// machine's invocation on the emulator overruns), the aggregation lease 1080 s above them, the
+/// queues' visibility timeouts 1440 s (6 s), so a message still comes back only after its
+/// invocation (and its attempt lease) is over. The sweep runs every 720 s (3 s) with a timeout of
+/// 720 s (3 s): at 0.25 s and 1 s its scans of a loaded emulator time out, and every invocation
+/// counted as timed out is one these drills assert on. A tool call 200 s (833 ms: the worker's tool
+/// timeout and the gateway's per-call timeout, the gateway's and the shop's function timeouts at
+/// 240 s), all inside the worker's 3 s.
 fn drill_timings() -> Timings {
-    let mut t = swarm_tests::with_room_for_tool_calls(swarm_tests::with_room_to_plan(Timings::standard().clone()));
+    let mut t = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
+        swarm_tests::with_room_to_plan(Timings::standard().clone()),
+    ));
     t.conversation.deadline = Duration::from_secs(3600);
-    t.worker.timeout = Duration::from_secs(720);
-    t.queues.tasks.visibility_timeout = Duration::from_secs(1440);
     t.sweep.period = Duration::from_secs(720);
     t.sweep.timeout = Duration::from_secs(720);
-    t.dlq_consumer.timeout = Duration::from_secs(720);
-    t.queues.dead_letters.visibility_timeout = Duration::from_secs(1440);
     t.gateway.timeout = Duration::from_secs(240);
     t.shop.timeout = Duration::from_secs(240);
     t.gateway.call_timeout = Duration::from_secs(200);
