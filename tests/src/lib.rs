@@ -116,15 +116,18 @@ pub fn with_room_for_tool_calls(mut timings: swarm_core::timings::Timings) -> sw
     timings
 }
 
-/// `timings` with room to plan at a small time scale: the orchestrator's timeout, planning budget
-/// and planning lease × 40 (their order kept: budget < timeout < lease). At 1/240 the table's 25 s
+/// `timings` with room to plan at a small time scale: the orchestrator's timeout, request, planning
+/// and post-plan budgets, per-call deadline and planning lease × 40 (the rules between them kept). At 1/240 the table's 25 s
 /// plan budget leaves 104 ms and its 29 s timeout 1 s (whole seconds), which a loaded 2-core machine
 /// misses (the plan falls back to one task, or the POST times out); these leave 4.2 s, 5 s and 5.8 s.
 /// For tests whose subject is not the orchestrator's budgets.
 pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
     let o = &mut timings.orchestrator;
     o.timeout *= 40;
+    o.request_budget *= 40;
     o.plan_budget *= 40;
+    o.post_plan *= 40;
+    o.aws_call *= 40;
     o.lease *= 40;
     timings
 }
