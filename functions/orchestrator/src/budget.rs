@@ -60,13 +60,19 @@ impl Budget {
         within(self.plan_reserve_starts(), what, call).await
     }
 
-    /// A call after planning: at most the per-call deadline, never past the answer's.
+    /// A call after planning with `calls_after` more to come before the answer: it may use the time
+    /// left but a per-call deadline for each of those, and has at least its own per-call deadline
+    /// (never past the answer's). Planning that used its whole budget leaves each call exactly one.
     pub async fn after_plan<T, E: Display>(
         &self,
         what: &'static str,
+        calls_after: u32,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, CallFailed> {
-        within((Instant::now() + self.aws_call).min(self.answer_by), what, call).await
+        let now = Instant::now();
+        let reserved = self.aws_call * calls_after;
+        let until = self.answer_by.checked_sub(reserved).unwrap_or(now).max(now + self.aws_call).min(self.answer_by);
+        within(until, what, call).await
     }
 }
 
@@ -108,27 +114,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_call_after_planning_is_cut_at_its_own_deadline_and_never_past_the_answer() {
+    async fn a_call_after_planning_keeps_time_for_the_calls_after_it_and_never_passes_the_answer() {
         let s = settings();
         let budget = Budget::starting_now(&s);
         let slow = async {
             tokio::time::sleep(Duration::from_secs(40)).await;
             Ok::<_, String>(())
         };
+        // Planning used its whole budget (19 s): the plan's write gets its 2 s, 3 × 2 s stay for the sends and the marker.
+        tokio::time::advance(s.plan_timeout).await;
         let start = Instant::now();
-        let e = budget.after_plan("start_run", slow).await.unwrap_err();
+        let e = budget.after_plan("start_run", 3, slow).await.unwrap_err();
         assert!(matches!(e, CallFailed::Cut { what: "start_run", ms: 2000 }), "{e:?}");
         assert_eq!(Instant::now() - start, s.aws_call);
-        // One second before the answer is due, a call gets that second, not its 2 s.
-        tokio::time::advance(s.request_budget - s.aws_call - Duration::from_secs(1)).await;
+        // Planning that ended at once leaves the plan's write all but the 6 s kept for the three calls after it.
+        let early = Budget::starting_now(&s);
         let slow = async {
             tokio::time::sleep(Duration::from_secs(40)).await;
             Ok::<_, String>(())
         };
         let before = Instant::now();
-        assert!(budget.after_plan("send", slow).await.is_err());
+        assert!(early.after_plan("start_run", 3, slow).await.is_err());
+        assert_eq!(Instant::now() - before, s.request_budget - s.aws_call * 3);
+        // One second before the answer is due, the last call gets that second, not its 2 s.
+        let late = Budget::starting_now(&s);
+        tokio::time::advance(s.request_budget - Duration::from_secs(1)).await;
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(40)).await;
+            Ok::<_, String>(())
+        };
+        let before = Instant::now();
+        assert!(late.after_plan("the queued marker", 0, slow).await.is_err());
         assert_eq!(Instant::now() - before, Duration::from_secs(1));
-        let failed = budget.after_plan("send", async { Err::<(), _>("throttled") }).await.unwrap_err();
+        let failed = late.after_plan("send", 0, async { Err::<(), _>("throttled") }).await.unwrap_err();
         assert_eq!(failed.to_string(), "send failed: throttled");
     }
 

@@ -479,7 +479,8 @@ impl Orchestrator {
         if handoff {
             // The customer asked for a person: the conversation ends in HANDOFF when it is answered.
             let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
-            if let Err(e) = budget.after_plan("the hand-off request", self.store.request_handoff(&id, &asked)).await {
+            if let Err(e) = budget.after_plan("the hand-off request", 4, self.store.request_handoff(&id, &asked)).await
+            {
                 self.end_planning_lease(&conversation, budget).await;
                 return Err(not_sent(&id, Started::No, e));
             }
@@ -493,7 +494,7 @@ impl Orchestrator {
         swarm_core::domain::link_dependents(&mut records);
         let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
         let start = self.store.start_run(&id, planner, &records, &plan.notes, &usage);
-        match budget.after_plan("the plan's write", start).await {
+        match budget.after_plan("the plan's write", 3, start).await {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             Ok(false) => return Ok(Created { conversation_id: id, new: true }),
             Ok(true) => {}
@@ -528,7 +529,7 @@ impl Orchestrator {
     /// answered 202 all the same: the subtasks are sent; without the marker the deadline path's
     /// first run sends them once more, a duplicate absorbed like any duplicate delivery.
     async fn mark_queued(&self, id: &ConversationId, budget: &Budget) {
-        if let Err(e) = budget.after_plan("the queued marker", self.store.mark_queued(id, now_ms())).await {
+        if let Err(e) = budget.after_plan("the queued marker", 0, self.store.mark_queued(id, now_ms())).await {
             tracing::warn!(error = %e, "subtasks sent but not marked: the deadline path may send them once more");
         }
     }
@@ -541,7 +542,7 @@ impl Orchestrator {
         let Some(lease) = &conversation.lease else { return };
         let now = now_ms();
         let end = self.store.acquire_lease(&conversation.id, LeasePhase::Planning, &lease.holder, now, now - 1);
-        match budget.after_plan("ending the planning lease", end).await {
+        match budget.after_plan("ending the planning lease", 0, end).await {
             Ok(LeaseOutcome::Acquired { .. }) => tracing::info!("planning lease handed back"),
             Ok(outcome) => tracing::info!(?outcome, "planning lease not handed back: no longer this planner's"),
             Err(e) => tracing::warn!(error = %e, "planning lease not handed back; it runs out"),
@@ -562,10 +563,12 @@ impl Orchestrator {
         for r in records.iter().filter(|r| r.subtask.depends_on.is_empty() || self.queues.has_own_queue(&r.role)) {
             by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
         }
+        let mut sends_left = by_role.len() as u32;
         for (role, messages) in by_role {
-            if let Err(e) =
-                budget.after_plan("sending the subtasks", self.queues.for_role(role).send(&messages, 0)).await
-            {
+            sends_left -= 1;
+            // After this send: the other queue's, then the queued marker.
+            let send = self.queues.for_role(role).send(&messages, 0);
+            if let Err(e) = budget.after_plan("sending the subtasks", sends_left + 1, send).await {
                 tracing::error!(error = %e, role, "could not enqueue subtasks");
                 return Err(e);
             }
