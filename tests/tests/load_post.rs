@@ -111,7 +111,8 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
         answers.iter().filter_map(|a| if let Answer::Accepted(id) = a { Some(id.clone()) } else { None }).collect();
     let unavailable: Vec<&Option<(String, String)>> =
         answers.iter().filter_map(|a| if let Answer::Unavailable(r) = a { Some(r) } else { None }).collect();
-    let others: Vec<&Answer> = answers.iter().filter(|a| matches!(a, Answer::Other(_))).collect();
+    let others: Vec<&str> =
+        answers.iter().filter_map(|a| if let Answer::Other(what) = a { Some(what.as_str()) } else { None }).collect();
     let mut by_started: HashMap<&str, usize> = HashMap::new();
     for r in &unavailable {
         *by_started.entry(r.as_ref().map_or("(none)", |(_, s)| s.as_str())).or_default() += 1;
