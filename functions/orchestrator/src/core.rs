@@ -498,11 +498,13 @@ impl Orchestrator {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
             Ok(false) => return Ok(Created { conversation_id: id, new: true }),
             Ok(true) => {}
-            Err(e) => {
-                // Cut or failed: it may have been applied (then the deadline path's first run sends it).
+            // Cut or failed: it may have been applied. Read back, it goes on when this planner's flip is
+            // found made; otherwise the deadline path's first run sends it if it lands later.
+            Err(e) if !self.own_flip_made(&conversation, &records, budget).await => {
                 self.end_planning_lease(&conversation, budget).await;
                 return Err(not_sent(&id, Started::Unknown, e));
             }
+            Err(e) => tracing::warn!(error = %e, "the plan's write answered late but was applied: sending"),
         }
         obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
@@ -515,6 +517,19 @@ impl Orchestrator {
         self.mark_queued(&id, budget).await;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true })
+    }
+
+    /// Whether the conversation reads `RUNNING` under this planner's lease with exactly `records`
+    /// as its plan: its plan's write was applied though its answer was lost or cut. Read within
+    /// the post-plan reserve (the sends and the marker keep theirs); a failed read answers `false`.
+    async fn own_flip_made(&self, conversation: &Conversation, records: &[SubtaskRecord], budget: &Budget) -> bool {
+        let read = budget.after_plan("reading the plan back", 2, self.store.get_conversation(&conversation.id)).await;
+        let Ok(Some(stored)) = read else { return false };
+        let holder = conversation.lease.as_ref().map(|l| l.holder.as_str());
+        stored.status == ConversationStatus::Running
+            && stored.lease.as_ref().map(|l| l.holder.as_str()) == holder
+            && stored.plan.len() == records.len()
+            && records.iter().all(|r| stored.plan.contains(r.subtask.id.as_str()))
     }
 
     /// `DelaySeconds` of the deadline message armed at planning: until the planning lease ends
