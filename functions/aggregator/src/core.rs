@@ -25,6 +25,8 @@ pub struct AggregatorSettings {
     pub retry: LlmRetryPolicy,
     /// How long the aggregation lease holds the conversation (longer than any invocation that holds it).
     pub lease: Duration,
+    /// Records of one stream batch aggregated at once (at least 1).
+    pub max_parallel_records: usize,
 }
 
 impl Default for AggregatorSettings {
@@ -35,13 +37,14 @@ impl Default for AggregatorSettings {
 }
 
 impl AggregatorSettings {
-    /// The reply budget (`aggregator.reply_budget_secs`), the lease (`aggregator.lease_secs`) and the
-    /// LLM retries (`[llm]`) of `timings`.
+    /// The reply budget (`aggregator.reply_budget_secs`), the lease (`aggregator.lease_secs`), the
+    /// records aggregated at once (`aggregator.max_parallel_records`) and the LLM retries (`[llm]`) of `timings`.
     pub fn from_timings(timings: &Timings) -> Self {
         Self {
             reply_timeout: timings.aggregator.reply_budget,
             retry: LlmRetryPolicy::from_timings(timings),
             lease: timings.aggregator.lease,
+            max_parallel_records: timings.aggregator.max_parallel_records,
         }
     }
 }
@@ -76,6 +79,11 @@ impl Aggregator {
     /// lease: those roles only) with the reply `model`.
     pub fn new(store: Arc<dyn ConversationStore>, model: Arc<dyn ChatModel>, settings: AggregatorSettings) -> Self {
         Self { conversations: store.clone(), answers: store.clone(), subtasks: store, model, settings }
+    }
+
+    /// The settings it runs with.
+    pub fn settings(&self) -> &AggregatorSettings {
+        &self.settings
     }
 
     /// Aggregates a conversation whose `remaining` reached 0. It starts from the aggregation
