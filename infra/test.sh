@@ -102,7 +102,9 @@ report+=("${cargo_details[@]}")
 # It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
 # A share of the tasks messages is poisoned (--poison-message-rate): failed on every receive, each is
 # redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ
-# consumer runs in both runs and the verdict requires it (docs/local-platform.md).
+# consumer runs in both runs and the verdict requires it (docs/local-platform.md). Store writes are
+# throttled or lose their answer after being applied (1 %: a few hundred writes per run), and sends of
+# several messages go out in part (docs/chaos.md).
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
@@ -111,7 +113,8 @@ chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
     --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
     --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
-    --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02)
+    --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02
+    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 --seed 9
     --crash-rate 0.06 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at worker_after_record_result=0.1 --crash-at worker_after_count=0.1
@@ -121,7 +124,8 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
-    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02)
+    --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
+    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.34)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \

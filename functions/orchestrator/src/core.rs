@@ -383,9 +383,10 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING` past the creator's lease (it died, or answered 503 when the send failed and
-    ///   ended its lease) with no `queued` marker: the subtasks sent at planning that never began
-    ///   are sent (again: a duplicate of a message that was sent is absorbed like any duplicate
+    /// - `RUNNING` with no `queued` marker, inside the creator's lease too (it may have been killed
+    ///   after the plan's write, before it sent: the client sees no answer, retries at once, and a
+    ///   202 must leave the subtasks sent): the subtasks sent at planning that never began are sent
+    ///   (again: a duplicate of a message the creator did send is absorbed like any duplicate
     ///   delivery) and the marker written. With the marker they were sent: a backlog still in the
     ///   queue is never sent twice.
     async fn resume(&self, id: ConversationId, budget: &Budget) -> Result<Created, ApiError> {
@@ -425,11 +426,9 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
-            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for.
-            ConversationStatus::Running
-                if conversation.queued_at_ms.is_none()
-                    && conversation.lease.as_ref().is_none_or(|l| l.until_ms < now) =>
-            {
+            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for. One
+            // killed before it sent holds its lease still and nobody else sends for a while: this retry does.
+            ConversationStatus::Running if conversation.queued_at_ms.is_none() => {
                 let listed = budget.before_plan("listing the subtasks", self.store.list_subtasks(&id)).await;
                 let unsent: Vec<SubtaskRecord> = listed
                     .map_err(|e| not_sent(&id, Started::Yes, e))?

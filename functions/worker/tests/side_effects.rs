@@ -429,3 +429,46 @@ async fn a_refund_subtask_whose_dependency_failed_is_skipped_and_moves_nothing()
     assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Skipped));
     assert!(ledger.dispatches().is_empty() && model.requests().is_empty());
 }
+
+/// Issue 18: the invocation dies between the journal writes of two side effects — the first
+/// refund ran and its outcome is in the journal, the second refund's intent is not. The message
+/// comes back: the first refund never runs again, the second (never journaled) is not made, and
+/// the subtask finishes saying what was done.
+#[tokio::test]
+async fn a_subtask_killed_between_two_side_effects_makes_each_at_most_once_and_finishes() {
+    let s = setup().await;
+    let ledger = Arc::new(Ledger::new());
+    let mut second = refund_call(50.0);
+    second.tool_calls[0].id = "call_2".into();
+    let model = scripted(vec![refund_call(100.0), second, text_response("Refunded 100.00 and 50.00 on A1033.")]);
+    let w = worker(&s, model.clone(), ledger.clone());
+    let message = TaskMessage::run(&s.id, &"w01".into());
+    let point = CrashPoint::WorkerBetweenEffects;
+    assert!(dies_at(point, w.handle(message.clone(), after(Duration::from_millis(200)))).await, "it died there");
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(rec.effects.len(), 1, "the first effect journaled, the second not: {:?}", rec.effects);
+    assert_eq!(rec.effects[0].state, EffectState::Done);
+    assert_eq!(ledger.refunds(), 1);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let again = w.handle(message, after(Duration::from_secs(10))).await;
+    assert!(matches!(again, Outcome::Finished(SubtaskStatus::Succeeded) | Outcome::AlreadyFinished), "{again:?}");
+
+    let sent = ledger.dispatches();
+    let first_key = format!("swarm:{}:w01:1", s.id);
+    let second_key = format!("swarm:{}:w01:2", s.id);
+    let of = |key: &str| sent.iter().filter(|a| a["_idempotency_key"] == key).count();
+    assert_eq!(of(&first_key), 1, "the first refund never ran again: {sent:?}");
+    // The re-run finishes from the journal without asking the model again: the second refund, never
+    // journaled, is not made, and the result says what was.
+    assert_eq!(of(&second_key), 0, "{sent:?}");
+    assert_eq!(ledger.refunds(), 1);
+    assert_eq!(model.requests().len(), 2, "the re-run never asked the model");
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(rec.status, SubtaskStatus::Succeeded);
+    assert_eq!(rec.effects.len(), 1, "{:?}", rec.effects);
+    assert_eq!(rec.effects[0].state, EffectState::Done);
+    let SubtaskResult::Succeeded { text, .. } = rec.result.unwrap() else { panic!("succeeded expected") };
+    assert!(text.starts_with("What this step did, as recorded: shop__refund was done: "), "{text}");
+    let conv = s.store.get_conversation(&s.id).await.unwrap().unwrap();
+    assert_eq!((conv.remaining, conv.finished.len()), (0, 1), "counted once");
+}

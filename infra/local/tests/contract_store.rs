@@ -25,7 +25,7 @@ use swarm_core::ports::{
 
 type Store = Arc<dyn ConversationStore>;
 
-use common::lossy::{LosesFirstAnswer, answer_lost, losing};
+use common::lossy::{answer_lost, losing};
 
 contract_tests!(
     the_queued_marker_keeps_its_first_instant_and_a_lost_answer_retry_changes_nothing,
@@ -908,12 +908,8 @@ async fn start_run_flips_only_for_the_planning_lease_holder_and_finds_its_own_fl
 async fn a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried(
     store: Store,
 ) -> Result<()> {
-    let decorator = Arc::new(LosesFirstAnswer { inner: store.clone(), lose: Default::default() });
-    let lossy: Store = decorator.clone();
-    let lose = |op: StoreOp| -> Result<()> {
-        decorator.lose.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.insert(op);
-        Ok(())
-    };
+    let (decorator, lossy) = losing(&store);
+    let lose = |op: StoreOp| -> Result<()> { Ok(decorator.lose(op)?) };
     let lost = |r: std::result::Result<(), StoreError>| -> Result<()> {
         ensure!(matches!(r, Err(e) if e.is_transient()), "answer not lost");
         Ok(())

@@ -110,6 +110,10 @@ async fn store_behind_proxy(
 }
 
 fn orchestrator(store: Arc<DynamoConversationStore>, tasks: &InMemoryQueue) -> Orchestrator {
+    orchestrator_over(store, tasks)
+}
+
+fn orchestrator_over(store: Arc<dyn swarm_core::ports::ConversationStore>, tasks: &InMemoryQueue) -> Orchestrator {
     let plan = r#"{"subtasks": [{"id": "w01", "instruction": "Check order A1029", "tools": ["shop__get_order"]}]}"#;
     let model = Arc::new(ScriptedModel::new((0..3).map(|_| Ok(text_response(plan)))));
     let catalogue = StaticTools::named(&["shop__get_order"], "{name} tool", json!({"type": "object"}))
@@ -206,4 +210,35 @@ async fn an_aggregation_whose_flip_answer_was_lost_still_writes_the_reply() {
     let conv = store.get_conversation(&conversation.id).await.unwrap().unwrap();
     eprintln!("aggregate: {outcome:?}; conversation {} lease {:?}", conv.status, conv.lease);
     assert_eq!(conv.status, ConversationStatus::Done, "the only trigger stopped at its own lease: {outcome:?}");
+}
+
+/// The caller's side of a lost answer (issue 18, found by the chaos run's `store_answer_lost`):
+/// `start_run` applied, its answer lost before it reached the orchestrator, which answers 503. The
+/// client posts again with the same key and must find the subtasks sent — not a 202 for a `RUNNING`
+/// conversation whose creator's planning lease is still live, which nobody sends (every subtask
+/// then fails at the deadline, never begun). On the embedded store, through the library's
+/// lost-answer decorator.
+#[tokio::test]
+async fn a_retry_after_the_flips_lost_answer_gets_the_subtasks_sent() {
+    use swarm_adapters::embedded::InMemoryConversationStore;
+    use swarm_core::ports::{ConversationStore, StoreOp};
+    use swarm_local::platform::store_faults::losing;
+
+    let memory: Arc<dyn ConversationStore> = Arc::new(InMemoryConversationStore::new());
+    let (decorator, lossy) = losing(&memory);
+    decorator.lose(StoreOp::StartRun).unwrap();
+    let tasks = InMemoryQueue::new(QueueSettings::default());
+    let core = orchestrator_over(lossy, &tasks);
+    let request = || CreateRequest {
+        message: "where is A1029".into(),
+        customer_id: "C104".into(),
+        idempotency_key: Some("lost-flip".into()),
+    };
+    let first = core.create(request()).await;
+    assert!(first.as_ref().is_err_and(|e| e.status() == 503), "the lost answer is a 503: {first:?}");
+    let again = core.create(request()).await.unwrap();
+    let id = again.conversation_id;
+    let conv = memory.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!(conv.status, ConversationStatus::Running);
+    assert_eq!(runs(&tasks).await, vec![TaskMessage::run(&id, &"w01".into())], "the 202 leaves w01 sent");
 }

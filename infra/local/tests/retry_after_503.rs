@@ -24,6 +24,7 @@ type Store = Arc<dyn ConversationStore>;
 
 contract_tests!(
     a_plan_write_whose_answer_was_lost_is_read_back_sent_and_answered_202,
+    a_retry_inside_the_lease_of_a_creator_killed_before_enqueueing_sends_the_subtasks,
     a_retry_inside_the_lease_after_a_503_from_enqueueing_sends_the_subtasks,
     a_retry_inside_the_lease_after_a_503_from_arming_the_deadline_plans_the_conversation,
 );
@@ -189,5 +190,37 @@ async fn a_plan_write_whose_answer_was_lost_is_read_back_sent_and_answered_202(s
     ensure!(conv.status == ConversationStatus::Running, "{:?}", conv.status);
     ensure!(conv.queued_at_ms.is_some(), "sent and marked");
     assert_eq!(runs_sent(&r.tasks).await?, vec![TaskMessage::run(&id, &"w01".into())], "w01 sent once");
+    Ok(())
+}
+
+/// Issue 18 (found by the chaos run's verdict "a 202 whose conversation ended with no subtask ever
+/// begun"): the creator is killed after `start_run`, before it enqueues (no 503, no lease handed
+/// back: the client sees no answer). The client's retry comes at once, inside the dead creator's
+/// planning lease, and must get `w01` sent — not a 202 for a conversation nobody sends.
+async fn a_retry_inside_the_lease_of_a_creator_killed_before_enqueueing_sends_the_subtasks(store: Store) -> Result<()> {
+    use swarm_core::faults::{self, CrashPoint, FaultPlan, Invocation};
+    struct At;
+    impl FaultPlan for At {
+        fn crash(&self, point: CrashPoint) -> bool {
+            point == CrashPoint::OrchestratorAfterStartRun
+        }
+    }
+    let r = rig(store, 0, 0);
+    let invocation = Invocation::new(Arc::new(At));
+    let died = tokio::select! {
+        _ = faults::with_plan(invocation.clone(), r.core.create(request())) => false,
+        () = invocation.killed() => true,
+    };
+    ensure!(died, "the creator dies after start_run");
+    let retry = r.core.create(request()).await?;
+    ensure!(!retry.new, "the retry is answered with the same conversation");
+    let id = retry.conversation_id;
+    let conv = r.store.get_conversation(&id).await?.context("conversation missing")?;
+    assert_eq!(conv.status, ConversationStatus::Running);
+    assert_eq!(
+        runs_sent(&r.tasks).await?,
+        vec![TaskMessage::run(&id, &"w01".into())],
+        "202 inside the dead creator's lease, and w01 never sent"
+    );
     Ok(())
 }

@@ -49,6 +49,9 @@ pub enum CrashPoint {
     WorkerAfterDispatch,
     /// Worker: the side effect's outcome is recorded, the subtask's result is not.
     WorkerAfterOutcome,
+    /// Worker: an earlier round's side effect ended (its outcome in the journal), the next round's
+    /// side effect's intent is not recorded yet — a crash between the journal writes of two effects.
+    WorkerBetweenEffects,
     /// Orchestrator (approvals API): the decision is recorded, the approved call is not enqueued yet.
     ApprovalsAfterDecide,
     /// Deadline path: the open subtasks are closed and counted, the conversation is neither
@@ -71,6 +74,7 @@ impl CrashPoint {
         Self::WorkerAfterIntent,
         Self::WorkerAfterDispatch,
         Self::WorkerAfterOutcome,
+        Self::WorkerBetweenEffects,
         Self::ApprovalsAfterDecide,
         Self::DeadlineAfterClose,
     ];
@@ -90,6 +94,7 @@ impl CrashPoint {
             Self::WorkerAfterIntent => "worker_after_intent",
             Self::WorkerAfterDispatch => "worker_after_dispatch",
             Self::WorkerAfterOutcome => "worker_after_outcome",
+            Self::WorkerBetweenEffects => "worker_between_effects",
             Self::ApprovalsAfterDecide => "approvals_after_decide",
             Self::DeadlineAfterClose => "deadline_after_close",
         }

@@ -83,6 +83,10 @@ impl SideEffects {
             let why = format!("the confirmation of the side effects could not be armed: {e}");
             return Err(if e.is_transient() { JournalStop::Retry(why) } else { JournalStop::Unconfirmable(why) });
         }
+        // A round after one whose side effect ended: its outcome is in the journal, this one's intent is not.
+        if intents.first().is_some_and(|e| e.ordinal > 1) {
+            faults::at(CrashPoint::WorkerBetweenEffects).await;
+        }
         let mut journaled = Vec::with_capacity(intents.len());
         for fresh in intents {
             let (id, subtask_id) = (&ctx.conversation_id, &ctx.subtask_id);

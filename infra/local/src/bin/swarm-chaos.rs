@@ -105,6 +105,19 @@ struct Args {
     #[arg(long, default_value_t = 0.5)]
     client_repost_rate: f64,
 
+    /// Share of the store writes a function's store applied whose answer is lost (a 5xx or a
+    /// timeout after DynamoDB applied it): the caller sees a transient error and retries.
+    #[arg(long, default_value_t = 0.002)]
+    store_answer_lost_rate: f64,
+    /// Share of the store writes refused as throttled (ProvisionedThroughputExceededException after
+    /// the adapter's own retries; journal writes included): nothing written, a transient error.
+    #[arg(long, default_value_t = 0.002)]
+    store_throttle_rate: f64,
+    /// Share of the sends of two or more messages that go out in part (SendMessageBatch entries
+    /// still failing): the first half sent, a transient error for the rest.
+    #[arg(long, default_value_t = 0.05)]
+    sqs_send_partial_rate: f64,
+
     /// Share of the approvals the operator decides whose decision it posts twice at once.
     #[arg(long, default_value_t = 0.2)]
     approval_twice_rate: f64,
@@ -204,6 +217,9 @@ fn chaos_settings(a: &Args) -> anyhow::Result<ChaosSettings> {
         client_repost: rate("--client-repost-rate", a.client_repost_rate)?,
         approval_twice: rate("--approval-twice-rate", a.approval_twice_rate)?,
         approval_reject: rate("--approval-reject-rate", a.approval_reject_rate)?,
+        store_answer_lost: rate("--store-answer-lost-rate", a.store_answer_lost_rate)?,
+        store_throttle: rate("--store-throttle-rate", a.store_throttle_rate)?,
+        sqs_send_partial: rate("--sqs-send-partial-rate", a.sqs_send_partial_rate)?,
         tools: ToolFaults {
             error: rate("--tool-error-rate", a.tool_error_rate)?,
             hang: rate("--tool-hang-rate", a.tool_hang_rate)?,
@@ -566,6 +582,14 @@ impl Driver<'_> {
             concurrency: self.concurrency_lines(),
             platform: self.platform_lines(),
             dead_letters: self.dead_letter_facts(),
+            unrecoverable: self
+                .chaos
+                .met()
+                .into_iter()
+                .filter(|(_, kinds)| kinds.iter().any(|k| !k.is_recoverable()))
+                .map(|(key, _)| key)
+                .collect(),
+            store_faults: self.chaos.store_faults_by_op().into_iter().map(|(op, n)| (op.to_owned(), n)).collect(),
             notes,
         })
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
+use swarm_core::domain::TaskMessage;
 use swarm_core::faults::FaultPlan;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
@@ -174,6 +175,9 @@ impl EventSourceMapping {
             if !chaos.poisoned(&d.message_id, d.receive_count) {
                 healthy.push(d.clone());
                 continue;
+            }
+            if let Ok(TaskMessage::Run { conversation_id, subtask_id, .. }) = serde_json::from_str(&d.body) {
+                chaos.tag(FaultKind::PoisonMessage, conversation_id.as_str(), subtask_id.as_str());
             }
             add(&self.counters.batch_item_failures, 1);
             if let Err(e) = self.consumer.change_visibility(&d.receipt_handle, visibility).await {

@@ -24,6 +24,7 @@ pub mod iam;
 pub mod invoke;
 pub mod mapping;
 pub mod sqs;
+pub mod store_faults;
 pub mod stream;
 pub mod sweeper;
 pub mod tool_faults;

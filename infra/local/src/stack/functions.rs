@@ -31,6 +31,8 @@ use worker::wiring::{AgentPorts, WorkerPorts};
 use worker::{Closer, MessageHandler, WorkerMode};
 
 use super::options::Wraps;
+use crate::platform::chaos::Chaos;
+use crate::platform::store_faults::{PartialSends, chaotic_store};
 use crate::platform::{Backend, FunctionClients};
 use crate::wiring::{Function, FunctionConfig, LocalSecrets, LocalValues, RefusingQueue};
 
@@ -77,6 +79,8 @@ pub struct Builder<'a> {
     /// The scaled timing table.
     pub timings: &'a Timings,
     pub wraps: &'a Wraps,
+    /// A chaos run's store and queue faults, put under every function's store and senders.
+    pub chaos: Option<Arc<Chaos>>,
 }
 
 impl Builder<'_> {
@@ -109,10 +113,15 @@ impl Builder<'_> {
             .with_context(|| format!("the backend has no identity for {}", function.name()))
     }
 
-    /// `function`'s view of the store: every operation in its own span, as its AWS client's are,
-    /// then the test's wrapper for it.
+    /// `function`'s view of the store: under a chaos run its faults (throttles, lost answers, as its
+    /// client would see them from DynamoDB), every operation in its own span, as its AWS client's
+    /// are, then the test's wrapper for it.
     fn store(&self, function: Function, clients: &FunctionClients) -> Arc<dyn ConversationStore> {
-        self.wraps.wrap_store(function, TracedStore::wrap(clients.store.clone(), self.systems.store))
+        let store = match &self.chaos {
+            Some(chaos) => chaotic_store(clients.store.clone(), chaos.clone()),
+            None => clients.store.clone(),
+        };
+        self.wraps.wrap_store(function, TracedStore::wrap(store, self.systems.store))
     }
 
     /// A sender for each queue URL in `urls`, none for the others ([`QueueUrls::task_queues`], as on Lambda).
@@ -122,7 +131,10 @@ impl Builder<'_> {
             anyhow::ensure!(clients.senders.contains_key(url), "{url} is not a queue of this stack");
         }
         Ok(urls.task_queues(|url, label| {
-            let sender = clients.senders.get(url).cloned().unwrap_or_else(|| Arc::new(RefusingQueue(label)));
+            let mut sender = clients.senders.get(url).cloned().unwrap_or_else(|| Arc::new(RefusingQueue(label)));
+            if let Some(chaos) = &self.chaos {
+                sender = Arc::new(PartialSends { inner: sender, chaos: chaos.clone() });
+            }
             TracedQueue::wrap(sender, self.systems.queue, label)
         }))
     }

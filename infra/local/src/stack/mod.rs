@@ -130,6 +130,7 @@ impl LocalStack {
             models: &models,
             timings: &timings,
             wraps: &options.wraps,
+            chaos: options.chaos.clone(),
         }
         .build()
         .await?;

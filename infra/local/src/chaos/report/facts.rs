@@ -1,6 +1,6 @@
 //! What the verdict is made of: the facts a chaos run gathered (the clients' outcomes, the store at the end, the audit of the stream, the ledger, the operator's log, the platform's counters), and what reads them: the scenario a conversation belongs to, the approval a side effect's key names.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use swarm_core::approval::{Approval, approval_id};
@@ -84,6 +84,11 @@ pub struct RunFacts {
     /// Platform counters worth a line: `(name, value)`.
     pub platform: Vec<(String, u64)>,
     pub dead_letters: DeadLetterFacts,
+    /// `(conversation, subtask)` of every subtask an unrecoverable fault was injected into (a
+    /// poisoned message), where the injector knew it.
+    pub unrecoverable: BTreeSet<(String, String)>,
+    /// Store faults by operation name: `(answers lost, throttled)`.
+    pub store_faults: BTreeMap<String, (u64, u64)>,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
 }

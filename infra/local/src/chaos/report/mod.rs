@@ -1,12 +1,14 @@
 //! The chaos run's verdict: every conversation checked against the store, the audit of the table's stream and the shop's ledger, in one table — one check per rule — with the findings that decide the run: a broken guarantee fails it; a fault kind injected zero times, when nothing broke, makes it inconclusive (too small), with rates sized for its size.
 //!
-//! A run fails on: a lost conversation (answered 202, absent at the end), a request answered by
-//! two conversations, a conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF`
-//! are terminal, whatever its subtasks await), a count applied twice or lost, a conversation
-//! aggregated twice, a subtask or an approval refunded twice, a refund no scripted subtask asked
-//! for, a refund the operator never approved or rejected, an order refunded beyond what the
-//! operator approved, a refund made while its subtask reports failure, and a side effect left
-//! "being confirmed" for good. It is inconclusive when none of these happened but a fault kind was
+//! A run fails on: a lost conversation (answered 202, absent at the end), a 202 whose
+//! conversation ended with no subtask ever begun, a request answered by two conversations, a
+//! conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF` are terminal,
+//! whatever its subtasks await), a count applied twice or lost, a conversation aggregated twice, a
+//! subtask or an approval refunded twice, a refund no scripted subtask asked for, a refund the
+//! operator never approved or rejected, an order refunded beyond what the operator approved, a
+//! refund made while its subtask reports failure, a side effect left "being confirmed" for good,
+//! and poisoned messages the DLQ consumer never ran for. It is inconclusive when none of these
+//! happened but a fault kind was
 //! injected zero times. What was approved is the operator's own log ([`OperatorLog`]), never the
 //! approvals' records; which approval a refund ran for is read from the key the shop received
 //! (`swarm:<conversation>:<subtask>:<ordinal>`, [`swarm_core::effects::effect_key`]).
@@ -19,6 +21,7 @@ mod conversations;
 mod coverage;
 mod facts;
 mod money;
+mod recoverable;
 mod sheet;
 mod subtasks;
 
@@ -63,14 +66,17 @@ type Check = fn(&RunFacts, &mut Sheet);
 const CHECKS: &[Check] = &[
     coverage::fault_kinds,
     platform_counters,
+    recoverable::store_faults_by_op,
     dead_letters,
     conversations::requests,
     conversations::terminal,
     conversations::lost,
     conversations::doubled,
     conversations::accepted_failed,
+    recoverable::accepted_never_begun,
     subtasks::by_status,
     subtasks::failed_by_kind,
+    recoverable::failed_though_recoverable,
     subtasks::refund_subtasks,
     subtasks::counts,
     subtasks::consistency,
@@ -179,6 +185,10 @@ fn dead_letters(f: &RunFacts, t: &mut Sheet) {
         "messages dead-lettered / acknowledged by the DLQ consumer",
         format!("{} / {} ({} DLQ consumer invocations)", d.dead_lettered, d.acknowledged, d.invocations),
     );
+    // (With some dead-lettered, the next finding says it.)
+    if d.poisoned > 0 && d.dead_lettered == 0 && d.invocations == 0 {
+        t.broken(format!("{} messages poisoned, but the DLQ consumer was never invoked", d.poisoned));
+    }
     if d.dead_lettered > 0 && d.invocations == 0 {
         t.broken(format!("{} messages dead-lettered, but the DLQ consumer was never invoked", d.dead_lettered));
     }

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use swarm_core::approval::{Approval, ApprovalStatus, ProposedAction, approval_id};
-use swarm_core::domain::{Conversation, ConversationId, ConversationStatus, Subtask, SubtaskRecord, SubtaskResult};
+use swarm_core::domain::{
+    Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult,
+};
 use swarm_core::effects::{Effect, EffectOutcome, EffectState};
 
 use super::conversations::{names, names_subtask};
@@ -27,6 +29,8 @@ fn subtask(c: &Conversation, id: &str, result: SubtaskResult) -> SubtaskRecord {
     let s = Subtask { id: id.into(), instruction: "i".into(), tools: vec![], depends_on: vec![] };
     let mut r = SubtaskRecord::new(c, s, "support".into());
     r.status = result.status();
+    // Every subtask began but one the deadline closed.
+    r.attempts = u32::from(!matches!(&result, SubtaskResult::Failed { kind: FailureKind::DeadlinePassed, .. }));
     r.result = Some(result);
     r
 }
@@ -210,7 +214,55 @@ fn a_clean_run_passes_and_its_table_says_what_happened() {
     assert_eq!(cell(t, "refunds per approval: once / twice+ / unapproved / rejected"), "1 / 0 / 0 / 0");
     assert_eq!(cell(t, "side effects never confirmed (journal intent at the end)"), "0");
     assert_eq!(cell(t, "refunds made while their approval records an error"), "0");
+    assert_eq!(cell(t, "accepted (202), ended with no subtask ever begun"), "0");
+    assert_eq!(cell(t, "store faults by operation (answer lost / throttled)"), "none");
+    assert_eq!(
+        cell(t, "subtasks failed though every fault they met was recoverable"),
+        "1 of 1 failed (0 met a poisoned message or a rejected approval)"
+    );
     assert!(t.contains("PASSED"), "{t}");
+}
+
+#[test]
+fn an_accepted_conversation_ended_with_no_subtask_begun_fails_the_run_and_a_poisoned_subtask_is_excused() {
+    let mut f = facts();
+    let ids: Vec<String> = f.store.keys().cloned().collect();
+    let (_, subs0) = f.store.get_mut(&ids[0]).unwrap().as_mut().unwrap();
+    subs0[0].attempts = 0;
+    let v = verdict(&f);
+    assert_eq!(cell(&v.table, "accepted (202), ended with no subtask ever begun"), "1");
+    assert_eq!(v.outcome, Outcome::Failed);
+    assert!(
+        v.failures[0].starts_with("1 accepted conversations ended with no subtask ever begun: c0 "),
+        "{:?}",
+        v.failures
+    );
+    // c0's w02 met a poisoned message: its failure is not counted as one the platform could have avoided.
+    subs0_begun(&mut f, &ids[0]);
+    f.unrecoverable.insert((ids[0].clone(), "w02".to_owned()));
+    let v = verdict(&f);
+    assert_eq!(v.failures, Vec::<String>::new(), "{}", v.table);
+    assert_eq!(
+        cell(&v.table, "subtasks failed though every fault they met was recoverable"),
+        "0 of 1 failed (1 met a poisoned message or a rejected approval)"
+    );
+}
+
+fn subs0_begun(f: &mut RunFacts, id: &str) {
+    f.store.get_mut(id).unwrap().as_mut().unwrap().1[0].attempts = 1;
+}
+
+#[test]
+fn poisoned_messages_with_no_dlq_consumer_invocation_fail_the_run() {
+    let mut f = facts();
+    f.dead_letters = DeadLetterFacts { poisoned: 2, dead_lettered: 0, acknowledged: 0, invocations: 0 };
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Failed);
+    assert!(
+        v.failures.contains(&"2 messages poisoned, but the DLQ consumer was never invoked".to_owned()),
+        "{:?}",
+        v.failures
+    );
 }
 
 #[test]
