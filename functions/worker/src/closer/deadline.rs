@@ -118,6 +118,11 @@ impl DeadlinePath {
             return Outcome::Ignored("deadline not reached yet".into());
         }
         let mut left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
+        if conversation.status == ConversationStatus::Planning {
+            // A plan's write cut at its deadline may still land: look again after the re-arm delay, so
+            // a plan stored late is sent before the deadline, not failed at it.
+            left = left.min(u64::from(self.rearm_secs));
+        }
         if conversation.status == ConversationStatus::Running && conversation.queued_at_ms.is_none() {
             match conversation.lease.as_ref().filter(|l| l.until_ms >= now) {
                 Some(lease) => left = left.min(ms_between(now, lease.until_ms).as_secs().saturating_add(1)),
