@@ -104,8 +104,10 @@ report+=("${cargo_details[@]}")
 # redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ
 # consumer runs in both runs and the verdict requires it (docs/local-platform.md). Store writes are
 # throttled or lose their answer after being applied (1 %: a few hundred writes per run), and sends of
-# several messages go out in part (docs/chaos.md).
-chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.02 --seed 9
+# several messages go out in part (docs/chaos.md). The embedded run is at 1/20, not 1/50: at 1/50 (a 2.4 s
+# deadline) a planning taken over after a creator died at `orchestrator_after_create` could end past the
+# deadline before its subtask began, which the verdict fails ("202, no subtask ever begun"; issue 18 point 4).
+chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.05 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
     --stream-drop-rate 0.25 --stream-duplicate-rate 0.25 --duplicate-delivery-rate 0.1 --delayed-delivery-rate 0.1

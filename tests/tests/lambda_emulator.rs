@@ -75,7 +75,6 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
     event["headers"]["idempotency-key"] = json!(key);
     event["body"] = json!(body);
     let first = stack.api_event(&event).await;
-    let again = stack.api_event(&event).await;
 
     // Everything observed is collected first and the stack shut down (its table and
     // queues deleted) before any assertion, so a failure leaves nothing on the emulator.
@@ -84,6 +83,10 @@ async fn whole_conversation_runs_through_the_lambda_handlers_on_the_emulator_and
         "" => Err(anyhow::anyhow!("no conversation was created: {first:?}")),
         id => stack.wait_finished(id, Duration::from_secs(45)).await,
     };
+    // The same request again once it is answered: the same conversation, nothing sent again. (Inside the
+    // creator's planning lease a retry sends the subtasks that have not begun — a creator killed before
+    // its send holds its lease too — and w04 never begins here, so a retry then would deliver it twice more.)
+    let again = stack.api_event(&event).await;
     let depths = async {
         let dlq = settle(&stack, Queue::TasksDeadLetters, |d| d.total() == 0).await?;
         let tasks = settle(&stack, Queue::Tasks, |d| d.visible == 0 && d.in_flight == 0).await?;

@@ -253,6 +253,11 @@ async fn run_case(id: &str) -> Run {
     run(&c.query, &c.customer_id).await
 }
 
+/// Each subtask's tool calls, in plan order, as (bare tool name, arguments).
+fn calls_per_subtask(run: &Run) -> Vec<Vec<(&str, &Value)>> {
+    run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect()
+}
+
 fn bare(name: &str) -> &str {
     name.trim_start_matches("shop__")
 }
@@ -362,8 +367,7 @@ async fn a_greeting_calls_no_tool_and_is_answered_with_a_greeting() {
 #[tokio::test]
 async fn each_of_three_listed_orders_is_looked_up_by_its_own_worker() {
     let run = run_case("q03").await;
-    let per_subtask: Vec<Vec<(&str, &Value)>> =
-        run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect();
+    let per_subtask = calls_per_subtask(&run);
     assert_eq!(
         per_subtask,
         vec![
@@ -432,8 +436,7 @@ async fn an_overdue_parcel_is_called_overdue_and_the_jacket_restock_date_is_give
 #[tokio::test]
 async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
     let run = run_case("q11").await;
-    let per_subtask: Vec<Vec<(&str, &Value)>> =
-        run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect();
+    let per_subtask = calls_per_subtask(&run);
     assert_eq!(
         per_subtask,
         vec![
@@ -450,8 +453,7 @@ async fn the_five_enumerated_questions_each_get_the_right_tool_call() {
 async fn the_five_questions_asked_in_chinese_get_the_same_calls_with_the_products_named_in_chinese() {
     let c = simplified_cases().into_iter().find(|c| c.id == "s01").unwrap();
     let run = run(&c.query, &c.customer_id).await;
-    let per_subtask: Vec<Vec<(&str, &Value)>> =
-        run.work.values().map(|(calls, _)| calls.iter().map(|c| (bare(&c.name), &c.args)).collect()).collect();
+    let per_subtask = calls_per_subtask(&run);
     assert_eq!(
         per_subtask,
         vec![
