@@ -35,6 +35,36 @@ async fn read(stack: &LocalStack, id: &str) -> Option<(ConversationStatus, Vec<S
     Some((conversation.status, subtasks))
 }
 
+/// A conversation's timeline in milliseconds from its creation, for a problem's message: the
+/// deadline, the `queued` marker, each subtask's start and end and how it ended.
+async fn timeline(stack: &LocalStack, id: &str) -> String {
+    let Some(id) = ConversationId::parse(id) else { return "bad id".into() };
+    let Ok(Some(c)) = stack.store().get_conversation(&id).await else { return "unreadable".into() };
+    let at = |t: Option<i64>| t.map_or("-".to_owned(), |t| (t - c.created_at_ms).to_string());
+    let subtasks = stack.store().list_subtasks(&id).await.unwrap_or_default();
+    let each: Vec<String> = subtasks
+        .iter()
+        .map(|s| {
+            let kind = s.result.as_ref().and_then(|r| r.failure_kind()).map(|k| format!("{k:?}"));
+            format!(
+                "{} attempts {} started {} finished {} {}",
+                s.status,
+                s.attempts,
+                at(s.started_at_ms),
+                at(s.finished_at_ms),
+                kind.unwrap_or_default()
+            )
+        })
+        .collect();
+    format!(
+        "deadline {} queued {} lease {} subtasks [{}]",
+        c.deadline_ms - c.created_at_ms,
+        at(c.queued_at_ms),
+        at(c.lease.as_ref().map(|l| l.until_ms)),
+        each.join("; ")
+    )
+}
+
 /// Waits until every one of `ids` is terminal (or `patience` passes); answers those that are not.
 async fn wait_terminal(stack: &LocalStack, ids: &[String], patience: Duration) -> Vec<String> {
     let until = Instant::now() + patience;
@@ -181,6 +211,13 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
             (said, found) => problems.push(format!("503 {said} {id}: {:?}", found.map(|f| f.0))),
         }
     }
+    let mut timelines = Vec::new();
+    for p in &problems {
+        if let Some(id) = p.split_whitespace().find(|w| ConversationId::parse(w.trim_end_matches(':')).is_some()) {
+            let id = id.trim_end_matches(':');
+            timelines.push(format!("{id}: {}", timeline(&stack, id).await));
+        }
+    }
     let counters = stack.counters().snapshot();
     stack.shutdown().await;
 
@@ -200,5 +237,9 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     // How many are accepted depends on the emulator's speed on the machine (one process answering
     // 200 requests' writes): the figures are printed, the meaning of each answer is asserted.
     assert!(open.is_empty(), "conversations that may run still open: {open:?}");
-    assert!(problems.is_empty(), "{} problems: {problems:#?}", problems.len());
+    assert!(
+        problems.is_empty(),
+        "{} problems: {problems:#?}\ntimelines (ms from creation): {timelines:#?}",
+        problems.len()
+    );
 }

@@ -2,15 +2,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use swarm_core::domain::{ConversationId, ConversationStatus, SubtaskStatus};
 use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
+use swarm_core::ports::{Call, ConversationStore, StoreDecorator, StoreError, StoreOp};
 use swarm_core::timings::Timings;
-use swarm_local::{BackendChoice, LocalStack, StackOptions};
-use swarm_tests::{over_offline, with_plan};
+use swarm_local::{BackendChoice, Function, LocalStack, StackOptions, Wraps};
+use swarm_tests::{failing_to_begin, over_offline, with_plan};
 
 const SCALE: f64 = 1.0 / 240.0;
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -20,6 +22,7 @@ swarm_tests::on_both_backends!(
     an_orchestrator_killed_before_enqueueing_has_its_subtask_sent_by_the_deadline_paths_first_run,
     an_orchestrator_killed_before_its_marker_has_its_subtask_run_once_and_marked,
     a_deadline_run_killed_before_its_marker_sends_again_on_the_messages_return,
+    a_plan_whose_write_was_cut_and_never_began_ends_failed_not_done_with_nothing_begun,
 );
 
 /// A 9,600 s deadline (40 s here) and the planning lease at 1,400 s (5.8 s here): the deadline
@@ -119,4 +122,80 @@ async fn a_deadline_run_killed_before_its_marker_sends_again_on_the_messages_ret
     let id = only_conversation(&stack).await;
     let (_, killed) = assert_sent_once_and_answered_before_the_deadline(stack, &id).await;
     assert_eq!(killed, 2, "the orchestrator and the deadline path's first run both died");
+}
+
+/// The orchestrator's store as a plan write cut at its deadline sees it: `start_run` is applied and
+/// its answer lost, and reading the conversation back fails (throttled), so the planner cannot tell
+/// whether its plan is stored: its request answers 503 `started: unknown`. Later reads pass (the
+/// client's `GET`).
+struct PlanWriteCut(Arc<dyn ConversationStore>, AtomicBool);
+
+impl StoreDecorator for PlanWriteCut {
+    fn inner(&self) -> &dyn ConversationStore {
+        self.0.as_ref()
+    }
+
+    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
+        match call.op {
+            StoreOp::GetConversation if self.1.swap(false, Ordering::SeqCst) => {
+                Err(StoreError::Transient("ThrottlingException (injected)".into()))
+            }
+            StoreOp::StartRun => {
+                run.await?;
+                self.1.store(true, Ordering::SeqCst);
+                Err(StoreError::Transient("the answer was lost after the write was applied (injected)".into()))
+            }
+            _ => run.await,
+        }
+    }
+}
+
+/// A 503 `started: unknown` (the plan's write applied, its answer lost) whose subtask never
+/// begins: the deadline path's first run sends w01, and every worker that takes it is refused its
+/// attempt (throttled) until the message is dead-lettered. The conversation never started: it
+/// ends `FAILED` (docs/api.md: "runs as with yes, or ends FAILED"), never `DONE` with nothing begun.
+async fn a_plan_whose_write_was_cut_and_never_began_ends_failed_not_done_with_nothing_begun(backend: BackendChoice) {
+    let plan = serde_json::json!({"subtasks": [
+        {"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]}
+    ]});
+    let wraps = Wraps::default()
+        .store(
+            &[Function::Orchestrator],
+            Arc::new(|inner| Arc::new(PlanWriteCut(inner, AtomicBool::new(false))) as Arc<dyn ConversationStore>),
+        )
+        .store(&[Function::Worker], Arc::new(|inner| failing_to_begin(inner, "w01")));
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan.to_string())))),
+        wraps,
+        timings: timings(),
+        time_scale: SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let (status, body) = stack.post_conversation(MESSAGE, "C104", None).await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["conversation"]["started"], "unknown", "{body}");
+    let id = body["conversation"]["conversation_id"].as_str().unwrap().to_owned();
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let cid = ConversationId::parse(&id).unwrap();
+    let conversation = stack.store().get_conversation(&cid).await.unwrap().unwrap();
+    let w01 = stack.store().get_subtask(&cid, &"w01".into()).await.unwrap().unwrap();
+    stack.shutdown().await;
+
+    view.unwrap();
+    assert!(conversation.plan.contains("w01"), "the plan's write was applied: {conversation:?}");
+    assert_eq!(w01.attempts, 0, "w01 never began: {w01:?}");
+    assert_eq!(
+        conversation.status,
+        ConversationStatus::Failed,
+        "nothing of it ran: not started, not DONE with a reply about work that never began: {conversation:?}"
+    );
+    assert!(conversation.reply.is_none(), "{:?}", conversation.reply);
+    assert!(conversation.error.as_deref().is_some_and(|e| e.contains("began")), "{:?}", conversation.error);
 }
