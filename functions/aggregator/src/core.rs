@@ -56,6 +56,9 @@ pub enum AggregateOutcome {
     Replied {
         by_model: bool,
     },
+    /// This call took the lease and failed the conversation: none of its subtasks ever began
+    /// ([`AnswerOutcome::NeverStarted`]).
+    NeverStarted,
     /// Another trigger holds a live lease, or the conversation is already over: nothing done.
     AlreadyHandled,
     /// Subtasks still open: not ready (a filter mismatch or an early trigger).
@@ -109,13 +112,23 @@ impl Aggregator {
         }
         let answerer = Answerer { kind: "aggregator", lease: self.settings.lease };
         let writer = ModelReply { model: self.model.as_ref(), settings: &self.settings };
-        let answered =
-            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), &conversation, answerer, &writer)
-                .await?;
+        let answered = answer_conversation(
+            self.conversations.as_ref(),
+            self.answers.as_ref(),
+            self.subtasks.as_ref(),
+            &conversation,
+            answerer,
+            &writer,
+        )
+        .await?;
         Ok(match answered {
             AnswerOutcome::Answered { by_model, .. } => {
                 tracing::info!(conversation_id = %id, by_model, "conversation answered");
                 AggregateOutcome::Replied { by_model }
+            }
+            AnswerOutcome::NeverStarted { .. } => {
+                tracing::warn!(conversation_id = %id, "none of its subtasks ever began: failed, not answered");
+                AggregateOutcome::NeverStarted
             }
             AnswerOutcome::Held(lease) => {
                 tracing::info!(conversation_id = %id, holder = %lease.holder, "aggregation lease held: another trigger aggregates");

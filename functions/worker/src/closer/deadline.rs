@@ -268,9 +268,15 @@ impl DeadlinePath {
     /// ([`DeadlineAction::Aggregated`], or `TakenOver` from an expired holder).
     async fn answer(&self, conversation: &Conversation) -> Result<DeadlineRun, StoreError> {
         let answerer = Answerer { kind: "deadline", lease: self.aggregation_lease };
-        let answered =
-            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), conversation, answerer, &ModelFreeReply)
-                .await?;
+        let answered = answer_conversation(
+            self.conversations.as_ref(),
+            self.answers.as_ref(),
+            self.subtasks.as_ref(),
+            conversation,
+            answerer,
+            &ModelFreeReply,
+        )
+        .await?;
         Ok(match answered {
             AnswerOutcome::Answered { status, taken_over, .. } => {
                 tracing::warn!(
@@ -279,6 +285,11 @@ impl DeadlinePath {
                 );
                 let action = if taken_over.is_some() { DeadlineAction::TakenOver } else { DeadlineAction::Aggregated };
                 (Outcome::Concluded(status), Some(action))
+            }
+            AnswerOutcome::NeverStarted { taken_over } => {
+                tracing::warn!("none of its subtasks ever began: the conversation failed, not answered");
+                let action = if taken_over.is_some() { DeadlineAction::TakenOver } else { DeadlineAction::Failed };
+                (Outcome::Concluded(ConversationStatus::Failed), Some(action))
             }
             AnswerOutcome::Held(lease) => {
                 let left = ms_between(now_ms(), lease.until_ms).as_millis();

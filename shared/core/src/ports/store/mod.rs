@@ -465,7 +465,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 31);
+        assert_eq!(StoreOp::ALL.len(), 32);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }
