@@ -163,8 +163,18 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
 
     let mut problems = Vec::new();
     let mut unsent_failures = 0;
+    // What each answer's conversations ended as: "<answer> -> <status>, begun|not begun|no record".
+    let mut ended: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut end = |answer: &str, found: Option<&(ConversationStatus, Vec<SubtaskRecord>)>| {
+        let what = found.map_or("no record".to_owned(), |(status, subtasks)| {
+            format!("{status}, {}", if begun(subtasks) { "begun" } else { "not begun" })
+        });
+        *ended.entry(format!("{answer} -> {what}")).or_default() += 1;
+    };
     for id in &accepted {
-        let Some((status, subtasks)) = read(&stack, id).await else {
+        let found = read(&stack, id).await;
+        end("202", found.as_ref());
+        let Some((status, subtasks)) = found else {
             problems.push(format!("202 {id}: no record"));
             continue;
         };
@@ -182,6 +192,7 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     }
     for (id, said) in unavailable.iter().filter_map(|r| r.as_ref()) {
         let found = read(&stack, id).await;
+        end(&format!("503 {said}"), found.as_ref());
         match (said.as_str(), found) {
             // Never written, or written and failed before anything ran.
             ("no", None) => {}
@@ -220,7 +231,7 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     println!(
         "load: {POSTS} concurrent POSTs at time scale 1/{:.0}: {} answered 202, {} answered 503 (by started: {by_started:?}), \
          {} other; all answered in {posted:.1?}; every conversation that may run terminal after {settled:.1?} ({} still open); \
-         subtasks failed never begun: {unsent_failures}; invocations cut at their timeout: {}",
+         subtasks failed never begun: {unsent_failures}; invocations cut at their timeout: {}; ended: {ended:?}",
         1.0 / SCALE,
         accepted.len(),
         unavailable.len(),
