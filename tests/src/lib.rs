@@ -116,6 +116,17 @@ pub fn with_room_for_tool_calls(mut timings: swarm_core::timings::Timings) -> sw
     timings
 }
 
+/// The emulator's slowest usual store call on the 2-core machine: the 90th percentile of 100
+/// `UpdateItem` calls on moto's server with `stress-ng --cpu 2` beside it (26 ms median, 40 ms p90,
+/// 55 ms at most). The emulator's calls take their own time, never a scaled one.
+pub const EMULATOR_CALL_P90: std::time::Duration = std::time::Duration::from_millis(40);
+
+/// How many of the emulator's slowest usual calls a scaled per-call budget must hold at least: the
+/// rule that keeps an emulator test no harsher than AWS, where the orchestrator's 2 s per call hold
+/// about 200 of DynamoDB's 5-10 ms. Below it (the table's 2 s at 1/240 are 8 ms), a call AWS would
+/// answer in time is cut on the emulator.
+pub const EMULATOR_CALL_HEADROOM: u32 = 10;
+
 /// `timings` with room to plan at a small time scale: the orchestrator's timeout, request budget and
 /// planning lease × 40, its planning budget × 20, the rest of the request budget kept for what
 /// follows the plan and a quarter of it per call (the rules between them kept). At 1/240 the table's 25 s
@@ -240,4 +251,23 @@ pub fn subtask_of(body: &str) -> String {
         .ok()
         .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule of [`EMULATOR_CALL_HEADROOM`] at the smallest scale the emulator tests use (1/240):
+    /// each call after planning, and the window before it (the rate counter, the conversation's
+    /// write, arming the deadline: three store and queue calls), hold the headroom.
+    #[test]
+    fn room_to_plan_keeps_the_per_call_budgets_above_the_emulators_latency_at_1_240() {
+        let t = with_room_to_plan(swarm_core::timings::Timings::standard().clone()).scaled(1.0 / 240.0);
+        let o = &t.orchestrator;
+        let floor = EMULATOR_CALL_P90 * EMULATOR_CALL_HEADROOM;
+        assert!(o.aws_call >= floor, "{:?} per call, at least {floor:?}", o.aws_call);
+        assert!(o.request_budget - o.post_plan >= floor * 3, "{:?} before planning", o.request_budget - o.post_plan);
+        // The table as it is would not: 2 s at 1/240 is 8 ms.
+        assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).orchestrator.aws_call < floor);
+    }
 }
