@@ -107,6 +107,12 @@ report+=("${cargo_details[@]}")
 # several messages go out in part (docs/chaos.md). The embedded run is at 1/20, not 1/50: at 1/50 (a 2.4 s
 # deadline) a planning taken over after a creator died at `orchestrator_after_create` could end past the
 # deadline before its subtask began, which the verdict fails ("202, no subtask ever begun"; issue 18 point 4).
+# Every conversation's third subtask opens two support tickets (no approval), one per round, so an invocation
+# can die between two side effects (`worker_between_effects`; few reach the second round on the emulator, hence
+# 0.5 and 1; the emulator's partial sends at 0.15, not 0.34: every conversation now sends two messages to the refund
+# queue, and at 0.34 only 6-8 of 20 requests were accepted and the ticket subtask met its second round once or not at all;
+# at 0.15, 11-12 accepted, 2-5 chances, 29-33 partial-send opportunities). The emulator run kills its stack once 30 % of the conversations are accepted, the way
+# kill -9 kills `serve`, and starts it again on the same stack (--restart-at; a few seconds more than without).
 chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.05 --seed 9
     --crash-rate 0.04 --crash-at orchestrator_after_create=0.25 --crash-at orchestrator_after_start_run=0.25
     --crash-at aggregator_after_flip=0.25 --crash-at deadline_after_close=0.3 --crash-at worker_after_release_send=0.3
@@ -115,6 +121,7 @@ chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.05
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
     --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
     --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
+    --crash-at worker_between_effects=0.5
     --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02
     --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 --seed 9
@@ -126,8 +133,9 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
+    --crash-at worker_between_effects=1 --restart-at 0.3
     --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
-    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.34)
+    --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \

@@ -10,7 +10,7 @@ use swarm_core::view::ConversationView;
 use swarm_offline::OfflineModel;
 pub use swarm_testing::{
     Case, FlakyStore, HangingTools, RecordLog, Recorded, Reply, ScriptedModel, StoreOp, case, case_language, cases,
-    script_problems, text_response, tools_of_kind, traditional_cases,
+    script_problems, simplified_cases, text_response, tools_of_kind, traditional_cases,
 };
 
 /// A scripted model over the offline model: it counts calls per purpose and

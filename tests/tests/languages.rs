@@ -1,11 +1,10 @@
-//! Replies in the customer's language and script through the whole local stack: every case written in Chinese — the public ones (Simplified) and those of `tests/fixtures/queries-zh-hant.jsonl` (Traditional) — is answered in Chinese of its script and every English one in English, with the offline model, on both backends; the language is stored on the conversation once; the deadline path's model-free reply is written in the stored script; and, through the mock LLM on the wire, the plan, work and reply requests of a real model name the language.
+//! Replies in the customer's language and script through the whole local stack: every case written in Chinese — the public ones and those of `tests/fixtures/queries-zh-hans.jsonl` (Simplified) and `tests/fixtures/queries-zh-hant.jsonl` (Traditional) — is answered in Chinese of its script and every English one in English, with the offline model, on both backends; the language is stored on the conversation once; the deadline path's model-free reply is written in the stored script; and, through the mock LLM on the wire, the plan, work and reply requests of a real model name the language.
 //!
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mock_llm::{AgentConfig, AgentSubtask, MockConfig, MockLlm, Mode};
@@ -22,8 +21,8 @@ use swarm_core::timings::Timings;
 use swarm_local::{BackendChoice, Function, LocalStack, StackOptions, Wraps};
 use swarm_offline::offline_label;
 use swarm_tests::{
-    FlakyStore, StoreOp, case_language, cases, over_offline, script_problems, traditional_cases, unmet_expectations,
-    with_plan,
+    FlakyStore, StoreOp, case_language, cases, over_offline, script_problems, simplified_cases, traditional_cases,
+    unmet_expectations, with_plan,
 };
 
 /// How long a test waits for one conversation.
@@ -36,8 +35,8 @@ swarm_tests::on_both_backends!(
 
 async fn every_case_is_answered_in_the_language_and_script_it_was_written_in(backend: BackendChoice) {
     let stack = LocalStack::start(StackOptions { backend, ..StackOptions::default() }).await.unwrap();
-    let all: Vec<_> = cases().into_iter().chain(traditional_cases()).collect();
-    assert_eq!(all.iter().filter(|c| case_language(c) == Language::SimplifiedChinese).count(), 5);
+    let all: Vec<_> = cases().into_iter().chain(simplified_cases()).chain(traditional_cases()).collect();
+    assert_eq!(all.iter().filter(|c| case_language(c) == Language::SimplifiedChinese).count(), 7);
     assert_eq!(all.iter().filter(|c| case_language(c) == Language::TraditionalChinese).count(), 6);
     // Every message at once: the conversations run side by side, as customers' do.
     let mut posted = Vec::new();
@@ -68,15 +67,16 @@ async fn every_case_is_answered_in_the_language_and_script_it_was_written_in(bac
     assert!(failures.is_empty(), "{} case(s) fall short:\n{}", failures.len(), failures.join("\n\n"));
 }
 
-/// Kills the first worker that began a subtask's attempt: the subtask began and its message
-/// returns only after the queue's visibility timeout (15 s here), after the 5 s deadline, so the
-/// deadline path closes it, and (the aggregator never getting its lease) only the deadline path
-/// answers, without a model. (A conversation none of whose subtasks began is failed, not answered.)
-struct KillTheWorkerOnce(AtomicBool);
+/// Kills every worker that began a subtask's attempt: the subtask began, and each time its message
+/// comes back (after the receipt visibility, 1.25 s here) its new attempt dies too, so it never
+/// finishes before the 5 s deadline and the deadline path closes it; (the aggregator never getting
+/// its lease) only the deadline path answers, without a model. (A conversation none of whose subtasks
+/// began is failed, not answered; since the receipt heartbeat a single crash costs only a retry.)
+struct KillEveryAttempt;
 
-impl FaultPlan for KillTheWorkerOnce {
+impl FaultPlan for KillEveryAttempt {
     fn crash(&self, point: CrashPoint) -> bool {
-        point == CrashPoint::WorkerAfterBeginAttempt && !self.0.swap(true, Ordering::SeqCst)
+        point == CrashPoint::WorkerAfterBeginAttempt
     }
 }
 
@@ -89,7 +89,7 @@ async fn the_deadline_paths_model_free_reply_is_written_in_the_stored_script(bac
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan.to_string())))),
-        faults: Some(Arc::new(KillTheWorkerOnce(AtomicBool::new(false)))),
+        faults: Some(Arc::new(KillEveryAttempt)),
         wraps: Wraps::default().store(
             &[Function::Aggregator],
             Arc::new(|inner| {
@@ -178,6 +178,7 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
         let own = messages(b).into_iter().rev().find(|m| text(m).starts_with("Subtask ")).unwrap();
         assert_eq!(language_named(text(&own), ANSWER_LANGUAGE_MARKER), Some(Language::TraditionalChinese));
         assert!(text(&own).contains("Write your answer in Traditional Chinese (繁體中文)"), "{own}");
+        assert!(text(&own).contains("Put what the tools say into that language, a refusal's reason too"), "{own}");
     }
     let reply_messages = messages(reply[0]);
     assert_eq!(reply_messages.len(), 2, "system and one user message");
@@ -193,11 +194,33 @@ async fn a_real_models_plan_work_and_reply_requests_name_the_customers_language(
     assert!(user.contains("\"language\": \"zh-Hant\""), "{user}");
     assert!(text(&reply_messages[0]).contains("`Reply language:`"), "the system prompt points at it");
 
-    // An English message gets English named everywhere.
-    let bodies = through_the_mock("Where is order A1029, and can I use SAVE20?").await;
-    let reply = bodies
-        .iter()
-        .find_map(|b| messages(b).into_iter().find(|m| m["role"] == "user" && text(m).contains(SUBTASK_RESULTS_MARKER)))
-        .unwrap();
-    assert_eq!(language_named(text(&reply), REPLY_LANGUAGE_MARKER), Some(Language::English));
+    // A Simplified message gets Simplified named, and an English one English, in every request.
+    for (message, language) in [
+        ("能用 DOUBLE11 这张券吗？我的订单 A1029 到哪了？", Language::SimplifiedChinese),
+        ("Where is order A1029, and can I use SAVE20?", Language::English),
+    ] {
+        let bodies = through_the_mock(message).await;
+        let named = |marker: &str| -> Vec<Option<Language>> {
+            bodies
+                .iter()
+                .flat_map(&messages)
+                .filter(|m| text(m).contains(marker))
+                .map(|m| language_named(text(&m), marker))
+                .collect()
+        };
+        let (plan, work, reply) =
+            (named(INSTRUCTION_LANGUAGE_MARKER), named(ANSWER_LANGUAGE_MARKER), named(REPLY_LANGUAGE_MARKER));
+        assert_eq!((plan.len(), reply.len()), (1, 1), "{message}: {bodies:#?}");
+        assert!(work.len() >= 2, "{message}: {bodies:#?}");
+        for named in plan.iter().chain(&work).chain(&reply) {
+            assert_eq!(*named, Some(language), "{message}");
+        }
+        let reply_request = bodies
+            .iter()
+            .flat_map(&messages)
+            .find(|m| m["role"] == "user" && text(m).contains(SUBTASK_RESULTS_MARKER))
+            .unwrap();
+        let expected = format!("\"language\": \"{}\"", language.tag());
+        assert!(text(&reply_request).contains(&expected), "{message}: {reply_request}");
+    }
 }

@@ -282,9 +282,9 @@ async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirme
     // finds the conversation answered. Something must still learn what happened to the intent.
     // At 1/240 of the table, with room to plan, for tool calls and for whole invocations (the table's
     // 0.5 s deadline was missed on a loaded machine before the refund reached its intent): the deadline
-    // 1200 s (5 s), the refund queue's visibility timeout 3600 s (15 s), so the killed message comes
-    // back well after the deadline path (its message or the 2.5 s sweep) closed the subtask; the
-    // confirm delay 30 s (0.125 s, held as 1 s). A tool call 200 s (833 ms; the gateway's and the
+    // 1200 s (5 s), the refund queue's visibility timeout 3600 s (15 s) and the receipt visibility
+    // 3000 s (12.5 s), so the killed message comes back well after the deadline path (its message or
+    // the 2.5 s sweep) closed the subtask; the confirm delay 30 s (0.125 s, held as 1 s). A tool call 200 s (833 ms; the gateway's and the
     // shop's function timeouts 240 s), as in the platform drills: the order lookup before the refund
     // timed out at `with_room_for_tool_calls`' 208 ms on a loaded emulator, and the refund never began.
     let mut timings = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
@@ -296,6 +296,10 @@ async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirme
     timings.worker.tool_timeout = Duration::from_secs(200);
     timings.conversation.deadline = Duration::from_secs(1200);
     timings.queues.refund.visibility_timeout = Duration::from_secs(3600);
+    // A killed invocation's messages come back after the receipt visibility, not the queue's
+    // visibility timeout (the heartbeat keeps them at it): 3000 s (12.5 s) keeps the killed message
+    // away until well after the deadline path has answered, which is the window this test is about.
+    timings.worker.receipt_visibility = Duration::from_secs(3000);
     let stack = start(StackOptions {
         backend,
         timings,

@@ -1,4 +1,4 @@
-//! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a message the worker reports for retry comes back after the visibility timeout it set (`ChangeMessageVisibility`), long before the queue's own, and is redriven to the DLQ; a stuck invocation is cut at the function's timeout and its batch comes back after the queue's visibility timeout; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch goes to the on-failure destination and the deadline path answers the conversation; an invocation killed at a crash point is a failed one.
+//! Drills of the local platform's AWS semantics, each run on both backends (embedded, and the AWS adapters on the emulator): a message the worker reports for retry comes back after the visibility timeout it set (`ChangeMessageVisibility`), long before the queue's own, and is redriven to the DLQ; a stuck invocation is cut at the function's timeout and its batch comes back after the worker's receipt visibility (its heartbeat held it while the invocation lived); a worker killed mid-attempt is rerun once its lease is free and succeeds; a failing aggregator is retried exactly `MaximumRetryAttempts` times, then its batch goes to the on-failure destination and the deadline path answers the conversation; an invocation killed at a crash point is a failed one.
 //!
 //! Time runs at [`DRILL_SCALE`] (1/240) of the timing table, with room where a busy 2-core machine
 //! misses the scaled budgets ([`drill_timings`]): the worker's and the aggregator's timeouts lifted
@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use swarm_core::domain::{ConversationStatus, SubtaskStatus};
+use swarm_core::domain::{ConversationId, ConversationStatus, SubtaskStatus};
 use swarm_core::faults::{CrashPoint, FaultPlan};
 use swarm_core::llm::Models;
 use swarm_core::ports::{ConversationStore, ToolGateway};
@@ -31,10 +31,11 @@ const PATIENCE: Duration = Duration::from_secs(60);
 // Every drill on each backend.
 swarm_tests::on_both_backends!(
     a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set_and_is_redriven_to_the_dlq,
-    a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout,
+    a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_receipt_visibility,
     a_failing_aggregator_is_retried_then_its_batch_goes_to_the_on_failure_destination_and_the_deadline_path_answers,
     a_retry_of_a_failing_aggregator_that_succeeds_answers_the_conversation_once,
     a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_returns,
+    a_worker_killed_mid_attempt_is_rerun_once_its_lease_is_free_and_the_subtask_succeeds,
 );
 
 /// The standard table, with the conversation deadline lifted from 120 s to 3600 s (15 s
@@ -128,6 +129,28 @@ fn assert_not_before(earlier: &Received, later: &Received, timeout: Duration, wh
     assert!(gap >= timeout, "{what}: came back after {gap:?}, before the visibility timeout {timeout:?}");
 }
 
+/// `later` came back before the queue's own visibility timeout `timeout` ran out after `earlier`'s
+/// poll: the heartbeat's receipt visibility, not the queue's, brought it back.
+fn assert_back_before(earlier: &Received, later: &Received, timeout: Duration, what: &str) {
+    let gap = later.received_at.duration_since(earlier.polled_at);
+    assert!(gap < timeout, "{what}: came back after {gap:?}, the queue's visibility timeout {timeout:?}");
+}
+
+/// [`drill_timings`] with the tasks queue's visibility timeout lifted to 3600 s (15 s scaled), an
+/// order of magnitude above the worker's receipt visibility (30 s, held as 1 s): which one brought a
+/// message back is unmistakable.
+fn with_long_queue_visibility() -> Timings {
+    let mut timings = drill_timings();
+    timings.queues.tasks.visibility_timeout = Duration::from_secs(3600);
+    timings
+}
+
+/// The receipt visibility as SQS holds it (whole seconds, rounded up) and the tasks queue's visibility timeout, scaled.
+fn visibilities(stack: &LocalStack) -> (Duration, Duration) {
+    let receipt = Duration::from_secs(seconds_rounded_up(stack.timings().worker.receipt_visibility));
+    (receipt, stack.timings().queues.tasks.visibility_timeout)
+}
+
 /// Waits (at most 30 s) until `done` holds for the stack's counters.
 async fn until(stack: &LocalStack, what: &str, done: impl Fn(&swarm_local::CounterSnapshot) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -185,7 +208,7 @@ async fn a_reported_failure_comes_back_after_the_retry_visibility_the_worker_set
     assert_eq!(w01.error.as_deref(), Some(swarm_core::domain::FailureKind::DeadLetter.customer_message()));
 }
 
-async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_visibility_timeout(
+async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns_after_the_receipt_visibility(
     backend: BackendChoice,
 ) {
     let tools: Arc<std::sync::Mutex<Option<Arc<HangingTools>>>> = Arc::default();
@@ -193,6 +216,7 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     let stack = LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(two_subtasks()))),
+        timings: with_long_queue_visibility(),
         // The coupon tool's first call never answers, whatever its timeout says (the tasks worker calls it).
         wraps: Wraps::default().tools(
             &[Function::Worker],
@@ -202,7 +226,6 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
                 hanging as Arc<dyn ToolGateway>
             }),
         ),
-        timings: drill_timings(),
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
     })
@@ -210,7 +233,7 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     .unwrap();
     let id = post(&stack).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let (receipt, visibility) = visibilities(&stack);
     let timeout = lambda_timeout(stack.timings().worker.timeout);
     let on_tasks = receives_at_least(&stack, Queue::Tasks, "w01", 2).await;
     let counters = stack.counters().snapshot();
@@ -226,7 +249,10 @@ async fn a_stuck_invocation_is_cut_at_the_function_timeout_and_its_batch_returns
     let ran = dropped.duration_since(on_tasks[0].received_at);
     assert!(ran >= timeout, "the invocation was cut after {ran:?}, before the worker's timeout {timeout:?}");
     assert!(dropped <= on_tasks[1].received_at, "the stuck invocation was gone before its message came back");
-    assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a timed-out invocation");
+    // Held by the heartbeat while the invocation lived (past the receipt visibility), then back after
+    // the receipt visibility, long before the queue's visibility timeout.
+    assert_not_before(&on_tasks[0], &on_tasks[1], timeout.max(receipt), "the batch of a timed-out invocation");
+    assert_back_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a timed-out invocation");
     assert_eq!(counters.timed_out_invocations, 1);
     assert_eq!(counters.dead_letter_invocations, 0);
     assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
@@ -329,7 +355,7 @@ async fn a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_r
         backend,
         models: Some(Models::single(Arc::new(one_subtask()))),
         faults: Some(Arc::new(CrashOnce(CrashPoint::WorkerAfterRecordResult, Default::default()))),
-        timings: drill_timings(),
+        timings: with_long_queue_visibility(),
         time_scale: DRILL_SCALE,
         ..StackOptions::default()
     })
@@ -337,7 +363,7 @@ async fn a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_r
     .unwrap();
     let id = post(&stack).await;
     let view = stack.wait_finished(&id, PATIENCE).await;
-    let visibility = stack.timings().queues.tasks.visibility_timeout;
+    let (receipt, visibility) = visibilities(&stack);
     let on_tasks = receives_at_least(&stack, Queue::Tasks, "w01", 2).await;
     let counters = stack.counters().snapshot();
     stack.shutdown().await;
@@ -346,9 +372,42 @@ async fn a_worker_killed_at_a_crash_point_fails_its_invocation_and_its_message_r
     assert_eq!(counters.killed_invocations, 1);
     let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
     assert_eq!(counts, vec![(1, true), (2, false)], "the killed invocation's message came back: {on_tasks:?}");
-    assert_not_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a killed invocation");
+    assert_not_before(&on_tasks[0], &on_tasks[1], receipt, "the batch of a killed invocation");
+    assert_back_before(&on_tasks[0], &on_tasks[1], visibility, "the batch of a killed invocation");
     // The redelivery finds the result recorded and completes the count the crash cut off.
     assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
     assert_eq!((view.progress.finished, view.progress.total), (1, 1));
     assert_eq!(view.subtasks[0].status, SubtaskStatus::Succeeded);
+}
+
+async fn a_worker_killed_mid_attempt_is_rerun_once_its_lease_is_free_and_the_subtask_succeeds(backend: BackendChoice) {
+    let stack = LocalStack::start(StackOptions {
+        backend,
+        models: Some(Models::single(Arc::new(one_subtask()))),
+        faults: Some(Arc::new(CrashOnce(CrashPoint::WorkerAfterBeginAttempt, Default::default()))),
+        timings: with_long_queue_visibility(),
+        time_scale: DRILL_SCALE,
+        ..StackOptions::default()
+    })
+    .await
+    .unwrap();
+    let id = post(&stack).await;
+    let view = stack.wait_finished(&id, PATIENCE).await;
+    let (receipt, visibility) = visibilities(&stack);
+    let on_tasks = receives_at_least(&stack, Queue::Tasks, "w01", 2).await;
+    let w01 = stack.store().get_subtask(&ConversationId::from_trusted(&id), &"w01".into()).await.unwrap().unwrap();
+    let counters = stack.counters().snapshot();
+    stack.shutdown().await;
+
+    let view = view.unwrap();
+    assert_eq!(counters.killed_invocations, 1);
+    let counts: Vec<(u32, bool)> = on_tasks.iter().map(|r| (r.receive_count, r.retried)).collect();
+    // The second receive may find the dead attempt's lease still live and hand the work back once
+    // (a fresh message): the subtask's receives on the tasks queue end with one that ran it.
+    assert_eq!(counts[..2], [(1, true), (2, false)], "the killed invocation's message came back: {on_tasks:?}");
+    assert_not_before(&on_tasks[0], &on_tasks[1], receipt, "the message of an attempt killed mid-way");
+    assert_back_before(&on_tasks[0], &on_tasks[1], visibility, "the message of an attempt killed mid-way");
+    assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
+    assert_eq!((view.progress.finished, view.progress.total), (1, 1));
+    assert_eq!((w01.status, w01.attempts), (SubtaskStatus::Succeeded, 2), "rerun as a second attempt: {w01:?}");
 }

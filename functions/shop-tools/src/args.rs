@@ -111,3 +111,21 @@ pub struct RefundArgs {
     #[schemars(skip)]
     pub approval_id: Option<String>,
 }
+
+/// Arguments of `open_ticket`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct OpenTicketArgs {
+    /// The customer asking: filled by the tool gateway and hidden from the model; the shop acts for the
+    /// gateway's `x-swarm-customer-id` header and never for this value.
+    #[serde(default)]
+    pub customer_id: String,
+    /// Order id the ticket is about, e.g. "A1016".
+    pub order_id: String,
+    /// What the customer needs a person to look into, in a sentence (at most 300 characters).
+    pub subject: String,
+    /// Unique key for this ticket (at most 200 characters); repeating a call with the same key returns the first
+    /// ticket and never opens a second. Filled by the tool gateway and hidden from the model; the shop uses the
+    /// gateway's `x-swarm-idempotency-key` header and never this value.
+    #[serde(default)]
+    pub idempotency_key: String,
+}

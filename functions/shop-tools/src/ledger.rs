@@ -1,4 +1,4 @@
-//! The shop's refund ledger — every refund and its idempotency key — behind one trait: in memory (the local stack: it lives as long as the stack) and on DynamoDB (Lambda: it survives cold starts and instances, and a key is claimed by a conditional write).
+//! The shop's ledger — every refund and every support ticket, each with its idempotency key — behind one trait: in memory (the local stack: it lives as long as the stack) and on DynamoDB (Lambda: it survives cold starts and instances, and a key is claimed by a conditional write).
 //!
 //! DynamoDB layout (the shop's own table, partition key `PK` only):
 //!
@@ -7,6 +7,7 @@
 //! | `KEY#<customer>#<idempotency key>` | `refund` S (the [`RefundRecord`] as JSON) |
 //! | `ORDER#<order id>` | `refunded_cents` N, `refunds` N (count, the version a new refund is conditional on) |
 //! | `APPROVAL#<approval id>` | `key` S (the `KEY#…` item the approval paid) |
+//! | `TICKET#<customer>#<idempotency key>` | `ticket` S (the [`TicketRecord`] as JSON) |
 //!
 //! A refund is one `TransactWriteItems`: the key item `attribute_not_exists(PK)`, the order
 //! item conditional on the count of refunds the shop's checks were made against, and for a
@@ -48,6 +49,17 @@ pub struct RefundRecord {
     /// approvals were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+}
+
+/// One support ticket opened through the shop (a side effect without money: no approval).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketRecord {
+    /// `TK-<32 hex digits>`: random for each ticket.
+    pub ticket_id: String,
+    pub customer_id: String,
+    pub order_id: String,
+    pub subject: String,
+    pub idempotency_key: String,
 }
 
 /// What the ledger holds for one order: refunded through it, in cents, and how many refunds.
@@ -97,6 +109,11 @@ pub trait RefundLedger: Send + Sync {
     async fn record(&self, refund: &RefundRecord, before: OrderRefunds) -> Result<LedgerWrite, LedgerError>;
     /// Every refund, in no particular order (tests and the local stack's checks).
     async fn all(&self) -> Result<Vec<RefundRecord>, LedgerError>;
+    /// Records `ticket` under its customer and key, conditional on the key being new; answers
+    /// the ticket the key holds — `ticket` itself, or the one a first call with the key opened.
+    async fn open_ticket(&self, ticket: &TicketRecord) -> Result<TicketRecord, LedgerError>;
+    /// Every ticket, in no particular order (tests and the local stack's checks).
+    async fn tickets(&self) -> Result<Vec<TicketRecord>, LedgerError>;
 }
 
 #[derive(Default)]
@@ -107,6 +124,8 @@ struct Memory {
     approvals: HashMap<String, (String, String)>,
     /// Recording order, for [`RefundLedger::all`].
     order: Vec<(String, String)>,
+    /// (customer, key) → ticket, in opening order.
+    tickets: Vec<((String, String), TicketRecord)>,
 }
 
 /// The ledger in this process: one lock per call, the same conditions as DynamoDB's.
@@ -166,6 +185,20 @@ impl RefundLedger for InMemoryLedger {
         let state = self.state();
         Ok(state.order.iter().filter_map(|slot| state.by_key.get(slot).cloned()).collect())
     }
+
+    async fn open_ticket(&self, ticket: &TicketRecord) -> Result<TicketRecord, LedgerError> {
+        let mut state = self.state();
+        let slot = (ticket.customer_id.clone(), ticket.idempotency_key.clone());
+        if let Some((_, first)) = state.tickets.iter().find(|(s, _)| *s == slot) {
+            return Ok(first.clone());
+        }
+        state.tickets.push((slot, ticket.clone()));
+        Ok(ticket.clone())
+    }
+
+    async fn tickets(&self) -> Result<Vec<TicketRecord>, LedgerError> {
+        Ok(self.state().tickets.iter().map(|(_, t)| t.clone()).collect())
+    }
 }
 
 /// The ledger on its own DynamoDB table (`SHOP_LEDGER_TABLE`).
@@ -186,6 +219,10 @@ fn n(v: impl ToString) -> AttributeValue {
 /// `%` and `#` in a customer id escaped, so two (customer, key) pairs never share an item.
 fn key_pk(customer_id: &str, key: &str) -> String {
     format!("KEY#{}#{key}", customer_id.replace('%', "%25").replace('#', "%23"))
+}
+
+fn ticket_pk(customer_id: &str, key: &str) -> String {
+    format!("TICKET#{}#{key}", customer_id.replace('%', "%25").replace('#', "%23"))
 }
 
 fn order_pk(order_id: &str) -> String {
@@ -226,6 +263,14 @@ fn record_from(item: &HashMap<String, AttributeValue>) -> Result<RefundRecord, L
         .and_then(|v| v.as_s().ok())
         .ok_or_else(|| LedgerError::Permanent("a key item has no `refund`".into()))?;
     serde_json::from_str(text).map_err(|e| LedgerError::Permanent(format!("a refund item is not valid JSON: {e}")))
+}
+
+fn ticket_from(item: &HashMap<String, AttributeValue>) -> Result<TicketRecord, LedgerError> {
+    let text = item
+        .get("ticket")
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| LedgerError::Permanent("a ticket item has no `ticket`".into()))?;
+    serde_json::from_str(text).map_err(|e| LedgerError::Permanent(format!("a ticket item is not valid JSON: {e}")))
 }
 
 fn number<T: std::str::FromStr + Default>(item: &HashMap<String, AttributeValue>, name: &str) -> T {
@@ -405,6 +450,54 @@ impl RefundLedger for DynamoLedger {
     }
 
     async fn all(&self) -> Result<Vec<RefundRecord>, LedgerError> {
+        self.scan_prefix("KEY#").await?.iter().map(record_from).collect()
+    }
+
+    async fn open_ticket(&self, ticket: &TicketRecord) -> Result<TicketRecord, LedgerError> {
+        let json = serde_json::to_string(ticket).map_err(|e| LedgerError::Permanent(e.to_string()))?;
+        let pk = ticket_pk(&ticket.customer_id, &ticket.idempotency_key);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("PK", s(pk.clone()))
+            .item("ticket", s(json))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(ticket.clone()),
+            // The key holds a ticket already (a retry, or this very write whose answer was lost):
+            // the stored one is the answer.
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
+                let out = self
+                    .client
+                    .get_item()
+                    .table_name(&self.table)
+                    .key("PK", s(pk))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("GetItem", &e))?;
+                match out.item.as_ref() {
+                    Some(item) => ticket_from(item),
+                    None => {
+                        Err(LedgerError::Transient("the ticket's key was claimed but cannot be read yet; retry".into()))
+                    }
+                }
+            }
+            Err(e) => Err(sdk_error("PutItem", &e)),
+        }
+    }
+
+    async fn tickets(&self) -> Result<Vec<TicketRecord>, LedgerError> {
+        self.scan_prefix("TICKET#").await?.iter().map(ticket_from).collect()
+    }
+}
+
+impl DynamoLedger {
+    /// Every item whose `PK` begins with `prefix` (a consistent scan, every page).
+    async fn scan_prefix(&self, prefix: &str) -> Result<Vec<HashMap<String, AttributeValue>>, LedgerError> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
@@ -413,15 +506,13 @@ impl RefundLedger for DynamoLedger {
                 .scan()
                 .table_name(&self.table)
                 .filter_expression("begins_with(PK, :key)")
-                .expression_attribute_values(":key", s("KEY#"))
+                .expression_attribute_values(":key", s(prefix))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(|e| sdk_error("Scan", &e))?;
-            for item in page.items() {
-                out.push(record_from(item)?);
-            }
+            out.extend(page.items().iter().cloned());
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => return Ok(out),
@@ -440,5 +531,7 @@ mod tests {
         assert_eq!(key_pk("C104", "swarm:x:w01:1"), "KEY#C104#swarm:x:w01:1");
         assert_eq!(order_pk("A1033"), "ORDER#A1033");
         assert_eq!(approval_pk("c.w01.1"), "APPROVAL#c.w01.1");
+        assert_eq!(ticket_pk("C104", "swarm:x:w01:1"), "TICKET#C104#swarm:x:w01:1");
+        assert_ne!(ticket_pk("a#b", "c"), ticket_pk("a", "b#c"));
     }
 }

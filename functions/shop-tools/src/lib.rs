@@ -1,7 +1,7 @@
-//! shop-tools: the demo e-commerce MCP tool server (orders, shipments, products, coupons, refunds).
+//! shop-tools: the demo e-commerce MCP tool server (orders, shipments, products, coupons, refunds, support tickets).
 //!
 //! [`Shop`] holds the rules as plain Rust over the embedded data set; [`ShopTools`] exposes
-//! them as seven MCP tools; [`router`] / [`serve`] put them on stateless Streamable HTTP
+//! them as eight MCP tools; [`router`] / [`serve`] put them on stateless Streamable HTTP
 //! behind [`ShopAccess`]: only the tool gateway gets through, and the customer and the
 //! idempotency key come from the headers it writes.
 
@@ -23,10 +23,10 @@ pub use config::Config;
 pub use error::{Refusal, ShopError};
 pub use ledger::{DynamoLedger, InMemoryLedger, RefundLedger};
 pub use server::{MCP_PATH, ShopTools, router, serve};
-pub use shop::{RefundRecord, Shop};
+pub use shop::{RefundRecord, Shop, TicketRecord};
 
-/// The seven tool names, in the order `tools/list` is expected to contain them (any order is valid MCP).
-pub const TOOL_NAMES: [&str; 7] = [
+/// The eight tool names, in the order `tools/list` is expected to contain them (any order is valid MCP).
+pub const TOOL_NAMES: [&str; 8] = [
     "get_order",
     "list_customer_orders",
     "track_shipment",
@@ -34,4 +34,5 @@ pub const TOOL_NAMES: [&str; 7] = [
     "check_coupon",
     "get_refund_policy",
     "refund",
+    "open_ticket",
 ];

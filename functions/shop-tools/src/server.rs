@@ -22,14 +22,16 @@ use crate::access::{
     APPROVAL_ID_HEADER, APPROVAL_REQUIRED, CONSENT_LIMIT_HEADER, CUSTOMER_HEADER, IDEMPOTENCY_HEADER, ShopAccess,
     header_text,
 };
-use crate::args::{CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, RefundArgs, TrackShipmentArgs};
+use crate::args::{
+    CheckCouponArgs, GetOrderArgs, GetProductArgs, ListOrdersArgs, OpenTicketArgs, RefundArgs, TrackShipmentArgs,
+};
 use crate::error::{Refusal, ShopError};
 use crate::shop::Shop;
 
 /// Path the MCP endpoint is served at.
 pub const MCP_PATH: &str = "/mcp";
 
-/// The rmcp server handler: seven tools over one [`Shop`].
+/// The rmcp server handler: eight tools over one [`Shop`].
 #[derive(Debug, Clone)]
 pub struct ShopTools {
     shop: Arc<Shop>,
@@ -37,7 +39,8 @@ pub struct ShopTools {
 }
 
 /// A tool answer: one text content holding a JSON object; a refusal is
-/// `{"error": "<reason>"}` with `is_error = true`.
+/// `{"error": "<reason>", "code": "<code>"}` with `is_error = true`, and a refund the policy
+/// rules out has its rule's figures beside them ([`Refusal::to_json`]).
 fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: Result<T, Refusal>) -> CallToolResult {
     let customer_id = customer_id.unwrap_or("-");
     match result {
@@ -48,13 +51,15 @@ fn answer<T: Serialize>(tool: &'static str, customer_id: Option<&str>, result: R
             }
             Err(e) => {
                 tracing::error!(tool, error = %e, "tool result did not serialize");
-                refusal_result(&format!("internal error: the {tool} result could not be encoded"))
+                // A defect, not a refusal of the shop's: no code to decide on.
+                let reason = format!("internal error: the {tool} result could not be encoded");
+                CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
             }
         },
         Err(refusal) => {
             tracing::info!(tool, customer_id, outcome = "refused", "tool call refused");
             tracing::debug!(tool, reason = %refusal, "refusal reason");
-            refusal_result(&refusal.to_string())
+            refusal_result(&refusal)
         }
     }
 }
@@ -72,7 +77,7 @@ fn input_schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Result<T, CallToolResult> {
     serde_json::from_value(serde_json::Value::Object(arguments)).map_err(|e| {
         tracing::info!(tool, outcome = "bad_arguments", "tool call refused");
-        refusal_result(&format!("invalid arguments for {tool}: {e}"))
+        refusal_result(&Refusal::InvalidArguments(format!("invalid arguments for {tool}: {e}")))
     })
 }
 
@@ -80,12 +85,15 @@ fn parse<T: DeserializeOwned>(tool: &'static str, arguments: JsonObject) -> Resu
 fn customer_of(tool: &'static str, parts: &Parts) -> Result<String, CallToolResult> {
     header_text(&parts.headers, CUSTOMER_HEADER).map(str::to_owned).ok_or_else(|| {
         tracing::warn!(tool, outcome = "no_customer", "tool call refused");
-        refusal_result(&format!("{tool} acts for a customer: the tool gateway sets {CUSTOMER_HEADER}"))
+        refusal_result(&Refusal::InvalidArguments(format!(
+            "{tool} acts for a customer: the tool gateway sets {CUSTOMER_HEADER}"
+        )))
     })
 }
 
-fn refusal_result(reason: &str) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(serde_json::json!({ "error": reason }).to_string())])
+/// `{"error": "<reason>", "code": "<code>", …}` with `is_error = true` ([`Refusal::to_json`]).
+fn refusal_result(refusal: &Refusal) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(refusal.to_json().to_string())])
 }
 
 #[tool_router]
@@ -213,7 +221,9 @@ impl ShopTools {
             Some(key) => key.to_owned(),
             None => {
                 tracing::warn!(tool = "refund", outcome = "no_idempotency_key", "tool call refused");
-                return Ok(refusal_result(&format!("refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}")));
+                return Ok(refusal_result(&Refusal::InvalidArguments(format!(
+                    "refund moves money: the tool gateway sets {IDEMPOTENCY_HEADER}"
+                ))));
             }
         };
         // The gateway's word only: whatever the arguments held is replaced.
@@ -222,7 +232,9 @@ impl ShopTools {
             Some(Ok(limit)) if limit >= 0 => Some(limit),
             Some(_) => {
                 tracing::warn!(tool = "refund", outcome = "bad_consent_limit", "tool call refused");
-                return Ok(refusal_result(&format!("{CONSENT_LIMIT_HEADER} must be a whole number of cents")));
+                return Ok(refusal_result(&Refusal::InvalidArguments(format!(
+                    "{CONSENT_LIMIT_HEADER} must be a whole number of cents"
+                ))));
             }
         };
         args.approval_id = header_text(&parts.headers, APPROVAL_ID_HEADER).map(str::to_owned);
@@ -234,12 +246,38 @@ impl ShopTools {
             answered => Ok(answer("refund", Some(&args.customer_id), answered)),
         }
     }
+
+    #[tool(
+        input_schema = input_schema::<OpenTicketArgs>(),
+        description = "Open a support ticket about one of the customer's orders, for a person to follow up (a complaint, a damaged item, a question the tools cannot answer). Needs a unique idempotency_key; repeating a key never opens a second ticket.",
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true)
+    )]
+    async fn open_ticket(&self, arguments: JsonObject, Extension(parts): Extension<Parts>) -> CallToolResult {
+        let mut args = match parse::<OpenTicketArgs>("open_ticket", arguments) {
+            Ok(args) => args,
+            Err(refused) => return refused,
+        };
+        args.customer_id = match customer_of("open_ticket", &parts) {
+            Ok(customer) => customer,
+            Err(refused) => return refused,
+        };
+        args.idempotency_key = match header_text(&parts.headers, IDEMPOTENCY_HEADER) {
+            Some(key) => key.to_owned(),
+            None => {
+                tracing::warn!(tool = "open_ticket", outcome = "no_idempotency_key", "tool call refused");
+                return refusal_result(&Refusal::InvalidArguments(format!(
+                    "open_ticket is a side effect: the tool gateway sets {IDEMPOTENCY_HEADER}"
+                )));
+            }
+        };
+        answer("open_ticket", Some(&args.customer_id), self.shop.open_ticket(&args).await)
+    }
 }
 
 #[tool_handler(
     router = self.tool_router,
     name = "shop-tools",
-    instructions = "Demo e-commerce shop: orders, shipments, products and stock, coupons, refund policy and refunds. Customer-scoped tools act only on the given customer's data."
+    instructions = "Demo e-commerce shop: orders, shipments, products and stock, coupons, refund policy and refunds, support tickets. Customer-scoped tools act only on the given customer's data."
 )]
 impl ServerHandler for ShopTools {}
 

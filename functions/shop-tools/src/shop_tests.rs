@@ -3,6 +3,7 @@
 use crate::args::{CheckCouponArgs, RefundArgs};
 use crate::error::Refusal;
 use crate::shop::Shop;
+use crate::shop::views::RefundReceipt;
 
 fn shop() -> anyhow::Result<Shop> {
     Ok(Shop::demo()?)
@@ -152,7 +153,13 @@ async fn a_delivered_parcel_is_never_late() -> anyhow::Result<()> {
 async fn an_order_without_shipment_says_so_with_its_status() -> anyhow::Result<()> {
     assert_eq!(
         shop()?.track_shipment("C104", Some("A1029"), None).await,
-        Err(Refusal::NotFound("order A1029 has no shipment yet (status PAID)".into()))
+        Err(Refusal::NoShipmentYet { order_id: "A1029".into(), status: "PAID".into() })
+    );
+    let refusal = Refusal::NoShipmentYet { order_id: "A1029".into(), status: "PAID".into() };
+    assert_eq!(
+        refusal.to_json(),
+        serde_json::json!({"error": "order A1029 has no shipment yet (status PAID)", "code": "no_shipment_yet",
+                           "order_id": "A1029", "status": "PAID"})
     );
     Ok(())
 }
@@ -397,9 +404,10 @@ async fn a_repeated_refund_key_refunds_once_and_returns_the_first_result() -> an
 
     let second_key = shop.refund(&refund_args("C103", "A1016", "key-2")).await;
     assert_eq!(
-        second_key,
-        Err(Refusal::Refused(
-            "order A1016 has nothing left to refund: 797.00 CNY paid, 797.00 CNY already refunded".into()
+        ruled_out(&second_key),
+        Some((
+            "nothing_left",
+            "order A1016 has nothing left to refund: 797.00 CNY paid, 797.00 CNY already refunded".to_owned()
         ))
     );
     assert_eq!(shop.refunds().await?.len(), 1);
@@ -415,10 +423,8 @@ async fn partial_refunds_add_up_to_at_most_what_was_paid() -> anyhow::Result<()>
     assert_eq!((part.amount, part.refunded_total), (399.0, 399.0));
     let too_much = shop.refund(&RefundArgs { amount: Some(500.0), ..refund_args("C103", "A1016", "b") }).await;
     assert_eq!(
-        too_much,
-        Err(Refusal::Refused(
-            "a refund of 500.00 CNY exceeds what is refundable on order A1016: 398.00 CNY (797.00 CNY paid minus 399.00 CNY already refunded)".into()
-        ))
+        ruled_out(&too_much),
+        Some(("exceeds_refundable", "a refund of 500.00 CNY exceeds what is refundable on order A1016: 398.00 CNY (797.00 CNY paid minus 399.00 CNY already refunded)".to_owned()))
     );
     let rest = shop.refund(&refund_args("C103", "A1016", "c")).await?;
     assert_eq!((rest.amount, rest.refunded_total, rest.refund_id.as_str()), (398.0, 797.0, "RF-A1016-2"));
@@ -429,8 +435,11 @@ async fn partial_refunds_add_up_to_at_most_what_was_paid() -> anyhow::Result<()>
 async fn a_shipped_order_cannot_be_refunded_yet() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
-        shop.refund(&refund_args("C107", "A1032", "k")).await,
-        Err(Refusal::Refused("order A1032 is SHIPPED, not delivered: the refund window starts at delivery".into()))
+        ruled_out(&shop.refund(&refund_args("C107", "A1032", "k")).await),
+        Some((
+            "not_delivered",
+            "order A1032 is SHIPPED, not delivered: the refund window starts at delivery".to_owned()
+        ))
     );
     assert!(shop.refunds().await?.is_empty());
     Ok(())
@@ -439,9 +448,11 @@ async fn a_shipped_order_cannot_be_refunded_yet() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_refund_after_the_window_is_refused_with_the_closing_date() -> anyhow::Result<()> {
     assert_eq!(
-        shop()?.refund(&refund_args("C105", "A1006", "k")).await,
-        Err(Refusal::Refused(
-            "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00".into()
+        ruled_out(&shop()?.refund(&refund_args("C105", "A1006", "k")).await),
+        Some((
+            "refund_window_closed",
+            "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00"
+                .to_owned()
         ))
     );
     Ok(())
@@ -451,15 +462,17 @@ async fn a_refund_after_the_window_is_refused_with_the_closing_date() -> anyhow:
 async fn unpaid_and_refunded_orders_have_nothing_to_refund() -> anyhow::Result<()> {
     let shop = shop()?;
     assert_eq!(
-        shop.refund(&refund_args("C100", "A1001", "k")).await,
-        Err(Refusal::Refused(
-            "order A1001 is PENDING_PAYMENT and nothing has been paid, so there is nothing to refund".into()
+        ruled_out(&shop.refund(&refund_args("C100", "A1001", "k")).await),
+        Some((
+            "not_paid",
+            "order A1001 is PENDING_PAYMENT and nothing has been paid, so there is nothing to refund".to_owned()
         ))
     );
     assert_eq!(
-        shop.refund(&refund_args("C108", "A1009", "k")).await,
-        Err(Refusal::Refused(
-            "order A1009 has nothing left to refund: 1098.00 CNY paid, 1098.00 CNY already refunded".into()
+        ruled_out(&shop.refund(&refund_args("C108", "A1009", "k")).await),
+        Some((
+            "nothing_left",
+            "order A1009 has nothing left to refund: 1098.00 CNY paid, 1098.00 CNY already refunded".to_owned()
         ))
     );
     Ok(())
@@ -495,7 +508,7 @@ async fn bad_refund_arguments_are_refused_and_record_nothing() -> anyhow::Result
 async fn a_refused_request_does_not_burn_its_key() -> anyhow::Result<()> {
     let shop = shop()?;
     let refused = shop.refund(&RefundArgs { amount: Some(900.0), ..refund_args("C103", "A1016", "k") }).await;
-    assert!(matches!(refused, Err(Refusal::Refused(_))));
+    assert_eq!(ruled_out(&refused).map(|(code, _)| code), Some("exceeds_refundable"));
     let ok = shop.refund(&RefundArgs { amount: Some(100.0), ..refund_args("C103", "A1016", "k") }).await?;
     assert_eq!(ok.amount, 100.0);
     Ok(())
@@ -550,4 +563,50 @@ async fn concurrent_refunds_with_different_keys_never_exceed_what_was_paid() -> 
 async fn a_malformed_data_set_is_a_clear_error() {
     let err = Shop::from_json("{\"policy\": {}}").err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.starts_with("invalid shop data: demo shop JSON:"), "{err}");
+}
+
+/// A refund the policy ruled out: its rule's code (as the tool's answer names it) and its
+/// English sentence; `None` for any other outcome.
+fn ruled_out(result: &Result<RefundReceipt, Refusal>) -> Option<(&'static str, String)> {
+    let Err(Refusal::Policy(rule)) = result else { return None };
+    let code = serde_json::to_value(rule).ok()?["code"].as_str()?.to_owned();
+    let known =
+        ["not_paid", "nothing_left", "not_delivered", "no_delivery_time", "refund_window_closed", "exceeds_refundable"];
+    Some((known.into_iter().find(|k| *k == code)?, rule.to_string()))
+}
+
+#[test]
+fn every_coupon_reason_comes_with_its_code_and_figures() -> anyhow::Result<()> {
+    let shop = shop()?;
+    let findings = |check: &crate::shop::CouponCheck| -> serde_json::Value {
+        assert_eq!(check.findings.len(), check.reasons.len(), "one code for each reason: {check:?}");
+        serde_json::to_value(&check.findings).unwrap_or_default()
+    };
+    let expired = shop.check_coupon(&coupon_args("C105", "DOUBLE11"))?;
+    assert_eq!(findings(&expired), serde_json::json!([{"code": "expired", "valid_until": "2026-11-12"}]));
+    let keyboard =
+        shop.check_coupon(&CheckCouponArgs { sku: Some("SKU-1018".into()), ..coupon_args("C109", "TECH100") })?;
+    assert_eq!(
+        findings(&keyboard),
+        serde_json::json!([{"code": "below_min_spend", "min_spend": 999.0, "order_total": 629.0, "short": 370.0}])
+    );
+    let second = shop.check_coupon(&coupon_args("C111", "WELCOME50"))?;
+    assert_eq!(findings(&second), serde_json::json!([{"code": "first_order_only", "orders": 3}]));
+    let pending = shop.check_coupon(&coupon_args("C104", "SAVE20"))?;
+    assert!(pending.usable);
+    assert_eq!(
+        findings(&pending),
+        serde_json::json!([{"code": "needs_min_spend", "min_spend": 300.0},
+                           {"code": "needs_category", "categories": ["apparel", "shoes"]}])
+    );
+    let shirt =
+        shop.check_coupon(&CheckCouponArgs { sku: Some("SKU-1001".into()), ..coupon_args("C109", "TECH100") })?;
+    assert_eq!(
+        findings(&shirt),
+        serde_json::json!([{"code": "below_min_spend", "min_spend": 999.0, "order_total": 199.0, "short": 800.0},
+                           {"code": "wrong_category", "categories": ["electronics"], "category": "apparel"}])
+    );
+    let unknown = shop.check_coupon(&coupon_args("C104", "NOPE"))?;
+    assert_eq!(findings(&unknown), serde_json::json!([{"code": "unknown_code"}]));
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! Contract tests of the shop's refund ledger: each test is written once and runs against the in-memory ledger and the DynamoDB ledger on a local emulator — a key refunds once, racing refunds never spend the same money twice, and a new shop instance (a cold start) knows every refund and key.
+//! Contract tests of the shop's ledger: each test is written once and runs against the in-memory ledger and the DynamoDB ledger on a local emulator — a key refunds once, racing refunds never spend the same money twice, a key opens one support ticket, and a new shop instance (a cold start) knows every refund, ticket and key.
 //!
 //! The DynamoDB instantiations need `SWARM_AWS_ENDPOINT` (e.g. `http://127.0.0.1:5000` after
 //! `infra/aws/moto.sh start`); without it they fail, unless `SWARM_SKIP_AWS=1`.
@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use shop_tools::args::RefundArgs;
+use shop_tools::args::{OpenTicketArgs, RefundArgs};
 use shop_tools::ledger::{LedgerWrite, OrderRefunds, RefundRecord};
 use shop_tools::{RefundLedger, Shop};
 
@@ -47,6 +47,7 @@ contract_tests!(
     a_record_is_conditional_on_its_key_and_on_the_order_totals_it_was_checked_against,
     refunds_racing_under_a_consent_limit_never_take_the_order_past_it,
     an_approval_pays_one_refund_whatever_key_it_comes_with,
+    a_ticket_key_opens_one_ticket_however_often_and_however_concurrently_it_is_sent,
 );
 
 fn refund(customer: &str, order: &str, key: &str, amount: Option<f64>) -> RefundArgs {
@@ -252,4 +253,40 @@ mod aws {
         DynamoLedger::create_table(&client, &table).await?;
         Ok(Some(Arc::new(DynamoLedger::new(client, table))))
     }
+}
+
+/// A support ticket's key opens one ticket: sent eight times at once and again from a new shop
+/// instance on the same ledger, every answer is the first ticket; the same key about another
+/// order is refused; another customer's same key is its own ticket.
+async fn a_ticket_key_opens_one_ticket_however_often_and_however_concurrently_it_is_sent(ledger: Ledger) -> Result<()> {
+    let shop = Arc::new(Shop::demo_with(ledger.clone())?);
+    let ticket = |customer: &str, order: &str, key: &str| OpenTicketArgs {
+        customer_id: customer.into(),
+        order_id: order.into(),
+        subject: "The parcel arrived damaged".into(),
+        idempotency_key: key.into(),
+    };
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let (shop, args) = (shop.clone(), ticket("C106", "A1007", "swarm:c:w01:1"));
+            tokio::spawn(async move { shop.open_ticket(&args).await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for r in racing {
+        ids.push(r.await?.unwrap().ticket_id);
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "one ticket for one key: {ids:?}");
+    assert!(ids[0].starts_with("TK-") && ids[0].len() == 35, "{}", ids[0]);
+    let cold = Shop::demo_with(ledger.clone())?;
+    assert_eq!(cold.open_ticket(&ticket("C106", "A1007", "swarm:c:w01:1")).await.unwrap().ticket_id, ids[0]);
+    let other_order = cold.open_ticket(&ticket("C106", "A1019", "swarm:c:w01:1")).await;
+    assert!(matches!(other_order, Err(shop_tools::Refusal::Refused(_))), "{other_order:?}");
+    let other_customer = cold.open_ticket(&ticket("C103", "A1016", "swarm:c:w01:1")).await.unwrap();
+    assert_ne!(other_customer.ticket_id, ids[0]);
+    let mut held: Vec<(String, String)> =
+        ledger.tickets().await?.into_iter().map(|t| (t.customer_id, t.order_id)).collect();
+    held.sort();
+    assert_eq!(held, [("C103".to_owned(), "A1016".to_owned()), ("C106".to_owned(), "A1007".to_owned())]);
+    Ok(())
 }

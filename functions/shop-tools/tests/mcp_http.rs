@@ -89,7 +89,11 @@ async fn an_mcp_client_with_the_gateways_credential_lists_the_seven_tools_and_ca
     )
     .await??;
     assert_eq!(hidden.is_error, Some(true));
-    assert_eq!(text_json(&hidden)?, json!({"error": "order A1007 not found"}), "C106's order, asked for as C104");
+    assert_eq!(
+        text_json(&hidden)?,
+        json!({"error": "order A1007 not found", "code": "not_found"}),
+        "C106's order, asked for as C104"
+    );
     tokio::time::timeout(DEADLINE, client.cancel()).await??;
 
     let refunder = session(&url, Some(&token), "C103", Some("http-1")).await?;

@@ -114,7 +114,7 @@ async fn a_foreign_host_is_refused_even_with_the_credential() -> anyhow::Result<
     let answered = lambda.clone().oneshot(post("x7k2ab.lambda-url.eu-west-1.on.aws", list.clone())?).await?;
     assert_eq!(answered.status(), StatusCode::OK);
     let body = body_json(answered).await?;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(7));
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(8));
     let refused = lambda.oneshot(post("abc.execute-api.eu-west-1.amazonaws.com", list)?).await?;
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     Ok(())
@@ -128,7 +128,7 @@ async fn the_customer_comes_from_the_gateways_header_never_from_the_arguments() 
         rig.as_gateway("C104", None, call("get_order", json!({"customer_id": "C106", "order_id": "A1007"})))?;
     let (is_error, answer) = tool_answer(rig.app().oneshot(request).await?).await?;
     assert!(is_error);
-    assert_eq!(answer, json!({"error": "order A1007 not found"}));
+    assert_eq!(answer, json!({"error": "order A1007 not found", "code": "not_found"}));
     // Without the header, a customer-scoped tool refuses whatever the arguments say.
     let mut request = post("localhost", call("list_customer_orders", json!({"customer_id": "C100"})))?;
     request.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", rig.token.expose_secret()).parse()?);
@@ -136,7 +136,7 @@ async fn the_customer_comes_from_the_gateways_header_never_from_the_arguments() 
     assert!(is_error);
     assert_eq!(
         answer,
-        json!({"error": "list_customer_orders acts for a customer: the tool gateway sets x-swarm-customer-id"})
+        json!({"error": "list_customer_orders acts for a customer: the tool gateway sets x-swarm-customer-id", "code": "invalid_arguments"})
     );
     Ok(())
 }
@@ -148,7 +148,7 @@ async fn a_lower_case_customer_names_nobody_and_moves_no_money() -> anyhow::Resu
     let (is_error, answer) =
         tool_answer(rig.app().oneshot(rig.as_gateway("c103", Some("k-lower"), refund)?).await?).await?;
     assert!(is_error);
-    assert_eq!(answer, json!({"error": "customer c103 not found"}));
+    assert_eq!(answer, json!({"error": "customer c103 not found", "code": "not_found"}));
     assert!(rig.shop.refunds().await.unwrap().is_empty());
     Ok(())
 }
@@ -171,7 +171,10 @@ async fn a_refunds_idempotency_key_is_the_gateways_header() -> anyhow::Result<()
     let refund = call("refund", json!({"order_id": "A1016", "idempotency_key": "m-4"}));
     let (is_error, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C103", None, refund)?).await?).await?;
     assert!(is_error);
-    assert_eq!(answer, json!({"error": "refund moves money: the tool gateway sets x-swarm-idempotency-key"}));
+    assert_eq!(
+        answer,
+        json!({"error": "refund moves money: the tool gateway sets x-swarm-idempotency-key", "code": "invalid_arguments"})
+    );
     assert_eq!(rig.shop.refunds().await.unwrap().len(), 1);
     Ok(())
 }
@@ -190,6 +193,33 @@ async fn missing_arguments_get_the_same_json_error_shape_as_refusals() -> anyhow
     let request = rig.as_gateway("C103", Some("k1"), call("refund", json!({"amount": 10.0})))?;
     let (is_error, error) = tool_answer(rig.app().oneshot(request).await?).await?;
     assert!(is_error);
-    assert_eq!(error, json!({"error": "invalid arguments for refund: missing field `order_id`"}));
+    assert_eq!(
+        error,
+        json!({"error": "invalid arguments for refund: missing field `order_id`", "code": "invalid_arguments"})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refund_the_policy_rules_out_names_its_rule_and_figures_beside_the_reason() -> anyhow::Result<()> {
+    let rig = Rig::new()?;
+    let refund = call("refund", json!({"order_id": "A1006"}));
+    let (is_error, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C105", Some("k1"), refund)?).await?).await?;
+    assert!(is_error);
+    assert_eq!(
+        answer,
+        json!({"error": "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00",
+               "code": "refund_window_closed", "order_id": "A1006", "delivered_at": "2026-11-18T06:00:00+08:00",
+               "window_days": 7, "window_closed_at": "2026-11-25T06:00:00+08:00"})
+    );
+    let refund = call("refund", json!({"order_id": "A1016", "amount": 900.0}));
+    let (_, answer) = tool_answer(rig.app().oneshot(rig.as_gateway("C103", Some("k2"), refund)?).await?).await?;
+    assert_eq!(
+        answer,
+        json!({"error": "a refund of 900.00 CNY exceeds what is refundable on order A1016: 797.00 CNY (797.00 CNY paid minus 0.00 CNY already refunded)",
+               "code": "exceeds_refundable", "order_id": "A1016", "amount": 900.0, "refundable": 797.0, "paid": 797.0,
+               "refunded": 0.0, "currency": "CNY"})
+    );
+    assert!(rig.shop.refunds().await.unwrap().is_empty());
     Ok(())
 }

@@ -19,7 +19,7 @@ pub struct DemoTokens {
 /// The demo roles, in the order [`demo_config`] defines them.
 pub const DEMO_ROLES: [&str; 3] = ["support", "refund", "planner"];
 
-/// The shop's tools that touch no money.
+/// The shop's tools that read.
 const SHOP_READS: [&str; 6] = [
     "shop__get_order",
     "shop__list_customer_orders",
@@ -33,7 +33,16 @@ const SHOP_READS: [&str; 6] = [
 /// the shop adds reaches no role until it is named here.
 pub const DEMO_ROLE_TOOLS: [(&str, &[&str]); 3] = [
     ("support", &SHOP_READS),
-    ("refund", &["shop__get_order", "shop__list_customer_orders", "shop__get_refund_policy", "shop__refund"]),
+    (
+        "refund",
+        &[
+            "shop__get_order",
+            "shop__list_customer_orders",
+            "shop__get_refund_policy",
+            "shop__refund",
+            "shop__open_ticket",
+        ],
+    ),
     (
         "planner",
         &[
@@ -44,6 +53,7 @@ pub const DEMO_ROLE_TOOLS: [(&str, &[&str]); 3] = [
             "shop__check_coupon",
             "shop__get_refund_policy",
             "shop__refund",
+            "shop__open_ticket",
         ],
     ),
 ];
@@ -87,11 +97,13 @@ impl DemoTokens {
 
 /// The local stack's gateway: upstream `shop` (prefix `shop__`) at `shop_url`, called with
 /// `Authorization: Bearer <tokens.shop_upstream()>`;
-/// roles `support` (every shop tool but `shop__refund`), `refund`
-/// (`shop__refund`, `shop__get_refund_policy`, `shop__get_order`,
+/// roles `support` (every shop tool that reads), `refund`
+/// (`shop__refund`, `shop__open_ticket`, `shop__get_refund_policy`, `shop__get_order`,
 /// `shop__list_customer_orders`) and `planner` (lists every shop tool, calls none), each
 /// [`DEMO_ROLE_TOOLS`] by name (the template's lists);
-/// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`).
+/// `shop__refund` side-effecting with consent for every refund (the approval key of `tokens`),
+/// `shop__open_ticket` side-effecting without consent (it moves no money; like every side effect
+/// it is the refund role's, journaled and confirmed by the refund worker).
 pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
     let token = |role: &str| tokens.token(role).cloned().unwrap_or_default();
     // Its waits are the timing table's (`UpstreamConfig::new`'s defaults); the local stack scales them.
@@ -107,8 +119,10 @@ pub fn demo_config(shop_url: &str, tokens: &DemoTokens) -> GatewayConfig {
         })
         .collect();
     let mut config = GatewayConfig::new(vec![shop], roles);
-    config.side_effects =
-        BTreeMap::from([("shop__refund".to_owned(), SideEffectConfig { consent: Some(ConsentConfig::every_call()) })]);
+    config.side_effects = BTreeMap::from([
+        ("shop__refund".to_owned(), SideEffectConfig { consent: Some(ConsentConfig::every_call()) }),
+        ("shop__open_ticket".to_owned(), SideEffectConfig { consent: None }),
+    ]);
     config.approval_key = Some(tokens.approval_key.clone());
     config
 }

@@ -86,9 +86,15 @@ async fn demo_roles_see_their_tool_sets() {
     );
     assert_eq!(
         names(s.tools.list_tools(&ctx("refund", "C104")).await.unwrap()),
-        ["shop__get_order", "shop__get_refund_policy", "shop__list_customer_orders", "shop__refund"]
+        [
+            "shop__get_order",
+            "shop__get_refund_policy",
+            "shop__list_customer_orders",
+            "shop__open_ticket",
+            "shop__refund"
+        ]
     );
-    assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 7);
+    assert_eq!(s.tools.list_tools(&ctx("planner", "C104")).await.unwrap().len(), 8);
     for tool in s.tools.list_tools(&ctx("planner", "C104")).await.unwrap() {
         let props = tool.input_schema.get("properties").cloned().unwrap_or_default();
         assert!(props.get("customer_id").is_none(), "{} shows customer_id", tool.name);
@@ -186,7 +192,7 @@ async fn another_customers_order_or_a_lower_case_customer_leaves_the_ledger_unch
     let probe = json!({"order_id": "A1007", "amount": 10.0, "customer_id": "C106", "_idempotency_key": "conv-probe/w01/1", "_approval": token});
     let out = s.tools.call_tool(&ctx("refund", "C104"), "shop__refund", probe, T).await.unwrap();
     assert!(out.is_error);
-    assert_eq!(out.text, r#"{"error":"order A1007 not found"}"#);
+    assert_eq!(out.text, r#"{"code":"not_found","error":"order A1007 not found"}"#);
     // A lower-case customer never reaches the shop: the gateway wants the canonical form.
     let lower = json!({"order_id": "A1007", "_idempotency_key": "conv-probe/w01/2"});
     let out = s.tools.call_tool(&ctx("refund", "c106"), "shop__refund", lower, T).await.unwrap();

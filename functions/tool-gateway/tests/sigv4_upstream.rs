@@ -100,7 +100,7 @@ async fn signed_calls_reach_the_shop_and_unsigned_or_forged_ones_are_refused_bef
     let signer = SigV4Signer::with_credentials(LAMBDA_SERVICE, REGION, role_credentials());
     let session = tokio::time::timeout(T, ().serve(transport(client(Some(signer))))).await.unwrap().unwrap();
     let tools = session.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 7);
+    assert_eq!(tools.len(), 8);
     // A refund with the identity headers on this request only, as the gateway sends it.
     let headers = RequestHeaders(Arc::new(vec![
         (http::HeaderName::from_static(CUSTOMER_HEADER), http::HeaderValue::from_static("C106")),

@@ -1,4 +1,4 @@
-//! SQS events ⇄ worker calls: each record becomes a `TaskMessage` for the function (the tasks worker, or the closer on a DLQ), retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep of the closer.
+//! SQS events ⇄ worker calls: each record becomes a `TaskMessage` for the function (the tasks worker, or the closer on a DLQ), its batch held in flight by the receipt heartbeat while the invocation lives, retryable outcomes become the partial batch response (and come back soon: `ChangeMessageVisibility`); the scheduler's event runs one sweep of the closer.
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::clock::ms_between;
 use crate::closer::{Closer, SweepReport};
+use crate::heartbeat::{Held, beside};
 use crate::outcome::{MessageHandler, Outcome};
 
 /// What the function is invoked with (`WORKER_MODE`, parsed by [`crate::WorkerConfig`]).
@@ -27,7 +28,10 @@ pub enum WorkerMode {
 }
 
 /// Handles one SQS batch with `function` (the tasks worker on a tasks queue, the closer on a
-/// DLQ). Records run concurrently, each in its own span
+/// DLQ). Where the function has a receipt heartbeat (the tasks worker), every message of the batch
+/// is set to its receipt visibility before any work begins and extended every beat until the batch is done, beside
+/// the work in the same future: a crashed or timed-out invocation's messages come back after the
+/// receipt visibility, not the queue's visibility timeout. Records run concurrently, each in its own span
 /// (message id, conversation id, subtask id) attached with `.instrument`, so a
 /// line logged for one record never carries another's ids; only retryable
 /// failures are listed in `batchItemFailures` (ReportBatchItemFailures), so a
@@ -40,6 +44,11 @@ pub async fn handle(
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let deadline = invocation_deadline(event.context.deadline, function.safety_margin());
+    let held = Held::new(event.payload.records.iter().map(|record| {
+        let queue = record.event_source_arn.as_deref().map(queue_name).unwrap_or_default().to_owned();
+        (queue, record.receipt_handle.clone().unwrap_or_default())
+    }));
+    let held = &held;
     let runs = event.payload.records.into_iter().map(|record| {
         let message_id = record.message_id.unwrap_or_default();
         let message = serde_json::from_str::<TaskMessage>(record.body.as_deref().unwrap_or_default());
@@ -62,7 +71,7 @@ pub async fn handle(
                 Outcome::Poison(why) => tracing::warn!(reason = %why, "poison message acknowledged"),
                 Outcome::Retry(why) => {
                     tracing::warn!(reason = %why, "message will be retried");
-                    function.retry_later(&queue, &receipt_handle).await;
+                    held.let_go(&queue, &receipt_handle, function.retry_later(&queue, &receipt_handle)).await;
                 }
                 _ => tracing::debug!(outcome = ?outcome, "message handled"),
             }
@@ -70,8 +79,19 @@ pub async fn handle(
         }
         .instrument(span)
     });
+    let work = join_all(runs);
+    let outcomes = match function.receipt_heartbeat() {
+        Some(heartbeat) => {
+            // The first beat lands before any work begins: an invocation killed early (its first
+            // work done, the beat's call still in flight) would leave its batch at the queue's
+            // visibility timeout.
+            held.beat(function, &heartbeat).await;
+            beside(work, held.beats(function, heartbeat)).await
+        }
+        None => work.await,
+    };
     let mut response = SqsBatchResponse::default();
-    for (message_id, outcome) in join_all(runs).await {
+    for (message_id, outcome) in outcomes {
         if outcome.should_retry() {
             response.add_failure(message_id);
         }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use swarm_core::domain::{ConversationId, ConversationStatus, SubtaskId, SubtaskStatus, TaskMessage};
-use swarm_core::ports::StoreError;
+use swarm_core::ports::{QueueError, StoreError};
+
+use crate::settings::Heartbeat;
 use tokio::time::Instant;
 
 /// What became of one message; the handler turns it into the batch response.
@@ -58,6 +60,24 @@ pub trait MessageHandler: Send + Sync {
     /// Makes a message reported in `batchItemFailures` visible again soon (`ChangeMessageVisibility`);
     /// `queue` is the message's queue name (the end of its `eventSourceARN`). Failures are logged.
     async fn retry_later(&self, queue: &str, receipt_handle: &str);
+
+    /// The heartbeat its batch's messages are kept in flight with while the invocation is alive
+    /// (the tasks worker's); `None` (the default): the queue's visibility timeout alone.
+    fn receipt_heartbeat(&self) -> Option<Heartbeat> {
+        None
+    }
+
+    /// `ChangeMessageVisibilityBatch` of `receipt_handles` on `queue` (the end of its
+    /// `eventSourceARN`) to `seconds`: answers the handles whose change failed (stale: the message
+    /// was received again); `Err` when the call failed as a whole. By default nothing is changed.
+    async fn keep_in_flight(
+        &self,
+        _queue: &str,
+        _receipt_handles: &[String],
+        _seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The span of one subtask's work: every event logged while running it carries its ids.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use swarm_core::llm::retry::LlmRetryPolicy;
-use swarm_core::ports::MAX_DELAY_SECONDS;
+use swarm_core::ports::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 
 /// Worker settings, read once at cold start.
@@ -13,6 +13,8 @@ pub struct WorkerSettings {
     pub max_rounds: u32,
     /// Longest wait for one tool call.
     pub tool_timeout: Duration,
+    /// Wait before a tools/list answered with a transient error is asked again (while a round still fits).
+    pub tool_list_retry: Duration,
     /// Time that must remain before starting an LLM round; less hands the work back.
     pub min_round_time: Duration,
     /// `DelaySeconds` of a handed-back message.
@@ -45,12 +47,31 @@ pub struct WorkerSettings {
     pub max_parallel_tool_calls: usize,
     /// Seconds until a message reported in `batchItemFailures` comes back (`ChangeMessageVisibility`).
     pub retry_visibility_secs: u32,
+    /// The receipt heartbeat and the attempt lease's ([`Heartbeat`]).
+    pub heartbeat: Heartbeat,
     /// `DelaySeconds` of the deadline path's next run while the conversation is not terminal.
     pub rearm_secs: u32,
     /// The aggregation lease the deadline path takes when it answers the conversation itself.
     pub aggregation_lease: Duration,
     /// The sweep's shards, and how much one sweep takes on.
     pub sweep: SweepSettings,
+}
+
+/// How a live invocation keeps what it holds (the table's `[worker]` heartbeat values): its batch's
+/// messages in flight (the receipt visibility) and its subtask's attempt lease. A crashed or
+/// timed-out invocation stops beating with it, so both are free again soon after it died.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Visibility timeout, whole seconds (at least 1), every message of the batch is kept at while
+    /// the invocation is alive (`ChangeMessageVisibilityBatch` at its start and every beat).
+    pub receipt_visibility_secs: u32,
+    /// Time between two beats.
+    pub every: Duration,
+    /// Longest wait for one beat's calls (one AWS attempt's deadline): a late one is cut and tried
+    /// again on the next beat.
+    pub cut: Duration,
+    /// The attempt lease a running subtask holds, renewed every beat.
+    pub attempt_lease: Duration,
 }
 
 /// How the sweep walks the sparse index (the table's `[sweep]`).
@@ -87,6 +108,7 @@ impl WorkerSettings {
         Self {
             max_rounds: w.max_rounds,
             tool_timeout: w.tool_timeout,
+            tool_list_retry: w.tool_list_retry,
             min_round_time: w.min_round,
             handback_delay_secs: u32::try_from(seconds_rounded_up(w.handback_delay)).unwrap_or(MAX_DELAY_SECONDS),
             max_handbacks: w.max_handbacks,
@@ -103,6 +125,12 @@ impl WorkerSettings {
             conversation_margin: w.conversation_margin,
             max_parallel_tool_calls: w.max_parallel_tool_calls.max(1),
             retry_visibility_secs: whole_secs(w.retry_visibility).max(1),
+            heartbeat: Heartbeat {
+                receipt_visibility_secs: whole_secs(w.receipt_visibility).clamp(1, MAX_VISIBILITY_SECONDS),
+                every: w.heartbeat.max(Duration::from_millis(1)),
+                cut: timings.aws.attempt_timeout.max(Duration::from_millis(1)),
+                attempt_lease: w.attempt_lease,
+            },
             rearm_secs: whole_secs(timings.conversation.rearm).clamp(1, MAX_DELAY_SECONDS),
             aggregation_lease: timings.aggregator.lease,
             sweep: SweepSettings {
@@ -137,5 +165,25 @@ mod tests {
         assert_eq!(fast.handback_delay_secs, 1, "50 ms of DelaySeconds is rounded up, never down to 0");
         assert_eq!(fast.retry.base_delay, Duration::from_millis(5));
         assert_eq!(fast.max_rounds, 8);
+    }
+
+    #[test]
+    fn the_heartbeat_comes_from_the_table_with_the_receipt_visibility_in_whole_seconds() {
+        let standard = WorkerSettings::default().heartbeat;
+        assert_eq!(
+            standard,
+            Heartbeat {
+                receipt_visibility_secs: 30,
+                every: Duration::from_secs(5),
+                cut: Duration::from_secs(10),
+                attempt_lease: Duration::from_secs(30),
+            }
+        );
+        let fast = WorkerSettings::from_timings(&Timings::standard().scaled(0.01)).heartbeat;
+        assert_eq!(fast.receipt_visibility_secs, 1, "300 ms of visibility is held as 1 s, never 0");
+        assert_eq!(
+            (fast.every, fast.cut, fast.attempt_lease),
+            (Duration::from_millis(50), Duration::from_millis(100), Duration::from_millis(300))
+        );
     }
 }

@@ -16,8 +16,9 @@ use swarm_core::domain::{
     SubtaskStatus, TaskMessage, Usage, link_dependents, now_ms, sweep_shard,
 };
 use swarm_core::ports::{
-    AccountingStore, AnswerStore, ChatMessage, ChatModel, ChatResponse, ConversationRecords, ConversationStore,
-    FinishReason, QueueError, SubtaskStore, TaskQueue, ToolCall,
+    AccountingStore, AnswerStore, Call, ChatMessage, ChatModel, ChatRequest, ChatResponse, ConversationRecords,
+    ConversationStore, FinishReason, LlmError, QueueError, StoreDecorator, StoreError, StoreOp, SubtaskStore,
+    TaskQueue, ToolCall,
 };
 use swarm_core::roles::TaskQueues;
 use swarm_core::timings::Timings;
@@ -408,4 +409,219 @@ async fn the_dlq_consumer_is_a_closer_alone_and_records_a_dead_letter_failed_cou
     );
     assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0);
     assert_eq!(tasks.depth(), 0, "nothing enqueued: the dependent was skipped, not released");
+}
+
+// ------------------------------------------------------------------ a crash costs a retry: the heartbeats
+
+/// A model whose first work request waits `stall` (an attempt stuck in its model call), and every
+/// later one answers at once.
+struct StallsFirst {
+    stall: Duration,
+    calls: AtomicU32,
+}
+
+#[async_trait]
+impl ChatModel for StallsFirst {
+    async fn complete(&self, _request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            tokio::time::sleep(self.stall).await;
+        }
+        Ok(text_response("A1029 is paid."))
+    }
+
+    fn label(&self) -> String {
+        "stalls first".into()
+    }
+}
+
+/// A store whose `begin_attempt` never answers (an invocation stuck before its attempt began), and
+/// whose `renew_attempt` answers are lost after the renewal was applied (every one, while `lose_renewals`).
+struct StoreFaults {
+    inner: Arc<dyn ConversationStore>,
+    stall_begin: bool,
+    lose_renewals: bool,
+    renewals: AtomicU32,
+}
+
+impl StoreFaults {
+    fn new(inner: Arc<dyn ConversationStore>) -> Self {
+        Self { inner, stall_begin: false, lose_renewals: false, renewals: AtomicU32::new(0) }
+    }
+}
+
+impl StoreDecorator for StoreFaults {
+    fn inner(&self) -> &dyn ConversationStore {
+        self.inner.as_ref()
+    }
+
+    async fn around<'a, T, F>(&'a self, call: Call<'a>, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'a,
+    {
+        match call.op {
+            StoreOp::BeginAttempt if self.stall_begin => std::future::pending().await,
+            StoreOp::RenewAttempt if self.lose_renewals => {
+                run.await?;
+                self.renewals.fetch_add(1, Ordering::SeqCst);
+                Err(StoreError::Transient("renew_attempt answer lost (injected)".into()))
+            }
+            _ => run.await,
+        }
+    }
+}
+
+/// The SQS event of `received` messages of the `tasks` queue, with a Lambda deadline 60 s away.
+fn sqs_event(received: &[swarm_adapters::embedded::ReceivedMessage]) -> LambdaEvent<SqsEvent> {
+    let records: Vec<serde_json::Value> = received
+        .iter()
+        .map(|m| {
+            json!({
+                "messageId": m.message_id, "receiptHandle": m.receipt_handle, "body": m.body,
+                "attributes": {"ApproximateReceiveCount": m.receive_count.to_string()}, "messageAttributes": {},
+                "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tasks"
+            })
+        })
+        .collect();
+    let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = (now_ms() as u64) + 60_000;
+    LambdaEvent::new(event, context)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_invocations_messages_never_begun_come_back_after_the_receipt_visibility_not_the_queues() {
+    let timings = Timings::standard();
+    let queue_visibility = timings.queues.tasks.visibility_timeout;
+    let receipt_visibility = timings.worker.receipt_visibility;
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[]), subtask("w02", &[])], 0, 120).await;
+    let tasks = queue("tasks", queue_visibility.as_secs());
+    let stuck = Arc::new(StoreFaults { stall_begin: true, ..StoreFaults::new(store.clone()) });
+    let model = Arc::new(ScriptedModel::always(Ok(text_response("A1029 is paid."))));
+    let w = worker(stuck, Arc::new(tasks.clone()), model);
+    tasks.send(&[TaskMessage::run(&id, &"w01".into()), TaskMessage::run(&id, &"w02".into())], 0).await.unwrap();
+    let received = tasks.receive(10, Duration::ZERO).await.unwrap();
+    assert_eq!(received.len(), 2);
+
+    // Alive for three receipt visibilities: the heartbeat holds both messages in flight.
+    let alive = receipt_visibility * 3;
+    let handled = tokio::time::timeout(alive, worker::handler::handle(&w, sqs_event(&received))).await;
+    assert!(handled.is_err(), "the invocation was still stuck before begin_attempt");
+    assert_eq!(
+        tasks.approximate_depth().in_flight,
+        2,
+        "held while the invocation lived: {:?}",
+        tasks.approximate_depth()
+    );
+    // Dropped there (a crash): nothing extends them any more.
+    let killed = tokio::time::Instant::now();
+    let again = tasks.receive(10, queue_visibility).await.unwrap();
+    let after = killed.elapsed();
+    assert_eq!(again.len(), 2, "both came back");
+    assert!(again.iter().all(|m| m.receive_count == 2));
+    assert!(after <= receipt_visibility, "back within the receipt visibility: {after:?}");
+    assert!(
+        after >= receipt_visibility - timings.worker.heartbeat,
+        "not before the last beat's visibility ran out: {after:?}"
+    );
+    for sid in ["w01", "w02"] {
+        let rec = store.get_subtask(&id, &sid.into()).await.unwrap().unwrap();
+        assert_eq!((rec.status, rec.attempts), (SubtaskStatus::Queued, 0), "{sid} never began");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_reported_for_retry_is_let_go_by_the_heartbeat_and_a_finished_batch_stays_held_until_it_returns() {
+    // The retry visibility (10 s) wins over the receipt visibility (30 s) for a message given back:
+    // the heartbeat lets go of it before it is made visible again.
+    let timings = Timings::standard();
+    let tasks = queue("tasks", timings.queues.tasks.visibility_timeout.as_secs());
+    let throttled = Arc::new(FlakyStore::new(Arc::new(InMemoryConversationStore::new())).fail_everything("Throttling"));
+    let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
+    let w = worker(throttled, Arc::new(tasks.clone()), model);
+    tasks.send(&[TaskMessage::run(&ConversationId::new(), &"w01".into())], 0).await.unwrap();
+    let received = tasks.receive(1, Duration::ZERO).await.unwrap();
+    let response = worker::handler::handle(&w, sqs_event(&received)).await.unwrap();
+    assert_eq!(response.batch_item_failures.len(), 1);
+    let sent_back = tokio::time::Instant::now();
+    let again = tasks.receive(1, timings.queues.tasks.visibility_timeout).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(sent_back.elapsed(), timings.worker.retry_visibility, "the retry visibility, not the receipt's");
+}
+
+#[tokio::test]
+async fn a_dropped_attempt_frees_its_lease_within_the_attempt_lease_and_the_redelivery_succeeds() {
+    // Real time at 1/20 of the table (the lease is on the wall clock): heartbeat 250 ms, lease 1.5 s.
+    let settings = WorkerSettings {
+        min_round_time: Duration::from_millis(10),
+        ..WorkerSettings::from_timings(&Timings::standard().scaled(0.05))
+    };
+    let lease = settings.heartbeat.attempt_lease;
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[])], 0, 120).await;
+    let tasks = queue("tasks", 30);
+    let model = Arc::new(StallsFirst { stall: Duration::from_secs(3600), calls: AtomicU32::new(0) });
+    let w =
+        Worker::new(store.clone(), TaskQueues::new(Arc::new(tasks.clone())), model.clone(), model, tools(), settings);
+
+    // The first attempt runs past its first lease (renewed by its heartbeat), then dies in its model call.
+    let first =
+        tokio::time::timeout(lease * 2, w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline())).await;
+    assert!(first.is_err(), "the first attempt was still in its model call");
+    let killed = tokio::time::Instant::now();
+    let held = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
+    let until = held.lease.as_ref().unwrap().until_ms;
+    let began = held.started_at_ms.unwrap();
+    assert!(until > began + swarm_core::time::millis(lease), "renewed past its first term while alive: {held:?}");
+    assert!(until <= now_ms() + swarm_core::time::millis(lease), "never beyond one lease from now");
+
+    // A redelivery inside the lease is told to come back once it has ended, and sends itself back.
+    let early = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
+    assert!(matches!(early, Outcome::Requeued(_)), "{early:?}");
+    // Past it, the redelivery reruns the subtask: it succeeds as the second attempt.
+    tokio::time::sleep(swarm_core::time::between(now_ms(), until) + Duration::from_millis(20)).await;
+    let rerun = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
+    assert_eq!(rerun, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert!(killed.elapsed() <= lease * 3, "freed within the lease, not the invocation: {:?}", killed.elapsed());
+    let rec = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempts), (SubtaskStatus::Succeeded, 2));
+    assert_eq!(store.get_conversation(&id).await.unwrap().unwrap().remaining, 0, "counted once");
+}
+
+#[tokio::test]
+async fn a_lease_renewal_whose_answer_was_lost_keeps_the_lease_and_no_second_attempt_begins() {
+    // Real time at 1/20 (heartbeat 250 ms, lease 1.5 s): every renewal is applied and its answer
+    // lost; the attempt runs for 4 leases.
+    let settings = WorkerSettings {
+        min_round_time: Duration::from_millis(10),
+        ..WorkerSettings::from_timings(&Timings::standard().scaled(0.05))
+    };
+    let lease = settings.heartbeat.attempt_lease;
+    let store = Arc::new(InMemoryConversationStore::new());
+    let id = running(&store, vec![subtask("w01", &[])], 0, 120).await;
+    let tasks = queue("tasks", 30);
+    let lossy = Arc::new(StoreFaults { lose_renewals: true, ..StoreFaults::new(store.clone()) });
+    let model = Arc::new(StallsFirst { stall: lease * 4, calls: AtomicU32::new(0) });
+    let w = Arc::new(Worker::new(
+        lossy.clone(),
+        TaskQueues::new(Arc::new(tasks.clone())),
+        model.clone(),
+        model,
+        tools(),
+        settings,
+    ));
+
+    let first = tokio::spawn({
+        let (w, id) = (w.clone(), id.clone());
+        async move { w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await }
+    });
+    // Past two leases, a duplicate delivery still finds the first attempt's lease live.
+    tokio::time::sleep(lease * 2).await;
+    let duplicate = w.handle(TaskMessage::run(&id, &"w01".into()), lambda_deadline()).await;
+    assert!(matches!(duplicate, Outcome::Requeued(_)), "the renewed lease held it: {duplicate:?}");
+    assert_eq!(first.await.unwrap(), Outcome::Finished(SubtaskStatus::Succeeded));
+    assert!(lossy.renewals.load(Ordering::SeqCst) >= 3, "renewed (answers lost) while it ran");
+    let rec = store.get_subtask(&id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempts), (SubtaskStatus::Succeeded, 1), "one attempt, never taken over");
 }

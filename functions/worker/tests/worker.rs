@@ -486,3 +486,91 @@ async fn a_model_written_tool_name_is_recorded_only_in_a_safe_form() {
     let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.tools_used, vec!["get_order_2026-01-01_INFO_forged_line"]);
 }
+
+// ---------------------------------------------------------------- issue 18: a tool server down for a while
+
+/// A gateway whose `tools/list` is unavailable (the gateway or a tool server down) for its first
+/// `down_for` requests, then lists `inner`'s tools; calls go to `inner`.
+struct DownAtFirst {
+    inner: Arc<StaticTools>,
+    down_for: std::sync::atomic::AtomicU32,
+    lists: std::sync::atomic::AtomicU32,
+}
+
+impl DownAtFirst {
+    fn new(inner: Arc<StaticTools>, down_for: u32) -> Self {
+        Self { inner, down_for: down_for.into(), lists: 0.into() }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolGateway for DownAtFirst {
+    async fn list_tools(
+        &self,
+        ctx: &swarm_core::ports::ToolContext,
+    ) -> Result<Vec<swarm_core::ports::ToolSpec>, ToolError> {
+        use std::sync::atomic::Ordering;
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        if self.down_for.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(ToolError::Unavailable("HTTP 503 tool server down".into()));
+        }
+        self.inner.list_tools(ctx).await
+    }
+
+    async fn call_tool(
+        &self,
+        ctx: &swarm_core::ports::ToolContext,
+        name: &str,
+        arguments: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<swarm_core::ports::ToolOutput, ToolError> {
+        self.inner.call_tool(ctx, name, arguments, timeout).await
+    }
+}
+
+/// The table's values at 1/100: a tools/list is asked again after 20 ms, a round needs 50 ms.
+fn fast_settings() -> WorkerSettings {
+    WorkerSettings::from_timings(&swarm_core::timings::Timings::standard().scaled(0.01))
+}
+
+#[tokio::test]
+async fn a_tool_list_unavailable_for_a_while_is_asked_again_and_the_subtask_succeeds() {
+    let s = setup(&["shop__get_order"]).await;
+    let model = scripted(vec![
+        calls(&[("call_a", "shop__get_order", r#"{"order_id":"A1029"}"#)], FinishReason::ToolCalls),
+        text_response("Order A1029 is paid."),
+    ]);
+    let tools = Arc::new(DownAtFirst::new(fake_tools(), 3));
+    let w = worker_with(&s, model, tools.clone(), fast_settings());
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline()).await;
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Succeeded), "a down window costs the wait, not the subtask");
+    assert_eq!(
+        tools.lists.load(std::sync::atomic::Ordering::SeqCst),
+        4,
+        "three refused lists, then the one that answered"
+    );
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(rec.status, SubtaskStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn a_tool_list_still_unavailable_when_no_round_fits_fails_the_subtask_as_tools_unavailable_before_its_deadline() {
+    let s = setup(&["shop__get_order"]).await;
+    let model = scripted(vec![text_response("never asked")]);
+    let tools = Arc::new(DownAtFirst::new(fake_tools(), u32::MAX));
+    let w = worker_with(&s, model.clone(), tools.clone(), fast_settings());
+    let started = tokio::time::Instant::now();
+    let deadline = started + Duration::from_millis(600);
+    let outcome = w.handle(TaskMessage::run(&s.id, &"w01".into()), deadline).await;
+    assert_eq!(outcome, Outcome::Finished(SubtaskStatus::Failed));
+    // It stops asking once a round no longer fits; the margin is for recording the failure on a busy machine.
+    assert!(tokio::time::Instant::now() < deadline + Duration::from_millis(500), "it gave up by its deadline");
+    assert!(tools.lists.load(std::sync::atomic::Ordering::SeqCst) >= 2, "it asked again while a round still fitted");
+    assert!(model.requests().is_empty(), "no round ran without the subtask's tools");
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert!(
+        matches!(rec.result, Some(SubtaskResult::Failed { kind: FailureKind::ToolsUnavailable, .. })),
+        "{:?}",
+        rec.result
+    );
+}

@@ -28,5 +28,7 @@ pub use models::{models_from_env, models_from_lookup};
 pub use platform::counters::{CounterSnapshot, Counters, Received};
 pub use platform::emulator::EmulatorOptions;
 pub use platform::{Queue, QueueDepth};
-pub use stack::{ApiInvoker, BackendChoice, LocalStack, StackOptions, WrapStore, WrapTools, Wraps, lambda_timeout};
+pub use stack::{
+    ApiInvoker, BackendChoice, Carried, LocalStack, StackOptions, WrapStore, WrapTools, Wraps, lambda_timeout,
+};
 pub use wiring::Function;

@@ -100,6 +100,7 @@ contract_tests!(
     a_stale_receipt_is_not_an_error_and_the_current_one_deletes,
     a_handed_back_message_is_visible_again_after_the_new_timeout,
     changing_the_visibility_of_a_deleted_message_is_a_permanent_error,
+    a_batch_visibility_change_holds_and_then_releases_every_message_and_names_the_stale_handles,
     a_delay_over_fifteen_minutes_is_rejected_and_nothing_is_sent,
     sending_no_messages_is_a_no_op,
     depth_counts_visible_in_flight_and_delayed_messages,
@@ -273,6 +274,37 @@ async fn changing_the_visibility_of_a_deleted_message_is_a_permanent_error(backe
     q.rx.delete(&got[0].receipt_handle).await?;
     let err = q.rx.change_visibility(&got[0].receipt_handle, 5).await;
     assert!(matches!(&err, Err(e) if !e.is_transient()), "got {err:?}");
+    Ok(())
+}
+
+/// The receipt heartbeat's call: `ChangeMessageVisibilityBatch` over more than one SQS batch (12
+/// handles, 2 calls) first holds every message past the queue's own 2 s visibility timeout, then
+/// sets them to 1 s; a deleted message's handle is answered as failed, and the others are unharmed.
+async fn a_batch_visibility_change_holds_and_then_releases_every_message_and_names_the_stale_handles(
+    backend: Backend,
+) -> Result<()> {
+    let q = backend.queues(2, 5).await?;
+    q.tx.send(&(0..12).map(run).collect::<Vec<_>>(), 0).await?;
+    let got = receive_n(&q.rx, 12, Duration::from_secs(10)).await?;
+    ensure!(got.len() == 12, "received {}", got.len());
+    q.rx.delete(&got[0].receipt_handle).await?;
+    let handles: Vec<String> = got.iter().map(|d| d.receipt_handle.clone()).collect();
+    let failed = q.tx.change_visibility_batch(&handles, 30).await?;
+    assert_eq!(failed, vec![handles[0].clone()], "only the deleted message's handle fails");
+    // Past the queue's own 2 s: held by the batch change.
+    let early = q.rx.receive(10, Duration::from_secs(3)).await?;
+    assert!(early.is_empty(), "{} came back while held", early.len());
+    let released = Instant::now();
+    let failed = q.tx.change_visibility_batch(&handles[1..], 1).await?;
+    assert!(failed.is_empty(), "{failed:?}");
+    let again = receive_n(&q.rx, 11, Duration::from_secs(10)).await?;
+    assert!(released.elapsed() >= Duration::from_millis(500), "back after {:?}", released.elapsed());
+    let ids: BTreeSet<String> = again.iter().map(|d| d.message_id.clone()).collect();
+    let want: BTreeSet<String> = got[1..].iter().map(|d| d.message_id.clone()).collect();
+    assert_eq!(ids, want, "every held message, and not the deleted one, came back");
+    assert!(again.iter().all(|d| d.receive_count == 2));
+    let err = q.tx.change_visibility_batch(&handles, 43_201).await;
+    assert!(matches!(&err, Err(e) if !e.is_transient()), "beyond 12 hours: {err:?}");
     Ok(())
 }
 

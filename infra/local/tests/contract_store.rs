@@ -57,6 +57,7 @@ contract_tests!(
     a_conditional_write_applied_whose_answer_was_lost_is_recognised_as_its_own_when_retried,
     a_count_whose_answer_was_lost_is_retried_as_already_counted_and_counts_once,
     an_attempt_begun_whose_answer_was_lost_is_retried_as_the_same_attempt_counted_once,
+    an_attempt_lease_is_renewed_only_by_its_holder_and_a_renewal_whose_answer_was_lost_is_its_own,
     a_result_recorded_whose_answer_was_lost_is_retried_as_the_record_written,
     an_intent_recorded_whose_answer_was_lost_is_retried_as_the_entry_recorded_once,
     an_idempotency_key_reused_with_another_request_is_refused_and_writes_nothing,
@@ -999,6 +1000,54 @@ async fn an_attempt_begun_whose_answer_was_lost_is_retried_as_the_same_attempt_c
         anyhow::bail!("the next attempt did not start after the lease expired");
     };
     assert_eq!((next.attempts, next.lease), (2, Some(other)));
+    Ok(())
+}
+
+/// `renew_attempt` (the live attempt's heartbeat): the holder extends its lease, so a second
+/// attempt waits past the first expiry; a renewal applied whose answer was lost is recognised as its
+/// own on the retry; once the lease expired and another attempt took it, the old holder's renewal is
+/// refused and changes nothing; a terminal subtask's lease is not renewed, nor an unknown subtask's.
+async fn an_attempt_lease_is_renewed_only_by_its_holder_and_a_renewal_whose_answer_was_lost_is_its_own(
+    store: Store,
+) -> Result<()> {
+    let (conv, _) = running(&store, &["w01", "w02"]).await?;
+    let w01: SubtaskId = "w01".into();
+    let mut lease = AttemptLease::new(31_000);
+    ensure!(matches!(store.begin_attempt(&conv.id, &w01, &lease, 1_000).await?, AttemptStart::Started(_)));
+    lease.until_ms = 41_000;
+    assert!(store.renew_attempt(&conv.id, &w01, &lease).await?, "the holder renews its live lease");
+    let other = AttemptLease::new(70_000);
+    assert!(
+        matches!(store.begin_attempt(&conv.id, &w01, &other, 35_000).await?, AttemptStart::Leased(r) if r.lease == Some(lease.clone())),
+        "past the first expiry, the renewed lease still holds"
+    );
+    let (decorator, lossy) = losing(&store);
+    lease.until_ms = 51_000;
+    decorator.lose(StoreOp::RenewAttempt)?;
+    answer_lost(lossy.renew_attempt(&conv.id, &w01, &lease).await)?;
+    assert!(lossy.renew_attempt(&conv.id, &w01, &lease).await?, "the retry meets its own renewal");
+    let stored = store.get_subtask(&conv.id, &w01).await?.context("w01 missing")?;
+    assert_eq!((stored.lease, stored.attempts), (Some(lease.clone()), 1), "renewed, never counted as an attempt");
+    // Expired and taken over: the old holder's renewal is refused and writes nothing.
+    let AttemptStart::Started(taken) = store.begin_attempt(&conv.id, &w01, &other, 51_000).await? else {
+        anyhow::bail!("the next attempt did not start after the renewed lease expired");
+    };
+    lease.until_ms = 90_000;
+    assert!(!store.renew_attempt(&conv.id, &w01, &lease).await?, "another attempt holds it now");
+    assert_eq!(store.get_subtask(&conv.id, &w01).await?, Some(taken.clone()), "nothing written");
+    // An expired lease nobody took is still its holder's to renew.
+    let w02: SubtaskId = "w02".into();
+    let mut late = AttemptLease::new(2_000);
+    ensure!(matches!(store.begin_attempt(&conv.id, &w02, &late, 1_000).await?, AttemptStart::Started(_)));
+    late.until_ms = 95_000;
+    assert!(store.renew_attempt(&conv.id, &w02, &late).await?, "expired, but nobody took it");
+    // A terminal subtask keeps its lease as it was; an unknown one is refused.
+    recorded(store.record_result(&conv.id, &w01, &succeeded("done"), &Usage::default(), &[], 60_000).await?)?;
+    let mut own = other.clone();
+    own.until_ms = 99_000;
+    assert!(!store.renew_attempt(&conv.id, &w01, &own).await?, "a finished subtask's lease is not renewed");
+    assert_eq!(store.get_subtask(&conv.id, &w01).await?.and_then(|r| r.lease), Some(other));
+    assert!(!store.renew_attempt(&conv.id, &"w99".into(), &own).await?, "no such subtask");
     Ok(())
 }
 

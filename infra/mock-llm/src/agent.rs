@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::config::{ANSWER_ROOM_TOKENS, AgentConfig};
 use crate::request::{messages, role, subtask_id, text};
-use crate::script::{customer_script, scripted_call};
+use crate::script::{customer_script, scripted_calls};
 
 /// Opens the user message of a flattened round's tool results (as the swarm's client writes it).
 const FLATTENED_RESULTS: &str = "Results of the tools called above:";
@@ -24,9 +24,21 @@ pub(crate) fn agent_answer(agent: &AgentConfig, req: &Value, seq: u64, body_len:
         .map(text)
         .collect();
     let work = subtask_id(req).is_some();
+    // A later round of a subtask scripted with several calls: the next one, after the rounds before answered.
+    let rounds = msgs
+        .iter()
+        .filter(|m| role(m) == "assistant" && m["tool_calls"].as_array().is_some_and(|c| !c.is_empty()))
+        .count();
+    let later = (agent.plan_from_message && work && !results.is_empty() && !choice_none)
+        .then(|| scripted_calls(req).into_iter().nth(rounds))
+        .flatten();
     let (content, calls, finish) = match tools {
         Some(tools) if results.is_empty() && !choice_none => {
             (Value::Null, Some(tool_calls(agent, req, tools, seq)), "tool_calls")
+        }
+        Some(_) if later.is_some() => {
+            let call = later.map(|(tool, args)| scripted(agent, tool, args, seq));
+            (Value::Null, Some(call_values(call.into_iter().collect(), seq)), "tool_calls")
         }
         _ if tools.is_some() || !results.is_empty() || (work && choice_none) => {
             let text = agent.final_text.clone().unwrap_or_else(|| {
@@ -47,23 +59,31 @@ fn tool_calls(agent: &AgentConfig, req: &Value, tools: &[Value], seq: u64) -> Ve
     let planned = subtask_id(req)
         .and_then(|id| id.strip_prefix('w').and_then(|n| n.parse::<usize>().ok()))
         .and_then(|n| agent.subtasks.get(n.wrapping_sub(1)));
-    let scripted = if agent.plan_from_message { scripted_call(req) } else { None };
-    let calls: Vec<(String, String)> = match (planned, scripted) {
+    let first = if agent.plan_from_message { scripted_calls(req).into_iter().next() } else { None };
+    let calls: Vec<(String, String)> = match (planned, first) {
         (Some(s), _) if !s.calls.is_empty() => s.calls.iter().map(|(t, a)| (t.clone(), a.to_string())).collect(),
-        (_, Some((tool, mut args))) => {
-            if agent.vary_reasons
-                && let Some(Value::String(reason)) = args.get_mut("reason")
-            {
-                reason.push_str(&format!(" (draft {seq})"));
-            }
-            vec![(tool, args.to_string())]
-        }
+        (_, Some((tool, args))) => vec![scripted(agent, tool, args, seq)],
         _ => {
             let name =
                 tools.iter().map(name_of).find(|n| n.contains(&agent.tool_match)).unwrap_or_else(|| name_of(&tools[0]));
             vec![(name, agent.tool_args.to_string())]
         }
     };
+    call_values(calls, seq)
+}
+
+/// A scripted call as the agent makes it: its `reason` worded anew on every answer with `vary_reasons`.
+fn scripted(agent: &AgentConfig, tool: String, mut args: Value, seq: u64) -> (String, String) {
+    if agent.vary_reasons
+        && let Some(Value::String(reason)) = args.get_mut("reason")
+    {
+        reason.push_str(&format!(" (draft {seq})"));
+    }
+    (tool, args.to_string())
+}
+
+/// `(tool, JSON arguments)` as the answer's `tool_calls`.
+fn call_values(calls: Vec<(String, String)>, seq: u64) -> Vec<Value> {
     calls
         .into_iter()
         .enumerate()
@@ -97,7 +117,7 @@ fn plan(agent: &AgentConfig, msgs: &[Value]) -> Vec<Value> {
         script
             .iter()
             .map(|step| {
-                let tools: Vec<&str> = step.call.iter().map(|(t, _)| t.as_str()).collect();
+                let tools = step.tools();
                 json!({"id": step.id, "instruction": step.instruction, "tools": tools, "depends_on": step.after})
             })
             .collect()

@@ -1,4 +1,4 @@
-//! Customer messages the agent follows as scripts: each line `- <id>[ after <ids>]: <text>` a subtask, a `[call <tool> <JSON>]` at its end the call its worker makes.
+//! Customer messages the agent follows as scripts: each line `- <id>[ after <ids>]: <text>` a subtask, a `[call <tool> <JSON>]` at its end the call its worker makes (several: one per round, in order).
 
 use serde_json::Value;
 
@@ -20,6 +20,9 @@ pub struct ScriptStep {
     pub instruction: String,
     /// `(tool, arguments)` of the call its worker makes, if any.
     pub call: Option<(String, Value)>,
+    /// The calls its worker makes after that one, one per round, each after the round before
+    /// answered (`[call …]`s after the first).
+    pub then: Vec<(String, Value)>,
 }
 
 impl ScriptStep {
@@ -34,7 +37,30 @@ impl ScriptStep {
             after: after.iter().map(|a| (*a).to_owned()).collect(),
             instruction,
             call: call.map(|(t, a)| (t.to_owned(), a)),
+            then: Vec::new(),
         }
+    }
+
+    /// The same step with one more call, made in the round after the calls before it answered.
+    pub fn then_call(mut self, tool: &str, args: Value) -> Self {
+        self.instruction = format!("{} {CALL_OPEN}{tool} {args}]", self.instruction);
+        let call = (tool.to_owned(), args);
+        match self.call {
+            None => self.call = Some(call),
+            Some(_) => self.then.push(call),
+        }
+        self
+    }
+
+    /// Every tool its worker calls, first call first, each once.
+    pub fn tools(&self) -> Vec<&str> {
+        let mut tools: Vec<&str> = Vec::new();
+        for (t, _) in self.call.iter().chain(&self.then) {
+            if !tools.contains(&t.as_str()) {
+                tools.push(t);
+            }
+        }
+        tools
     }
 
     /// The step as one line of a customer message: `- <id>[ after <ids>]: <instruction>`.
@@ -62,17 +88,24 @@ fn script_step(line: &str) -> Option<ScriptStep> {
         return None;
     }
     let instruction = instruction.trim().to_owned();
-    let call = parse_call(&instruction);
-    Some(ScriptStep { id: id.to_owned(), after, instruction, call })
+    let mut calls = parse_calls(&instruction).into_iter();
+    let call = calls.next();
+    Some(ScriptStep { id: id.to_owned(), after, instruction, call, then: calls.collect() })
 }
 
-/// The `[call <tool> <JSON object>]` at the end of `text`, if there is one.
-fn parse_call(text: &str) -> Option<(String, Value)> {
-    let start = text.rfind(CALL_OPEN)?;
-    let inner = text[start + CALL_OPEN.len()..].trim_end().strip_suffix(']')?;
-    let (tool, args) = inner.split_once(' ')?;
-    let args: Value = serde_json::from_str(args.trim()).ok().filter(Value::is_object)?;
-    Some((tool.to_owned(), args))
+/// The `[call <tool> <JSON object>]`s ending `text`, in order (none when the last does not parse).
+fn parse_calls(text: &str) -> Vec<(String, Value)> {
+    let mut calls = Vec::new();
+    let mut rest = text.trim_end();
+    while let Some(start) = rest.rfind(CALL_OPEN) {
+        let Some(inner) = rest[start + CALL_OPEN.len()..].strip_suffix(']') else { break };
+        let Some((tool, args)) = inner.split_once(' ') else { break };
+        let Some(args) = serde_json::from_str::<Value>(args.trim()).ok().filter(Value::is_object) else { break };
+        calls.push((tool.to_owned(), args));
+        rest = rest[..start].trim_end();
+    }
+    calls.reverse();
+    calls
 }
 
 /// The steps of the customer message of a plan request.
@@ -84,9 +117,9 @@ pub(crate) fn customer_script(msgs: &[Value]) -> Vec<ScriptStep> {
         .unwrap_or_default()
 }
 
-/// The call a work request's subtask scripts: the `[call …]` ending the first line of its
-/// `Subtask <id>: <instruction>` message.
-pub(crate) fn scripted_call(req: &Value) -> Option<(String, Value)> {
-    let own = messages(req).iter().rev().filter(|m| role(m) == "user").find(|m| text(m).starts_with("Subtask "))?;
-    parse_call(text(own).lines().next()?)
+/// The calls a work request's subtask scripts, one per round: the `[call …]`s ending the first
+/// line of its `Subtask <id>: <instruction>` message.
+pub(crate) fn scripted_calls(req: &Value) -> Vec<(String, Value)> {
+    let own = messages(req).iter().rev().filter(|m| role(m) == "user").find(|m| text(m).starts_with("Subtask "));
+    own.and_then(|m| text(m).lines().next()).map(parse_calls).unwrap_or_default()
 }

@@ -333,3 +333,32 @@ async fn scripted_answers_come_in_order_then_the_script_is_exhausted() {
     let (s3, _, _) = post(&url, &json!({})).await;
     assert_eq!(s3, 500);
 }
+
+#[tokio::test]
+async fn a_step_scripted_with_two_calls_makes_one_per_round_then_answers() {
+    let step = ScriptStep::new(
+        "w02",
+        &[],
+        "Open a ticket, then refund",
+        Some(("shop__open_ticket", json!({"order_id": "A1007", "subject": "s"}))),
+    )
+    .then_call("shop__refund", json!({"order_id": "A1007", "amount": 1.0, "reason": "chaos c1/w02"}));
+    assert_eq!(step.tools(), ["shop__open_ticket", "shop__refund"]);
+    assert_eq!(script_steps(&step.line()), std::slice::from_ref(&step), "both calls survive the line");
+    let agent = AgentConfig { plan_from_message: true, ..AgentConfig::default() };
+    let (_, h) = MockLlm::start(MockConfig { mode: Mode::Agent(agent), ..MockConfig::default() }).await.unwrap();
+    let url = format!("{}/chat/completions", h.base_url());
+    let mut work = work_request(false);
+    work["messages"][1]["content"] = json!(format!("Subtask w02: {}", step.instruction));
+    let name = |v: &Value| v.pointer("/choices/0/message/tool_calls/0/function/name").cloned();
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let v: Value = serde_json::from_str(&post(&url, &work).await.2).unwrap();
+        seen.push(name(&v).unwrap_or_else(|| json!(v.pointer("/choices/0/finish_reason"))));
+        let call = json!({"id": format!("c{round}"), "type": "function", "function": {"name": "x", "arguments": "{}"}});
+        let messages = work["messages"].as_array_mut().unwrap();
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{round}"), "content": "{\"ok\":true}"}));
+    }
+    assert_eq!(seen, [json!("shop__open_ticket"), json!("shop__refund"), json!("stop")]);
+}

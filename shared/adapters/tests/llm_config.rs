@@ -106,7 +106,7 @@ fn a_missing_model_is_refused_naming_llm_model() -> Result<()> {
 #[test]
 fn defaults_and_numbers_are_read_once_with_clear_errors() -> Result<()> {
     let c = load(&[MOONSHOT, KEY, MODEL])?;
-    assert_eq!(c.timeout, Duration::from_secs(60));
+    assert_eq!(c.timeout, Duration::from_secs(25));
     assert_eq!(c.max_in_flight, 16);
     assert!(c.sub.is_none());
     assert!(c.main.profile.send_reasoning, "reasoning round-trips by default");

@@ -1,13 +1,17 @@
 //! The language and script a customer is answered in: detected once from the customer's message, stored on the conversation, and read by every writer of the reply.
 //!
 //! Detection ([`Language::detect`]) counts what the message is written in:
-//! - Han characters, each one; Latin words (runs of Latin letters without a digit, so order ids,
-//!   SKUs and coupon codes such as `A1029`, `SKU-1016`, `DOUBLE11` count for nothing); kana and
-//!   Hangul characters; words of any other alphabet.
+//! - Chinese words: each run of Han characters counts as half its length, at least one (a
+//!   Chinese word is one to three characters: `吗` 1, `这张券吗` 2, `黑色羽绒服` 2).
+//! - Latin words: runs of Latin letters without a digit, so order ids, SKUs and coupon codes such
+//!   as `A1029`, `SKU-1016`, `DOUBLE11` count for nothing; and a name — capitalised words one
+//!   after the other, split only by spaces (`Grey Running Shoes`, `JD Logistics`) — counts once,
+//!   so the shop's English product names do not outvote the Chinese sentence around them.
+//! - Kana and Hangul characters; words of any other alphabet.
 //! - Chinese when there is at least one Han character, no kana or Hangul (Japanese and Korean
-//!   write Han characters too), and at least as many Han characters as Latin words and more than
-//!   words of other alphabets. `能用 DOUBLE11 这张券吗？` is Chinese; `Is the 蓝色 jacket back?` is
-//!   English.
+//!   write Han characters too), and at least as many Chinese words as Latin words and more than
+//!   words of other alphabets. `能用 DOUBLE11 这张券吗？` and `Grey Running Shoes 43 有货吗？` are
+//!   Chinese; `Is the 黑色羽绒服 in stock?` is English.
 //! - The script of Chinese text: the characters written only in Simplified Chinese against those
 //!   written only in Traditional Chinese ([`is_simplified_only`], [`is_traditional_only`]: tables
 //!   derived from OpenCC's character dictionaries, `data/*.txt`); the larger count wins. Text
@@ -90,7 +94,7 @@ impl Language {
         if c.kana_hangul > 0 {
             return Self::English;
         }
-        if c.han > 0 && c.han >= c.latin_words && c.han > c.other_words {
+        if c.han > 0 && c.han_words >= c.latin_words && c.han_words > c.other_words {
             return match c.simplified.cmp(&c.traditional) {
                 std::cmp::Ordering::Greater => Self::SimplifiedChinese,
                 std::cmp::Ordering::Less => Self::TraditionalChinese,
@@ -123,49 +127,106 @@ impl std::fmt::Display for Language {
 /// What a text is written in, counted.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Counts {
+    /// Han characters.
     han: usize,
+    /// Chinese words: each run of Han characters, half its length, at least one.
+    han_words: usize,
     simplified: usize,
     traditional: usize,
     kana_hangul: usize,
+    /// Latin words, a name (capitalised words split by spaces only) counting once.
     latin_words: usize,
     other_words: usize,
 }
 
-impl Counts {
-    fn of(text: &str) -> Self {
-        let mut c = Counts::default();
-        // The word being read: (has a Latin letter, has another letter, has a digit).
-        let mut word: Option<(bool, bool, bool)> = None;
-        let end_word = |word: &mut Option<(bool, bool, bool)>, c: &mut Counts| match word.take() {
-            Some((_, _, true)) | None => {}
-            Some((true, _, false)) => c.latin_words += 1,
-            Some((false, true, false)) => c.other_words += 1,
-            Some((false, false, false)) => {}
-        };
-        for ch in text.chars() {
-            if is_han(ch) {
-                end_word(&mut word, &mut c);
-                c.han += 1;
-                c.simplified += usize::from(is_simplified_only(ch));
-                c.traditional += usize::from(is_traditional_only(ch));
-            } else if is_kana_or_hangul(ch) {
-                end_word(&mut word, &mut c);
-                c.kana_hangul += 1;
-            } else if ch.is_alphanumeric() || (word.is_some() && matches!(ch, '\'' | '’')) {
-                let w = word.get_or_insert((false, false, false));
-                if ch.is_numeric() {
-                    w.2 = true;
-                } else if is_latin_letter(ch) {
-                    w.0 = true;
-                } else if ch.is_alphabetic() {
-                    w.1 = true;
+/// The word being read.
+#[derive(Clone, Copy, Default)]
+struct Word {
+    latin: bool,
+    other: bool,
+    digit: bool,
+    capitalised: bool,
+}
+
+/// The state of [`Counts::of`] between characters.
+#[derive(Default)]
+struct Reader {
+    counts: Counts,
+    word: Option<Word>,
+    han_run: usize,
+    /// The last word was a capitalised Latin word and only spaces came after it.
+    in_name: bool,
+}
+
+impl Reader {
+    fn end_han_run(&mut self) {
+        if self.han_run > 0 {
+            self.counts.han_words += (self.han_run / 2).max(1);
+            self.han_run = 0;
+        }
+    }
+
+    fn end_word(&mut self) {
+        match self.word.take() {
+            Some(Word { digit: true, .. }) | None => {}
+            Some(Word { latin: true, capitalised, .. }) => {
+                if !(capitalised && self.in_name) {
+                    self.counts.latin_words += 1;
                 }
-            } else {
-                end_word(&mut word, &mut c);
+                self.in_name = capitalised;
+            }
+            Some(Word { other: true, .. }) => {
+                self.counts.other_words += 1;
+                self.in_name = false;
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn read(&mut self, ch: char) {
+        if is_han(ch) {
+            self.end_word();
+            self.in_name = false;
+            self.han_run += 1;
+            self.counts.han += 1;
+            self.counts.simplified += usize::from(is_simplified_only(ch));
+            self.counts.traditional += usize::from(is_traditional_only(ch));
+            return;
+        }
+        self.end_han_run();
+        if is_kana_or_hangul(ch) {
+            self.end_word();
+            self.in_name = false;
+            self.counts.kana_hangul += 1;
+        } else if ch.is_alphanumeric() || (self.word.is_some() && matches!(ch, '\'' | '’')) {
+            let first = self.word.is_none();
+            let w = self.word.get_or_insert_with(Word::default);
+            if ch.is_numeric() {
+                w.digit = true;
+            } else if is_latin_letter(ch) {
+                w.latin = true;
+                w.capitalised |= first && ch.is_uppercase();
+            } else if ch.is_alphabetic() {
+                w.other = true;
+            }
+        } else {
+            self.end_word();
+            if !ch.is_whitespace() {
+                self.in_name = false;
             }
         }
-        end_word(&mut word, &mut c);
-        c
+    }
+}
+
+impl Counts {
+    fn of(text: &str) -> Self {
+        let mut reader = Reader::default();
+        for ch in text.chars() {
+            reader.read(ch);
+        }
+        reader.end_word();
+        reader.end_han_run();
+        reader.counts
     }
 }
 
@@ -261,6 +322,24 @@ mod tests {
         assert_eq!(Language::detect("Où est ma commande A1029 ?", None), English);
         assert_eq!(Language::detect("Где мой заказ 订单", None), English, "more Cyrillic words than Han characters");
         assert_eq!(Language::detect("A1029 到哪了", None), Hans);
+    }
+
+    #[test]
+    fn a_product_name_in_the_other_language_does_not_decide() {
+        // English with a Chinese product name, short or long.
+        assert_eq!(Language::detect("Is the 黑色羽绒服 in stock?", None), English);
+        assert_eq!(Language::detect("Can I use SAVE20 on the 黑色羽绒服 and the 蓝色亚麻衬衫?", Some(Hans)), English);
+        // Chinese with the shop's English product name.
+        assert_eq!(Language::detect("Grey Running Shoes 43 有货吗？", None), Hans);
+        assert_eq!(Language::detect("Navy Down Jacket L 還有貨嗎？", None), Hant);
+        assert_eq!(Language::detect("能用 TEA5 吗？买两袋 Green Tea 250g", None), Hans);
+    }
+
+    #[test]
+    fn mixed_text_goes_to_the_language_with_more_words() {
+        assert_eq!(Language::detect("Hi, 我的订单 A1029 到哪了？", None), Hans);
+        assert_eq!(Language::detect("你好, where is my order A1029 and when will it arrive?", None), English);
+        assert_eq!(Language::detect("你好 hello", Some(Hant)), Hant, "a tie: Chinese, of the previous script");
     }
 
     #[test]

@@ -164,8 +164,9 @@ pub fn work_messages_in(
             ANSWER_LANGUAGE_MARKER,
             language,
             "your answer",
-            "Keep order ids, SKUs, coupon codes, tracking numbers, product names and carrier names exactly as the tools \
-             return them, and dates and amounts in their digits.",
+            "Put what the tools say into that language, a refusal's reason too; keep order ids, SKUs, coupon codes, \
+             tracking numbers, product names and carrier names exactly as the tools return them, and dates and \
+             amounts in their digits.",
         ));
     }
     messages

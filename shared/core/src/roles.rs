@@ -8,7 +8,7 @@ use crate::ports::{QueueError, TaskQueue};
 
 /// The role of ordinary workers.
 pub const DEFAULT_ROLE: &str = "support";
-/// The role that may move money (refunds); on AWS its own function, queue and secret.
+/// The role of side effects (refunds, support tickets); on AWS its own function, queue and secret.
 pub const REFUND_ROLE: &str = "refund";
 /// The orchestrator's role: lists every tool, may call none.
 pub const PLANNER_ROLE: &str = "planner";
@@ -26,9 +26,10 @@ impl RoleTable {
         Self { default_role: default_role.into(), rules }
     }
 
-    /// The demo table: any tool named `refund` (under any prefix) needs the refund role.
+    /// The demo table: any tool named `refund` or `open_ticket` (under any prefix) needs the refund
+    /// role, the one whose worker journals and confirms side effects.
     pub fn demo() -> Self {
-        Self::new(DEFAULT_ROLE, vec![("refund".into(), REFUND_ROLE.into())])
+        Self::new(DEFAULT_ROLE, vec![("refund".into(), REFUND_ROLE.into()), ("open_ticket".into(), REFUND_ROLE.into())])
     }
 
     /// Parses `tool=role,tool=role` (env `ROLE_TABLE`); empty → [`RoleTable::demo`].
@@ -251,6 +252,7 @@ mod tests {
         assert_eq!(t.role_for(&["shop__get_order", "shop__refund"]), REFUND_ROLE);
         assert_eq!(t.role_for(&["refund"]), REFUND_ROLE);
         assert_eq!(t.role_for(&["shop__get_refund_policy"]), DEFAULT_ROLE);
+        assert_eq!(t.role_for(&["shop__open_ticket"]), REFUND_ROLE, "a side effect without money too");
         assert_eq!(t.role_for::<&str>(&[]), DEFAULT_ROLE);
     }
 

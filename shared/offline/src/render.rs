@@ -12,6 +12,7 @@ use swarm_core::language::Language;
 
 use crate::catalog::ToolKind;
 use crate::lang::{join_list, say, zh};
+use codes::{coupon_reasons, no_shipment_yet, policy_in_chinese, refund_rule, refusal_in_chinese};
 
 /// Longest rendering of one unknown result.
 const MAX_GENERIC_CHARS: usize = 600;
@@ -28,7 +29,19 @@ pub(crate) fn render(kind: Option<ToolKind>, args: &Value, text: &str, language:
     };
     let l = language;
     if let Some(error) = obj.get("error") {
-        return vec![error_sentence(kind, args, &scalar(error), l)];
+        if let Some(sentence) = no_shipment_yet(obj, l) {
+            return vec![sentence];
+        }
+        let code = str_of(obj, "code");
+        let why = refund_rule(obj, l)
+            .or_else(|| code.and_then(|c| refusal_in_chinese(c, l)))
+            .unwrap_or_else(|| scalar(error));
+        // Decided on the code; only an answer without one (another upstream's) is read for "not found".
+        let not_found = match code {
+            Some(code) => code == "not_found",
+            None => reads_as_not_found(&scalar(error)),
+        };
+        return vec![error_sentence(kind, args, &why, not_found, l)];
     }
     if obj.get("orders").is_some_and(Value::is_array) {
         return vec![order_list(obj, false, l)];
@@ -84,11 +97,13 @@ pub(crate) fn field(text: &str, key: &str) -> Option<Value> {
 
 // ------------------------------------------------------------------ shapes
 
-fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str, l: Language) -> String {
-    let not_found = {
-        let e = error.to_lowercase();
-        e.contains("not found") || e.contains("no product") || e.contains("does not exist") || e.contains("unknown")
-    };
+/// Whether an error without a code says something was not found (answers of upstreams that give no code).
+fn reads_as_not_found(error: &str) -> bool {
+    let e = error.to_lowercase();
+    e.contains("not found") || e.contains("no product") || e.contains("does not exist") || e.contains("unknown")
+}
+
+fn error_sentence(kind: Option<ToolKind>, args: &Value, error: &str, not_found: bool, l: Language) -> String {
     let order = args.get("order_id").or_else(|| args.get("order")).map(scalar);
     let sku = args.get("sku").map(scalar);
     let name = args.get("name").or_else(|| args.get("query")).map(scalar);
@@ -533,13 +548,12 @@ fn coupon(c: &Map<String, Value>, args: &Value, l: Language) -> String {
     let code =
         str_of(c, "code").map(str::to_owned).or_else(|| args.get("code").map(scalar)).unwrap_or_else(|| "?".into());
     let currency = str_of(c, "currency").unwrap_or("");
-    let reasons: Vec<String> =
-        c.get("reasons").and_then(Value::as_array).map(|r| r.iter().map(scalar).collect()).unwrap_or_default();
+    let reasons = coupon_reasons(c, &code, currency, l);
     if c.get("exists").and_then(Value::as_bool) == Some(false) {
         return say!(l, "Coupon {code} does not exist.", "优惠券 {code} 不存在。", "優惠券 {code} 不存在。");
     }
     let usable = c.get("usable").and_then(Value::as_bool).unwrap_or(false);
-    let why = reasons.join("; ");
+    let why = reasons.join(if l == Language::English { "; " } else { "；" });
     let mut s = if usable {
         say!(l, "Coupon {code} can be used.", "优惠券 {code} 可以使用。", "優惠券 {code} 可以使用。")
     } else if reasons.is_empty() {
@@ -658,10 +672,14 @@ fn refund_receipt(r: &Map<String, Value>, l: Language) -> String {
 }
 
 fn policy(p: &Map<String, Value>, l: Language) -> String {
+    if let Some(zh) = policy_in_chinese(p, l) {
+        return zh;
+    }
     let mut parts = Vec::new();
     let text = str_of(p, "text").map(str::trim).unwrap_or("");
     if !text.is_empty() {
-        parts.push(say!(l, "Refund policy: {text}", "退款政策：{text}", "退款政策：{text}"));
+        // In Chinese only when the policy has no window to write it from: quoted as the shop's words.
+        parts.push(say!(l, "Refund policy: {text}", "退款政策（商店原文）：{text}", "退款政策（商店原文）：{text}"));
     }
     if let Some(days) = p.get("refund_window_days_after_delivery").and_then(Value::as_f64) {
         let days = number(days);
@@ -750,5 +768,6 @@ fn generic_object(o: &Map<String, Value>) -> String {
     o.iter().map(|(k, v)| format!("{k}: {}", generic_value(v))).collect::<Vec<_>>().join(", ")
 }
 
+mod codes;
 #[cfg(test)]
 mod tests;

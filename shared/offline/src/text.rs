@@ -446,7 +446,9 @@ fn zh_product(text: &str, codes: &[String]) -> Option<Product> {
             && !ORDER_ID.is_match(name)
             && !upper.contains("SKU")
             && !codes.iter().any(|c| upper.contains(c.as_str()))
-            && !["订单", "优惠券", "包裹", "快递", "退款", "这个", "那个", "它"].iter().any(|w| name.contains(w));
+            && !["订单", "券", "包裹", "快递", "退款", "这个", "那个", "它", "下一单", "下单", "首单"]
+                .iter()
+                .any(|w| name.contains(w));
         if valid {
             return Some(Product { name: name.to_owned(), quantity });
         }
@@ -549,6 +551,9 @@ mod tests {
         assert_eq!(p("请问空气净化器多少钱？"), Some(("空气净化器".into(), None)));
         assert_eq!(p("我想买两袋绿茶250克，能用TEA5吗"), Some(("绿茶250克".into(), Some(2))));
         assert_eq!(p("优惠券 SAVE20 还能用吗"), None);
+        // "My next order" is no product, as in English.
+        assert_eq!(p("WELCOME50 能用在我下一单吗？"), None);
+        assert_eq!(p("这张券能用在首单上吗"), None);
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl DemoShop {
             },
             other => Err(Refusal::NotFound(format!("unknown tool {other}"))),
         };
-        result.unwrap_or_else(|refusal| json!({ "error": refusal.to_string() }))
+        result.unwrap_or_else(|refusal| refusal.to_json())
     }
 }
 
@@ -415,6 +415,23 @@ async fn a_refund_the_shop_refuses_is_reported_with_the_shops_reason() {
 }
 
 #[tokio::test]
+async fn a_refund_the_shop_refuses_is_explained_in_the_customers_script_from_the_shops_code() {
+    let hans = run("订单 A1006 的耳机坏了，我想退款。", "C105").await;
+    assert!(hans.calls().iter().any(|c| bare(&c.name) == "refund"), "delivered and paid: the refund is tried");
+    assert!(
+        hans.reply.contains(
+            "订单 A1006 的退款未能办理：该订单已于 2026-11-18 06:00 送达，7 天的退款期限已于 2026-11-25 06:00 结束。"
+        ),
+        "{}",
+        hans.reply
+    );
+    assert_eq!(script_problems(&hans.reply, Language::SimplifiedChinese), Vec::<String>::new(), "{}", hans.reply);
+    let hant = run("訂單 A1006 的耳機壞了，我想退款。", "C105").await;
+    assert!(hant.reply.contains("7 天的退款期限已於 2026-11-25 06:00 結束"), "{}", hant.reply);
+    assert_eq!(script_problems(&hant.reply, Language::TraditionalChinese), Vec::<String>::new(), "{}", hant.reply);
+}
+
+#[tokio::test]
 async fn an_unknown_order_is_reported_as_not_found() {
     let run = run_case("q10").await;
     assert!(run.reply.starts_with("未找到订单 A9999。"), "{}", run.reply);
@@ -616,7 +633,7 @@ async fn the_traditional_cases_are_planned_as_their_simplified_twins_and_answere
     let t02 = run_traditional("t02").await;
     assert!(t02.reply.contains("訂單 A1016 已退款：797 CNY（退款編號 RF-A1016-1）"), "{}", t02.reply);
     let t05 = run_traditional("t05").await;
-    assert!(t05.reply.starts_with("優惠券 DOUBLE11 不能使用：DOUBLE11 expired on 2026-11-12。"), "{}", t05.reply);
+    assert!(t05.reply.starts_with("優惠券 DOUBLE11 不能使用：已於 2026-11-12 過期。"), "{}", t05.reply);
 }
 
 async fn run_traditional(id: &str) -> Run {

@@ -77,9 +77,29 @@ pub fn case_language(case: &Case) -> Language {
     }
 }
 
+/// English words that only an English sentence has: function words and the verbs and nouns the
+/// shop's sentences are made of. None of them is in a product, carrier or place name of the demo
+/// shop, so a Chinese reply holding one quotes an English sentence.
+const ENGLISH_SENTENCE_WORDS: [&str; 36] = [
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "has", "have", "can", "cannot", "not", "no", "only",
+    "for", "of", "on", "to", "and", "or", "this", "that", "it", "its", "with", "already", "least", "needs", "applies",
+    "expired", "refunds", "accepted", "window", "customer",
+];
+
+/// The English sentence words ([`ENGLISH_SENTENCE_WORDS`]) `text` holds, in order (`A1034` is an
+/// id, not the word "a").
+fn english_sentence_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| ENGLISH_SENTENCE_WORDS.contains(&w.to_ascii_lowercase().as_str()))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// How `reply` falls short of being written in `language` (empty when it is): a Chinese reply
-/// has at least ten Han characters, reads as Chinese of its script, and holds no character only
-/// the other script writes; an English reply holds no Han character.
+/// has at least ten Han characters, reads as Chinese of its script, holds no character only
+/// the other script writes and no English sentence (no word of [`ENGLISH_SENTENCE_WORDS`]:
+/// product names, ids and codes stay as the shop has them, but nothing is quoted in English);
+/// an English reply holds no Han character.
 pub fn script_problems(reply: &str, language: Language) -> Vec<String> {
     let mut problems = Vec::new();
     let han = reply.chars().filter(|c| is_han(*c)).count();
@@ -90,6 +110,10 @@ pub fn script_problems(reply: &str, language: Language) -> Vec<String> {
         let foreign: String = reply.chars().filter(|c| language.foreign_character(*c)).collect();
         if !foreign.is_empty() {
             problems.push(format!("characters of the other script in a {language} reply: {foreign}"));
+        }
+        let english = english_sentence_words(reply);
+        if !english.is_empty() {
+            problems.push(format!("English sentence words in a {language} reply: {}", english.join(" ")));
         }
         let read = Language::detect(reply, None);
         if read != language {
@@ -110,5 +134,21 @@ pub fn tools_of_kind(kind: &str) -> &'static [&'static str] {
         "coupon" => &["check_coupon"],
         "refund" => &["refund", "get_refund_policy"],
         _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chinese_reply_quoting_an_english_sentence_falls_short_and_names_and_codes_do_not() {
+        let quoted = "优惠券 DOUBLE11 不能使用：DOUBLE11 expired on 2026-11-12。使用条件：立减 15%，最低消费 500 CNY。";
+        assert_eq!(
+            script_problems(quoted, Language::SimplifiedChinese),
+            ["English sentence words in a zh-Hans reply: expired on"]
+        );
+        let names = "订单 A1034 已于 2026-11-25 送达：2 × Blue Linen Shirt S、2 × Grey Running Shoes 43；包裹由 JD Logistics 承运。";
+        assert_eq!(script_problems(names, Language::SimplifiedChinese), Vec::<String>::new());
     }
 }

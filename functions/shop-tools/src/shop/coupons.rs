@@ -1,6 +1,6 @@
 //! Coupons: whether a code exists, is valid now and fits the basket (given as a total, or as a product and a quantity) — one check per rule — and the discount it gives.
 
-use super::views::CouponCheck;
+use super::views::{CouponCheck, CouponFinding};
 use super::{Shop, non_empty, shown};
 use crate::args::CheckCouponArgs;
 use crate::data::{Coupon, Customer, OrderStatus, Product};
@@ -16,11 +16,17 @@ struct Basket<'a> {
     category: Option<String>,
 }
 
-/// What the rules found: reasons the coupon cannot be used, and conditions still to meet.
+/// What the rules found: reasons the coupon cannot be used, and conditions still to meet, each
+/// as an English sentence and its code.
 #[derive(Default)]
 struct Findings {
-    failures: Vec<String>,
-    pending: Vec<String>,
+    failures: Vec<(String, CouponFinding)>,
+    pending: Vec<(String, CouponFinding)>,
+}
+
+/// The sentences of `found`, and their codes.
+fn split(found: Vec<(String, CouponFinding)>) -> (Vec<String>, Vec<CouponFinding>) {
+    found.into_iter().unzip()
 }
 
 impl Shop {
@@ -44,6 +50,7 @@ impl Shop {
         let Some(coupon) = self.coupon(&code) else {
             return Ok(CouponCheck {
                 reasons: vec![format!("no coupon with code {} exists", shown(&code))],
+                findings: vec![CouponFinding::UnknownCode],
                 note: format!("{} is not a valid coupon code.", shown(&code)),
                 code,
                 exists: false,
@@ -64,11 +71,13 @@ impl Shop {
         let usable = findings.failures.is_empty();
         let discount = basket.total.filter(|_| usable).map(|total| coupon.discount_cents(total));
         let note = coupon_note(coupon, &code, &findings, discount, basket.total, &currency);
+        let (reasons, found) = split(if usable { findings.pending } else { findings.failures });
         Ok(CouponCheck {
             code,
             exists: true,
             usable,
-            reasons: if usable { findings.pending } else { findings.failures },
+            reasons,
+            findings: found,
             note,
             kind: Some(coupon.kind.as_str().to_owned()),
             value: Some(coupon.value),
@@ -128,7 +137,10 @@ impl Shop {
     ) -> Findings {
         let mut found = Findings::default();
         if coupon.valid_until < self.today() {
-            found.failures.push(format!("{code} expired on {}", coupon.valid_until));
+            found.failures.push((
+                format!("{code} expired on {}", coupon.valid_until),
+                CouponFinding::Expired { valid_until: coupon.valid_until },
+            ));
         }
         min_spend_rule(coupon, code, basket.total, currency, &mut found);
         category_rule(coupon, code, basket.category.as_deref(), &mut found);
@@ -140,16 +152,20 @@ impl Shop {
                 .filter(|o| o.customer_id == customer.customer_id && o.status != OrderStatus::Cancelled)
                 .count();
             if previous > 0 {
-                found.failures.push(format!(
-                    "{code} is for a customer's first order only, and this customer already has {previous} order(s)"
+                found.failures.push((
+                    format!(
+                        "{code} is for a customer's first order only, and this customer already has {previous} order(s)"
+                    ),
+                    CouponFinding::FirstOrderOnly { orders: previous },
                 ));
             }
         }
         if let Some(max) = coupon.max_uses_per_customer {
             let used = coupon.used_by.iter().filter(|c| c.eq_ignore_ascii_case(&customer.customer_id)).count();
             if used >= max as usize {
-                found.failures.push(format!(
-                    "{code} can be used {max} time(s) per customer and this customer has already used it"
+                found.failures.push((
+                    format!("{code} can be used {max} time(s) per customer and this customer has already used it"),
+                    CouponFinding::UsedUp { max_uses: max },
                 ));
             }
         }
@@ -161,15 +177,23 @@ impl Shop {
 fn min_spend_rule(coupon: &Coupon, code: &str, total: Option<i64>, currency: &str, found: &mut Findings) {
     let min_spend = coupon.min_spend_cents;
     match total {
-        Some(total) if total < min_spend => found.failures.push(format!(
-            "the minimum spend for {code} is {}; this basket is {} ({} short)",
-            money(min_spend, currency),
-            money(total, currency),
-            money(min_spend - total, currency)
+        Some(total) if total < min_spend => found.failures.push((
+            format!(
+                "the minimum spend for {code} is {}; this basket is {} ({} short)",
+                money(min_spend, currency),
+                money(total, currency),
+                money(min_spend - total, currency)
+            ),
+            CouponFinding::BelowMinSpend {
+                min_spend: to_decimal(min_spend),
+                order_total: to_decimal(total),
+                short: to_decimal(min_spend - total),
+            },
         )),
-        None if min_spend > 0 => {
-            found.pending.push(format!("needs a basket of at least {}", money(min_spend, currency)))
-        }
+        None if min_spend > 0 => found.pending.push((
+            format!("needs a basket of at least {}", money(min_spend, currency)),
+            CouponFinding::NeedsMinSpend { min_spend: to_decimal(min_spend) },
+        )),
         _ => {}
     }
 }
@@ -181,10 +205,14 @@ fn category_rule(coupon: &Coupon, code: &str, category: Option<&str>, found: &mu
     }
     let list = coupon.categories.join(", ");
     match category {
-        Some(c) if !coupon.categories.iter().any(|k| k.eq_ignore_ascii_case(c)) => {
-            found.failures.push(format!("{code} applies only to {list} products, not {c}"));
-        }
-        None => found.pending.push(format!("applies only to {list} products")),
+        Some(c) if !coupon.categories.iter().any(|k| k.eq_ignore_ascii_case(c)) => found.failures.push((
+            format!("{code} applies only to {list} products, not {c}"),
+            CouponFinding::WrongCategory { categories: coupon.categories.clone(), category: c.to_owned() },
+        )),
+        None => found.pending.push((
+            format!("applies only to {list} products"),
+            CouponFinding::NeedsCategory { categories: coupon.categories.clone() },
+        )),
         _ => {}
     }
 }
@@ -199,7 +227,8 @@ fn coupon_note(
     currency: &str,
 ) -> String {
     if !found.failures.is_empty() {
-        format!("{code} cannot be used: {}.", found.failures.join("; "))
+        let why: Vec<&str> = found.failures.iter().map(|(s, _)| s.as_str()).collect();
+        format!("{code} cannot be used: {}.", why.join("; "))
     } else if let (Some(d), Some(total)) = (discount, total) {
         format!(
             "{code} can be used: it takes {} off {} (valid until {}).",
@@ -213,7 +242,7 @@ fn coupon_note(
         format!(
             "{code} is valid until {}; whether it applies depends on the basket: it {}.",
             coupon.valid_until,
-            found.pending.join(" and ")
+            found.pending.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(" and ")
         )
     }
 }

@@ -1,4 +1,4 @@
-//! The shop's rules as plain Rust over the data set, one room per job: orders, shipments, products, coupons and refunds (in a [`RefundLedger`]: in memory locally, DynamoDB on Lambda; the data set on disk is never edited). Here: the shop itself and the lookups every job shares. Amounts are whole cents inside; the tools' results ([`views`]) speak decimals.
+//! The shop's rules as plain Rust over the data set, one room per job: orders, shipments, products, coupons, refunds and support tickets (in a [`RefundLedger`]: in memory locally, DynamoDB on Lambda; the data set on disk is never edited). Here: the shop itself and the lookups every job shares. Amounts are whole cents inside; the tools' results ([`views`]) speak decimals.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,19 +7,21 @@ use chrono::{DateTime, FixedOffset, NaiveDate};
 
 use crate::data::{Customer, Order, Shipment, ShopData};
 use crate::error::{Refusal, ShopError};
-pub use crate::ledger::RefundRecord;
 use crate::ledger::{InMemoryLedger, LedgerError, OrderRefunds, RefundLedger};
+pub use crate::ledger::{RefundRecord, TicketRecord};
 
 mod coupons;
 mod orders;
 mod products;
 mod refunds;
 mod shipping;
+mod tickets;
 pub mod views;
 
+pub use tickets::{MAX_SUBJECT_CHARS, TicketReceipt};
 pub use views::{
-    CouponCheck, OrderLine, OrderList, OrderView, ProductMatches, ProductView, RefundPolicyView, RefundReceipt,
-    ShipmentSummary, TrackView,
+    CouponCheck, CouponFinding, OrderLine, OrderList, OrderView, ProductMatches, ProductView, RefundPolicyView,
+    RefundReceipt, ShipmentSummary, TrackView,
 };
 
 /// The demo data set, embedded at build time.
@@ -51,6 +53,23 @@ fn unavailable(e: LedgerError) -> Refusal {
 }
 
 /// A user-supplied id shortened for echoing in an error message.
+/// The idempotency key a side effect is recorded under, trimmed.
+///
+/// Errors: [`Refusal::InvalidArguments`] when it is empty or longer than
+/// [`MAX_IDEMPOTENCY_KEY_CHARS`] characters.
+fn idempotency_key(raw: &str) -> Result<&str, Refusal> {
+    let key = raw.trim();
+    if key.is_empty() {
+        return Err(Refusal::InvalidArguments("idempotency_key is required".into()));
+    }
+    if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
+        return Err(Refusal::InvalidArguments(format!(
+            "idempotency_key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        )));
+    }
+    Ok(key)
+}
+
 fn shown(text: &str) -> String {
     const MAX: usize = 40;
     let trimmed = text.trim();

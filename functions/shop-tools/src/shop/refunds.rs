@@ -3,10 +3,10 @@
 use chrono::Duration;
 
 use super::views::{RefundPolicyView, RefundReceipt};
-use super::{MAX_IDEMPOTENCY_KEY_CHARS, Shop, shown, stamp, unavailable};
+use super::{Shop, idempotency_key, shown, unavailable};
 use crate::args::RefundArgs;
 use crate::data::{Customer, Order, OrderStatus};
-use crate::error::Refusal;
+use crate::error::{RefundRule, Refusal};
 use crate::ledger::{LedgerWrite, OrderRefunds, RefundRecord};
 use crate::money::{format as money, to_cents};
 
@@ -50,20 +50,13 @@ impl Shop {
     /// recorded conditional on, so refunds sent at once cannot split their way past it.
     ///
     /// Errors: [`Refusal::NotFound`] (order), [`Refusal::InvalidArguments`] (key, amount),
-    /// [`Refusal::Refused`] with the policy reason, e.g. "order A1032 is SHIPPED, not
-    /// delivered: the refund window starts at delivery"; [`Refusal::NeedsApproval`] past the
+    /// [`Refusal::Policy`] with the policy's rule, e.g. [`RefundRule::NotDelivered`] ("order A1032
+    /// is SHIPPED, not delivered: the refund window starts at delivery"); [`Refusal::Refused`] for
+    /// an idempotency key or approval used for another refund; [`Refusal::NeedsApproval`] past the
     /// consent limit; [`Refusal::Unavailable`] when the ledger cannot be reached (nothing recorded).
     pub async fn refund(&self, request: &RefundArgs) -> Result<RefundReceipt, Refusal> {
         let customer = self.customer(&request.customer_id)?;
-        let key = request.idempotency_key.trim();
-        if key.is_empty() {
-            return Err(Refusal::InvalidArguments("idempotency_key is required".into()));
-        }
-        if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS {
-            return Err(Refusal::InvalidArguments(format!(
-                "idempotency_key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
-            )));
-        }
+        let key = idempotency_key(&request.idempotency_key)?;
         // The amount arrives as a decimal (the MCP edge); the rules work in cents.
         let wanted = match request.amount {
             Some(a) if !a.is_finite() || to_cents(a) <= 0 => {
@@ -141,13 +134,14 @@ impl Shop {
         self.refundable(order, paid, refunded)?;
         let amount = wanted.unwrap_or(remaining);
         if amount > remaining {
-            return Err(Refusal::Refused(format!(
-                "a refund of {} exceeds what is refundable on order {id}: {} ({} paid minus {} already refunded)",
-                money(amount, currency),
-                money(remaining, currency),
-                money(paid, currency),
-                money(refunded, currency)
-            )));
+            return Err(Refusal::Policy(RefundRule::ExceedsRefundable {
+                order_id: id.clone(),
+                amount,
+                refundable: remaining,
+                paid,
+                refunded,
+                currency: currency.to_owned(),
+            }));
         }
         if let Some(limit) = request.consent_limit_cents
             && refunded + amount > limit
@@ -175,39 +169,29 @@ impl Shop {
 
     /// The policy's rules before any amount: paid, something left, delivered, within the window.
     fn refundable(&self, order: &Order, paid: i64, refunded: i64) -> Result<(), Refusal> {
-        let (id, currency) = (&order.order_id, order.currency.as_str());
+        let order_id = order.order_id.clone();
         if self.data.policy.refund_requires_paid && paid <= 0 {
-            return Err(Refusal::Refused(format!(
-                "order {id} is {} and nothing has been paid, so there is nothing to refund",
-                order.status
-            )));
+            return Err(Refusal::Policy(RefundRule::NotPaid { order_id, status: order.status.to_string() }));
         }
         if paid - refunded <= 0 {
-            return Err(Refusal::Refused(format!(
-                "order {id} has nothing left to refund: {} paid, {} already refunded",
-                money(paid, currency),
-                money(refunded, currency)
-            )));
+            let currency = order.currency.clone();
+            return Err(Refusal::Policy(RefundRule::NothingLeft { order_id, paid, refunded, currency }));
         }
         if order.status != OrderStatus::Delivered {
-            return Err(Refusal::Refused(format!(
-                "order {id} is {}, not delivered: the refund window starts at delivery",
-                order.status
-            )));
+            return Err(Refusal::Policy(RefundRule::NotDelivered { order_id, status: order.status.to_string() }));
         }
         let Some(delivered_at) = order.delivered_at else {
-            return Err(Refusal::Refused(format!(
-                "order {id} has no delivery time on record, so the refund window is unknown"
-            )));
+            return Err(Refusal::Policy(RefundRule::NoDeliveryTime { order_id }));
         };
-        let days = self.data.policy.refund_window_days_after_delivery;
-        let window_end = delivered_at + Duration::days(days);
-        if self.now() > window_end {
-            return Err(Refusal::Refused(format!(
-                "order {id} was delivered on {}: the {days}-day refund window closed on {}",
-                stamp(&delivered_at),
-                stamp(&window_end)
-            )));
+        let window_days = self.data.policy.refund_window_days_after_delivery;
+        let window_closed_at = delivered_at + Duration::days(window_days);
+        if self.now() > window_closed_at {
+            return Err(Refusal::Policy(RefundRule::RefundWindowClosed {
+                order_id,
+                delivered_at,
+                window_days,
+                window_closed_at,
+            }));
         }
         Ok(())
     }

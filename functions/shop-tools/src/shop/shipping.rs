@@ -63,7 +63,7 @@ impl Shop {
     /// Where the customer's parcel is, by order id or tracking number (one of the two).
     ///
     /// Errors: [`Refusal::NotFound`] for an unknown (or another customer's) order or tracking
-    /// number, and "order A1029 has no shipment yet (status PAID)";
+    /// number; [`Refusal::NoShipmentYet`] "order A1029 has no shipment yet (status PAID)";
     /// [`Refusal::InvalidArguments`] when neither is given or the two disagree.
     pub async fn track_shipment(
         &self,
@@ -114,11 +114,10 @@ impl Shop {
     async fn shipment_of_order(&self, order: &Order, tracking: Option<&str>) -> Result<&Shipment, Refusal> {
         let Some(shipment) = self.shipment_of(order) else {
             let refunded = Self::refunded_cents(&self.ledger_orders(&[order]).await?, order);
-            return Err(Refusal::NotFound(format!(
-                "order {} has no shipment yet (status {})",
-                order.order_id,
-                Self::effective_status(order, refunded)
-            )));
+            return Err(Refusal::NoShipmentYet {
+                order_id: order.order_id.clone(),
+                status: Self::effective_status(order, refunded).to_string(),
+            });
         };
         if let Some(tracking) = tracking
             && !shipment.tracking_no.eq_ignore_ascii_case(tracking)

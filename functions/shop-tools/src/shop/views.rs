@@ -116,8 +116,11 @@ pub struct CouponCheck {
     /// False when something known rules the coupon out; true when nothing does (then
     /// `reasons` lists the conditions the basket must still meet, if any).
     pub usable: bool,
-    /// Why it is not usable, or (when usable) conditions still to meet.
+    /// Why it is not usable, or (when usable) conditions still to meet: English sentences.
     pub reasons: Vec<String>,
+    /// The same as `reasons`, one for one, as codes with their figures, for a reply in another
+    /// language than the shop's English.
+    pub findings: Vec<CouponFinding>,
     pub note: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -142,6 +145,29 @@ pub struct CouponCheck {
     pub product: Option<ProductView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
+}
+
+/// A rule of a coupon the check found unmet (or, for a usable coupon, still to meet): a code
+/// (`"code": "expired"`, …) and its figures, amounts in the shop's currency.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum CouponFinding {
+    /// No coupon has this code.
+    UnknownCode,
+    /// The last valid day has passed.
+    Expired { valid_until: NaiveDate },
+    /// The basket is below the minimum spend, by `short`.
+    BelowMinSpend { min_spend: f64, order_total: f64, short: f64 },
+    /// No basket was given: it must reach the minimum spend.
+    NeedsMinSpend { min_spend: f64 },
+    /// The basket's category is not one of the coupon's.
+    WrongCategory { categories: Vec<String>, category: String },
+    /// No category was given: the basket must be of one of these.
+    NeedsCategory { categories: Vec<String> },
+    /// For a first order only, and the customer has `orders` orders (cancelled ones not counted).
+    FirstOrderOnly { orders: usize },
+    /// The customer has used it the `max_uses` times allowed.
+    UsedUp { max_uses: u32 },
 }
 
 /// `get_refund_policy` result.

@@ -80,6 +80,10 @@ pub struct ToolCalls {
     effects: Arc<SideEffects>,
     /// Longest wait for one tool call.
     tool_timeout: Duration,
+    /// Wait before a tools/list answered with a transient error is asked again.
+    tool_list_retry: Duration,
+    /// Time that must remain before starting a round: a tools/list is asked again only while it does.
+    min_round_time: Duration,
     /// Characters of one tool output kept in the transcript.
     max_tool_output_chars: usize,
     /// Estimated tokens the tool results of one round may take together.
@@ -96,6 +100,8 @@ impl ToolCalls {
             tools,
             effects,
             tool_timeout: settings.tool_timeout,
+            tool_list_retry: settings.tool_list_retry,
+            min_round_time: settings.min_round_time,
             max_tool_output_chars: settings.max_tool_output_chars,
             round_budget_tokens: settings.round_budget_tokens,
             max_parallel: settings.max_parallel_tool_calls.max(1),
@@ -105,7 +111,10 @@ impl ToolCalls {
 
     /// The tools a subtask planned with `wanted` may call: the gateway's list for its role,
     /// narrowed to the plan's allowlist (the gateway's allowlist is the hard limit). No tools
-    /// wanted, none listed. `Err` ends the loop: the gateway unavailable or refusing, or no time left.
+    /// wanted, none listed. A transient failure (the gateway or a tool server unavailable, a
+    /// timeout) is asked again every `tool_list_retry` while a round still fits before `deadline`:
+    /// a tool server down for a while costs the wait, not the subtask. `Err` ends the loop: the
+    /// gateway still unavailable when no round fits any more, refusing, or no time left.
     pub async fn listed(
         &self,
         ctx: &ToolContext,
@@ -115,22 +124,28 @@ impl ToolCalls {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        let listed = match tokio::time::timeout_at(deadline, self.tools.list_tools(ctx)).await {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) if e.is_transient() => {
-                tracing::warn!(error = %e.log_safe(), "tool list unavailable");
-                return Err(LoopEnd::Done(SubtaskResult::failed(
-                    FailureKind::ToolsUnavailable,
-                    format!("the tool gateway is unavailable: {e}"),
-                )));
-            }
-            Ok(Err(e)) => {
+        let listed = loop {
+            let e = match tokio::time::timeout_at(deadline, self.tools.list_tools(ctx)).await {
+                Ok(Ok(t)) => break t,
+                Ok(Err(e)) => e,
+                Err(_) => return Err(LoopEnd::OutOfTime),
+            };
+            if !e.is_transient() {
                 return Err(LoopEnd::Done(SubtaskResult::failed(
                     FailureKind::ToolsRefused,
                     format!("the tool gateway refused: {e}"),
                 )));
             }
-            Err(_) => return Err(LoopEnd::OutOfTime),
+            let again = Instant::now() + self.tool_list_retry;
+            if deadline.saturating_duration_since(again) < self.min_round_time {
+                tracing::warn!(error = %e.log_safe(), "tool list unavailable; no time left to ask again");
+                return Err(LoopEnd::Done(SubtaskResult::failed(
+                    FailureKind::ToolsUnavailable,
+                    format!("the tool gateway is unavailable: {e}"),
+                )));
+            }
+            tracing::info!(error = %e.log_safe(), "tool list unavailable; asked again shortly");
+            tokio::time::sleep_until(again).await;
         };
         let wanted: HashSet<&str> = wanted.iter().map(String::as_str).collect();
         Ok(listed.into_iter().filter(|t| wanted.contains(t.name.as_str())).collect())

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::domain::{ConversationId, FailureKind, SubtaskId, SubtaskResult, TaskMessage, now_ms};
 use swarm_core::obs;
-use swarm_core::ports::{ConversationStore, StoreError};
+use swarm_core::ports::{ConversationStore, QueueError, StoreError};
 use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -124,6 +124,23 @@ impl Closer {
                 Ok(Outcome::Finished(rec.status))
             }
             Closed::Missing => Ok(Outcome::Poison(format!("unknown subtask {subtask_id}"))),
+        }
+    }
+}
+
+impl Closer {
+    /// `ChangeMessageVisibilityBatch` of `receipt_handles` on `queue`, one of the queues this
+    /// function holds (the tasks worker's receipt heartbeat); another queue's messages keep its own
+    /// timeout (nothing failed). Answers the stale handles.
+    pub(crate) async fn keep_in_flight(
+        &self,
+        queue: &str,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        match self.queues.by_name(queue) {
+            Some(q) => q.change_visibility_batch(receipt_handles, seconds).await,
+            None => Ok(Vec::new()),
         }
     }
 }

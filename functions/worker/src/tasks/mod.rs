@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use swarm_core::domain::{ConversationId, SubtaskId, TaskMessage};
 use swarm_core::effects::EffectState;
 use swarm_core::obs;
-use swarm_core::ports::{ChatModel, ConversationRecords, ConversationStore, StoreError, SubtaskStore, ToolGateway};
+use swarm_core::ports::{
+    ChatModel, ConversationRecords, ConversationStore, QueueError, StoreError, SubtaskStore, ToolGateway,
+};
 use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -23,7 +25,7 @@ use crate::closer::Closer;
 use crate::confirmations::Confirmations;
 use crate::effects::{ApprovedEffects, Dispatcher, SideEffects};
 use crate::outcome::{MessageHandler, Outcome, subtask_span};
-use crate::settings::WorkerSettings;
+use crate::settings::{Heartbeat, WorkerSettings};
 
 /// The worker: runs subtasks from the tasks queue, and the approvals, confirmations and deadlines sent there.
 pub struct Worker {
@@ -35,6 +37,8 @@ pub struct Worker {
     closer: Closer,
     /// Kept back from the Lambda deadline.
     safety_margin: Duration,
+    /// How its batch's messages are kept in flight while the invocation lives.
+    heartbeat: Heartbeat,
 }
 
 impl Worker {
@@ -65,6 +69,7 @@ impl Worker {
             approved: ApprovedEffects::new(store.clone(), store.clone(), store.clone(), dispatcher),
             closer: Closer::new(store.clone(), queues.clone(), &settings),
             safety_margin: settings.safety_margin,
+            heartbeat: settings.heartbeat,
             runner: Runner::new(store.clone(), store, bookkeeping, effects.clone(), agent, queues, settings),
             effects,
         }
@@ -155,5 +160,20 @@ impl MessageHandler for Worker {
     /// As its closer does: the tasks queues' retry visibility timeout.
     async fn retry_later(&self, queue: &str, receipt_handle: &str) {
         self.closer.retry_later(queue, receipt_handle).await
+    }
+
+    /// The table's receipt heartbeat: a crashed invocation's batch comes back after the receipt visibility.
+    fn receipt_heartbeat(&self) -> Option<Heartbeat> {
+        Some(self.heartbeat)
+    }
+
+    /// On the queue it consumes (one it holds: the tasks queue, or the refund role's).
+    async fn keep_in_flight(
+        &self,
+        queue: &str,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        self.closer.keep_in_flight(queue, receipt_handles, seconds).await
     }
 }

@@ -1,5 +1,6 @@
-//! One subtask's attempt (a `Run` message): begun under its lease (a duplicate finishes the bookkeeping, a live lease elsewhere requeues), its dependencies and token budget checked, then the agent loop from the checkpoint or the start — or, after side effects, the journal's result; the loop's end goes to [`Ending`].
+//! One subtask's attempt (a `Run` message): begun under its short lease, renewed by a heartbeat beside the work (a duplicate finishes the bookkeeping, a live lease elsewhere requeues), its dependencies and token budget checked, then the agent loop from the checkpoint or the start — or, after side effects, the journal's result; the loop's end goes to [`Ending`].
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use crate::bookkeeping::Bookkeeping;
 use crate::clock::{ms_after, ms_between};
 use crate::dependencies::{DependencyState, dependency_results};
 use crate::effects::{Attempt, SideEffects};
+use crate::heartbeat::beside;
 use crate::outcome::Outcome;
 use crate::settings::WorkerSettings;
 
@@ -58,11 +60,35 @@ impl Runner {
         Self { conversations, subtasks, bookkeeping, effects, agent, ending, queues, settings }
     }
 
-    /// The lease of an attempt that must be over by `deadline` (the invocation's deadline minus
-    /// the safety margin): Lambda ends the invocation at `deadline + safety margin` at the latest.
-    fn lease_for(&self, deadline: Instant) -> AttemptLease {
+    /// Until when an attempt's lease holds from now: the attempt lease, renewed every beat, but
+    /// never past the invocation's end (`deadline`, the invocation's deadline minus the safety
+    /// margin: Lambda ends the invocation at `deadline + safety margin` at the latest).
+    fn lease_until(&self, deadline: Instant) -> i64 {
         let left = deadline.saturating_duration_since(Instant::now()) + self.settings.safety_margin;
-        AttemptLease::new(ms_after(now_ms(), left))
+        ms_after(now_ms(), left.min(self.settings.heartbeat.attempt_lease))
+    }
+
+    /// The live attempt's heartbeat on its lease, until dropped with the attempt's work: renewed
+    /// every beat to [`Self::lease_until`], each renewal cut after the heartbeat's cut (tried again a
+    /// beat later). Once another attempt holds the lease (this one's expired) or the subtask is
+    /// closed, it stops renewing: the work's own writes are conditional and find out.
+    async fn renew_lease(&self, s: &Started<'_>, invocation_deadline: Instant) -> Infallible {
+        let heartbeat = self.settings.heartbeat;
+        let mut lease = AttemptLease { holder: s.holder.clone(), until_ms: 0 };
+        loop {
+            tokio::time::sleep(heartbeat.every).await;
+            lease.until_ms = self.lease_until(invocation_deadline);
+            match tokio::time::timeout(heartbeat.cut, self.subtasks.renew_attempt(s.id(), s.subtask_id(), &lease)).await
+            {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    tracing::warn!("the attempt's lease is no longer its own: renewals stop");
+                    std::future::pending::<()>().await;
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed; tried again on the next beat"),
+                Err(_) => tracing::warn!("lease renewal cut at its deadline; tried again on the next beat"),
+            }
+        }
     }
 
     /// Sends `message` again to `role`'s queue after `delay_secs` and acknowledges this one.
@@ -92,9 +118,10 @@ impl Runner {
         if conversation.status.is_terminal() {
             return Ok(Outcome::Ignored(format!("conversation is {}", conversation.status.as_str())));
         }
-        // The attempt's lease covers the whole invocation (its deadline plus the safety margin), whatever
-        // deadline the loop keeps below.
-        let lease = self.lease_for(deadline);
+        // The attempt's lease is short and renewed by the live attempt (never past the invocation's end):
+        // a crashed attempt's redelivery takes the subtask over soon after its last renewal.
+        let invocation_deadline = deadline;
+        let lease = AttemptLease::new(self.lease_until(invocation_deadline));
         // The subtask stops by the earlier of its invocation's deadline and the conversation's (less a
         // margin to record what it has): past the conversation's, a hand-back would only lose to the deadline path.
         let for_conversation = conversation_deadline(&conversation, self.settings.conversation_margin);
@@ -132,7 +159,8 @@ impl Runner {
             deadline,
             conversation_bound,
         };
-        self.work(&started).await
+        // The lease's heartbeat lives in the attempt's future: a crash or the function's timeout stops both.
+        beside(self.work(&started), self.renew_lease(&started, invocation_deadline)).await
     }
 
     /// The started attempt's work: the token budget and dependencies checked, then the agent loop

@@ -16,17 +16,20 @@ use swarm_core::access::CustomerLimits;
 use swarm_core::approval::Approval;
 use swarm_core::domain::{Conversation, ConversationId, SubtaskRecord};
 use swarm_core::faults::CrashPoint;
+use swarm_core::time::now_ms;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
+use swarm_local::chaos::client::{Patience, customer};
 use swarm_local::chaos::operator::{Operator, OperatorLog};
-use swarm_local::chaos::report::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, Outcome, RunFacts, verdict};
+use swarm_local::chaos::report::{
+    ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, Outcome, RunFacts, verdict,
+};
+use swarm_local::chaos::restart::Stacks;
 use swarm_local::chaos::scenario::{Scenario, has_refund};
-use swarm_local::platform::chaos::{Chaos, ChaosSettings, FaultKind, ToolFaults};
+use swarm_local::platform::chaos::{Chaos, ChaosSettings, ToolFaults};
 use swarm_local::{BackendChoice, EmulatorOptions, Function, LocalStack, Queue, StackOptions};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
-/// Re-posts one client makes at most after failed `POST`s.
-const MAX_REPOSTS: u32 = 3;
 /// Longest wait for the audit to catch up with the table at the end.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the audit polls the emulator's stream when it found nothing.
@@ -174,6 +177,19 @@ struct Args {
     /// timeouts plus a DLQ visibility timeout).
     #[arg(long)]
     settle_secs: Option<f64>,
+
+    /// Kill the stack mid-run once this share of the conversations has been accepted (202), the way
+    /// `kill -9` kills `serve` (every mapping, invocation, trigger, schedule and server dropped, API
+    /// requests in flight unanswered, no drain), and start it again on the same emulator stack with
+    /// its secrets and the shop's ledger; the verdict judges every conversation accepted before and
+    /// after. Emulator only (in memory nothing outlives the process). E.g. 0.5.
+    #[arg(long, value_name = "SHARE")]
+    restart_at: Option<f64>,
+    /// Fail the run when fewer than this share (0..1) of the subtasks end SUCCEEDED, counting every
+    /// subtask but those still awaiting an operator and those the operator rejected (default: the
+    /// share is shown, not judged).
+    #[arg(long, value_name = "SHARE")]
+    min_succeeded: Option<f64>,
 }
 
 fn rate(name: &str, r: f64) -> anyhow::Result<f64> {
@@ -261,63 +277,26 @@ async fn start_mock(a: &Args) -> anyhow::Result<MockHandle> {
     Ok(handle)
 }
 
-/// One scripted customer: posts (again, with the same key, after a failure when the chaos
-/// draws a re-post), then waits for its conversation to end.
-async fn customer(
-    stack: &LocalStack,
-    chaos: &Chaos,
-    audit: &Audit,
-    scenario: &Scenario,
-    key: &str,
-    wait: Duration,
-    backoff: Duration,
-) -> ClientOutcome {
-    let mut out = ClientOutcome::default();
-    let message = scenario.message();
-    loop {
-        out.posts += 1;
-        match stack.post_conversation(&message, &scenario.customer_id, Some(key)).await {
-            Ok((202, body)) => {
-                out.conversation_id = body["conversation_id"].as_str().map(str::to_owned);
-                break;
-            }
-            Ok((status, _)) if status >= 500 => {}
-            // The key's first request is still being planned, or its planner died inside its lease:
-            // come back once the lease has ended (as Retry-After says), then this post plans it.
-            Ok((409, body)) if body["error"]["code"] == "request_in_progress" => {
-                if out.posts > MAX_REPOSTS {
-                    out.gave_up = true;
-                    break;
-                }
-                tokio::time::sleep(stack.timings().orchestrator.lease).await;
-                continue;
-            }
-            Ok((status, body)) => {
-                tracing::warn!(status, %body, "the API refused a scripted request");
-                out.refused = Some(status);
-                break;
-            }
-            Err(e) => tracing::info!(error = %e, "no answer from the API"),
-        }
-        if out.posts > MAX_REPOSTS || !chaos.decide(FaultKind::ClientRepost) {
-            out.gave_up = true;
-            break;
-        }
-        tokio::time::sleep(backoff).await;
-    }
-    if let Some(id) = &out.conversation_id {
-        audit.wait_terminal(id, wait).await;
-    }
-    out
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // rmcp logs every request whose caller went away (a hung tool call cut by its timeout) as an error.
     swarm_adapters::telemetry::init_with_default("error,rmcp=off");
     let args = Args::parse();
     anyhow::ensure!(args.conversations > 0 && args.subtasks > 0, "--conversations and --subtasks must be at least 1");
+    if let Some(share) = args.restart_at {
+        anyhow::ensure!(
+            args.aws_endpoint.is_some(),
+            "--restart-at needs --aws-endpoint: in memory nothing outlives the stack, so a restart would lose everything"
+        );
+        anyhow::ensure!(
+            share > 0.0 && share < 1.0,
+            "--restart-at must be a share between 0 and 1 (exclusive), not {share}"
+        );
+    }
     rate("--refund-share", args.refund_share)?;
+    if let Some(min) = args.min_succeeded {
+        rate("--min-succeeded", min)?;
+    }
     anyhow::ensure!(
         args.time_scale.is_finite() && args.time_scale > 0.0,
         "--time-scale must be a positive number, not {}",
@@ -340,10 +319,17 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     })?;
     let backend = match &args.aws_endpoint {
-        Some(endpoint) => BackendChoice::Emulator(EmulatorOptions::new(endpoint.clone()).with_iam(args.iam)),
+        Some(endpoint) => {
+            let emulator = EmulatorOptions::new(endpoint.clone()).with_iam(args.iam);
+            // A restart needs a stack that outlives its processes: one named for this run only.
+            BackendChoice::Emulator(match args.restart_at {
+                Some(_) => emulator.on_stack(&format!("chaos-{}-{}", std::process::id(), now_ms()), true)?,
+                None => emulator,
+            })
+        }
         None => BackendChoice::Embedded,
     };
-    let stack = LocalStack::start(StackOptions {
+    let options = StackOptions {
         backend,
         time_scale: args.time_scale,
         worker_concurrency: args.concurrency,
@@ -353,31 +339,38 @@ async fn main() -> anyhow::Result<()> {
         // (the highest CUSTOMER_CONVERSATIONS_PER_MINUTE the orchestrator's config accepts).
         limits: CustomerLimits { conversations_per_minute: 100_000, ..CustomerLimits::DEFAULT },
         ..StackOptions::default()
-    })
-    .await?;
-    let result = run(&args, &stack, &chaos, &mock, &command_line).await;
-    stack.shutdown().await;
+    };
+    let stacks = Stacks::new(LocalStack::start(options.clone()).await?, options.clone());
+    let result = run(&args, &stacks, &chaos, &mock, &command_line).await;
+    let stopped = stacks.shutdown().await;
+    if let (BackendChoice::Emulator(e), Some(_)) = (&options.backend, args.restart_at) {
+        e.delete_stack().await;
+    }
     mock.shutdown().await;
+    stopped?;
     std::process::exit(result?.exit_code());
 }
 
 /// The run itself; answers how it ended.
 async fn run(
     args: &Args,
-    stack: &LocalStack,
+    stacks: &Stacks,
     chaos: &Arc<Chaos>,
     mock: &MockHandle,
     command: &str,
 ) -> anyhow::Result<Outcome> {
     // On the emulator the audit polls the stream at most every AUDIT_POLL (its completion times are that coarse).
     let poll = args.aws_endpoint.as_ref().map(|_| AUDIT_POLL);
+    // On the emulator the audit reads the table's stream with its own client: it outlives a restart.
+    let stack = stacks.stack().await?;
     let audit = Arc::new(Audit::start(stack.change_feed().await.context("opening the audit's stream reader")?, poll));
     let started = Instant::now();
     let scenarios: Vec<Scenario> =
         (0..args.conversations).map(|i| Scenario::new(i, args.subtasks, has_refund(i, args.refund_share))).collect();
     let driver = Driver {
         args,
-        stack,
+        stacks,
+        timings: stack.timings().clone(),
         chaos,
         audit,
         operator: Operator::default(),
@@ -385,7 +378,7 @@ async fn run(
     };
     let notes = driver.notes(command)?;
     eprintln!("{}", notes[1]);
-    let t = stack.timings();
+    let t = stack.timings().clone();
     eprintln!(
         "swarm-chaos: {} conversations × {} subtasks on {} (time scale {}, deadline {:.2} s)",
         args.conversations,
@@ -394,6 +387,7 @@ async fn run(
         args.time_scale,
         t.conversation.deadline.as_secs_f64()
     );
+    drop(stack);
     let clients = driver.drive(&scenarios, started).await?;
     let client_ids: BTreeSet<String> = clients.values().filter_map(|c| c.conversation_id.clone()).collect();
     driver.settle(&client_ids, started).await?;
@@ -411,7 +405,10 @@ async fn run(
 /// One run's clients, operator and audit over the stack.
 struct Driver<'a> {
     args: &'a Args,
-    stack: &'a LocalStack,
+    /// The stack, restarted mid-run with `--restart-at`.
+    stacks: &'a Stacks,
+    /// The stack's timing table (the same after a restart).
+    timings: Timings,
     chaos: &'a Arc<Chaos>,
     audit: Arc<Audit>,
     operator: Operator,
@@ -439,17 +436,22 @@ impl Driver<'_> {
     /// long as the platform could take to end it, while the operator decides approvals; progress
     /// every [`PROGRESS_EVERY`]. Answers each client's outcome by scenario index.
     async fn drive(&self, scenarios: &[Scenario], started: Instant) -> anyhow::Result<BTreeMap<usize, ClientOutcome>> {
-        let (args, stack) = (self.args, self.stack);
-        let wait = stack.timings().conversation.deadline * 2;
+        let (args, stacks) = (self.args, self.stacks);
+        let patience = Patience {
+            wait: self.timings.conversation.deadline * 2,
+            backoff: self.backoff,
+            lease: self.timings.orchestrator.lease,
+        };
         let operator_every = seconds("--operator-poll-secs", args.operator_poll_secs, args.time_scale)?;
         let clients_done = AtomicBool::new(false);
+        let clients_done_notice = Notify::new();
         let slots = Arc::new(Semaphore::new(args.in_flight.max(1)));
         let clients = futures::future::join_all(scenarios.iter().map(|s| {
             let (slots, chaos, audit) = (slots.clone(), self.chaos.clone(), self.audit.clone());
             let key = format!("chaos-{}-{}", args.seed, s.index);
             async move {
                 let _slot = slots.acquire_owned().await;
-                (s.index, customer(stack, &chaos, &audit, s, &key, wait, self.backoff).await)
+                (s.index, customer(stacks, &chaos, &audit, s, &key, patience).await)
             }
         }));
         let progress = async {
@@ -468,12 +470,25 @@ impl Driver<'_> {
         let clients_then_stop = async {
             let c = clients.await;
             clients_done.store(true, Ordering::SeqCst);
+            clients_done_notice.notify_one();
             c
         };
-        let operator = self.operator.run(stack, self.chaos, operator_every, self.backoff, &clients_done);
-        let with_operator = async { tokio::join!(clients_then_stop, operator).0 };
+        let operator = self.operator.run(stacks, self.chaos, operator_every, self.backoff, &clients_done);
+        let restart = async {
+            match args.restart_at {
+                Some(share) => {
+                    let after = ((args.conversations as f64 * share).round() as usize).max(1);
+                    stacks.restart_after(after, started, &clients_done_notice).await
+                }
+                None => Ok(()),
+            }
+        };
+        let with_operator = async { tokio::join!(clients_then_stop, operator, restart) };
         Ok(tokio::select! {
-            c = with_operator => c.into_iter().collect(),
+            (c, (), restarted) = with_operator => {
+                restarted?;
+                c.into_iter().collect()
+            }
             () = progress => unreachable!("progress never ends"),
         })
     }
@@ -482,7 +497,7 @@ impl Driver<'_> {
     /// approved refunds ran), or the settle time passed (`--settle-secs`, by default the deadline
     /// plus `max_receive_count` tasks visibility timeouts plus a DLQ visibility timeout).
     async fn settle(&self, client_ids: &BTreeSet<String>, started: Instant) -> anyhow::Result<()> {
-        let (stack, t) = (self.stack, self.stack.timings());
+        let (stacks, t) = (self.stacks, &self.timings);
         let settle = match self.args.settle_secs {
             Some(s) => seconds("--settle-secs", s, self.args.time_scale)?,
             None => {
@@ -499,12 +514,12 @@ impl Driver<'_> {
         let settle_until = Instant::now() + settle;
         loop {
             // The operator's poll first: a decision enqueues its refund before the queues are looked at.
-            let pending = self.operator.poll_once(stack, self.chaos, self.backoff).await;
+            let pending = self.operator.poll_once(stacks, self.chaos, self.backoff).await;
             let decided = pending == Some(0) && self.operator.idle();
             let ended = self.all_ended(client_ids).await?;
             let (drained, depths) = self.queues_drained().await?;
             // Settled, unless an approved refund did not run: approved again, it is enqueued again.
-            if ended && drained && decided && self.operator.approve_stuck_again(stack, self.backoff).await == Some(0) {
+            if ended && drained && decided && self.operator.approve_stuck_again(stacks, self.backoff).await == Some(0) {
                 return Ok(());
             }
             if Instant::now() >= settle_until {
@@ -520,7 +535,7 @@ impl Driver<'_> {
 
     /// Whether every client's conversation, and every one the stream shows open, is terminal in the table.
     async fn all_ended(&self, client_ids: &BTreeSet<String>) -> anyhow::Result<bool> {
-        let store = self.stack.store();
+        let store = self.stacks.stack().await?.store();
         let log = self.audit.log();
         let mut ended = client_ids.iter().all(|id| log.conversations.get(id).is_some_and(|c| c.is_terminal()));
         // A conversation the stream shows open is checked in the table (it may never have been written).
@@ -535,8 +550,9 @@ impl Driver<'_> {
     async fn queues_drained(&self) -> anyhow::Result<(bool, String)> {
         let mut drained = true;
         let mut depths = Vec::new();
+        let stack = self.stacks.stack().await?;
         for q in Queue::ALL {
-            let d = self.stack.queue_depth(q).await?;
+            let d = stack.queue_depth(q).await?;
             drained &= d.visible + d.in_flight + d.delayed == 0;
             depths.push(format!("{q:?} {}/{}/{}", d.visible, d.in_flight, d.delayed));
         }
@@ -554,7 +570,7 @@ impl Driver<'_> {
         wall: Duration,
         notes: Vec<String>,
     ) -> anyhow::Result<RunFacts> {
-        let (args, stack) = (self.args, self.stack);
+        let (args, stack) = (self.args, self.stacks.stack().await?);
         let log = self.audit.log();
         let ids: BTreeSet<String> = log.conversations.keys().cloned().chain(client_ids).collect();
         let store = self.store_at_end(ids).await?;
@@ -569,19 +585,20 @@ impl Driver<'_> {
             conversations_asked: args.conversations,
             subtasks_each: args.subtasks,
             time_scale: args.time_scale,
-            deadline: stack.timings().conversation.deadline,
+            deadline: self.timings.conversation.deadline,
             wall,
             faults: self.fault_lines(mock),
             clients,
             refunds_asked,
             audit: log,
             store,
-            ledger: self.ledger().await?,
+            ledger: self.ledger(&stack).await?,
+            tickets: self.tickets(&stack).await?,
             operator,
             approvals_at_end,
-            concurrency: self.concurrency_lines(),
-            platform: self.platform_lines(),
-            dead_letters: self.dead_letter_facts(),
+            concurrency: self.concurrency_lines().await?,
+            platform: self.platform_lines().await?,
+            dead_letters: self.dead_letter_facts(&stack).await?,
             unrecoverable: self
                 .chaos
                 .met()
@@ -591,12 +608,14 @@ impl Driver<'_> {
                 .collect(),
             store_faults: self.chaos.store_faults_by_op().into_iter().map(|(op, n)| (op.to_owned(), n)).collect(),
             notes,
+            restart: args.restart_at.map(|_| self.stacks.restart_facts()),
+            min_succeeded: args.min_succeeded,
         })
     }
 
     /// Each of `ids` in the table at the end, with its subtasks (`None`: absent).
     async fn store_at_end(&self, ids: BTreeSet<String>) -> anyhow::Result<BTreeMap<String, Option<Stored>>> {
-        let store = self.stack.store();
+        let store = self.stacks.stack().await?.store();
         let mut at_end = BTreeMap::new();
         for id in ids {
             let cid = ConversationId::from_trusted(id.clone());
@@ -622,7 +641,7 @@ impl Driver<'_> {
             .flat_map(|s| s.effects.iter())
             .filter_map(|e| e.approval_id.clone());
         let ids: BTreeSet<String> = operator.decided.keys().cloned().chain(journals).collect();
-        let store = self.stack.store();
+        let store = self.stacks.stack().await?.store();
         let mut approvals = BTreeMap::new();
         for id in ids {
             let approval = store.get_approval(&id).await?;
@@ -631,9 +650,9 @@ impl Driver<'_> {
         Ok(approvals)
     }
 
-    /// The shop's ledger: every refund it made.
-    async fn ledger(&self) -> anyhow::Result<Vec<LedgerRefund>> {
-        let refunds = self.stack.shop.refunds().await.context("reading the shop's refund ledger")?;
+    /// The shop's ledger: every refund it made (one shop, carried over a restart).
+    async fn ledger(&self, stack: &LocalStack) -> anyhow::Result<Vec<LedgerRefund>> {
+        let refunds = stack.shop.refunds().await.context("reading the shop's refund ledger")?;
         Ok(refunds
             .into_iter()
             .map(|r| LedgerRefund {
@@ -642,6 +661,15 @@ impl Driver<'_> {
                 reason: r.reason,
                 idempotency_key: r.idempotency_key,
             })
+            .collect())
+    }
+
+    /// The shop's support tickets (one shop, carried over a restart).
+    async fn tickets(&self, stack: &LocalStack) -> anyhow::Result<Vec<LedgerTicket>> {
+        let tickets = stack.shop.tickets().await.context("reading the shop's tickets")?;
+        Ok(tickets
+            .into_iter()
+            .map(|t| LedgerTicket { order_id: t.order_id, subject: t.subject, idempotency_key: t.idempotency_key })
             .collect())
     }
 
@@ -673,25 +701,25 @@ impl Driver<'_> {
     }
 
     /// The dead-letter path: messages poisoned, received on a DLQ, acknowledged there, and the DLQ consumer's invocations.
-    fn dead_letter_facts(&self) -> DeadLetterFacts {
-        let stack = self.stack;
+    /// (Over every stack of the run: a restart keeps the queues' names.)
+    async fn dead_letter_facts(&self, stack: &LocalStack) -> anyhow::Result<DeadLetterFacts> {
         let dlqs = [stack.queue_name(Queue::TasksDeadLetters), stack.queue_name(Queue::RefundDeadLetters)];
         let mut seen: BTreeMap<String, bool> = BTreeMap::new();
-        for r in stack.received().into_iter().filter(|r| dlqs.contains(&r.queue.as_str())) {
+        for r in self.stacks.received().await?.into_iter().filter(|r| dlqs.contains(&r.queue.as_str())) {
             *seen.entry(r.message_id).or_default() |= !r.retried;
         }
-        DeadLetterFacts {
+        Ok(DeadLetterFacts {
             poisoned: self.chaos.poisoned_count() as u64,
             dead_lettered: seen.len() as u64,
             acknowledged: seen.values().filter(|a| **a).count() as u64,
-            invocations: stack.counters().snapshot().dead_letter_invocations,
-        }
+            invocations: self.stacks.counters().await?.dead_letter_invocations,
+        })
     }
 
-    /// The platform counters worth a line.
-    fn platform_lines(&self) -> Vec<(String, u64)> {
-        let c = self.stack.counters().snapshot();
-        vec![
+    /// The platform counters worth a line (over every stack of the run).
+    async fn platform_lines(&self) -> anyhow::Result<Vec<(String, u64)>> {
+        let c = self.stacks.counters().await?;
+        Ok(vec![
             ("invocations killed at a crash point".to_owned(), c.killed_invocations),
             ("invocations cut at their timeout".to_owned(), c.timed_out_invocations),
             ("SQS invocations failed (whole batch retried)".to_owned(), c.failed_invocations),
@@ -700,16 +728,16 @@ impl Driver<'_> {
             ("aggregator invocations".to_owned(), c.aggregator_invocations),
             ("aggregator invocations failed".to_owned(), c.aggregator_failures),
             ("stream batches dropped after MaximumRetryAttempts".to_owned(), c.stream_batches_dropped),
-        ]
+        ])
     }
 
     /// Each SQS-fed function's peak concurrency against its cap: `(function, peak, cap)`.
-    fn concurrency_lines(&self) -> Vec<(String, u64, u64)> {
-        let t = self.stack.timings();
-        let peaks = self.stack.counters().peak_concurrency();
+    async fn concurrency_lines(&self) -> anyhow::Result<Vec<(String, u64, u64)>> {
+        let t = &self.timings;
+        let peaks = self.stacks.peak_concurrency().await?;
         let peak = |f: Function| peaks.get(f.label()).copied().unwrap_or(0);
         let tasks_cap = self.args.concurrency.unwrap_or(t.worker.max_concurrency);
-        vec![
+        Ok(vec![
             ("worker".to_owned(), peak(Function::Worker), tasks_cap as u64),
             ("refund-worker".to_owned(), peak(Function::RefundWorker), t.refund_worker.max_concurrency as u64),
             (
@@ -717,7 +745,7 @@ impl Driver<'_> {
                 peak(Function::DlqConsumer),
                 2 * t.dlq_consumer.max_concurrency as u64,
             ),
-        ]
+        ])
     }
 }
 

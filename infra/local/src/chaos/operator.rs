@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::LocalStack;
+use crate::chaos::restart::Stacks;
 use crate::platform::chaos::{Chaos, FaultKind};
 
 /// POSTs of one decision at most (the first, a twice-posted one's second, and every re-post).
@@ -96,7 +96,7 @@ impl Operator {
     }
 
     /// Polls until `stop` is set: one [`Self::poll_once`], then a pause of `every`.
-    pub async fn run(&self, stack: &LocalStack, chaos: &Chaos, every: Duration, backoff: Duration, stop: &AtomicBool) {
+    pub async fn run(&self, stack: &Stacks, chaos: &Chaos, every: Duration, backoff: Duration, stop: &AtomicBool) {
         while !stop.load(Ordering::SeqCst) {
             let _ = self.poll_once(stack, chaos, backoff).await;
             tokio::time::sleep(every).await;
@@ -105,8 +105,8 @@ impl Operator {
 
     /// Lists the pending approvals and decides, all at once, each one not decided yet (or whose
     /// every POST failed); answers how many were listed (`None`: the listing failed).
-    pub async fn poll_once(&self, stack: &LocalStack, chaos: &Chaos, backoff: Duration) -> Option<usize> {
-        let listed = stack.approvals("pending").await;
+    pub async fn poll_once(&self, stack: &Stacks, chaos: &Chaos, backoff: Duration) -> Option<usize> {
+        let listed = stack.call(|s| async move { s.approvals("pending").await }).await;
         let pending = {
             let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
             log.polls += 1;
@@ -132,8 +132,8 @@ impl Operator {
     /// Approves again, once each, the approvals it approved that are still `approved` (not run:
     /// the approved call's message dead-lettered — posting it again enqueues it again); answers
     /// how many it approved again (`None`: the listing failed).
-    pub async fn approve_stuck_again(&self, stack: &LocalStack, backoff: Duration) -> Option<usize> {
-        let listed = stack.approvals("approved").await;
+    pub async fn approve_stuck_again(&self, stack: &Stacks, backoff: Duration) -> Option<usize> {
+        let listed = stack.call(|s| async move { s.approvals("approved").await }).await;
         let todo: Vec<(String, Decided)> = {
             let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
             log.polls += 1;
@@ -186,15 +186,15 @@ impl Operator {
     }
 
     /// Posts `d` on approval `id` until a 2xx or 4xx answers or [`MAX_DECISION_POSTS`] went out.
-    async fn post(&self, stack: &LocalStack, id: String, mut d: Decided, backoff: Duration) {
+    async fn post(&self, stack: &Stacks, id: String, mut d: Decided, backoff: Duration) {
         let posts_before = d.posts;
         self.record(&id, &d, &[]);
         loop {
             let answers = if d.twice && d.posts == posts_before {
-                let (a, b) = tokio::join!(stack.decide(&id, d.decision.word()), stack.decide(&id, d.decision.word()));
+                let (a, b) = tokio::join!(decide(stack, &id, d.decision), decide(stack, &id, d.decision));
                 vec![a, b]
             } else {
-                vec![stack.decide(&id, d.decision.word()).await]
+                vec![decide(stack, &id, d.decision).await]
             };
             d.posts += answers.len() as u32;
             let codes: Vec<Option<u16>> = answers.iter().map(|a| a.as_ref().ok().map(|(code, _)| *code)).collect();
@@ -218,6 +218,11 @@ impl Operator {
             *log.answers.entry(key).or_default() += 1;
         }
     }
+}
+
+/// One `POST /approvals/{id}` on the stack as it is now.
+async fn decide(stack: &Stacks, id: &str, decision: Decision) -> anyhow::Result<(u16, Value)> {
+    stack.call(|s| async move { s.decide(id, decision.word()).await }).await
 }
 
 /// Decisions being posted, released however their future ends.

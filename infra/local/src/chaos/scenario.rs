@@ -1,7 +1,8 @@
-//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents) and, in a share of them, one refund of a known amount on the customer's own refundable order.
+//! The chaos run's conversations: customer messages the mock LLM's agent follows as scripts (`mock_llm::ScriptStep`), each a plan of M subtasks over the demo shop with dependencies (a chain, a join of two parents), a subtask that opens two support tickets about the customer's order — two side effects in two rounds of one loop, neither waiting for a person — and, in a share of them, one refund of a known amount on the customer's own refundable order.
 //!
-//! Every refund's `reason` carries the subtask's tag (`chaos <conversation>/<subtask>`), so the
-//! shop's ledger tells which subtask each refund was made for without asking the swarm.
+//! Every refund's `reason` and every ticket's `subject` carry the subtask's tag (`chaos
+//! <conversation>/<subtask>`), so the shop's ledger tells which subtask each was made for without
+//! asking the swarm.
 
 use mock_llm::ScriptStep;
 use serde_json::json;
@@ -53,8 +54,8 @@ pub fn has_refund(index: usize, share: f64) -> bool {
 impl Scenario {
     /// Conversation `index` with `subtasks` steps (at least 1): step 1 reads the order; every
     /// fourth step depends on the one before it; with 5 or more, the second to last joins steps
-    /// 1 and 2; with `refund` and 2 or more, the last refunds [`REFUND_AMOUNT`] on the order
-    /// after step 1. The others read shipments, products, coupons, the order list and the policy.
+    /// 1 and 2; step 3 opens two support tickets about the order, one per round; with `refund`
+    /// and 2 or more, the last refunds [`REFUND_AMOUNT`] on the order after step 1. The others read shipments, products, coupons, the order list and the policy.
     pub fn new(index: usize, subtasks: usize, refund: bool) -> Self {
         // Every customer in turn, shifted every round, so every fourth conversation is not always the same customer.
         let (customer, order) = REFUNDABLE[(index + index / REFUNDABLE.len()) % REFUNDABLE.len()];
@@ -76,6 +77,16 @@ impl Scenario {
                     "shop__refund",
                     json!({"order_id": order, "amount": REFUND_AMOUNT, "reason": tag}),
                 )
+            } else if i == 3 {
+                // Two side effects in two rounds of one loop, neither waiting for a person.
+                let tag = refund_tag(index, &sid);
+                let text = format!("Open a support ticket about the parcel of {order}, then one about its invoice");
+                let ticket = |about: &str| json!({"order_id": order, "subject": format!("{about} ({tag})")});
+                steps.push(
+                    ScriptStep::new(&sid, &[], &text, Some(("shop__open_ticket", ticket("Parcel"))))
+                        .then_call("shop__open_ticket", ticket("Invoice")),
+                );
+                continue;
             } else {
                 if n >= 5 && i == n - 1 {
                     after.extend([id(1), id(2)]);
@@ -133,6 +144,12 @@ mod tests {
         let (tool, args) = s.steps[7].call.clone().unwrap();
         assert_eq!(tool, "shop__refund");
         assert_eq!(args, json!({"order_id": "A1007", "amount": 1.0, "reason": "chaos c00042/w08"}));
+        let (tool, args) = s.steps[2].call.clone().unwrap();
+        assert_eq!(tool, "shop__open_ticket");
+        assert_eq!(args, json!({"order_id": "A1007", "subject": "Parcel (chaos c00042/w03)"}));
+        let [(tool, args)] = s.steps[2].then.clone().try_into().unwrap();
+        assert_eq!(tool, "shop__open_ticket", "a second side effect in the next round: no approval ends the loop");
+        assert_eq!(args, json!({"order_id": "A1007", "subject": "Invoice (chaos c00042/w03)"}));
         assert_eq!(mock_llm::script_steps(&s.message()), s.steps, "the mock reads back what was scripted");
         assert!(s.message().len() < 4_000, "well inside the API's 8,000 characters at 20 steps too");
     }

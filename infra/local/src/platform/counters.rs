@@ -67,6 +67,31 @@ pub struct CounterSnapshot {
     pub sweep_invocations: u64,
 }
 
+impl CounterSnapshot {
+    /// Two stacks' counters as one run's (a stack killed and started again on the same stack):
+    /// the sums, and the larger peak.
+    pub fn plus(self, o: Self) -> Self {
+        Self {
+            worker_invocations: self.worker_invocations + o.worker_invocations,
+            worker_records: self.worker_records + o.worker_records,
+            dead_letter_invocations: self.dead_letter_invocations + o.dead_letter_invocations,
+            batch_item_failures: self.batch_item_failures + o.batch_item_failures,
+            failed_invocations: self.failed_invocations + o.failed_invocations,
+            timed_out_invocations: self.timed_out_invocations + o.timed_out_invocations,
+            killed_invocations: self.killed_invocations + o.killed_invocations,
+            messages_deleted: self.messages_deleted + o.messages_deleted,
+            stream_records: self.stream_records + o.stream_records,
+            stream_records_matched: self.stream_records_matched + o.stream_records_matched,
+            aggregator_invocations: self.aggregator_invocations + o.aggregator_invocations,
+            aggregator_failures: self.aggregator_failures + o.aggregator_failures,
+            stream_batches_dropped: self.stream_batches_dropped + o.stream_batches_dropped,
+            stream_records_dropped: self.stream_records_dropped + o.stream_records_dropped,
+            max_concurrent_workers: self.max_concurrent_workers.max(o.max_concurrent_workers),
+            sweep_invocations: self.sweep_invocations + o.sweep_invocations,
+        }
+    }
+}
+
 /// Adds `n` to a counter.
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::SeqCst);

@@ -87,6 +87,14 @@ impl EmulatorOptions {
         self
     }
 
+    /// Deletes the table and queues of [`Self::stack`] (nothing without one): a run that made a stack
+    /// only for itself (`swarm-chaos --restart-at`) leaves nothing behind. Failures are logged.
+    pub async fn delete_stack(&self) {
+        let Some(stack) = &self.stack else { return };
+        let (dynamodb, _, sqs) = emulator_clients_as(&self.endpoint, &self.region, self.credentials());
+        delete_stack(&dynamodb, &sqs, stack).await;
+    }
+
     /// Who the platform signs as: the administrator with IAM on, else `AWS_ACCESS_KEY_ID` /
     /// `AWS_SECRET_ACCESS_KEY`, else the emulator's `test` / `test`.
     fn credentials(&self) -> Credentials {

@@ -30,7 +30,7 @@ use worker::SweepReport;
 
 pub use api::ApiInvoker;
 pub use functions::Systems;
-pub use options::{BackendChoice, StackOptions, WrapStore, WrapTools, Wraps};
+pub use options::{BackendChoice, Carried, StackOptions, WrapStore, WrapTools, Wraps};
 
 use crate::platform::counters::{Counters, Received};
 use crate::platform::embedded::EmbeddedBackend;
@@ -55,6 +55,8 @@ pub struct LocalStack {
     shutdown: watch::Sender<bool>,
     observed: Observed,
     pub shop: Arc<shop_tools::Shop>,
+    /// The secrets this stack's functions and gateway hold ([`Self::carried`]).
+    tokens: tool_gateway::DemoTokens,
     pub shop_url: String,
     pub gateway_url: String,
     pub model_label: String,
@@ -165,6 +167,7 @@ impl LocalStack {
             shutdown,
             observed,
             shop: servers.shop,
+            tokens: servers.tokens,
             shop_url: servers.shop_url,
             gateway_url: servers.gateway_url,
             model_label: models.main.label(),
@@ -262,6 +265,12 @@ impl LocalStack {
     /// The hand-off events seen so far (the pipe's output), in stream order.
     pub fn handoffs(&self) -> Vec<HandoffEvent> {
         self.observed.handoffs.all()
+    }
+
+    /// What a start on the same stack after this one dies takes over ([`StackOptions::carried`]):
+    /// its secrets and its shop.
+    pub fn carried(&self) -> Carried {
+        Carried { tokens: self.tokens.clone(), shop: self.shop.clone() }
     }
 
     /// Dies the way `kill -9` kills the process: every mapping, invocation, trigger, schedule and

@@ -70,6 +70,17 @@ impl Wraps {
     }
 }
 
+/// What a stack started again on the same named emulator stack takes over from the one that died
+/// ([`crate::LocalStack::carried`]): its secrets — the role tokens, the gateway's credential for the
+/// shop and the approval key (on AWS they live in Secrets Manager, outside every function), so an
+/// approval token signed before the restart is still accepted — and the demo shop with its ledger
+/// (a tool server of its own, not part of the stack).
+#[derive(Clone)]
+pub struct Carried {
+    pub tokens: tool_gateway::DemoTokens,
+    pub shop: Arc<shop_tools::Shop>,
+}
+
 /// Settings of a local stack.
 #[derive(Clone)]
 pub struct StackOptions {
@@ -99,6 +110,8 @@ pub struct StackOptions {
     /// Per-customer limits (conversations per minute, subtasks per conversation), counted in the
     /// store; given to the orchestrator as its `CUSTOMER_*` variables (1-100000 and 1-100).
     pub limits: CustomerLimits,
+    /// The secrets and the shop of an earlier start on the same stack (`None`: fresh secrets, a new shop).
+    pub carried: Option<Carried>,
 }
 
 impl Default for StackOptions {
@@ -115,6 +128,7 @@ impl Default for StackOptions {
             chaos: None,
             refund_approval_above_cents: None,
             limits: CustomerLimits::DEFAULT,
+            carried: None,
         }
     }
 }

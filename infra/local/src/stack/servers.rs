@@ -21,6 +21,8 @@ pub struct Servers {
     pub gateway_url: String,
     /// The role tokens, the approval key and this process's LLM key, by their local ARN.
     pub secrets: LocalSecrets,
+    /// The tokens those secrets hold (carried to a restart on the same stack).
+    pub tokens: tool_gateway::DemoTokens,
     /// The shop, the fault proxy and the gateway, stopped with the stack.
     pub tasks: Vec<JoinHandle<()>>,
 }
@@ -28,12 +30,19 @@ pub struct Servers {
 impl Servers {
     /// Starts the demo shop (it answers the gateway only: the gateway's upstream credential, fresh
     /// per stack), the fault proxy when the chaos run asks for tool faults, and the gateway in front,
-    /// its waits the (scaled) table's. Errors: a server cannot bind, the demo data does not load.
+    /// its waits the (scaled) table's. With [`StackOptions::carried`], the shop and the tokens are
+    /// those of the stack that died (served anew on fresh ports). Errors: a server cannot bind, the
+    /// demo data does not load.
     pub async fn start(options: &StackOptions, timings: &Timings) -> anyhow::Result<Self> {
-        let tokens = tool_gateway::DemoTokens::generate();
+        let (tokens, shop) = match &options.carried {
+            Some(carried) => (carried.tokens.clone(), carried.shop.clone()),
+            None => (
+                tool_gateway::DemoTokens::generate(),
+                Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?),
+            ),
+        };
         let shop_access = shop_tools::ShopAccess::local(tokens.shop_upstream().clone())
             .map_err(|e| anyhow::anyhow!("the demo shop's upstream token: {e}"))?;
-        let shop = Arc::new(shop_tools::Shop::demo().context("loading the demo shop")?);
         let (shop_addr, shop_task) = shop_tools::serve(loopback(), shop.clone(), shop_access)
             .await
             .context("starting the demo shop tool server")?;
@@ -53,7 +62,8 @@ impl Servers {
         let (gateway_addr, gateway_task) =
             tool_gateway::serve(loopback(), config).await.context("starting the tool gateway")?;
         tasks.push(gateway_task);
-        Ok(Self { shop, shop_url, gateway_url: format!("http://{gateway_addr}/mcp"), secrets: secrets(&tokens), tasks })
+        let secrets = secrets(&tokens);
+        Ok(Self { shop, shop_url, gateway_url: format!("http://{gateway_addr}/mcp"), secrets, tokens, tasks })
     }
 }
 

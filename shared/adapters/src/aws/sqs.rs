@@ -4,7 +4,9 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
+};
 use swarm_core::domain::TaskMessage;
 use swarm_core::obs::context::TRACEPARENT;
 use swarm_core::ports::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
@@ -151,6 +153,42 @@ impl TaskQueue for SqsTaskQueue {
             }
             Err(e) => Err(to_queue_error("ChangeMessageVisibility", e)),
         }
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        if seconds > MAX_VISIBILITY_SECONDS {
+            return Err(QueueError::Permanent(format!(
+                "visibility timeout {seconds} s exceeds {MAX_VISIBILITY_SECONDS} s"
+            )));
+        }
+        let mut failed = Vec::new();
+        for chunk in receipt_handles.chunks(SQS_BATCH_LIMIT) {
+            let mut req = self.client.change_message_visibility_batch().queue_url(&self.queue_url);
+            for (i, handle) in chunk.iter().enumerate() {
+                let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(handle)
+                    .visibility_timeout(i32::try_from(seconds).unwrap_or(i32::MAX))
+                    .build()
+                    .map_err(|e| QueueError::Permanent(format!("ChangeMessageVisibilityBatch entry: {e}")))?;
+                req = req.entries(entry);
+            }
+            let out = self
+                .retry
+                .run("sqs", "ChangeMessageVisibilityBatch", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_queue_error("ChangeMessageVisibilityBatch", e))?;
+            // Entry ids are positions in the chunk; a failed entry (stale handle, or SQS's own fault)
+            // is reported, not retried: the next heartbeat tries it again.
+            failed.extend(
+                out.failed().iter().filter_map(|f| f.id().parse::<usize>().ok()).filter_map(|i| chunk.get(i).cloned()),
+            );
+        }
+        Ok(failed)
     }
 
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {

@@ -229,6 +229,29 @@ impl TaskQueue for InMemoryQueue {
         InMemoryQueue::change_visibility(self, receipt_handle, seconds).await
     }
 
+    async fn change_visibility_batch(
+        &self,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        if seconds > swarm_core::ports::MAX_VISIBILITY_SECONDS {
+            return Err(QueueError::Permanent(format!("visibility timeout {seconds} s exceeds 12 hours")));
+        }
+        let visible_at = Instant::now() + Duration::from_secs(u64::from(seconds));
+        let mut s = self.lock()?;
+        let mut failed = Vec::new();
+        // One lock for the whole batch, as SQS applies one call; a stale handle fails alone.
+        for handle in receipt_handles {
+            match s.messages.iter_mut().find(|m| m.receipt.as_deref() == Some(handle.as_str())) {
+                Some(m) => m.visible_at = visible_at,
+                None => failed.push(handle.clone()),
+            }
+        }
+        drop(s);
+        self.notify.notify_waiters();
+        Ok(failed)
+    }
+
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         if delay_seconds > MAX_DELAY_SECONDS {
             return Err(QueueError::Permanent(format!("DelaySeconds {delay_seconds} exceeds {MAX_DELAY_SECONDS}")));

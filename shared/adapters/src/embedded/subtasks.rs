@@ -78,6 +78,27 @@ impl SubtaskStore for InMemoryConversationStore {
         Ok(AttemptStart::Started(snapshot))
     }
 
+    async fn renew_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        lease: &AttemptLease,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(false);
+        };
+        // Only the holder's own lease on an open subtask: a retry after a lost answer renews it again.
+        let Some(held) = rec.lease.as_mut().filter(|held| held.holder == lease.holder && !rec.status.is_terminal())
+        else {
+            return Ok(false);
+        };
+        held.until_ms = lease.until_ms;
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot));
+        Ok(true)
+    }
+
     async fn release_attempt(
         &self,
         id: &ConversationId,

@@ -17,7 +17,7 @@
 //! | `LLM_TOOL_HISTORY` | `tools` or `flatten`: what the forced last round sends; default per preset |
 //! | `LLM_SUB_MODEL`, `LLM_SUB_BASE_URL`, `LLM_SUB_API_KEY` | the compression model; base URL defaults to the main one, the key too when the host is the same |
 //! | `LLM_SUB_PRESET`, `LLM_SUB_OUTPUT_LIMIT_FIELD`, `LLM_SUB_MAX_OUTPUT_TOKENS`, `LLM_SUB_REASONING_BUDGET`, `LLM_SUB_SEND_REASONING`, `LLM_SUB_TOOL_HISTORY` | the same for the sub model; default: its own preset and model (the preset: the main one on the same host), `LLM_SUB_SEND_REASONING` defaults to `LLM_SEND_REASONING` |
-//! | `LLM_TIMEOUT_SECS` | per-request timeout in seconds (decimals allowed), default 60 |
+//! | `LLM_TIMEOUT_SECS` | per-request timeout in seconds (decimals allowed), default 25 (the timing table's) |
 //! | `LLM_MAX_IN_FLIGHT` | cap on concurrent calls per model instance, default 16 |
 //! | `LLM_PRICES` | JSON price table overlaid on the defaults ([`PriceTable::from_json`]) |
 //! | `LLM_API_KEY_SECRET_ARN` | on AWS, instead of `LLM_API_KEY`: the Secrets Manager secret or SSM parameter holding the key |
@@ -79,7 +79,7 @@ pub struct LlmConfig {
     pub main: LlmEndpoint,
     /// Compression; `None` → `main`.
     pub sub: Option<LlmEndpoint>,
-    /// Per request (`LLM_TIMEOUT_SECS`, seconds), default 60 s.
+    /// Per request (`LLM_TIMEOUT_SECS`, seconds), default the timing table's `llm.request_timeout_secs` (25 s).
     pub timeout: Duration,
     /// Cap on in-flight calls per model instance (`LLM_MAX_IN_FLIGHT`), default 16.
     pub max_in_flight: usize,

@@ -115,6 +115,30 @@ impl TaskQueue for TracedQueue {
         result
     }
 
+    async fn change_visibility_batch(
+        &self,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        let span = tracing::info_span!(
+            "change_visibility_batch",
+            otel.name = %format_args!("change_visibility_batch {}", self.queue),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            messaging.system = self.system,
+            messaging.operation.name = "ChangeMessageVisibilityBatch",
+            messaging.destination.name = self.queue,
+            messaging.batch.message_count = receipt_handles.len(),
+            swarm.visibility_seconds = seconds,
+            error.type = Empty,
+        );
+        let result = self.inner.change_visibility_batch(receipt_handles, seconds).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            record_error(&span, e.is_transient());
+        }
+        result
+    }
+
     async fn send(&self, messages: &[TaskMessage], delay_seconds: u32) -> Result<(), QueueError> {
         let span = tracing::info_span!(
             "send",

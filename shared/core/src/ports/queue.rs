@@ -47,4 +47,25 @@ pub trait TaskQueue: Send + Sync {
     /// `seconds` (0..=[`MAX_VISIBILITY_SECONDS`]) from now, instead of after the queue's visibility
     /// timeout. Errors: a stale or unknown receipt handle, or more than the maximum, is permanent.
     async fn change_visibility(&self, receipt_handle: &str, seconds: u32) -> Result<(), QueueError>;
+
+    /// `ChangeMessageVisibilityBatch`: every received message of `receipt_handles` becomes visible
+    /// again `seconds` (0..=[`MAX_VISIBILITY_SECONDS`]) from now, in calls of at most 10 entries
+    /// ([`SQS_BATCH_LIMIT`]). Answers the handles whose change failed (stale or unknown: the
+    /// message was deleted or received again); `Err` when no call could be made (transient) or
+    /// `seconds` is beyond the maximum (permanent). By default one [`Self::change_visibility`] each.
+    async fn change_visibility_batch(
+        &self,
+        receipt_handles: &[String],
+        seconds: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        let mut failed = Vec::new();
+        for handle in receipt_handles {
+            match self.change_visibility(handle, seconds).await {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => return Err(e),
+                Err(_) => failed.push(handle.clone()),
+            }
+        }
+        Ok(failed)
+    }
 }

@@ -94,7 +94,7 @@ mod tests {
         );
         assert_eq!((w.max_handbacks, w.max_rounds, w.tool_timeout), (1, 8, Duration::from_secs(10)));
         assert_eq!((t.aggregator.stream.batch_size, t.aggregator.stream.max_retry_attempts), (10, 5));
-        assert_eq!(t.queues.max_receive_count, 3);
+        assert_eq!(t.queues.max_receive_count, 5);
         assert_eq!(t.queues.tasks.visibility_timeout, Duration::from_secs(360));
         assert_eq!((t.aggregator.lease, t.orchestrator.lease), (Duration::from_secs(90), Duration::from_secs(35)));
         assert_eq!((t.sweep.period, t.sweep.shards), (Duration::from_secs(60), 8));
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(s.aggregator.stream, t.aggregator.stream, "counts only");
         assert_eq!(
             (s.worker.batch_size, s.worker.max_concurrency, s.worker.max_rounds, s.queues.max_receive_count),
-            (5, 10, 8, 3)
+            (5, 10, 8, 5)
         );
         assert_eq!(t.scaled(1.0), *t);
         // Scaling back and forth returns the table (exact for powers of two).

@@ -184,6 +184,19 @@ section! {
         /// Visibility timeout set (`ChangeMessageVisibility`) on a message reported in `batchItemFailures`.
         #[serde(rename = "retry_visibility_secs", deserialize_with = "secs")]
         retry_visibility: Duration,
+        /// Visibility timeout the worker keeps its batch's messages at while its invocation is alive
+        /// (`ChangeMessageVisibilityBatch` at the start and every heartbeat).
+        #[serde(rename = "receipt_visibility_secs", deserialize_with = "secs")]
+        receipt_visibility: Duration,
+        /// How often the receipt visibility and the attempt lease are extended.
+        #[serde(rename = "heartbeat_secs", deserialize_with = "secs")]
+        heartbeat: Duration,
+        /// The attempt lease of a running subtask, renewed every heartbeat by its live attempt.
+        #[serde(rename = "attempt_lease_secs", deserialize_with = "secs")]
+        attempt_lease: Duration,
+        /// Wait before a tools/list answered with a transient error is asked again.
+        #[serde(rename = "tool_list_retry_secs", deserialize_with = "secs")]
+        tool_list_retry: Duration,
     }
 }
 

@@ -249,3 +249,149 @@ fn every_shape_reads_in_chinese_of_its_script_with_the_shops_ids_names_and_amoun
     );
     assert_eq!(en[19], "Order A9999 was not found.");
 }
+
+/// Every sentence of `l`'s script and no English sentence word in it.
+fn assert_chinese(l: Language, s: &str) {
+    for word in ["expired", "minimum", "basket", "first", "customer", "refund", "window", "delivered", "accepted"] {
+        assert!(!s.contains(word), "{l}: English '{word}' in {s}");
+    }
+    let foreign: String = s.chars().filter(|c| l.foreign_character(*c)).collect();
+    assert!(foreign.is_empty(), "{l}: {foreign} in {s}");
+}
+
+#[test]
+fn a_coupons_reasons_are_written_from_the_shops_codes_in_chinese() {
+    let hans = Language::SimplifiedChinese;
+    let hant = Language::TraditionalChinese;
+    let expired = json!({"code": "DOUBLE11", "exists": true, "usable": false,
+        "reasons": ["DOUBLE11 expired on 2026-11-12"], "findings": [{"code": "expired", "valid_until": "2026-11-12"}],
+        "kind": "percent", "value": 15.0, "min_spend": 500.0, "valid_until": "2026-11-12", "currency": "CNY"});
+    let s = render(Some(ToolKind::CheckCoupon), &json!({"code": "DOUBLE11"}), &expired.to_string(), hant).join(" ");
+    assert_eq!(
+        s,
+        "優惠券 DOUBLE11 不能使用：已於 2026-11-12 過期。使用條件：立減 15%，最低消費 500 CNY，有效期至 2026-11-12。"
+    );
+    let short = json!({"code": "TECH100", "exists": true, "usable": false,
+        "reasons": ["the minimum spend for TECH100 is 999.00 CNY; this basket is 629.00 CNY (370.00 CNY short)",
+                    "TECH100 is for a customer's first order only, and this customer already has 3 order(s)",
+                    "TECH100 can be used 1 time(s) per customer and this customer has already used it",
+                    "TECH100 applies only to electronics products, not apparel"],
+        "findings": [{"code": "below_min_spend", "min_spend": 999.0, "order_total": 629.0, "short": 370.0},
+                     {"code": "first_order_only", "orders": 3},
+                     {"code": "used_up", "max_uses": 1},
+                     {"code": "wrong_category", "categories": ["electronics"], "category": "apparel"}],
+        "currency": "CNY"});
+    let s = render(Some(ToolKind::CheckCoupon), &json!({"code": "TECH100"}), &short.to_string(), hans).join(" ");
+    assert_eq!(
+        s,
+        "优惠券 TECH100 不能使用：最低消费 999 CNY，当前金额 629 CNY，还差 370 CNY；仅限首单使用，您已有 3 笔订单；\
+         每位顾客限用 1 次，您已用过；仅限 electronics 类商品，不适用于 apparel 类商品。"
+    );
+    let pending = json!({"code": "SAVE20", "exists": true, "usable": true,
+        "reasons": ["needs a basket of at least 300.00 CNY", "applies only to apparel, shoes products"],
+        "findings": [{"code": "needs_min_spend", "min_spend": 300.0}, {"code": "needs_category", "categories": ["apparel", "shoes"]}],
+        "currency": "CNY"});
+    let s = render(Some(ToolKind::CheckCoupon), &json!({"code": "SAVE20"}), &pending.to_string(), hant).join(" ");
+    assert_eq!(s, "優惠券 SAVE20 可以使用。附加條件：訂單金額需滿 300 CNY；僅適用於 apparel、shoes 類商品。");
+    for l in [hans, hant] {
+        for c in [&expired, &short, &pending] {
+            assert_chinese(l, &render(Some(ToolKind::CheckCoupon), &json!({}), &c.to_string(), l).join(" "));
+        }
+    }
+    // English keeps the shop's own sentences.
+    let en = render(Some(ToolKind::CheckCoupon), &json!({}), &expired.to_string(), Language::English).join(" ");
+    assert!(en.starts_with("Coupon DOUBLE11 cannot be used: DOUBLE11 expired on 2026-11-12."), "{en}");
+}
+
+#[test]
+fn a_refund_the_shop_refuses_is_explained_from_its_code_in_chinese() {
+    let closed = json!({"error": "order A1006 was delivered on 2026-11-18 06:00: the 7-day refund window closed on 2026-11-25 06:00",
+        "code": "refund_window_closed", "order_id": "A1006", "delivered_at": "2026-11-18T06:00:00+08:00",
+        "window_days": 7, "window_closed_at": "2026-11-25T06:00:00+08:00"});
+    let args = json!({"order_id": "A1006"});
+    let s = render(Some(ToolKind::Refund), &args, &closed.to_string(), Language::SimplifiedChinese).join(" ");
+    assert_eq!(
+        s,
+        "订单 A1006 的退款未能办理：该订单已于 2026-11-18 06:00 送达，7 天的退款期限已于 2026-11-25 06:00 结束。"
+    );
+    let more = json!({"error": "a refund of 500.00 CNY exceeds what is refundable on order A1016: 398.00 CNY (797.00 CNY paid minus 399.00 CNY already refunded)",
+        "code": "exceeds_refundable", "order_id": "A1016", "amount": 500.0, "refundable": 398.0, "paid": 797.0,
+        "refunded": 399.0, "currency": "CNY"});
+    let s =
+        render(Some(ToolKind::Refund), &json!({"order_id": "A1016"}), &more.to_string(), Language::TraditionalChinese)
+            .join(" ");
+    assert_eq!(s, "訂單 A1016 的退款未能辦理：退款 500 CNY 超過該訂單可退的 398 CNY（已付 797 CNY，已退 399 CNY）。");
+    let others = [
+        json!({"error": "x", "code": "not_delivered", "order_id": "A1032", "status": "SHIPPED"}),
+        json!({"error": "x", "code": "not_paid", "order_id": "A1001", "status": "PENDING_PAYMENT"}),
+        json!({"error": "x", "code": "nothing_left", "order_id": "A1009", "paid": 1098.0, "refunded": 1098.0, "currency": "CNY"}),
+        json!({"error": "x", "code": "no_delivery_time", "order_id": "A1009"}),
+    ];
+    for l in [Language::SimplifiedChinese, Language::TraditionalChinese] {
+        for e in [&closed, &more].into_iter().chain(&others) {
+            let s = render(Some(ToolKind::Refund), &args, &e.to_string(), l).join(" ");
+            assert!(!s.contains(": x") && !s.contains("：x"), "the shop's text is not quoted: {s}");
+            assert_chinese(l, &s);
+        }
+    }
+    // English keeps the shop's own sentence.
+    let en = render(Some(ToolKind::Refund), &args, &closed.to_string(), Language::English).join(" ");
+    assert!(en.ends_with("the 7-day refund window closed on 2026-11-25 06:00."), "{en}");
+}
+
+#[test]
+fn the_policy_is_written_from_its_numbers_in_chinese() {
+    let p = json!({"refund_window_days_after_delivery": 7, "refund_requires_paid": true,
+        "refund_max": "paid minus already refunded", "currency": "CNY",
+        "text": "Refunds are accepted within 7 days after delivery for paid orders, up to the amount paid minus anything already refunded (CNY). An order that has not been delivered yet cannot be refunded: the refund window starts at delivery."});
+    let s = render(Some(ToolKind::RefundPolicy), &json!({}), &p.to_string(), Language::SimplifiedChinese).join(" ");
+    assert_eq!(s, "退款政策：已付款的订单签收后 7 天内可申请退款；尚未送达的订单不能退款，退款期限从送达时开始计算。");
+    let t = render(Some(ToolKind::RefundPolicy), &json!({}), &p.to_string(), Language::TraditionalChinese).join(" ");
+    assert_chinese(Language::TraditionalChinese, &t);
+}
+
+#[test]
+fn an_order_without_a_parcel_yet_is_explained_from_its_code_in_chinese() {
+    let none = json!({"error": "order A1029 has no shipment yet (status PAID)", "code": "no_shipment_yet",
+        "order_id": "A1029", "status": "PAID"});
+    let args = json!({"order_id": "A1029"});
+    let hans = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::SimplifiedChinese).join(" ");
+    assert_eq!(hans, "订单 A1029 还没有包裹：该订单已付款，尚未发货。");
+    let hant = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::TraditionalChinese).join(" ");
+    assert_eq!(hant, "訂單 A1029 還沒有包裹：該訂單已付款，尚未發貨。");
+    let en = render(Some(ToolKind::TrackShipment), &args, &none.to_string(), Language::English).join(" ");
+    assert_eq!(en, "The parcel of order A1029 could not be tracked: order A1029 has no shipment yet (status PAID).");
+}
+
+#[test]
+fn a_refusal_with_a_code_is_decided_on_its_code_and_never_quoted_in_english_in_chinese() {
+    let hans = Language::SimplifiedChinese;
+    let r = |kind, args: Value, result: Value, l| render(Some(kind), &args, &result.to_string(), l).join(" ");
+    // The code decides "not found", not the words of the message.
+    let busy = json!({"error": "order lookup not found in cache, try later", "code": "unavailable"});
+    assert_eq!(
+        r(ToolKind::GetOrder, json!({"order_id": "A2"}), busy.clone(), Language::English),
+        "Order A2 could not be looked up: order lookup not found in cache, try later."
+    );
+    assert_eq!(
+        r(ToolKind::GetOrder, json!({"order_id": "A2"}), busy, hans),
+        "无法查询订单 A2：商店暂时无法处理，请稍后再试。"
+    );
+    let gone = json!({"error": "order A9 is gone", "code": "not_found"});
+    assert_eq!(r(ToolKind::GetOrder, json!({"order_id": "A9"}), gone, hans), "未找到订单 A9。");
+    let product = json!({"error": "no product matches 'kettle'", "code": "not_found"});
+    assert_eq!(
+        r(
+            ToolKind::CheckCoupon,
+            json!({"code": "TEA5", "product_name": "kettle"}),
+            product,
+            Language::TraditionalChinese
+        ),
+        "無法查詢優惠券 TEA5：未找到相關記錄。"
+    );
+    let bad = json!({"error": "invalid arguments for refund: missing field `order_id`", "code": "invalid_arguments"});
+    assert_eq!(
+        r(ToolKind::Refund, json!({"order_id": "A1"}), bad, hans),
+        "订单 A1 的退款未能办理：请求的信息不完整或有误。"
+    );
+}

@@ -42,6 +42,15 @@ pub struct LedgerRefund {
     pub idempotency_key: String,
 }
 
+/// A support ticket in the shop's ledger (what the ledger says).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LedgerTicket {
+    pub order_id: String,
+    pub subject: String,
+    /// The idempotency key the shop received with the call.
+    pub idempotency_key: String,
+}
+
 /// The dead-letter path as the run saw it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeadLetterFacts {
@@ -53,6 +62,23 @@ pub struct DeadLetterFacts {
     pub acknowledged: u64,
     /// DLQ consumer invocations.
     pub invocations: u64,
+}
+
+/// The stack killed mid-run and started again on the same stack (`--restart-at`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestartFacts {
+    /// When it was killed, from the run's start.
+    pub killed_at: Duration,
+    /// Conversations accepted (202) before the kill.
+    pub accepted_at_kill: usize,
+    /// Of those, the ones not terminal in the table right after the kill (in flight).
+    pub open_at_kill: usize,
+    /// How long the new stack took to start.
+    pub restarted_in: Duration,
+    /// The new stack's backend line (`stack … reused`).
+    pub backend: String,
+    /// Conversations accepted after the restart.
+    pub accepted_after: usize,
 }
 
 /// Everything the verdict is made of.
@@ -74,6 +100,8 @@ pub struct RunFacts {
     /// (`None`: absent from the store).
     pub store: BTreeMap<String, Option<(Conversation, Vec<SubtaskRecord>)>>,
     pub ledger: Vec<LedgerRefund>,
+    /// Every support ticket the shop opened.
+    pub tickets: Vec<LedgerTicket>,
     /// What the operator decided (its own log).
     pub operator: OperatorLog,
     /// Every approval id known (the operator's log, the subtasks' journals) → the approval in the
@@ -91,6 +119,11 @@ pub struct RunFacts {
     pub store_faults: BTreeMap<String, (u64, u64)>,
     /// Lines said before the table (skipped parts, warnings).
     pub notes: Vec<String>,
+    /// `Some` when a restart was asked for (`--restart-at`): `Some(None)` it never came (the run
+    /// accepted too few conversations), `Some(Some(_))` what it did.
+    pub restart: Option<Option<RestartFacts>>,
+    /// `--min-succeeded`: the share of counted subtasks (0..=1) that must end `SUCCEEDED`; `None`: not judged.
+    pub min_succeeded: Option<f64>,
 }
 
 /// The scenario index a conversation's message names (`chaos conversation <n>.`).

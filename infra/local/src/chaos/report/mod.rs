@@ -4,7 +4,8 @@
 //! conversation ended with no subtask ever begun, a request answered by two conversations, a
 //! conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF` are terminal,
 //! whatever its subtasks await), a count applied twice or lost, a conversation aggregated twice, a
-//! subtask or an approval refunded twice, a refund no scripted subtask asked for, a refund the
+//! subtask or an approval refunded twice, a scripted support ticket opened twice (or a ticket no
+//! scripted subtask asked for), a refund no scripted subtask asked for, a refund the
 //! operator never approved or rejected, an order refunded beyond what the operator approved, a
 //! refund made while its subtask reports failure, a side effect left "being confirmed" for good,
 //! and poisoned messages the DLQ consumer never ran for. It is inconclusive when none of these
@@ -25,7 +26,9 @@ mod recoverable;
 mod sheet;
 mod subtasks;
 
-pub use facts::{ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, RunFacts, approval_of_key};
+pub use facts::{
+    ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, RestartFacts, RunFacts, approval_of_key,
+};
 use sheet::{Finding, Sheet, percentile, secs};
 
 /// How a run ended.
@@ -65,6 +68,7 @@ type Check = fn(&RunFacts, &mut Sheet);
 /// Every rule, in the table's order.
 const CHECKS: &[Check] = &[
     coverage::fault_kinds,
+    restart,
     platform_counters,
     recoverable::store_faults_by_op,
     dead_letters,
@@ -76,12 +80,14 @@ const CHECKS: &[Check] = &[
     recoverable::accepted_never_begun,
     subtasks::by_status,
     subtasks::failed_by_kind,
+    subtasks::succeeded_share,
     recoverable::failed_though_recoverable,
     subtasks::refund_subtasks,
     subtasks::counts,
     subtasks::consistency,
     subtasks::aggregations,
     money::refunds_per_subtask,
+    money::tickets_per_subtask,
     money::refunded_per_order,
     consent::asked_and_decided,
     consent::approvals_at_end,
@@ -173,6 +179,35 @@ fn header(f: &RunFacts) -> String {
 fn platform_counters(f: &RunFacts, t: &mut Sheet) {
     for (name, value) in &f.platform {
         t.row(&format!("platform: {name}"), value);
+    }
+}
+
+/// The restart asked for happened with conversations in flight (else the run says nothing about
+/// a restart: too small); every conversation accepted before and after it is judged by the rules below.
+fn restart(f: &RunFacts, t: &mut Sheet) {
+    match &f.restart {
+        None => {}
+        Some(None) => {
+            t.row("restart (kill -9, then the same stack)", "never: too few conversations accepted");
+            t.findings
+                .push(Finding::TooSmall("the restart asked for never came: too few conversations accepted".into()));
+        }
+        Some(Some(r)) => {
+            t.row(
+                "restart (kill -9, then the same stack)",
+                format!(
+                    "at {} after {} accepted, {} of them open; up again in {}",
+                    secs(r.killed_at),
+                    r.accepted_at_kill,
+                    r.open_at_kill,
+                    secs(r.restarted_in)
+                ),
+            );
+            t.row("conversations accepted after the restart", r.accepted_after);
+            if r.open_at_kill == 0 {
+                t.findings.push(Finding::TooSmall("no accepted conversation was open at the restart".into()));
+            }
+        }
     }
 }
 

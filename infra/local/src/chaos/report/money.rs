@@ -1,4 +1,4 @@
-//! The refunds' rules, from the shop's ledger (each refund tied to its scripted subtask by the tag in its reason): each subtask refunded at most once, no refund nobody asked for, no order refunded beyond what the operator approved, no refund while the customer is told it failed. Amounts in cents.
+//! The side effects' rules, from the shop's ledger (each refund tied to its scripted subtask by the tag in its reason, each support ticket by the tag in its subject): each subtask refunded at most once and each scripted ticket opened at most once, no refund nobody asked for, no order refunded beyond what the operator approved, no refund while the customer is told it failed. Amounts in cents.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +51,33 @@ pub(super) fn refunds_per_subtask(f: &RunFacts, t: &mut Sheet) {
     }
     if unattributed > 0 {
         t.broken(format!("{unattributed} refunds no scripted subtask asked for"));
+    }
+}
+
+/// Each scripted support ticket (a ticket subtask's first or second, told apart by the subject's
+/// first word) opened at most once, and every ticket asked for by a scripted subtask.
+pub(super) fn tickets_per_subtask(f: &RunFacts, t: &mut Sheet) {
+    let mut by_call: BTreeMap<(usize, String, &str), u32> = BTreeMap::new();
+    let mut unattributed = 0usize;
+    for ticket in &f.tickets {
+        let about = ticket.subject.split_whitespace().next().unwrap_or_default();
+        match parse_refund_tag(&ticket.subject) {
+            Some((i, s)) => *by_call.entry((i, s, about)).or_default() += 1,
+            None => unattributed += 1,
+        }
+    }
+    let twice: Vec<String> =
+        by_call.iter().filter(|(_, n)| **n > 1).map(|((i, s, about), n)| format!("c{i}/{s} {about} ({n}×)")).collect();
+    let once = by_call.values().filter(|n| **n == 1).count();
+    t.row(
+        "support tickets per scripted call: once / twice or more / unattributed",
+        format!("{once} / {} / {unattributed}", twice.len()),
+    );
+    if !twice.is_empty() {
+        t.broken(format!("{} support tickets opened more than once: {}", twice.len(), shorten(&twice)));
+    }
+    if unattributed > 0 {
+        t.broken(format!("{unattributed} support tickets no scripted subtask asked for"));
     }
 }
 

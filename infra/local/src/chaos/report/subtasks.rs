@@ -1,11 +1,14 @@
-//! The subtasks' rules, from the store and the audit of the table's stream: each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown).
+//! The subtasks' rules, from the store and the audit of the table's stream: each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown), with the share that succeeded (judged against `--min-succeeded` when given).
 
 use std::collections::BTreeMap;
 
+use swarm_core::approval::approval_id;
 use swarm_core::domain::{SubtaskResult, SubtaskStatus};
+use swarm_core::effects::EffectState;
 
 use super::facts::{RunFacts, answered, scenario_of};
 use super::sheet::{Sheet, or_none, shorten};
+use crate::chaos::operator::Decision;
 
 /// `succeeded 4, failed 1` (lower case, by name).
 fn tally(counts: &BTreeMap<&str, usize>) -> String {
@@ -37,6 +40,47 @@ pub(super) fn failed_by_kind(f: &RunFacts, t: &mut Sheet) {
         "failed subtasks by kind (never began)",
         if kinds.is_empty() { "none".into() } else { format!("{kinds} ({never_began} never began)") },
     );
+}
+
+/// The share of subtasks that ended `SUCCEEDED` (issue 18: a crash costs a retry, not a subtask),
+/// counting every subtask but those still awaiting an operator and those whose side effect the
+/// operator rejected (its own log, or the journal's `REJECTED` entry). Below `--min-succeeded`,
+/// when given, the run fails.
+pub(super) fn succeeded_share(f: &RunFacts, t: &mut Sheet) {
+    let (mut succeeded, mut counted, mut awaiting, mut rejected) = (0usize, 0usize, 0usize, 0usize);
+    for (c, subtasks) in f.store.values().flatten() {
+        for s in subtasks {
+            let was_rejected = s.effects.iter().any(|e| {
+                e.state == EffectState::Rejected
+                    || f.operator
+                        .decided
+                        .get(&approval_id(&c.id, &s.subtask.id, e.ordinal))
+                        .is_some_and(|d| d.decision == Decision::Reject)
+            });
+            if was_rejected {
+                rejected += 1;
+            } else if s.status == SubtaskStatus::AwaitingApproval {
+                awaiting += 1;
+            } else {
+                counted += 1;
+                succeeded += usize::from(s.status == SubtaskStatus::Succeeded);
+            }
+        }
+    }
+    let share = if counted == 0 { 1.0 } else { succeeded as f64 / counted as f64 };
+    t.row(
+        "subtasks SUCCEEDED / counted (excluded: awaiting an operator, rejected)",
+        format!("{succeeded} / {counted} = {:.2} % (excluded: {awaiting}, {rejected})", share * 100.0),
+    );
+    if let Some(min) = f.min_succeeded
+        && share < min
+    {
+        t.broken(format!(
+            "{:.2} % of the subtasks counted ended SUCCEEDED, under --min-succeeded {:.2} %",
+            share * 100.0,
+            min * 100.0
+        ));
+    }
 }
 
 /// The refund subtasks alone (the refund queue, its own worker of 2) (shown).

@@ -429,3 +429,89 @@ fn dead_lettered_messages_require_the_dlq_consumer_and_every_poisoned_message_mu
         ]
     );
 }
+
+#[test]
+fn a_scripted_ticket_opened_twice_or_one_nobody_asked_for_fails_the_run() {
+    let ticket = |subject: &str, key: &str| LedgerTicket {
+        order_id: "A1007".into(),
+        subject: subject.into(),
+        idempotency_key: key.into(),
+    };
+    let mut f = facts();
+    f.tickets = vec![
+        ticket("Parcel (chaos c00000/w03)", "swarm:x:w03:1"),
+        ticket("Invoice (chaos c00000/w03)", "swarm:x:w03:2"),
+    ];
+    let v = verdict(&f);
+    assert_eq!(v.failures, Vec::<String>::new(), "two different scripted tickets of one subtask: {}", v.table);
+    assert_eq!(cell(&v.table, "support tickets per scripted call: once / twice or more / unattributed"), "2 / 0 / 0");
+    f.tickets.push(ticket("Parcel (chaos c00000/w03)", "swarm:x:w03:3"));
+    f.tickets.push(ticket("Who knows", "swarm:x:w03:4"));
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Failed);
+    assert_eq!(cell(&v.table, "support tickets per scripted call: once / twice or more / unattributed"), "1 / 1 / 1");
+    assert!(v.failures.iter().any(|x| x.contains("c0/w03 Parcel (2×)")), "{:?}", v.failures);
+    assert!(
+        v.failures.iter().any(|x| x.contains("1 support tickets no scripted subtask asked for")),
+        "{:?}",
+        v.failures
+    );
+}
+
+#[test]
+fn a_restart_is_told_and_one_asked_for_that_never_came_or_found_nothing_open_is_inconclusive() {
+    let mut f = facts();
+    let restart = RestartFacts {
+        killed_at: Duration::from_secs(30),
+        accepted_at_kill: 6,
+        open_at_kill: 3,
+        restarted_in: Duration::from_millis(5_500),
+        backend: "stack s reused".into(),
+        accepted_after: 4,
+    };
+    f.restart = Some(Some(restart.clone()));
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Passed, "{}", v.table);
+    assert_eq!(
+        cell(&v.table, "restart (kill -9, then the same stack)"),
+        "at 30.00 s after 6 accepted, 3 of them open; up again in 5.50 s"
+    );
+    assert_eq!(cell(&v.table, "conversations accepted after the restart"), "4");
+    f.restart = Some(Some(RestartFacts { open_at_kill: 0, ..restart }));
+    assert_eq!(verdict(&f).outcome, Outcome::Inconclusive);
+    f.restart = Some(None);
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Inconclusive);
+    assert!(v.failures.iter().any(|x| x.contains("the restart asked for never came")), "{:?}", v.failures);
+}
+
+#[test]
+fn the_share_of_subtasks_succeeded_leaves_out_the_rejected_and_fails_the_run_only_under_min_succeeded() {
+    // c0's w02 failed at the deadline (counted, not succeeded); c2's w02 was rejected by the operator (left out).
+    let v = verdict(&facts());
+    assert_eq!(
+        cell(&v.table, "subtasks SUCCEEDED / counted (excluded: awaiting an operator, rejected)"),
+        "4 / 5 = 80.00 % (excluded: 0, 1)"
+    );
+    assert_eq!(v.outcome, Outcome::Passed, "not judged without --min-succeeded: {}", v.table);
+    let judged = verdict(&RunFacts { min_succeeded: Some(0.8), ..facts() });
+    assert_eq!(judged.outcome, Outcome::Passed, "80 % meets 0.8: {}", judged.table);
+    let strict = verdict(&RunFacts { min_succeeded: Some(0.99), ..facts() });
+    assert_eq!(strict.outcome, Outcome::Failed);
+    assert_eq!(
+        strict.failures,
+        vec!["80.00 % of the subtasks counted ended SUCCEEDED, under --min-succeeded 99.00 %".to_owned()]
+    );
+    // A subtask awaiting an operator (no rejection) is left out as well.
+    let mut waiting = facts();
+    for (c, subtasks) in waiting.store.values_mut().flatten() {
+        if c.id.to_string() == waiting.clients[&2].conversation_id.clone().unwrap() {
+            subtasks[1].effects[0].state = EffectState::AwaitingApproval;
+        }
+    }
+    waiting.operator.decided.retain(|_, d| d.decision != Decision::Reject);
+    assert_eq!(
+        cell(&verdict(&waiting).table, "subtasks SUCCEEDED / counted (excluded: awaiting an operator, rejected)"),
+        "4 / 5 = 80.00 % (excluded: 1, 0)"
+    );
+}

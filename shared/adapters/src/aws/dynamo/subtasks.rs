@@ -161,6 +161,26 @@ impl SubtaskStore for DynamoConversationStore {
         }
     }
 
+    async fn renew_attempt(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        lease: &AttemptLease,
+    ) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        u.set("lease_until_ms", n(lease.until_ms));
+        let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
+        let open = u.status_in(&from);
+        let holder = u.name("lease_holder");
+        let me = u.value("me", s(&lease.holder));
+        // Only the holder's own lease: a retry after a lost answer passes the same condition again.
+        let condition = format!("{open} AND {holder} = {me}");
+        Ok(self
+            .update("UpdateItem(renew_attempt)", &ItemKey::subtask(id, subtask_id), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
     async fn release_attempt(
         &self,
         id: &ConversationId,

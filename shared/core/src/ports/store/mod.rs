@@ -229,6 +229,15 @@ store_roles! {
         ) -> Result<AttemptStart, StoreError>
             as BeginAttempt { subtask: subtask_id };
 
+        /// Extends `lease.holder`'s lease to `lease.until_ms` (the live attempt's heartbeat), one
+        /// conditional write: on the subtask being non-terminal and `lease.holder` holding its lease
+        /// (live or expired, as long as no other attempt took it). Answers whether the lease is still
+        /// the caller's; `false` (nothing written): another attempt holds it, the subtask is
+        /// terminal, or it does not exist. A retry after a lost answer meets its own write (the same
+        /// holder) and is answered `true` again.
+        async fn renew_attempt(&self, id: &ConversationId, subtask_id: &SubtaskId, lease: &AttemptLease) -> Result<bool, StoreError>
+            as RenewAttempt { subtask: subtask_id };
+
         /// Ends `holder`'s lease early (a hand-back or a wait): the next delivery need not wait for
         /// it to expire. Nothing happens when another holder has it.
         async fn release_attempt(&self, id: &ConversationId, subtask_id: &SubtaskId, holder: &str) -> Result<(), StoreError>
@@ -465,7 +474,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 32);
+        assert_eq!(StoreOp::ALL.len(), 33);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }
