@@ -161,7 +161,16 @@ pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_cor
 /// - × 12: the aggregation lease (90 s → 1080 s: 4.5 s), longer than every timeout above;
 /// - × 4: the tasks, refund and dead-letter queues' visibility timeouts (360 s → 1440 s: 6 s), still
 ///   longer than the function's timeout, so a message comes back only after its invocation is over
-///   (the template's 6 × would bring a killed message back after the deadlines these tests set).
+///   (the template's 6 × would bring a killed message back after the deadlines these tests set);
+/// - × 12: the worker's receipt heartbeat, as its timeout: the beat (5 s → 60 s: 250 ms), the per-beat
+///   cut (`aws.attempt_timeout`, which only the heartbeat reads from the scaled table: 10 s → 120 s:
+///   500 ms), the receipt visibility and the attempt lease (30 s → 360 s: 1.5 s, held as 2 s by SQS),
+///   so the table's rule `2 × (beat + cut) ≤ receipt visibility, attempt lease` holds as it does at
+///   AWS speed. At 1/240 the table's beat is 21 ms and its cut 42 ms, under the emulator's own
+///   latency ([`EMULATOR_CALL_P90`] × [`EMULATOR_CALL_HEADROOM`]): every live invocation sent a
+///   `ChangeMessageVisibilityBatch` and a `renew_attempt` every 21 ms, most of them cut, and the one
+///   emulator process that serialises every table request fell seconds behind (a planning lease's
+///   read then took 700 ms, a deadline path its whole 3 s invocation).
 ///
 /// For tests whose subject is what moves a conversation on, not the invocations' own budgets.
 pub fn with_room_for_invocations(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
@@ -177,6 +186,14 @@ pub fn with_room_for_invocations(mut timings: swarm_core::timings::Timings) -> s
     }
     timings.sweep.period *= 10;
     timings.sweep.timeout *= 10;
+    for beat in [
+        &mut timings.worker.heartbeat,
+        &mut timings.aws.attempt_timeout,
+        &mut timings.worker.receipt_visibility,
+        &mut timings.worker.attempt_lease,
+    ] {
+        *beat *= 12;
+    }
     for visibility in [
         &mut timings.queues.tasks.visibility_timeout,
         &mut timings.queues.refund.visibility_timeout,
@@ -269,5 +286,21 @@ mod tests {
         assert!(o.request_budget - o.post_plan >= floor * 3, "{:?} before planning", o.request_budget - o.post_plan);
         // The table as it is would not: 2 s at 1/240 is 8 ms.
         assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).orchestrator.aws_call < floor);
+    }
+
+    /// The same rule for the worker's receipt heartbeat with room for invocations at 1/240: each
+    /// beat's cut holds the headroom, and the table's rule between the beat, its cut, the receipt
+    /// visibility and the attempt lease still holds.
+    #[test]
+    fn room_for_invocations_keeps_the_heartbeat_above_the_emulators_latency_at_1_240() {
+        let t = with_room_for_invocations(swarm_core::timings::Timings::standard().clone()).scaled(1.0 / 240.0);
+        let floor = EMULATOR_CALL_P90 * EMULATOR_CALL_HEADROOM;
+        assert!(t.aws.attempt_timeout >= floor, "{:?} per beat, at least {floor:?}", t.aws.attempt_timeout);
+        let beat = (t.worker.heartbeat + t.aws.attempt_timeout) * 2;
+        assert!(beat <= t.worker.receipt_visibility && beat <= t.worker.attempt_lease, "{beat:?}");
+        assert!(t.worker.receipt_visibility <= t.worker.timeout && t.worker.attempt_lease <= t.worker.timeout);
+        assert!(t.worker.receipt_visibility < t.queues.tasks.visibility_timeout);
+        // The table as it is would not: 10 s at 1/240 is 42 ms.
+        assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).aws.attempt_timeout < floor);
     }
 }

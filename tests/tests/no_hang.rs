@@ -3,7 +3,9 @@
 //! Time runs at [`SCALE`] (1/240) of the timing table, with room where a loaded machine misses the
 //! scaled budgets ([`timings`]): the aggregation lease 90 s × 12 → 4.5 s, the planning lease 35 s ×
 //! 40 → 5.8 s, the workers' timeouts 60 s × 12 → 3 s, the sweep's period 60 s × 10 → 2.5 s, the
-//! tasks queue's visibility timeout 360 s × 4 → 6 s, the deadline path's re-arm 30 s → 1 s (whole
+//! tasks queue's visibility timeout 360 s × 4 → 6 s, the worker's receipt heartbeat × 12 (a beat
+//! 250 ms cut at 500 ms, the receipt visibility and the attempt lease 1.5 s: at the table's 21 ms
+//! beats the emulator fell seconds behind), the deadline path's re-arm 30 s → 1 s (whole
 //! seconds of `DelaySeconds`), the conversation's deadline as each test sets it.
 //! The emulator instantiations need `SWARM_AWS_ENDPOINT`; without it they fail, unless `SWARM_SKIP_AWS=1`.
 
@@ -46,7 +48,7 @@ swarm_tests::on_both_backends!(
 /// The standard table with room for tool calls and to plan (the orchestrator's timeout, budget and
 /// lease × 40: a 1 s invocation is missed on a loaded machine), for whole invocations (the workers',
 /// the sweep's and the aggregator's timeouts, the aggregation lease above them, the queues'
-/// visibility timeouts: [`swarm_tests::with_room_for_invocations`]) and the conversation's deadline
+/// visibility timeouts, the receipt heartbeat: [`swarm_tests::with_room_for_invocations`]) and the conversation's deadline
 /// at `deadline_secs` (scaled by [`SCALE`]). The tests wait on the stack's own lease, never a constant.
 fn timings(deadline_secs: u64) -> Timings {
     let mut t = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
