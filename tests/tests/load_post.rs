@@ -1,4 +1,4 @@
-//! 200 concurrent `POST /conversations` against the stack on the emulator (the AWS adapters on `SWARM_AWS_ENDPOINT`), at a stated time scale, with the standard timing table: every 202's conversation ends terminal with a subtask begun and none failed for lack of an enqueue, and every 503 means what docs/api.md says (`started: no` — nothing of it ran; `yes` — it ran; `unknown` — one of the two). Prints the figures.
+//! 200 concurrent `POST /conversations` against the stack on the emulator (the AWS adapters on `SWARM_AWS_ENDPOINT`), with the standard timing table and the whole platform a stated factor slower than AWS (`SLOWER_THAN_AWS`): at least half are accepted, every 202's conversation ends terminal with a subtask begun and none failed for lack of an enqueue, and every 503 means what docs/api.md says (`started: no` — nothing of it ran; `yes` — it ran; `unknown` — one of the two). Prints the figures.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -11,13 +11,18 @@ use swarm_local::{LocalStack, StackOptions};
 
 /// POSTs at once.
 const POSTS: usize = 200;
-/// The time scale: none, the standard table at AWS speed. The emulator's store calls take their own,
-/// unscaled time (200 at once on one emulator process queue for seconds), so the orchestrator's
-/// budgets stay the table's; and the rules between them and the rest hold only when nothing else is
-/// scaled apart from them: at 1/2 with the orchestrator's values kept (×2), the planning lease's end
-/// (35 s) left 24 s of a 60 s deadline to the subtasks its first deadline run sends, against the rule
-/// `orchestrator.lease + worker.timeout + worker.conversation_margin <= conversation.deadline`.
-const SCALE: f64 = 1.0;
+/// How much slower than AWS the emulated platform runs here: every timing of the standard table × 4
+/// (the rules between them kept, as every timing is scaled alike), so the request budget is 108 s, a
+/// call after planning at least 8 s, the planning lease 140 s and the deadline 480 s. Why: the emulator
+/// is one process that serialises every DynamoDB request (`infra/aws/moto_server.py`), so 200 POSTs'
+/// writes (five or so each) and the workers' queue behind each other for tens of seconds on a busy
+/// 2-core machine, where DynamoDB answers each in milliseconds; at AWS speed almost every POST's
+/// calls were cut and answered 503, which proves only the 503s. Never kinder than AWS: nothing is
+/// scaled apart from the rest, the emulator's own latency is never shortened, and the AWS adapters'
+/// per-attempt deadline (10 s, `aws.attempt_timeout_secs`) stays unscaled on the platform.
+const SLOWER_THAN_AWS: f64 = 4.0;
+/// The share of the 200 that must be accepted at that factor (the rest answer a 503 that says what runs).
+const ACCEPTED_AT_LEAST: f64 = 0.5;
 const MESSAGE: &str = "Where is my parcel for order A1031?";
 
 /// What one POST answered.
@@ -108,7 +113,7 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     let stack = LocalStack::start(StackOptions {
         backend,
         timings: swarm_core::timings::Timings::standard().clone(),
-        time_scale: SCALE,
+        time_scale: SLOWER_THAN_AWS,
         limits: CustomerLimits { conversations_per_minute: 1000, ..CustomerLimits::DEFAULT },
         ..StackOptions::default()
     })
@@ -150,8 +155,8 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     // it is only checked to have run nothing.
     let t = stack.timings().clone();
     // The emulator is one process: 200 conversations' writes, sends and deadline runs queue behind
-    // each other on a busy 2-core machine, so their ends get three deadlines, not one.
-    let patience = t.conversation.deadline * 3;
+    // each other on a busy 2-core machine, so their ends get two deadlines, not one.
+    let patience = t.conversation.deadline * 2;
     let recorded: Vec<String> = unavailable
         .iter()
         .filter_map(|r| r.as_ref().filter(|(_, started)| started != "no").map(|(id, _)| id.clone()))
@@ -229,10 +234,9 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     stack.shutdown().await;
 
     println!(
-        "load: {POSTS} concurrent POSTs at time scale 1/{:.0}: {} answered 202, {} answered 503 (by started: {by_started:?}), \
+        "load: {POSTS} concurrent POSTs, the platform {SLOWER_THAN_AWS}x slower than AWS: {} answered 202, {} answered 503 (by started: {by_started:?}), \
          {} other; all answered in {posted:.1?}; every conversation that may run terminal after {settled:.1?} ({} still open); \
          subtasks failed never begun: {unsent_failures}; invocations cut at their timeout: {}; ended: {ended:?}",
-        1.0 / SCALE,
         accepted.len(),
         unavailable.len(),
         others.len(),
@@ -241,8 +245,13 @@ async fn two_hundred_concurrent_posts_on_the_emulator_are_each_run_or_say_what_r
     );
     assert_eq!(accepted.len() + unavailable.len() + others.len(), POSTS);
     assert!(others.is_empty(), "every POST answers 202 or 503 within its budget: {others:?}");
-    // How many are accepted depends on the emulator's speed on the machine (one process answering
-    // 200 requests' writes): the figures are printed, the meaning of each answer is asserted.
+    // With the platform SLOWER_THAN_AWS, most requests fit their budgets: a good share is accepted,
+    // not only 503s whose meaning is checked.
+    assert!(
+        accepted.len() as f64 >= ACCEPTED_AT_LEAST * POSTS as f64,
+        "{} of {POSTS} accepted, fewer than {ACCEPTED_AT_LEAST} of them",
+        accepted.len()
+    );
     assert!(open.is_empty(), "conversations that may run still open: {open:?}");
     assert!(
         problems.is_empty(),
