@@ -26,6 +26,11 @@ pub enum CrashPoint {
     OrchestratorAfterCreate,
     /// Orchestrator: the subtasks are written and the conversation is `RUNNING`, nothing is enqueued yet.
     OrchestratorAfterStartRun,
+    /// Orchestrator: the subtasks are sent, the `queued` marker is not written yet.
+    OrchestratorAfterEnqueue,
+    /// Deadline path's run before the deadline: the never-sent subtasks are sent, the `queued`
+    /// marker is not written yet.
+    DeadlineAfterRedrive,
     /// Worker: the attempt began (`RUNNING`, attempts + 1), no LLM round has run.
     WorkerAfterBeginAttempt,
     /// Worker: the subtask's result is written, it is not counted yet.
@@ -59,6 +64,8 @@ impl CrashPoint {
     pub const ALL: &'static [CrashPoint] = &[
         Self::OrchestratorAfterCreate,
         Self::OrchestratorAfterStartRun,
+        Self::OrchestratorAfterEnqueue,
+        Self::DeadlineAfterRedrive,
         Self::WorkerAfterBeginAttempt,
         Self::WorkerAfterRecordResult,
         Self::WorkerAfterCount,
@@ -77,6 +84,8 @@ impl CrashPoint {
         match self {
             Self::OrchestratorAfterCreate => "orchestrator_after_create",
             Self::OrchestratorAfterStartRun => "orchestrator_after_start_run",
+            Self::OrchestratorAfterEnqueue => "orchestrator_after_enqueue",
+            Self::DeadlineAfterRedrive => "deadline_after_redrive",
             Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
             Self::WorkerAfterRecordResult => "worker_after_record_result",
             Self::WorkerAfterCount => "worker_after_count",
