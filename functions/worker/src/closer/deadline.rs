@@ -1,4 +1,4 @@
-//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it, open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal. Its first run, when the planning lease ends, sends the subtasks of a stored plan its planner never marked sent.
+//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it (once its planning lease ended, closing the items of a plan never flipped), open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal. Its first run, when the planning lease ends, sends the subtasks of a stored plan its planner never marked sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,7 +68,7 @@ impl DeadlinePath {
 
     /// The deadline path: a conversation past its deadline is aggregated with what it has.
     ///
-    /// - `PLANNING` (its creator died): failed cleanly.
+    /// - `PLANNING` (its creator died): failed cleanly once its planning lease ended ([`Self::fail_unplanned`]).
     /// - `RUNNING`: open subtasks are closed (failed, or skipped after a failed dependency) and every
     ///   finished subtask counted. When that brought `remaining` to 0 the stream triggers the
     ///   aggregator; when `remaining` was already 0 (the stream record was lost, or an earlier run of
@@ -144,19 +144,7 @@ impl DeadlinePath {
     async fn when_due(&self, conversation: &Conversation, now: i64) -> Result<DeadlineRun, StoreError> {
         let id = &conversation.id;
         Ok(match conversation.status {
-            ConversationStatus::Planning => {
-                tracing::warn!("planning never finished: failing the conversation");
-                if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
-                    obs::metrics::conversation_finished(
-                        ConversationStatus::Failed,
-                        conversation.created_at_ms,
-                        now_ms(),
-                    );
-                    (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
-                } else {
-                    (Outcome::Ignored("planning moved on meanwhile".into()), None)
-                }
-            }
+            ConversationStatus::Planning => self.fail_unplanned(conversation, now).await?,
             ConversationStatus::Running => {
                 let closed = self.close_open_subtasks(id, now).await?;
                 faults::at(CrashPoint::DeadlineAfterClose).await;
@@ -178,6 +166,44 @@ impl DeadlinePath {
             ConversationStatus::Done | ConversationStatus::Failed | ConversationStatus::Handoff => {
                 (Outcome::Ignored("conversation already over".into()), None)
             }
+        })
+    }
+
+    /// A conversation still `PLANNING` past its deadline: failed, once no planner may still be
+    /// writing its plan (while its planning lease is live the path comes back: re-armed, or the
+    /// next sweep), and only after closing the subtask items a plan's write left without its flip
+    /// (DynamoDB writes a plan's items before the conditional flip to `RUNNING`: a planner killed,
+    /// or cut by its budget, between the two leaves them, and with no plan on the conversation they
+    /// are listed as its subtasks — work shown as still queued that never runs). Each is closed
+    /// failed, `deadline_passed`, as never sent. Crash windows: killed between two closes, or
+    /// between the closes and the flip, the conversation is still `PLANNING` and overdue: the
+    /// deadline message comes back (or the sweep finds it) and the next run closes the rest (the
+    /// closed ones are found closed) and fails it.
+    async fn fail_unplanned(&self, conversation: &Conversation, now: i64) -> Result<DeadlineRun, StoreError> {
+        let id = &conversation.id;
+        if let Some(lease) = conversation.lease.as_ref().filter(|l| l.until_ms >= now) {
+            let left = ms_between(now, lease.until_ms).as_millis();
+            return Ok((Outcome::Ignored(format!("still being planned (its lease ends in {left} ms)")), None));
+        }
+        let never_sent = SubtaskResult::failed(
+            FailureKind::DeadlinePassed,
+            "planning did not finish before the deadline: it was never sent",
+        );
+        let mut closed = 0usize;
+        for r in self.subtasks.list_subtasks(id).await?.iter().filter(|r| !r.status.is_terminal()) {
+            if let Closed::Now(_) = self.closing.close_open(id, &r.subtask.id, never_sent.clone(), now).await? {
+                closed += 1;
+            }
+        }
+        tracing::warn!(
+            closed,
+            "planning never finished: failing the conversation (items of an unfinished plan closed)"
+        );
+        Ok(if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
+            obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+            (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
+        } else {
+            (Outcome::Ignored("planning moved on meanwhile".into()), None)
         })
     }
 
