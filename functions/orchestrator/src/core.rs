@@ -149,7 +149,7 @@ impl Started {
                 "was not started: nothing of it runs unless a retry with the same Idempotency-Key resumes it; otherwise it ends FAILED at its deadline"
             }
             Self::Yes => {
-                "is planned and stored: it runs and is answered without a retry; a retry with the same Idempotency-Key resumes it at once"
+                "is planned and stored: it runs and is answered without a retry, except a refund or ticket subtask whose send failed (only a retry with the same Idempotency-Key sends it; otherwise it fails at the deadline); a retry with the same Idempotency-Key resumes it at once"
             }
             Self::Unknown => {
                 "may have been started (its plan's write was cut): it either runs and is answered, or ends FAILED at its deadline; a retry with the same Idempotency-Key resumes it either way"
