@@ -121,7 +121,7 @@ chaos_embedded=(--conversations 40 --subtasks 8 --in-flight 10 --time-scale 0.05
     --llm-rate-limit-rate 0.03 --llm-server-error-rate 0.03 --llm-hang-rate 0.03 --llm-malformed-rate 0.03
     --llm-truncation-rate 0.03 --refund-share 1 --crash-at worker_after_intent=0.25
     --crash-at worker_after_dispatch=0.2 --crash-at worker_after_outcome=0.2 --crash-at approvals_after_decide=0.34
-    --crash-at worker_between_effects=0.5
+    --crash-at worker_between_effects=0.5 --crash-at deadline_after_redrive=0.4
     --approval-twice-rate 0.34 --approval-reject-rate 0.34 --poison-message-rate 0.02
     --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 --seed 9
@@ -133,7 +133,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 -
     --llm-rate-limit-rate 0.04 --llm-server-error-rate 0.04 --llm-hang-rate 0.04 --llm-malformed-rate 0.04
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
-    --crash-at worker_between_effects=1 --restart-at 0.3
+    --crash-at worker_between_effects=1 --crash-at deadline_after_redrive=0.4 --restart-at 0.3
     --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
     --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 step "swarm-chaos, small, embedded (fixed seed)" \

@@ -116,16 +116,34 @@ pub fn with_room_for_tool_calls(mut timings: swarm_core::timings::Timings) -> sw
     timings
 }
 
-/// `timings` with room to plan at a small time scale: the orchestrator's timeout, planning budget
-/// and planning lease × 40 (their order kept: budget < timeout < lease). At 1/240 the table's 25 s
-/// plan budget leaves 104 ms and its 29 s timeout 1 s (whole seconds), which a loaded 2-core machine
-/// misses (the plan falls back to one task, or the POST times out); these leave 4.2 s, 5 s and 5.8 s.
+/// The emulator's slowest usual store call on the 2-core machine: the 90th percentile of 100
+/// `UpdateItem` calls on moto's server with `stress-ng --cpu 2` beside it (26 ms median, 40 ms p90,
+/// 55 ms at most). The emulator's calls take their own time, never a scaled one.
+pub const EMULATOR_CALL_P90: std::time::Duration = std::time::Duration::from_millis(40);
+
+/// How many of the emulator's slowest usual calls a scaled per-call budget must hold at least: the
+/// rule that keeps an emulator test no harsher than AWS, where the orchestrator's 2 s per call hold
+/// about 200 of DynamoDB's 5-10 ms. Below it (the table's 2 s at 1/240 are 8 ms), a call AWS would
+/// answer in time is cut on the emulator.
+pub const EMULATOR_CALL_HEADROOM: u32 = 10;
+
+/// `timings` with room to plan at a small time scale: the orchestrator's timeout, request budget and
+/// planning lease × 40, its planning budget × 20, the rest of the request budget kept for what
+/// follows the plan and a quarter of it per call (the rules between them kept). At 1/240 the table's 25 s
+/// plan budget leaves 79 ms and its 29 s timeout 1 s (whole seconds), which a loaded 2-core machine
+/// misses (the plan falls back to one task, or the POST times out); these leave 1.6 s to plan, 2.9 s
+/// after it (0.7 s a call), an answer within 4.5 s, a 5 s timeout and a 5.8 s lease.
 /// For tests whose subject is not the orchestrator's budgets.
 pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
     let o = &mut timings.orchestrator;
     o.timeout *= 40;
-    o.plan_budget *= 40;
+    o.request_budget *= 40;
     o.lease *= 40;
+    // Planning ×20, and the rest of the request budget after it for the writes and sends: the
+    // emulator's store calls take their real time (a start_run is several), not a scaled one.
+    o.plan_budget *= 20;
+    o.post_plan = o.request_budget - o.plan_budget;
+    o.aws_call = o.post_plan / 4;
     timings
 }
 
@@ -143,7 +161,16 @@ pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_cor
 /// - × 12: the aggregation lease (90 s → 1080 s: 4.5 s), longer than every timeout above;
 /// - × 4: the tasks, refund and dead-letter queues' visibility timeouts (360 s → 1440 s: 6 s), still
 ///   longer than the function's timeout, so a message comes back only after its invocation is over
-///   (the template's 6 × would bring a killed message back after the deadlines these tests set).
+///   (the template's 6 × would bring a killed message back after the deadlines these tests set);
+/// - × 12: the worker's receipt heartbeat, as its timeout: the beat (5 s → 60 s: 250 ms), the per-beat
+///   cut (`aws.attempt_timeout`, which only the heartbeat reads from the scaled table: 10 s → 120 s:
+///   500 ms), the receipt visibility and the attempt lease (30 s → 360 s: 1.5 s, held as 2 s by SQS),
+///   so the table's rule `2 × (beat + cut) ≤ receipt visibility, attempt lease` holds as it does at
+///   AWS speed. At 1/240 the table's beat is 21 ms and its cut 42 ms, under the emulator's own
+///   latency ([`EMULATOR_CALL_P90`] × [`EMULATOR_CALL_HEADROOM`]): every live invocation sent a
+///   `ChangeMessageVisibilityBatch` and a `renew_attempt` every 21 ms, most of them cut, and the one
+///   emulator process that serialises every table request fell seconds behind (a planning lease's
+///   read then took 700 ms, a deadline path its whole 3 s invocation).
 ///
 /// For tests whose subject is what moves a conversation on, not the invocations' own budgets.
 pub fn with_room_for_invocations(mut timings: swarm_core::timings::Timings) -> swarm_core::timings::Timings {
@@ -159,6 +186,14 @@ pub fn with_room_for_invocations(mut timings: swarm_core::timings::Timings) -> s
     }
     timings.sweep.period *= 10;
     timings.sweep.timeout *= 10;
+    for beat in [
+        &mut timings.worker.heartbeat,
+        &mut timings.aws.attempt_timeout,
+        &mut timings.worker.receipt_visibility,
+        &mut timings.worker.attempt_lease,
+    ] {
+        *beat *= 12;
+    }
     for visibility in [
         &mut timings.queues.tasks.visibility_timeout,
         &mut timings.queues.refund.visibility_timeout,
@@ -233,4 +268,39 @@ pub fn subtask_of(body: &str) -> String {
         .ok()
         .and_then(|v| v["subtask_id"].as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule of [`EMULATOR_CALL_HEADROOM`] at the smallest scale the emulator tests use (1/240):
+    /// each call after planning, and the window before it (the rate counter, the conversation's
+    /// write, arming the deadline: three store and queue calls), hold the headroom.
+    #[test]
+    fn room_to_plan_keeps_the_per_call_budgets_above_the_emulators_latency_at_1_240() {
+        let t = with_room_to_plan(swarm_core::timings::Timings::standard().clone()).scaled(1.0 / 240.0);
+        let o = &t.orchestrator;
+        let floor = EMULATOR_CALL_P90 * EMULATOR_CALL_HEADROOM;
+        assert!(o.aws_call >= floor, "{:?} per call, at least {floor:?}", o.aws_call);
+        assert!(o.request_budget - o.post_plan >= floor * 3, "{:?} before planning", o.request_budget - o.post_plan);
+        // The table as it is would not: 2 s at 1/240 is 8 ms.
+        assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).orchestrator.aws_call < floor);
+    }
+
+    /// The same rule for the worker's receipt heartbeat with room for invocations at 1/240: each
+    /// beat's cut holds the headroom, and the table's rule between the beat, its cut, the receipt
+    /// visibility and the attempt lease still holds.
+    #[test]
+    fn room_for_invocations_keeps_the_heartbeat_above_the_emulators_latency_at_1_240() {
+        let t = with_room_for_invocations(swarm_core::timings::Timings::standard().clone()).scaled(1.0 / 240.0);
+        let floor = EMULATOR_CALL_P90 * EMULATOR_CALL_HEADROOM;
+        assert!(t.aws.attempt_timeout >= floor, "{:?} per beat, at least {floor:?}", t.aws.attempt_timeout);
+        let beat = (t.worker.heartbeat + t.aws.attempt_timeout) * 2;
+        assert!(beat <= t.worker.receipt_visibility && beat <= t.worker.attempt_lease, "{beat:?}");
+        assert!(t.worker.receipt_visibility <= t.worker.timeout && t.worker.attempt_lease <= t.worker.timeout);
+        assert!(t.worker.receipt_visibility < t.queues.tasks.visibility_timeout);
+        // The table as it is would not: 10 s at 1/240 is 42 ms.
+        assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).aws.attempt_timeout < floor);
+    }
 }

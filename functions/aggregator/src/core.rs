@@ -25,6 +25,8 @@ pub struct AggregatorSettings {
     pub retry: LlmRetryPolicy,
     /// How long the aggregation lease holds the conversation (longer than any invocation that holds it).
     pub lease: Duration,
+    /// Records of one stream batch aggregated at once (at least 1).
+    pub max_parallel_records: usize,
 }
 
 impl Default for AggregatorSettings {
@@ -35,13 +37,14 @@ impl Default for AggregatorSettings {
 }
 
 impl AggregatorSettings {
-    /// The reply budget (`aggregator.reply_budget_secs`), the lease (`aggregator.lease_secs`) and the
-    /// LLM retries (`[llm]`) of `timings`.
+    /// The reply budget (`aggregator.reply_budget_secs`), the lease (`aggregator.lease_secs`), the
+    /// records aggregated at once (`aggregator.max_parallel_records`) and the LLM retries (`[llm]`) of `timings`.
     pub fn from_timings(timings: &Timings) -> Self {
         Self {
             reply_timeout: timings.aggregator.reply_budget,
             retry: LlmRetryPolicy::from_timings(timings),
             lease: timings.aggregator.lease,
+            max_parallel_records: timings.aggregator.max_parallel_records,
         }
     }
 }
@@ -53,6 +56,9 @@ pub enum AggregateOutcome {
     Replied {
         by_model: bool,
     },
+    /// This call took the lease and failed the conversation: none of its subtasks ever began
+    /// ([`AnswerOutcome::NeverStarted`]).
+    NeverStarted,
     /// Another trigger holds a live lease, or the conversation is already over: nothing done.
     AlreadyHandled,
     /// Subtasks still open: not ready (a filter mismatch or an early trigger).
@@ -78,6 +84,11 @@ impl Aggregator {
         Self { conversations: store.clone(), answers: store.clone(), subtasks: store, model, settings }
     }
 
+    /// The settings it runs with.
+    pub fn settings(&self) -> &AggregatorSettings {
+        &self.settings
+    }
+
     /// Aggregates a conversation whose `remaining` reached 0. It starts from the aggregation
     /// lease (DESIGN.md invariant 2): `RUNNING → AGGREGATING` with a lease of
     /// [`AggregatorSettings::lease`], or the takeover of an aggregation whose lease expired (its
@@ -101,13 +112,23 @@ impl Aggregator {
         }
         let answerer = Answerer { kind: "aggregator", lease: self.settings.lease };
         let writer = ModelReply { model: self.model.as_ref(), settings: &self.settings };
-        let answered =
-            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), &conversation, answerer, &writer)
-                .await?;
+        let answered = answer_conversation(
+            self.conversations.as_ref(),
+            self.answers.as_ref(),
+            self.subtasks.as_ref(),
+            &conversation,
+            answerer,
+            &writer,
+        )
+        .await?;
         Ok(match answered {
             AnswerOutcome::Answered { by_model, .. } => {
                 tracing::info!(conversation_id = %id, by_model, "conversation answered");
                 AggregateOutcome::Replied { by_model }
+            }
+            AnswerOutcome::NeverStarted { .. } => {
+                tracing::warn!(conversation_id = %id, "none of its subtasks ever began: failed, not answered");
+                AggregateOutcome::NeverStarted
             }
             AnswerOutcome::Held(lease) => {
                 tracing::info!(conversation_id = %id, holder = %lease.holder, "aggregation lease held: another trigger aggregates");

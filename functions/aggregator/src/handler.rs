@@ -2,6 +2,7 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use futures::StreamExt;
 use lambda_runtime::LambdaEvent;
 use swarm_adapters::aws::dynamo::codec::conversation_id_of_keys;
 use swarm_core::domain::ConversationId;
@@ -22,43 +23,58 @@ pub fn trace_parent_of(record: &aws_lambda_events::event::dynamodb::EventRecord)
     image.get("trace_parent")?.get("S")?.as_str().map(str::to_owned)
 }
 
-/// Handles one stream batch (already narrowed by the event filter to
-/// conversation items with `remaining = 0` and `status = RUNNING`), in order, each
-/// record in its own span (event id, conversation id) attached with `.instrument`.
-/// A record whose aggregation fails transiently is reported by its sequence number in
-/// `batchItemFailures` (ReportBatchItemFailures) and the batch stops there: Lambda
-/// retries from that record on, never the records before it. Aggregation itself is
-/// guarded by the lease, so a retry never replies twice. A failed record without a
-/// sequence number fails the invocation (the whole batch is retried).
+/// Handles one stream batch (already narrowed by the event filter to conversation items with
+/// `remaining = 0` and `status = RUNNING`): its records at once, at most
+/// [`AggregatorSettings::max_parallel_records`](crate::AggregatorSettings) of them, each in its own
+/// span (event id, conversation id) attached with `.instrument` — so a batch takes one reply
+/// budget, not one per record, and fits the function's timeout (the timing table's rule).
+///
+/// The partial batch response keeps the stream's semantics: of the records whose aggregation
+/// failed transiently, the first in the batch's order is reported by its sequence number in
+/// `batchItemFailures` (ReportBatchItemFailures): Lambda retries from it on, and the records
+/// before it are done. Records after it ran too; their retry meets their lease or their reply and
+/// does nothing (aggregation is guarded by the lease: never two replies). A failed record without
+/// a sequence number fails the invocation (the whole batch is retried, bisected).
 pub async fn handle(
     aggregator: &Aggregator,
     event: LambdaEvent<Event>,
 ) -> Result<DynamoDbEventResponse, lambda_runtime::Error> {
+    let records = &event.payload.records;
+    let outcomes: Vec<Result<(), swarm_core::ports::StoreError>> = futures::stream::iter(0..records.len())
+        .map(|i| one_record(aggregator, &records[i]))
+        .buffered(aggregator.settings().max_parallel_records.max(1))
+        .collect()
+        .await;
     let mut response = DynamoDbEventResponse::default();
-    for record in &event.payload.records {
-        let span = tracing::info_span!(
-            "stream_record",
-            otel.name = "aggregate",
-            otel.kind = "consumer",
-            event_id = %record.event_id,
-            conversation_id = tracing::field::Empty
-        );
-        // The conversation item carries the trace of the request that created it: the reply joins it.
-        swarm_adapters::telemetry::propagation::set_parent(&span, trace_parent_of(record).as_deref());
-        let Some(id) = conversation_of(record) else {
-            span.in_scope(|| tracing::debug!("not a conversation item; ignored"));
-            continue;
-        };
-        span.record("conversation_id", id.as_str());
-        if let Err(e) = aggregate(aggregator, &id).instrument(span).await {
-            let Some(sequence) = record.change.sequence_number.clone() else { return Err(Box::new(e)) };
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = Some(sequence);
-            response.batch_item_failures.push(failure);
-            return Ok(response);
-        }
+    if let Some((record, Err(e))) = records.iter().zip(outcomes).find(|(_, outcome)| outcome.is_err()) {
+        let Some(sequence) = record.change.sequence_number.clone() else { return Err(Box::new(e)) };
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = Some(sequence);
+        response.batch_item_failures.push(failure);
     }
     Ok(response)
+}
+
+/// One stream record in its span: a conversation item's aggregation (anything else is ignored).
+async fn one_record(
+    aggregator: &Aggregator,
+    record: &aws_lambda_events::event::dynamodb::EventRecord,
+) -> Result<(), swarm_core::ports::StoreError> {
+    let span = tracing::info_span!(
+        "stream_record",
+        otel.name = "aggregate",
+        otel.kind = "consumer",
+        event_id = %record.event_id,
+        conversation_id = tracing::field::Empty
+    );
+    // The conversation item carries the trace of the request that created it: the reply joins it.
+    swarm_adapters::telemetry::propagation::set_parent(&span, trace_parent_of(record).as_deref());
+    let Some(id) = conversation_of(record) else {
+        span.in_scope(|| tracing::debug!("not a conversation item; ignored"));
+        return Ok(());
+    };
+    span.record("conversation_id", id.as_str());
+    aggregate(aggregator, &id).instrument(span).await
 }
 
 /// One conversation's aggregation; only a transient store error is returned (the record is retried).

@@ -172,7 +172,7 @@ fn stream_event(ids: &[&ConversationId]) -> Event {
 }
 
 #[tokio::test]
-async fn a_record_that_fails_is_reported_by_its_sequence_number_and_the_records_before_it_are_done() {
+async fn a_record_that_fails_is_reported_by_its_sequence_number_and_the_others_of_its_batch_are_done() {
     let memory = Arc::new(InMemoryConversationStore::new());
     let ready = finished_conversation(&memory, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d11").await;
     let failing = finished_conversation(&memory, "0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1d12").await;
@@ -202,8 +202,10 @@ async fn a_record_that_fails_is_reported_by_its_sequence_number_and_the_records_
     };
     assert_eq!(status(&ready).await, ConversationStatus::Done, "the record before it is done");
     assert_eq!(status(&failing).await, ConversationStatus::Running);
-    assert_eq!(status(&after).await, ConversationStatus::Running, "retried from the failed record on, not now");
-    // Lambda's retry from the failed record on answers both.
+    // The batch's records run at once: the one after the failure is answered already, and Lambda's
+    // retry from the failed record on finds it answered (the lease: one reply).
+    assert_eq!(status(&after).await, ConversationStatus::Done, "aggregated with the batch, not after it");
+    // Lambda's retry from the failed record on answers the failed one.
     let retry = stream_event(&[&failing, &after]);
     let response =
         aggregator::handler::handle(&agg, LambdaEvent::new(retry, lambda_runtime::Context::default())).await.unwrap();
@@ -231,4 +233,51 @@ async fn a_live_lease_is_never_taken_over_and_an_expired_one_is_once() {
     assert_eq!(conv.status, ConversationStatus::Done);
     assert!(conv.lease.unwrap().holder.starts_with("aggregator:"), "the taker's lease");
     assert_eq!(model.counts().2, 1, "one reply");
+}
+
+/// A reply model that answers each request after `.1`.
+struct SlowReplier(ScriptedModel, std::time::Duration);
+
+#[async_trait::async_trait]
+impl swarm_core::ports::ChatModel for SlowReplier {
+    async fn complete(
+        &self,
+        request: &swarm_core::ports::ChatRequest,
+    ) -> Result<swarm_core::ports::ChatResponse, LlmError> {
+        tokio::time::sleep(self.1).await;
+        self.0.complete(request).await
+    }
+
+    fn label(&self) -> String {
+        "slow replier".into()
+    }
+}
+
+fn slow_replier(wait: std::time::Duration) -> Arc<SlowReplier> {
+    Arc::new(SlowReplier(ScriptedModel::always(Ok(text_response("Your order A1029 is paid."))), wait))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_ten_records_takes_one_reply_budget_not_ten() {
+    let memory = Arc::new(InMemoryConversationStore::new());
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(finished_conversation(&memory, &format!("0190f5a2-7c1e-7d3a-9b42-5e8f3c2a1e{i:02}")).await);
+    }
+    // Each reply takes 30 s of the 45 s budget: one after another the batch would need 300 s of a 60 s function.
+    let settings = AggregatorSettings::default();
+    assert_eq!(settings.max_parallel_records, 10);
+    let agg = Aggregator::new(memory.clone(), slow_replier(std::time::Duration::from_secs(30)), settings);
+    let event = stream_event(&ids.iter().collect::<Vec<_>>());
+    let started = tokio::time::Instant::now();
+    let response =
+        aggregator::handler::handle(&agg, LambdaEvent::new(event, lambda_runtime::Context::default())).await.unwrap();
+    let took = started.elapsed();
+    assert!(response.batch_item_failures.is_empty());
+    assert!(took < std::time::Duration::from_secs(45), "the batch took {took:?}: its records ran one after another");
+    for id in &ids {
+        let c = memory.get_conversation(id).await.unwrap().unwrap();
+        assert_eq!(c.status, ConversationStatus::Done);
+        assert_eq!(c.reply.as_deref(), Some("Your order A1029 is paid."), "written by the model, within its budget");
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use swarm_core::access::{AccessStore, CustomerLimits, RateWindow, SlotOutcome, canonical_customer_id};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, MAX_MESSAGE_CHARS, Plan,
-    SubtaskRecord, SubtaskStatus, TaskMessage, Usage, request_hash, sweep_shard,
+    SubtaskRecord, TaskMessage, Usage, request_hash, sweep_shard,
 };
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::language::Language;
@@ -24,6 +24,8 @@ use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::turns::RETENTION_AFTER_EXPIRY_SECS;
 use swarm_core::view::{ConversationSummary, ConversationView};
+
+use crate::budget::{Budget, CallFailed};
 use tracing::Instrument;
 
 mod turns;
@@ -35,8 +37,16 @@ pub struct OrchestratorSettings {
     pub max_message_chars: usize,
     /// Seconds from creation to the deadline (default 120).
     pub deadline_secs: u64,
-    /// Whole planning budget, model retries included; below API Gateway's 30 s limit.
+    /// The whole `POST /conversations`, from the call to its answer; every store write and queue
+    /// send is cut at it (below the function's timeout, itself below API Gateway's 30 s).
+    pub request_budget: Duration,
+    /// Whole planning budget, model retries included; planning also ends `post_plan` before the
+    /// request budget does.
     pub plan_timeout: Duration,
+    /// Kept back from the request budget for start_run, the sends and the `queued` marker.
+    pub post_plan: Duration,
+    /// The per-call deadline of a store write or queue send after planning (the SDK's retries inside it).
+    pub aws_call: Duration,
     /// The planning lease: how long the planner of a `PLANNING` conversation holds it (longer than
     /// the orchestrator's timeout, so a live planner is never taken over).
     pub planning_lease: Duration,
@@ -55,14 +65,18 @@ impl Default for OrchestratorSettings {
 }
 
 impl OrchestratorSettings {
-    /// The deadline (`conversation.deadline_secs`, rounded up to whole seconds), the planning
-    /// budget and lease (`orchestrator.plan_budget_secs`, `orchestrator.lease_secs`) and the sweep's
-    /// shards (`sweep.shards`) of `timings`; the default message limit.
+    /// The deadline (`conversation.deadline_secs`, rounded up to whole seconds), the request,
+    /// planning and post-plan budgets, the per-call deadline and the planning lease
+    /// (`orchestrator.*`) and the sweep's shards (`sweep.shards`) of `timings`; the default message limit.
     pub fn from_timings(timings: &Timings) -> Self {
+        let o = &timings.orchestrator;
         Self {
             max_message_chars: MAX_MESSAGE_CHARS,
             deadline_secs: seconds_rounded_up(timings.conversation.deadline),
-            plan_timeout: timings.orchestrator.plan_budget,
+            request_budget: o.request_budget,
+            plan_timeout: o.plan_budget,
+            post_plan: o.post_plan,
+            aws_call: o.aws_call,
             planning_lease: timings.orchestrator.lease,
             sweep_shards: timings.sweep.shards.max(1),
             idle_expiry: timings.conversation.idle_expiry,
@@ -118,9 +132,46 @@ pub enum ApiError {
     /// 429: the customer started their conversations-per-minute already; nothing was written.
     #[error("too many conversations: at most {limit} a minute; try again in {retry_after_secs} s")]
     RateLimited { limit: u32, retry_after_secs: u64 },
-    /// 503: storage or queue unavailable; the client may retry (with the same Idempotency-Key).
+    /// 503: storage or queue unavailable before any conversation was recorded: nothing runs; the
+    /// client may retry (with the same Idempotency-Key).
     #[error("service temporarily unavailable: {0}")]
     Unavailable(String),
+    /// 503 once the conversation was recorded but not all of it sent: `started` says whether it
+    /// runs without the client; a retry with the same Idempotency-Key resumes it either way.
+    #[error("service temporarily unavailable: {reason}; conversation {conversation} {}", started.meaning())]
+    NotSent { conversation: ConversationId, started: Started, reason: String },
+}
+
+/// Whether the conversation of a 503 runs without the client (the body's `conversation.started`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Started {
+    /// No plan was stored: nothing of it runs unless a retry with the same Idempotency-Key resumes
+    /// it; otherwise it ends `FAILED` at its deadline.
+    No,
+    /// Its plan is stored: the deadline path's first run (when the planning lease ends) sends what
+    /// was not sent, and it is answered. A refund subtask only the orchestrator and the refund
+    /// worker may send is sent by a retry with the same Idempotency-Key, else fails at the deadline.
+    Yes,
+    /// The plan's write was cut or failed and may have been applied: one of the two.
+    Unknown,
+}
+
+impl Started {
+    /// What this means for the client, in words (the 503's message).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Self::No => {
+                "was not started: nothing of it runs unless a retry with the same Idempotency-Key resumes it; otherwise it ends FAILED at its deadline"
+            }
+            Self::Yes => {
+                "is planned and stored: it runs and is answered without a retry, except a refund or ticket subtask whose send failed (only a retry with the same Idempotency-Key sends it; otherwise it fails at the deadline); a retry with the same Idempotency-Key resumes it at once"
+            }
+            Self::Unknown => {
+                "may have been started (its plan's write was cut): it either runs and is answered, or ends FAILED at its deadline; a retry with the same Idempotency-Key resumes it either way"
+            }
+        }
+    }
 }
 
 impl ApiError {
@@ -132,7 +183,7 @@ impl ApiError {
             Self::Expired(_) => 410,
             Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
-            Self::Unavailable(_) => 503,
+            Self::Unavailable(_) | Self::NotSent { .. } => 503,
         }
     }
 
@@ -146,7 +197,15 @@ impl ApiError {
             Self::Expired(_) => "conversation_expired",
             Self::KeyReused(_) => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
-            Self::Unavailable(_) => "unavailable",
+            Self::Unavailable(_) | Self::NotSent { .. } => "unavailable",
+        }
+    }
+
+    /// The conversation a 503 recorded and whether it runs without the client.
+    pub fn recorded(&self) -> Option<(&ConversationId, Started)> {
+        match self {
+            Self::NotSent { conversation, started, .. } => Some((conversation, *started)),
+            _ => None,
         }
     }
 
@@ -183,6 +242,11 @@ pub struct Created {
     pub new: bool,
     /// The turn the message is answered in (0: the first message).
     pub turn: u32,
+}
+
+/// The 503 of a request whose conversation `id` was recorded: `started` says whether it runs.
+fn not_sent(id: &ConversationId, started: Started, e: impl std::fmt::Display) -> ApiError {
+    ApiError::NotSent { conversation: id.clone(), started, reason: e.to_string() }
 }
 
 /// A planner's lease holder name (one per create or takeover).
@@ -263,11 +327,13 @@ impl Orchestrator {
 
     /// Counts one conversation of `customer_id` in the current minute.
     /// Errors: [`ApiError::RateLimited`] past the limit (nothing written), 503 when the counter cannot be written.
-    async fn admit(&self, customer_id: &str) -> Result<(), ApiError> {
+    async fn admit(&self, customer_id: &str, budget: &Budget) -> Result<(), ApiError> {
         let Some((counters, limits)) = &self.limits else { return Ok(()) };
         let now = now_ms();
         let window = RateWindow::containing(now);
-        match counters.take_conversation_slot(customer_id, window, limits.conversations_per_minute).await? {
+        let slot = counters.take_conversation_slot(customer_id, window, limits.conversations_per_minute);
+        let taken = budget.before_plan("the rate counter", slot).await;
+        match taken.map_err(|e| ApiError::Unavailable(e.to_string()))? {
             SlotOutcome::Taken { .. } => Ok(()),
             SlotOutcome::Exhausted => {
                 tracing::warn!(customer_id, limit = limits.conversations_per_minute, "conversation rate limit reached");
@@ -289,13 +355,18 @@ impl Orchestrator {
     /// enqueue the subtasks with no pending dependencies.
     ///
     /// Whatever the point of death after the first write, the conversation moves on: the sweep
-    /// finds it past its deadline (the shard is written with it), and a retry with the same
-    /// `Idempotency-Key` resumes it ([`Self::resume`]). The same key with another request is
-    /// refused ([`ApiError::KeyReused`]).
+    /// finds it past its deadline (the shard is written with it), the deadline path's first run
+    /// (when the planning lease ends) sends a stored plan's subtasks nobody marked sent, and a
+    /// retry with the same `Idempotency-Key` resumes it ([`Self::resume`]). The same key with
+    /// another request is refused ([`ApiError::KeyReused`]).
+    ///
+    /// Answers within the request budget ([`Budget`]): 202 once the conversation is stored and its
+    /// subtasks sent; a 503 after its write says whether it runs ([`ApiError::NotSent`]).
     pub async fn create(&self, request: CreateRequest) -> Result<Created, ApiError> {
+        let budget = Budget::starting_now(&self.settings);
         // Every accepted request counts, retries with an Idempotency-Key included: the limit
         // bounds what one customer can make the swarm do in a minute.
-        self.admit(&request.customer_id).await?;
+        self.admit(&request.customer_id, &budget).await?;
         let now = now_ms();
         let mut conversation =
             Conversation::new(&request.customer_id, &request.message, now, self.settings.deadline_secs);
@@ -311,10 +382,14 @@ impl Orchestrator {
         conversation.expires_at_ms = Some(expires_at);
         conversation.ttl = conversation.ttl.max(expires_at / 1000 + RETENTION_AFTER_EXPIRY_SECS);
         let id = conversation.id.clone();
-        match self.store.create_conversation(&conversation).await? {
+        let created =
+            budget.before_plan("the conversation's write", self.store.create_conversation(&conversation)).await;
+        // Not written, or written with its answer lost: no deadline armed, no plan; the sweep fails it.
+        let created = created.map_err(|e| not_sent(&id, Started::No, e))?;
+        match created {
             CreateOutcome::Existing(existing) => {
                 tracing::info!(conversation_id = %existing, "idempotency key reused: returning the earlier conversation");
-                return self.resume(existing).await;
+                return self.resume(existing, &budget).await;
             }
             CreateOutcome::KeyReused(existing) => {
                 tracing::info!(conversation_id = %existing, "idempotency key reused with another request: refused");
@@ -324,7 +399,7 @@ impl Orchestrator {
         }
         faults::at(CrashPoint::OrchestratorAfterCreate).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, customer_id = %request.customer_id);
-        self.plan_and_queue(conversation).instrument(span).await
+        self.plan_and_queue(conversation, &budget).instrument(span).await
     }
 
     /// A retry with the same `Idempotency-Key`: the earlier conversation, moved on if its creator died.
@@ -332,11 +407,15 @@ impl Orchestrator {
     ///   and plans it. A live lease: the creator may still be at it, or dead with its lease not yet
     ///   expired — [`ApiError::InProgress`] (409, `Retry-After` = the lease's rest) tells the client
     ///   to come back when it can take over.
-    /// - `RUNNING`: subtasks still `QUEUED` with no attempt are sent again, inside the creator's lease
-    ///   too (it may have died before it sent them; a duplicate of a message already sent is absorbed
-    ///   like any duplicate delivery).
-    async fn resume(&self, id: ConversationId) -> Result<Created, ApiError> {
-        let Some(conversation) = self.store.get_conversation(&id).await? else {
+    /// - `RUNNING` with no `queued` marker, inside the creator's lease too (it may have been killed
+    ///   after the plan's write, before it sent: the client sees no answer, retries at once, and a
+    ///   202 must leave the subtasks sent): the subtasks sent at planning that never began are sent
+    ///   (again: a duplicate of a message the creator did send is absorbed like any duplicate
+    ///   delivery) and the marker written. With the marker they were sent: a backlog still in the
+    ///   queue is never sent twice.
+    async fn resume(&self, id: ConversationId, budget: &Budget) -> Result<Created, ApiError> {
+                let read = budget.before_plan("reading the conversation", self.store.get_conversation(&id)).await;
+        let Some(conversation) = read.map_err(|e| ApiError::Unavailable(e.to_string()))? else {
             return Ok(Created { conversation_id: id, new: false, turn: 0 });
         };
         let existing = Created { conversation_id: id.clone(), new: false, turn: conversation.turn };
@@ -345,7 +424,9 @@ impl Orchestrator {
             ConversationStatus::Planning => {
                 let holder = planner_id();
                 let until = self.lease_until(now);
-                match self.store.acquire_lease(&id, LeasePhase::Planning, &holder, now, until).await? {
+                let take = self.store.acquire_lease(&id, LeasePhase::Planning, &holder, now, until);
+                let taken = budget.before_plan("the planning lease", take).await;
+                match taken.map_err(|e| not_sent(&id, Started::No, e))? {
                     LeaseOutcome::Acquired { taken_over } => {
                         if taken_over.is_some() {
                             obs::metrics::lease_taken_over(obs::metrics::LeaseKind::Planning);
@@ -356,7 +437,7 @@ impl Orchestrator {
                         span.in_scope(|| obs::context::link_current(conversation.trace_parent.as_deref()));
                         let mut conversation = conversation;
                         conversation.lease = Some(Lease { holder, until_ms: until, turn: conversation.turn });
-                        self.plan_and_queue(conversation).instrument(span).await?;
+                        self.plan_and_queue(conversation, budget).instrument(span).await?;
                     }
                     LeaseOutcome::Held(lease) => {
                         // Answering 202 here would hand the client a conversation nobody may be planning
@@ -371,28 +452,24 @@ impl Orchestrator {
                     outcome => tracing::info!(conversation_id = %id, ?outcome, "planning not taken over"),
                 }
             }
-            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for. A
-            // creator killed before it enqueued holds its lease still, and nobody else sends: a retry
-            // inside a live lease sends too (a duplicate of a creator's send is absorbed like any
-            // duplicate delivery), so a 202 always leaves the subtasks sent.
-            ConversationStatus::Running => {
-                let unsent: Vec<SubtaskRecord> = self
-                    .store
-                    .list_subtasks(&id)
-                    .await?
+            // A creator that answered 503 ended its lease: this retry is the one its 503 asked for. One
+            // killed before it sent holds its lease still and nobody else sends for a while: this retry does.
+            ConversationStatus::Running if conversation.queued_at_ms.is_none() => {
+                let listed = budget.before_plan("listing the subtasks", self.store.list_subtasks(&id)).await;
+                let unsent: Vec<SubtaskRecord> = listed
+                    .map_err(|e| not_sent(&id, Started::Yes, e))?
                     .into_iter()
                     // A refund-role subtask waits for its dependencies on its own queue, PENDING: only the
-                    // orchestrator sends it, so a crash before that send is made up for here too.
-                    .filter(|r| {
-                        r.attempts == 0
-                            && (r.status == SubtaskStatus::Queued
-                                || (r.status == SubtaskStatus::Pending && self.queues.has_own_queue(&r.role)))
-                    })
+                    // orchestrator and the refund worker send it, so a crash before that send is made up for here.
+                    // Only the latest turn's: an earlier turn's subtasks were its own planner's to send.
+                    .filter(|r| r.subtask.id.turn() == conversation.turn)
+                    .filter(|r| r.sent_at_planning_never_begun(self.queues.has_own_queue(&r.role)))
                     .collect();
                 if !unsent.is_empty() {
-                    tracing::warn!(conversation_id = %id, subtasks = unsent.len(), "subtasks never started: sending them again");
-                    self.enqueue_ready(&id, &unsent).await?;
+                    tracing::warn!(conversation_id = %id, subtasks = unsent.len(), "subtasks never sent: sending them");
                 }
+                self.enqueue_ready(&id, &unsent, budget).await.map_err(|e| not_sent(&id, Started::Yes, e))?;
+                self.mark_queued(&id, budget).await;
             }
             _ => {}
         }
@@ -405,33 +482,37 @@ impl Orchestrator {
     }
 
     /// The rest of `create` once the conversation is written (or its planning taken over): arm the
-    /// deadline, plan, persist the subtasks and flip to `RUNNING`, enqueue the ready ones.
-    async fn plan_and_queue(&self, conversation: Conversation) -> Result<Created, ApiError> {
+    /// deadline path's first run, plan, persist the subtasks and flip to `RUNNING`, enqueue the
+    /// ready ones and mark them sent. A failure after the conversation's write answers a 503 that
+    /// says whether it runs ([`Started`]) and ends this planner's lease, so the retry it asks for
+    /// takes over at once.
+    async fn plan_and_queue(&self, conversation: Conversation, budget: &Budget) -> Result<Created, ApiError> {
         let id = conversation.id.clone();
-        // The deadline message goes out before planning: a crash after the
-        // conversation's write still ends in the deadline path, never a hang.
-        let left_secs = time::until(conversation.deadline_ms).as_secs() + 1;
-        let delay = left_secs.min(u64::from(MAX_DELAY_SECONDS)) as u32;
-        if let Err(e) = self
-            .queues
-            .default_queue()
-            .send(&[TaskMessage::Deadline { conversation_id: id.clone(), turn: conversation.turn }], delay)
-            .await
-        {
-            // The conversation stays PLANNING (the sweep finds it past its deadline) and this planner
-            // ends its lease, so the retry its 503 asks for takes the planning over at once.
+        // The deadline message goes out before planning: a crash after the conversation's write
+        // still ends in the deadline path, never a hang. Its first run is when the planning lease
+        // ends: it sends the subtasks of a stored plan this planner did not mark sent.
+        let deadline_message = [TaskMessage::Deadline { conversation_id: id.clone(), turn: conversation.turn }];
+        let arm = self.queues.default_queue().send(&deadline_message, self.first_run_delay(&conversation));
+        if let Err(e) = budget.before_plan("arming the deadline", arm).await {
+            // The conversation stays PLANNING (the sweep fails it past its deadline).
             tracing::error!(error = %e, "could not arm the deadline; the planning lease is handed back");
-            self.end_planning_lease(&conversation).await;
-            return Err(ApiError::Unavailable(e.to_string()));
+            self.end_planning_lease(&conversation, budget).await;
+            return Err(not_sent(&id, Started::No, e));
         }
 
-        let (plan, usage, handoff) = self.plan(&conversation).instrument(tracing::info_span!("plan")).await;
+        let plan_deadline = budget.plan_deadline(self.settings.plan_timeout);
+        let (plan, usage, handoff) =
+            self.plan(&conversation, plan_deadline).instrument(tracing::info_span!("plan")).await;
         // Each turn's subtasks are its own: their items, messages and side-effect keys carry the turn.
         let plan = turns::plan_in_turn(plan, conversation.turn);
         if handoff {
             // The customer asked for a person: the conversation ends in HANDOFF when it is answered.
             let asked = Handoff { reason: HandoffReason::CustomerAsked, at_ms: now_ms() };
-            self.store.request_handoff(&id, &asked).await?;
+            if let Err(e) = budget.after_plan("the hand-off request", 4, self.store.request_handoff(&id, &asked)).await
+            {
+                self.end_planning_lease(&conversation, budget).await;
+                return Err(not_sent(&id, Started::No, e));
+            }
             tracing::info!("the customer asked for a person: hand-off requested");
         }
         let mut records: Vec<SubtaskRecord> = plan
@@ -441,39 +522,71 @@ impl Orchestrator {
             .collect();
         swarm_core::domain::link_dependents(&mut records);
         let planner = conversation.lease.as_ref().map(|l| l.holder.as_str());
-        let started = match self.store.start_run(&id, planner, &records, &plan.notes, &usage).await {
-            Ok(started) => started,
-            Err(e) => {
-                // Applied or not (an answer lost after the flip, a throttle): the retry the 503 asks
-                // for must not meet this lease — it plans again (`PLANNING`) or sends what was not
-                // sent (`RUNNING`), never a 202 for subtasks nobody sends.
-                self.end_planning_lease(&conversation).await;
-                return Err(e.into());
-            }
-        };
-        if !started {
+        let start = self.store.start_run(&id, planner, &records, &plan.notes, &usage);
+        match budget.after_plan("the plan's write", 3, start).await {
             // Another request took the planning over (or the deadline path moved it on): it runs its own plan.
-            return Ok(Created { conversation_id: id, new: true, turn: conversation.turn });
+            Ok(false) => return Ok(Created { conversation_id: id, new: true, turn: conversation.turn }),
+            Ok(true) => {}
+            // Cut or failed: it may have been applied. Read back, it goes on when this planner's flip is
+            // found made; otherwise the deadline path's first run sends it if it lands later.
+            Err(e) if !self.own_flip_made(&conversation, &records, budget).await => {
+                self.end_planning_lease(&conversation, budget).await;
+                return Err(not_sent(&id, Started::Unknown, e));
+            }
+            Err(e) => tracing::warn!(error = %e, "the plan's write answered late but was applied: sending"),
         }
         obs::metrics::conversation_planned(records.len());
         faults::at(CrashPoint::OrchestratorAfterStartRun).await;
-        if let Err(e) = self.enqueue_ready(&id, &records).await {
+        if let Err(e) = self.enqueue_ready(&id, &records, budget).await {
             // The retry the 503 asks for sends them: it must not wait for this lease to run out.
-            self.end_planning_lease(&conversation).await;
-            return Err(e);
+            self.end_planning_lease(&conversation, budget).await;
+            return Err(not_sent(&id, Started::Yes, e));
         }
+        faults::at(CrashPoint::OrchestratorAfterEnqueue).await;
+        self.mark_queued(&id, budget).await;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true, turn: conversation.turn })
+    }
+
+    /// Whether the conversation reads `RUNNING` under this planner's lease with exactly `records`
+    /// as its plan: its plan's write was applied though its answer was lost or cut. Read within
+    /// the post-plan reserve (the sends and the marker keep theirs); a failed read answers `false`.
+    async fn own_flip_made(&self, conversation: &Conversation, records: &[SubtaskRecord], budget: &Budget) -> bool {
+        let read = budget.after_plan("reading the plan back", 2, self.store.get_conversation(&conversation.id)).await;
+        let Ok(Some(stored)) = read else { return false };
+        let holder = conversation.lease.as_ref().map(|l| l.holder.as_str());
+        stored.status == ConversationStatus::Running
+            && stored.lease.as_ref().map(|l| l.holder.as_str()) == holder
+            && stored.plan.len() == records.len()
+            && records.iter().all(|r| stored.plan.contains(r.subtask.id.as_str()))
+    }
+
+    /// `DelaySeconds` of the deadline message armed at planning: until the planning lease ends
+    /// (its first run sends what a dead planner did not), or until the deadline when that is sooner.
+    fn first_run_delay(&self, conversation: &Conversation) -> u32 {
+        let deadline = time::until(conversation.deadline_ms).as_secs() + 1;
+        let lease_end = conversation.lease.as_ref().map_or(deadline, |l| time::until(l.until_ms).as_secs() + 1);
+        deadline.min(lease_end).min(u64::from(MAX_DELAY_SECONDS)) as u32
+    }
+
+    /// Writes the `queued` marker: every subtask sent at planning was sent. A failure is logged and
+    /// answered 202 all the same: the subtasks are sent; without the marker the deadline path's
+    /// first run sends them once more, a duplicate absorbed like any duplicate delivery.
+    async fn mark_queued(&self, id: &ConversationId, budget: &Budget) {
+        if let Err(e) = budget.after_plan("the queued marker", 0, self.store.mark_queued(id, now_ms())).await {
+            tracing::warn!(error = %e, "subtasks sent but not marked: the deadline path may send them once more");
+        }
     }
 
     /// Ends this planner's own planning lease (its holder renews it until an instant already past),
     /// `PLANNING` or just flipped to `RUNNING`: a retry takes the planning over (or sends what was not
     /// sent) at once instead of waiting for the lease. When that write fails the lease simply runs
     /// out and the retry after it does.
-    async fn end_planning_lease(&self, conversation: &Conversation) {
+    async fn end_planning_lease(&self, conversation: &Conversation, budget: &Budget) {
         let Some(lease) = &conversation.lease else { return };
         let now = now_ms();
-        match self.store.acquire_lease(&conversation.id, LeasePhase::Planning, &lease.holder, now, now - 1).await {
+        let end = self.store.acquire_lease(&conversation.id, LeasePhase::Planning, &lease.holder, now, now - 1);
+        match budget.after_plan("ending the planning lease", 0, end).await {
             Ok(LeaseOutcome::Acquired { .. }) => tracing::info!("planning lease handed back"),
             Ok(outcome) => tracing::info!(?outcome, "planning lease not handed back: no longer this planner's"),
             Err(e) => tracing::warn!(error = %e, "planning lease not handed back; it runs out"),
@@ -482,17 +595,26 @@ impl Orchestrator {
 
     /// Enqueues every subtask without dependencies, and every subtask of a role with its own
     /// queue whatever its dependencies: those wait for them on their own queue, because no
-    /// function but the orchestrator and that role's worker may send there.
-    async fn enqueue_ready(&self, id: &ConversationId, records: &[SubtaskRecord]) -> Result<(), ApiError> {
+    /// function but the orchestrator and that role's worker may send there. Each send is cut at
+    /// the per-call deadline.
+    async fn enqueue_ready(
+        &self,
+        id: &ConversationId,
+        records: &[SubtaskRecord],
+        budget: &Budget,
+    ) -> Result<(), CallFailed> {
         let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
         for r in records.iter().filter(|r| r.subtask.depends_on.is_empty() || self.queues.has_own_queue(&r.role)) {
             by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
         }
+        let mut sends_left = by_role.len() as u32;
         for (role, messages) in by_role {
-            if let Err(e) = self.queues.for_role(role).send(&messages, 0).await {
-                // The deadline path will fail the unsent subtasks; the client sees progress stall, not a hang.
+            sends_left -= 1;
+            // After this send: the other queue's, then the queued marker.
+            let send = self.queues.for_role(role).send(&messages, 0);
+            if let Err(e) = budget.after_plan("sending the subtasks", sends_left + 1, send).await {
                 tracing::error!(error = %e, role, "could not enqueue subtasks");
-                return Err(ApiError::Unavailable(e.to_string()));
+                return Err(e);
             }
         }
         Ok(())
@@ -501,9 +623,8 @@ impl Orchestrator {
     /// Asks the model for a plan; one retry with the validation error shown,
     /// then a single-subtask fallback. Never fails: planning problems degrade. The flag is the
     /// plan's `handoff` (the customer asked for a person); such a plan may have no subtasks.
-    async fn plan(&self, conversation: &Conversation) -> (Plan, Usage, bool) {
+    async fn plan(&self, conversation: &Conversation, deadline: tokio::time::Instant) -> (Plan, Usage, bool) {
         let started = tokio::time::Instant::now();
-        let deadline = started + self.settings.plan_timeout;
         let ctx = ToolContext {
             role: PLANNER_ROLE.into(),
             customer_id: conversation.customer_id.clone(),

@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod approvals;
+pub mod budget;
 pub mod config;
 pub mod core;
 pub mod cursor;

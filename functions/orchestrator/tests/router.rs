@@ -105,12 +105,19 @@ where
 }
 
 /// The one error shape: an RFC 9457 problem document (`type`, `title`, `status`, `detail`)
-/// that keeps `{"error": {"code", "message"}}`, and nothing else, as `application/problem+json`.
+/// that keeps `{"error": {"code", "message"}}`, and nothing else but, on a 503 of a recorded
+/// conversation, `conversation` (its id and whether it started), as `application/problem+json`.
 fn assert_error(answer: &(StatusCode, HeaderMap, Value), status: u16, code: &str) {
     let (got, headers, body) = answer;
     assert_eq!(got.as_u16(), status, "{body}");
     assert_eq!(headers.get(header::CONTENT_TYPE).unwrap(), "application/problem+json", "{code}");
-    assert_eq!(body.as_object().map(|o| o.len()), Some(5), "{body}");
+    let recorded = body.get("conversation").is_some();
+    if recorded {
+        assert_eq!(status, 503, "{body}");
+        assert!(body["conversation"]["conversation_id"].is_string(), "{body}");
+        assert!(["no", "yes", "unknown"].contains(&body["conversation"]["started"].as_str().unwrap_or("")), "{body}");
+    }
+    assert_eq!(body.as_object().map(|o| o.len()), Some(5 + usize::from(recorded)), "{body}");
     assert_eq!(body["error"].as_object().map(|o| o.len()), Some(2), "{body}");
     assert_eq!(body["error"]["code"], code, "{body}");
     assert!(!body["error"]["message"].as_str().unwrap_or("").is_empty(), "{body}");
@@ -201,6 +208,9 @@ async fn a_store_that_is_down_is_503_in_the_same_shape() {
     let r = rig_on(store, flaky);
     let answer = send(router(&r, Auth::None), post(r#"{"message": "where is A1029", "customer_id": "C104"}"#)).await;
     assert_error(&answer, 503, "unavailable");
+    // The conversation's own write failed: it names the conversation, which does not run.
+    assert_eq!(answer.2["conversation"]["started"], "no", "{}", answer.2);
+    assert!(answer.2["error"]["message"].as_str().unwrap().contains("nothing of it runs"), "{}", answer.2);
 }
 
 #[tokio::test]

@@ -368,7 +368,9 @@ async fn the_sweep_runs_the_deadline_path_of_every_overdue_conversation_and_only
         again,
         SweepReport { found: 1, answered: 1, moved: 0, unfinished: 0, errors: 0, approved_not_run: 0, reissued: 0 }
     );
-    assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Done);
+    // Its w01 never began (closed at the deadline with no attempt): nothing of it ran, so it ends
+    // FAILED, never DONE with a reply about work that never ran.
+    assert_eq!(store.get_conversation(&open).await.unwrap().unwrap().status, ConversationStatus::Failed);
     assert_eq!(w.sweep(tokio::time::Instant::now() + Duration::from_secs(50)).await, SweepReport::default());
 }
 

@@ -28,6 +28,7 @@ type Store = Arc<dyn ConversationStore>;
 use common::lossy::{answer_lost, losing};
 
 contract_tests!(
+    the_queued_marker_keeps_its_first_instant_and_a_lost_answer_retry_changes_nothing,
     created_conversation_reads_back_unchanged,
     idempotency_key_returns_the_existing_conversation_and_writes_nothing,
     creating_the_same_id_twice_is_a_permanent_error,
@@ -180,6 +181,27 @@ async fn start_run_writes_the_subtasks_and_flips_planning_to_running(store: Stor
     let w03 = store.get_subtask(&conv.id, &"w03".into()).await?.context("item missing")?;
     assert_eq!(w03.status, SubtaskStatus::Pending);
     assert_eq!(w03.subtask.depends_on, vec!["w01".to_owned(), "w02".to_owned()]);
+    Ok(())
+}
+
+async fn the_queued_marker_keeps_its_first_instant_and_a_lost_answer_retry_changes_nothing(store: Store) -> Result<()> {
+    let conv = conversation("C104");
+    store.create_conversation(&conv).await?;
+    let records = vec![record(&conv, "w01", &[])];
+    assert!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?);
+    let unmarked = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(unmarked.queued_at_ms, None, "a plan's write does not say its subtasks were sent");
+    assert!(store.mark_queued(&conv.id, 1_700_000_000_123).await?);
+    // The same write retried (its answer lost), then a later re-drive's: the first instant stays.
+    assert!(store.mark_queued(&conv.id, 1_700_000_000_123).await?);
+    assert!(store.mark_queued(&conv.id, 1_700_000_009_999).await?);
+    let marked = store.get_conversation(&conv.id).await?.context("item missing")?;
+    assert_eq!(marked.queued_at_ms, Some(1_700_000_000_123));
+    assert_eq!((marked.status, marked.remaining), (ConversationStatus::Running, 1), "nothing else changed");
+    // An unknown conversation is not created by the marker.
+    let unknown = conversation("C105");
+    assert!(!store.mark_queued(&unknown.id, 1_700_000_000_123).await?);
+    assert_eq!(store.get_conversation(&unknown.id).await?, None);
     Ok(())
 }
 

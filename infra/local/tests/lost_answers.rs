@@ -213,13 +213,14 @@ async fn an_aggregation_whose_flip_answer_was_lost_still_writes_the_reply() {
 }
 
 /// The caller's side of a lost answer (issue 18, found by the chaos run's `store_answer_lost`):
-/// `start_run` applied, its answer lost before it reached the orchestrator, which answers 503. The
-/// client posts again with the same key and must find the subtasks sent — not a 202 for a `RUNNING`
-/// conversation whose creator's planning lease is still live, which nobody sends (every subtask
-/// then fails at the deadline, never begun). On the embedded store, through the library's
-/// lost-answer decorator.
+/// `start_run` applied, its answer lost before it reached the orchestrator. The orchestrator reads the
+/// conversation back, finds its own flip (`RUNNING`, its plan, no `queued` marker) and goes on: it
+/// sends the subtasks, marks them sent and answers 202, so the client need not retry. (It used to
+/// answer 503 and leave the subtasks to a retry.) A retry with the same key answers the same
+/// conversation and sends nothing twice. On the embedded store, through the library's lost-answer
+/// decorator.
 #[tokio::test]
-async fn a_retry_after_the_flips_lost_answer_gets_the_subtasks_sent() {
+async fn a_flip_whose_answer_was_lost_is_read_back_and_its_subtasks_sent_once_retry_or_not() {
     use swarm_adapters::embedded::InMemoryConversationStore;
     use swarm_core::ports::{ConversationStore, StoreOp};
     use swarm_local::platform::store_faults::losing;
@@ -235,10 +236,14 @@ async fn a_retry_after_the_flips_lost_answer_gets_the_subtasks_sent() {
         idempotency_key: Some("lost-flip".into()),
     };
     let first = core.create(request()).await;
-    assert!(first.as_ref().is_err_and(|e| e.status() == 503), "the lost answer is a 503: {first:?}");
-    let again = core.create(request()).await.unwrap();
-    let id = again.conversation_id;
+    let id =
+        first.unwrap_or_else(|e| panic!("the planner's own flip is read back: {} {e}", e.status())).conversation_id;
     let conv = memory.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!(conv.status, ConversationStatus::Running);
+    assert!(conv.queued_at_ms.is_some(), "the subtasks are marked sent before the 202");
     assert_eq!(runs(&tasks).await, vec![TaskMessage::run(&id, &"w01".into())], "the 202 leaves w01 sent");
+
+    let again = core.create(request()).await.unwrap();
+    assert_eq!(again.conversation_id, id, "the retry answers the same conversation");
+    assert_eq!(runs(&tasks).await, vec![], "and sends nothing twice");
 }

@@ -11,18 +11,19 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use async_trait::async_trait;
-use orchestrator::core::CreateRequest;
+use orchestrator::core::{CreateRequest, Started};
 use orchestrator::{Orchestrator, OrchestratorSettings};
 use serde_json::json;
 use swarm_adapters::embedded::{InMemoryQueue, QueueSettings};
 use swarm_core::domain::{ConversationStatus, SubtaskStatus, TaskMessage};
-use swarm_core::ports::{ConversationStore, QueueError, TaskQueue, ToolError};
+use swarm_core::ports::{ConversationStore, QueueError, StoreOp, TaskQueue, ToolError};
 use swarm_core::roles::{RoleTable, TaskQueues};
 use swarm_testing::{ScriptedModel, StaticTools, text_response};
 
 type Store = Arc<dyn ConversationStore>;
 
 contract_tests!(
+    a_plan_write_whose_answer_was_lost_is_read_back_sent_and_answered_202,
     a_retry_inside_the_lease_of_a_creator_killed_before_enqueueing_sends_the_subtasks,
     a_retry_inside_the_lease_after_a_503_from_enqueueing_sends_the_subtasks,
     a_retry_inside_the_lease_after_a_503_from_arming_the_deadline_plans_the_conversation,
@@ -121,6 +122,7 @@ async fn a_retry_inside_the_lease_after_a_503_from_enqueueing_sends_the_subtasks
     let r = rig(store, 1, 0);
     let first = r.core.create(request()).await.err().context("the throttled enqueue must answer 503")?;
     ensure!(first.status() == 503, "{first}");
+    ensure!(first.recorded().map(|(_, started)| started) == Some(Started::Yes), "the plan is stored: {first}");
     let retry = r.core.create(request()).await?;
     ensure!(!retry.new, "the retry is answered with the same conversation");
     let id = retry.conversation_id;
@@ -148,6 +150,7 @@ async fn a_retry_inside_the_lease_after_a_503_from_arming_the_deadline_plans_the
     let r = rig(store, 0, 1);
     let first = r.core.create(request()).await.err().context("the throttled deadline must answer 503")?;
     ensure!(first.status() == 503, "{first}");
+    ensure!(first.recorded().map(|(_, started)| started) == Some(Started::No), "nothing was planned: {first}");
     let retry = r.core.create(request()).await.map_err(|e| anyhow::anyhow!("retry refused: {} {e}", e.status()))?;
     let id = retry.conversation_id;
     let conv = r.store.get_conversation(&id).await?.context("conversation missing")?;
@@ -166,10 +169,27 @@ async fn a_retry_inside_the_lease_after_a_503_from_arming_the_deadline_plans_the
         .filter(|(m, _)| *m == TaskMessage::Deadline { conversation_id: id.clone(), turn: 0 })
         .map(|(_, delay)| *delay)
         .collect::<Vec<_>>();
+    // The deadline path's first run is when the retry's planning lease (35 s) ends; it re-arms for the deadline.
     ensure!(
-        deadlines.len() == 1 && (100..=121).contains(&deadlines[0]),
-        "one deadline armed about 120 s out: {deadlines:?}"
+        deadlines.len() == 1 && (30..=36).contains(&deadlines[0]),
+        "one deadline message armed about the planning lease (35 s) out: {deadlines:?}"
     );
+    Ok(())
+}
+
+/// The plan's write is applied and its answer lost (a 500 or an attempt timeout after DynamoDB applied
+/// it): the orchestrator reads the conversation back, finds its own flip, sends `w01`, writes the
+/// marker and answers 202 — not a 503 `unknown` for a conversation that is stored.
+async fn a_plan_write_whose_answer_was_lost_is_read_back_sent_and_answered_202(store: Store) -> Result<()> {
+    let (lossy, store) = common::lossy::losing(&store);
+    lossy.lose(StoreOp::StartRun)?;
+    let r = rig(store, 0, 0);
+    let created = r.core.create(request()).await.map_err(|e| anyhow::anyhow!("{} {e}", e.status()))?;
+    let id = created.conversation_id;
+    let conv = r.store.get_conversation(&id).await?.context("conversation missing")?;
+    ensure!(conv.status == ConversationStatus::Running, "{:?}", conv.status);
+    ensure!(conv.queued_at_ms.is_some(), "sent and marked");
+    assert_eq!(runs_sent(&r.tasks).await?, vec![TaskMessage::run(&id, &"w01".into())], "w01 sent once");
     Ok(())
 }
 

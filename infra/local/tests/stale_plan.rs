@@ -77,8 +77,8 @@ async fn take_over(store: Arc<dyn ConversationStore>, conv: &Conversation) -> Re
         CreateRequest { message: MESSAGE.into(), customer_id: "C104".into(), idempotency_key: Some(KEY.into()) };
     let retry = core.create(request.clone()).await.map_err(|e| anyhow::anyhow!("retry refused: {e}"))?;
     assert_eq!(retry.conversation_id, conv.id);
-    // A second retry finds it RUNNING inside the takeover's live lease and sends w01 again (issue 18:
-    // a creator killed before its send holds its lease too; the duplicate is absorbed by the worker).
+    // A second retry finds it RUNNING and marked sent (`queued`): nothing more is sent, even inside the
+    // takeover's live lease (where a retry does send for a creator killed before its send, issue 18).
     core.create(request).await.map_err(|e| anyhow::anyhow!("second retry refused: {e}"))?;
     let mut runs = Vec::new();
     for d in tasks.receive(10, Duration::ZERO).await? {
@@ -86,8 +86,7 @@ async fn take_over(store: Arc<dyn ConversationStore>, conv: &Conversation) -> Re
             runs.push(subtask_id.to_string());
         }
     }
-    runs.dedup();
-    assert_eq!(runs, ["w01"], "only the takeover's plan is sent");
+    assert_eq!(runs, ["w01"], "only the takeover's plan is sent, once");
 
     let after = store.get_conversation(&conv.id).await?.context("conversation missing")?;
     assert_eq!((after.status, after.total, after.remaining), (ConversationStatus::Running, 1, 1));

@@ -3,12 +3,15 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::domain::{Conversation, ConversationStatus, Handoff, Lease, MAX_REPLY_BYTES, Usage, now_ms};
+use crate::domain::{
+    Conversation, ConversationStatus, FailureKind, Handoff, Lease, MAX_REPLY_BYTES, SubtaskRecord, SubtaskResult,
+    Usage, now_ms,
+};
 use crate::faults::{self, CrashPoint};
 use crate::handoff::handoff_reason;
 use crate::obs;
 use crate::obs::metrics::LeaseKind;
-use crate::ports::{AnswerStore, LeaseOutcome, LeasePhase, StoreError, SubtaskStore};
+use crate::ports::{AnswerStore, ConversationRecords, LeaseOutcome, LeasePhase, StoreError, SubtaskStore};
 use crate::prompts::ReplyInput;
 use crate::reply::{compose_reply, handoff_note, reply_input_in};
 use crate::untrusted::clean_text_bytes;
@@ -59,6 +62,11 @@ pub enum AnswerOutcome {
     /// ([`ConversationStatus::Done`] or [`ConversationStatus::Handoff`]). `taken_over`: the expired
     /// lease of an earlier holder this call replaced.
     Answered { status: ConversationStatus, by_model: bool, taken_over: Option<Lease> },
+    /// This call held the aggregation lease and found that none of the conversation's subtasks
+    /// ever began (never sent, or never taken up before they were closed): nothing of it ran, so it
+    /// is not answered `DONE` with a reply about work that never ran but failed
+    /// ([`NEVER_STARTED`]): not started, as a 503 `started: no` or `unknown` told the client it may end.
+    NeverStarted { taken_over: Option<Lease> },
     /// Another holder's lease is live: it answers; nothing done.
     Held(Lease),
     /// The conversation is not ready or already over (`RUNNING` with subtasks open, terminal): nothing done.
@@ -69,17 +77,25 @@ pub enum AnswerOutcome {
     Missing,
 }
 
+/// The error of a conversation failed because none of its subtasks ever began.
+pub const NEVER_STARTED: &str = "none of its subtasks began before they were closed: nothing of it ran";
+
 /// Answers `conversation` (as read by the caller) through the aggregation lease of its turn
 /// (DESIGN.md invariant 2): `RUNNING → AGGREGATING` with nothing remaining, or the takeover of an
 /// aggregation whose lease expired; never while another holder's lease is live. Then the reply
 /// from every subtask's result (`writer`), bounded to [`MAX_REPLY_BYTES`] with no display
 /// controls, and the conditional `AGGREGATING → DONE` (or `→ HANDOFF`, when
 /// [`handoff_reason`] says a person takes over) that lets only the first finisher through; then
-/// the reply, conversation, cost and hand-off metrics.
+/// the reply, conversation, cost and hand-off metrics. A conversation with subtasks none of which
+/// ever began (closed with no attempt: never sent, dead-lettered or closed at the deadline) and no
+/// hand-off asked for is failed instead (`records`, [`AnswerOutcome::NeverStarted`]): every
+/// answerer decides this alike from the same closed subtasks, so the lease's holder and a stale
+/// one never disagree.
 ///
 /// Errors: the store's, from taking the lease, reading the subtasks or finishing (a transient one
 /// is retried by the caller's trigger; the lease makes the retry safe).
 pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
+    records: &dyn ConversationRecords,
     answers: &dyn AnswerStore,
     subtasks: &dyn SubtaskStore,
     conversation: &Conversation,
@@ -103,6 +119,14 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
     faults::at(CrashPoint::AggregatorAfterFlip).await;
     let all = subtasks.list_subtasks(id).await?;
     let handoff = handoff_reason(conversation, &all).map(|reason| Handoff { reason, at_ms: now_ms() });
+    if handoff.is_none() && !all.is_empty() && all.iter().all(closed_unbegun) {
+        if !records.fail_conversation(id, NEVER_STARTED).await? {
+            return Ok(AnswerOutcome::Overtaken);
+        }
+        tracing::warn!(conversation_id = %id, subtasks = all.len(), "none of its subtasks ever began: failed, not answered");
+        obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+        return Ok(AnswerOutcome::NeverStarted { taken_over });
+    }
     let language = conversation.reply_language();
     let mut notes = conversation.notes.clone();
     if handoff.is_some() {
@@ -129,6 +153,19 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
         tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
     }
     Ok(AnswerOutcome::Answered { status, by_model: written.by_model, taken_over })
+}
+
+/// Whether `r` was closed without ever beginning: no attempt, and skipped, or failed by the
+/// closer (at the deadline, or as a dead letter) rather than by a worker.
+fn closed_unbegun(r: &SubtaskRecord) -> bool {
+    r.attempts == 0
+        && match &r.result {
+            Some(SubtaskResult::Skipped { .. }) => true,
+            Some(result) => {
+                matches!(result.failure_kind(), Some(FailureKind::DeadlinePassed | FailureKind::DeadLetter))
+            }
+            None => false,
+        }
 }
 
 /// `now_ms + lease` in epoch milliseconds, saturating.

@@ -215,6 +215,12 @@ pub struct Conversation {
     /// makes it terminal, so the sparse index holds only conversations that may still need the sweep.
     #[serde(default)]
     pub sweep_shard: Option<u32>,
+    /// When the orchestrator (or the deadline path making up for it) had sent every subtask it
+    /// sends at planning, Unix epoch milliseconds ([`crate::ports::ConversationRecords::mark_queued`]).
+    /// Absent on a `RUNNING` conversation: those subtasks may never have been sent — told apart
+    /// from a backlog still in the queue, which is never sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at_ms: Option<i64>,
     /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
     pub ttl: i64,
 }
@@ -295,6 +301,7 @@ impl Conversation {
             language: None,
             lease: None,
             sweep_shard: None,
+            queued_at_ms: None,
             ttl: now_ms / 1000 + 7 * 24 * 3600,
         }
     }
@@ -347,6 +354,15 @@ pub struct SubtaskRecord {
 }
 
 impl SubtaskRecord {
+    /// Whether the orchestrator sends this subtask at planning and it never began: `QUEUED` with no
+    /// attempt, or `PENDING` with no attempt when its role has a queue of its own (`own_queue`:
+    /// such a subtask waits for its dependencies there). Those are what a re-drive sends when
+    /// the conversation holds no `queued_at_ms` marker.
+    pub fn sent_at_planning_never_begun(&self, own_queue: bool) -> bool {
+        self.attempts == 0
+            && (self.status == SubtaskStatus::Queued || (self.status == SubtaskStatus::Pending && own_queue))
+    }
+
     /// A fresh record: `QUEUED` when it has no dependencies, else `PENDING`.
     pub fn new(conversation: &Conversation, subtask: Subtask, role: String) -> Self {
         let status = if subtask.depends_on.is_empty() { SubtaskStatus::Queued } else { SubtaskStatus::Pending };

@@ -30,6 +30,11 @@ pub enum CrashPoint {
     /// `PLANNING` on the new turn), its deadline is not armed yet. Not in [`CrashPoint::ALL`]: the
     /// chaos scenario sends no follow-ups; the turn tests kill it.
     OrchestratorAfterStartTurn,
+    /// Orchestrator: the subtasks are sent, the `queued` marker is not written yet.
+    OrchestratorAfterEnqueue,
+    /// Deadline path's run before the deadline: the never-sent subtasks are sent, the `queued`
+    /// marker is not written yet.
+    DeadlineAfterRedrive,
     /// Worker: the attempt began (`RUNNING`, attempts + 1), no LLM round has run.
     WorkerAfterBeginAttempt,
     /// Worker: the subtask's result is written, it is not counted yet.
@@ -63,6 +68,8 @@ impl CrashPoint {
     pub const ALL: &'static [CrashPoint] = &[
         Self::OrchestratorAfterCreate,
         Self::OrchestratorAfterStartRun,
+        Self::OrchestratorAfterEnqueue,
+        Self::DeadlineAfterRedrive,
         Self::WorkerAfterBeginAttempt,
         Self::WorkerAfterRecordResult,
         Self::WorkerAfterCount,
@@ -82,6 +89,8 @@ impl CrashPoint {
             Self::OrchestratorAfterCreate => "orchestrator_after_create",
             Self::OrchestratorAfterStartRun => "orchestrator_after_start_run",
             Self::OrchestratorAfterStartTurn => "orchestrator_after_start_turn",
+            Self::OrchestratorAfterEnqueue => "orchestrator_after_enqueue",
+            Self::DeadlineAfterRedrive => "deadline_after_redrive",
             Self::WorkerAfterBeginAttempt => "worker_after_begin_attempt",
             Self::WorkerAfterRecordResult => "worker_after_record_result",
             Self::WorkerAfterCount => "worker_after_count",

@@ -138,6 +138,7 @@ impl Conversation {
             language: Some(next.language),
             lease: Some(next.lease.clone()),
             sweep_shard: Some(next.sweep_shard),
+            queued_at_ms: None,
             ttl: self.ttl.max(next.expires_at_ms / 1000 + RETENTION_AFTER_EXPIRY_SECS),
         }
     }

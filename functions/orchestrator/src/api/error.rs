@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::core::ApiError;
+use crate::core::{ApiError, Started};
 
 /// The media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -38,6 +38,20 @@ pub struct Problem {
     pub detail: String,
     /// Today's shape: the same code and message.
     pub error: ErrorBody,
+    /// A 503 of `POST /conversations` once its conversation was recorded: which one, and whether it
+    /// runs without the client (docs/api.md, "503"). Absent from every other error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Recorded>,
+}
+
+/// The conversation a 503 of `POST /conversations` recorded before it failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Recorded {
+    pub conversation_id: String,
+    /// `no`: nothing of it runs unless a retry with the same `Idempotency-Key` resumes it (else it
+    /// ends `FAILED` at its deadline); `yes`: its plan is stored and it runs and is answered without
+    /// a retry; `unknown`: one of the two (its `GET` shows which). A retry with the same key resumes it.
+    pub started: Started,
 }
 
 /// `{"code", "message"}`: what clients read before problem documents.
@@ -60,11 +74,13 @@ pub struct HttpError {
     pub challenge: Option<&'static str>,
     /// `Retry-After` of a 429 (or a 409 `request_in_progress`), in whole seconds.
     pub retry_after_secs: Option<u64>,
+    /// The conversation a 503 recorded ([`Problem::conversation`]).
+    pub conversation: Option<Recorded>,
 }
 
 impl HttpError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), challenge: None, retry_after_secs: None }
+        Self { status, code, message: message.into(), challenge: None, retry_after_secs: None, conversation: None }
     }
 
     /// 401: no credentials, or credentials that identify nobody.
@@ -95,6 +111,7 @@ impl HttpError {
             status: self.status.as_u16(),
             detail: self.message.clone(),
             error: ErrorBody { code: self.code.to_owned(), message: self.message.clone() },
+            conversation: self.conversation.clone(),
         }
     }
 }
@@ -121,7 +138,8 @@ impl From<ApiError> for HttpError {
     fn from(e: ApiError) -> Self {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let retry_after_secs = e.retry_after_secs();
-        Self { retry_after_secs, ..Self::new(status, e.code(), e.to_string()) }
+        let conversation = e.recorded().map(|(id, started)| Recorded { conversation_id: id.to_string(), started });
+        Self { retry_after_secs, conversation, ..Self::new(status, e.code(), e.to_string()) }
     }
 }
 

@@ -9,6 +9,7 @@ use swarm_core::time::{self, now_ms};
 use tracing::Instrument;
 
 use super::{ApiError, CreateRequest, Created, Orchestrator, planner_id};
+use crate::budget::Budget;
 
 /// `plan` with every subtask id (and dependency) in `turn`'s scope ([`SubtaskId::in_turn`]): turn 0's
 /// ids as planned, later turns' prefixed, so no turn's items, messages or side-effect keys meet another's.
@@ -37,7 +38,8 @@ impl Orchestrator {
     /// message. A retry with the key of an earlier request answers that request's turn, moved on
     /// like a retried create ([`Self::resume`]) when it is the latest.
     pub async fn follow_up(&self, id: &str, request: CreateRequest) -> Result<Created, ApiError> {
-        self.admit(&request.customer_id).await?;
+        let budget = Budget::starting_now(&self.settings);
+        self.admit(&request.customer_id, &budget).await?;
         let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
         let conversation = self
             .store
@@ -45,7 +47,7 @@ impl Orchestrator {
             .await?
             .filter(|c| c.customer_id == request.customer_id)
             .ok_or(ApiError::NotFound)?;
-        if let Some(answer) = self.answered_before(&conversation, &request).await? {
+        if let Some(answer) = self.answered_before(&conversation, &request, &budget).await? {
             return answer;
         }
         let now = now_ms();
@@ -57,7 +59,7 @@ impl Orchestrator {
             TurnOutcome::Refused(Some(stored)) => {
                 // Moved on since it was read: this request's own turn (a concurrent retry started it),
                 // another message's turn, or expired.
-                if let Some(answer) = self.answered_before(&stored, &request).await? {
+                if let Some(answer) = self.answered_before(&stored, &request, &budget).await? {
                     return answer;
                 }
                 self.may_start_turn(&stored, now_ms())?;
@@ -67,7 +69,7 @@ impl Orchestrator {
         obs::metrics::conversation_started();
         faults::at(CrashPoint::OrchestratorAfterStartTurn).await;
         let span = tracing::info_span!("orchestrate", conversation_id = %id, turn = started.turn);
-        self.plan_and_queue(started).instrument(span).await
+        self.plan_and_queue(started, &budget).instrument(span).await
     }
 
     /// The answer to a request whose `Idempotency-Key` an earlier request of this conversation used:
@@ -77,6 +79,7 @@ impl Orchestrator {
         &self,
         conversation: &Conversation,
         request: &CreateRequest,
+        budget: &Budget,
     ) -> Result<Option<Result<Created, ApiError>>, ApiError> {
         let Some(key) = request.idempotency_key.as_deref() else { return Ok(None) };
         let hash = request_hash(&request.customer_id, &request.message);
@@ -86,7 +89,7 @@ impl Orchestrator {
                 return Ok(Some(Err(ApiError::KeyReused(conversation.id.clone()))));
             }
             tracing::info!(conversation_id = %conversation.id, turn = conversation.turn, "idempotency key reused: the same turn");
-            return Ok(Some(self.resume(conversation.id.clone()).await));
+            return Ok(Some(self.resume(conversation.id.clone(), budget).await));
         }
         if conversation.turn == 0 {
             return Ok(None);

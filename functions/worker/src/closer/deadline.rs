@@ -1,4 +1,4 @@
-//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it, open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal.
+//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it (once its planning lease ended, closing the items of a plan never flipped), open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal. Its first run, when the planning lease ends, sends the subtasks of a stored plan its planner never marked sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,8 @@ use swarm_core::obs;
 use swarm_core::obs::metrics::DeadlineAction;
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationRecords, MAX_DELAY_SECONDS, QueueError, StoreError, SubtaskStore,
-    TaskQueue,
 };
+use swarm_core::roles::TaskQueues;
 
 use super::closing::{Closed, Closing};
 use crate::clock::ms_between;
@@ -32,8 +32,9 @@ pub struct DeadlinePath {
     subtasks: Arc<dyn SubtaskStore>,
     accounts: Arc<dyn AccountingStore>,
     closing: Closing,
-    /// Where the conversation's next deadline message goes (the tasks queue).
-    deadlines: Arc<dyn TaskQueue>,
+    /// Where the conversation's next deadline message goes (the default queue), and the never-sent
+    /// subtasks of a role whose queue this function holds.
+    queues: TaskQueues,
     /// `DelaySeconds` of the next run while the conversation is not terminal.
     rearm_secs: u32,
     /// The aggregation lease this path takes when it answers the conversation itself.
@@ -42,14 +43,15 @@ pub struct DeadlinePath {
 
 impl DeadlinePath {
     /// The path over the four store roles it uses, closing through `closing`, its deadline
-    /// messages to `deadlines`, the re-arm delay and aggregation lease of `settings`.
+    /// messages to the default queue of `queues` (never-sent subtasks to their role's queue, when
+    /// held), the re-arm delay and aggregation lease of `settings`.
     pub fn new(
         conversations: Arc<dyn ConversationRecords>,
         answers: Arc<dyn AnswerStore>,
         subtasks: Arc<dyn SubtaskStore>,
         accounts: Arc<dyn AccountingStore>,
         closing: Closing,
-        deadlines: Arc<dyn TaskQueue>,
+        queues: TaskQueues,
         settings: &WorkerSettings,
     ) -> Self {
         Self {
@@ -58,7 +60,7 @@ impl DeadlinePath {
             subtasks,
             accounts,
             closing,
-            deadlines,
+            queues,
             rearm_secs: settings.rearm_secs,
             aggregation_lease: settings.aggregation_lease,
         }
@@ -66,7 +68,7 @@ impl DeadlinePath {
 
     /// The deadline path: a conversation past its deadline is aggregated with what it has.
     ///
-    /// - `PLANNING` (its creator died): failed cleanly.
+    /// - `PLANNING` (its creator died): failed cleanly once its planning lease ended ([`Self::fail_unplanned`]).
     /// - `RUNNING`: open subtasks are closed (failed, or skipped after a failed dependency) and every
     ///   finished subtask counted. When that brought `remaining` to 0 the stream triggers the
     ///   aggregator; when `remaining` was already 0 (the stream record was lost, or an earlier run of
@@ -114,12 +116,29 @@ impl DeadlinePath {
     }
 
     /// A conversation whose deadline is still ahead: re-armed for the rest (SQS delays are at most
-    /// 15 minutes), or left alone by the sweep.
+    /// 15 minutes), or left alone by the sweep. A `RUNNING` one without the `queued` marker first
+    /// has its never-sent subtasks sent once its planner's lease ended ([`Self::redrive`]); while
+    /// that lease is live (the planner may still be sending) the next run is when it ends.
     async fn not_due(&self, conversation: &Conversation, now: i64, rearm: bool) -> Outcome {
         if !rearm {
             return Outcome::Ignored("deadline not reached yet".into());
         }
-        let left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
+        let mut left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
+        if conversation.status == ConversationStatus::Planning {
+            // A plan's write cut at its deadline may still land: look again after the re-arm delay, so
+            // a plan stored late is sent before the deadline, not failed at it.
+            left = left.min(u64::from(self.rearm_secs));
+        }
+        if conversation.status == ConversationStatus::Running && conversation.queued_at_ms.is_none() {
+            match conversation.lease.as_ref().filter(|l| l.until_ms >= now) {
+                Some(lease) => left = left.min(ms_between(now, lease.until_ms).as_secs().saturating_add(1)),
+                None => {
+                    if let Err(e) = self.redrive(conversation).await {
+                        return Outcome::Retry(format!("could not send the never-sent subtasks: {e}"));
+                    }
+                }
+            }
+        }
         let left = u32::try_from(left).unwrap_or(MAX_DELAY_SECONDS).clamp(1, MAX_DELAY_SECONDS);
         match self.arm(&conversation.id, conversation.turn, left).await {
             Ok(()) => Outcome::Ignored("deadline not reached yet; re-armed".into()),
@@ -131,19 +150,7 @@ impl DeadlinePath {
     async fn when_due(&self, conversation: &Conversation, now: i64) -> Result<DeadlineRun, StoreError> {
         let id = &conversation.id;
         Ok(match conversation.status {
-            ConversationStatus::Planning => {
-                tracing::warn!("planning never finished: failing the conversation");
-                if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
-                    obs::metrics::conversation_finished(
-                        ConversationStatus::Failed,
-                        conversation.created_at_ms,
-                        now_ms(),
-                    );
-                    (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
-                } else {
-                    (Outcome::Ignored("planning moved on meanwhile".into()), None)
-                }
-            }
+            ConversationStatus::Planning => self.fail_unplanned(conversation, now).await?,
             ConversationStatus::Running => {
                 let closed = self.close_open_subtasks(conversation, now).await?;
                 faults::at(CrashPoint::DeadlineAfterClose).await;
@@ -168,10 +175,87 @@ impl DeadlinePath {
         })
     }
 
+    /// A conversation still `PLANNING` past its deadline: failed, once no planner may still be
+    /// writing its plan (while its planning lease is live the path comes back: re-armed, or the
+    /// next sweep), and only after closing the subtask items a plan's write left without its flip
+    /// (DynamoDB writes a plan's items before the conditional flip to `RUNNING`: a planner killed,
+    /// or cut by its budget, between the two leaves them, and with no plan on the conversation they
+    /// are listed as its subtasks — work shown as still queued that never runs). Each is closed
+    /// failed, `deadline_passed`, as never sent. Crash windows: killed between two closes, or
+    /// between the closes and the flip, the conversation is still `PLANNING` and overdue: the
+    /// deadline message comes back (or the sweep finds it) and the next run closes the rest (the
+    /// closed ones are found closed) and fails it.
+    async fn fail_unplanned(&self, conversation: &Conversation, now: i64) -> Result<DeadlineRun, StoreError> {
+        let id = &conversation.id;
+        if let Some(lease) = conversation.lease.as_ref().filter(|l| l.until_ms >= now) {
+            let left = ms_between(now, lease.until_ms).as_millis();
+            return Ok((Outcome::Ignored(format!("still being planned (its lease ends in {left} ms)")), None));
+        }
+        let never_sent = SubtaskResult::failed(
+            FailureKind::DeadlinePassed,
+            "planning did not finish before the deadline: it was never sent",
+        );
+        let mut closed = 0usize;
+        let listed = self.subtasks.list_subtasks(id).await?;
+        // Only this turn's: an earlier turn's subtask still open (awaiting an operator) is not this plan's.
+        for r in listed.iter().filter(|r| r.subtask.id.turn() == conversation.turn && !r.status.is_terminal()) {
+            if let Closed::Now(_) = self.closing.close_open(id, &r.subtask.id, never_sent.clone(), now).await? {
+                closed += 1;
+            }
+        }
+        tracing::warn!(
+            closed,
+            "planning never finished: failing the conversation (items of an unfinished plan closed)"
+        );
+        Ok(if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
+            obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+            (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
+        } else {
+            (Outcome::Ignored("planning moved on meanwhile".into()), None)
+        })
+    }
+
     /// Sends the next deadline message of the conversation's `turn`, `delay` seconds from now.
     async fn arm(&self, id: &ConversationId, turn: u32, delay: u32) -> Result<(), QueueError> {
         let message = TaskMessage::Deadline { conversation_id: id.clone(), turn };
-        self.deadlines.send(&[message], delay.min(MAX_DELAY_SECONDS)).await
+        self.queues.default_queue().send(&[message], delay.min(MAX_DELAY_SECONDS)).await
+    }
+
+    /// A `RUNNING` conversation with no `queued` marker whose planner's lease ended: its planner
+    /// died (or answered 503) between its plan's write and the marker. The subtasks the
+    /// orchestrator sends at planning that never began are sent (a duplicate of one that was sent
+    /// is absorbed like any duplicate delivery) and the marker written, so no later run sends them
+    /// again. A role whose queue this function does not hold (the refund role, in the tasks
+    /// worker) is left unsent and unmarked: a retry with the same Idempotency-Key sends it, else
+    /// the deadline fails it.
+    async fn redrive(&self, conversation: &Conversation) -> Result<(), RedriveError> {
+        let id = &conversation.id;
+        let records = self.subtasks.list_subtasks(id).await?;
+        let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
+        for r in records.iter().filter(|r| r.subtask.id.turn() == conversation.turn) {
+            let own_queue = self.queues.has_own_queue(&r.role);
+            if r.sent_at_planning_never_begun(own_queue) && (r.subtask.depends_on.is_empty() || own_queue) {
+                by_role.entry(r.role.as_str()).or_default().push(TaskMessage::run(id, &r.subtask.id));
+            }
+        }
+        let mut left = 0;
+        for (role, messages) in by_role {
+            match self.queues.queue_for(role) {
+                Ok(queue) => {
+                    queue.send(&messages, 0).await?;
+                    tracing::warn!(role, subtasks = messages.len(), "subtasks the planner never marked sent: sent");
+                }
+                Err(not_held) => {
+                    tracing::warn!(error = %not_held, subtasks = messages.len(), "never-sent subtasks left to a retry or the deadline");
+                    left += messages.len();
+                }
+            }
+        }
+        faults::at(CrashPoint::DeadlineAfterRedrive).await;
+        if left == 0 {
+            self.conversations.mark_queued(id, now_ms()).await?;
+        }
+        Ok(())
     }
 
     /// Closes every open subtask (skipped after a failed dependency, else failed for the deadline)
@@ -221,9 +305,15 @@ impl DeadlinePath {
     /// ([`DeadlineAction::Aggregated`], or `TakenOver` from an expired holder).
     async fn answer(&self, conversation: &Conversation) -> Result<DeadlineRun, StoreError> {
         let answerer = Answerer { kind: "deadline", lease: self.aggregation_lease };
-        let answered =
-            answer_conversation(self.answers.as_ref(), self.subtasks.as_ref(), conversation, answerer, &ModelFreeReply)
-                .await?;
+        let answered = answer_conversation(
+            self.conversations.as_ref(),
+            self.answers.as_ref(),
+            self.subtasks.as_ref(),
+            conversation,
+            answerer,
+            &ModelFreeReply,
+        )
+        .await?;
         Ok(match answered {
             AnswerOutcome::Answered { status, taken_over, .. } => {
                 tracing::warn!(
@@ -232,6 +322,11 @@ impl DeadlinePath {
                 );
                 let action = if taken_over.is_some() { DeadlineAction::TakenOver } else { DeadlineAction::Aggregated };
                 (Outcome::Concluded(status), Some(action))
+            }
+            AnswerOutcome::NeverStarted { taken_over } => {
+                tracing::warn!("none of its subtasks ever began: the conversation failed, not answered");
+                let action = if taken_over.is_some() { DeadlineAction::TakenOver } else { DeadlineAction::Failed };
+                (Outcome::Concluded(ConversationStatus::Failed), Some(action))
             }
             AnswerOutcome::Held(lease) => {
                 let left = ms_between(now_ms(), lease.until_ms).as_millis();
@@ -244,4 +339,13 @@ impl DeadlinePath {
             AnswerOutcome::Missing => (Outcome::Poison(format!("unknown conversation {}", conversation.id)), None),
         })
     }
+}
+
+/// Why [`DeadlinePath::redrive`] did not finish: the message is retried.
+#[derive(Debug, thiserror::Error)]
+enum RedriveError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
 }

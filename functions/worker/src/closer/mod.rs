@@ -52,7 +52,7 @@ impl Closer {
             store.clone(),
             store.clone(),
             closing.clone(),
-            queues.default_queue().clone(),
+            queues.clone(),
             settings,
         ));
         Self {

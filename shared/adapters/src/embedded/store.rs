@@ -231,6 +231,18 @@ impl ConversationRecords for InMemoryConversationStore {
         Ok(true)
     }
 
+    async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError> {
+        let mut t = self.lock()?;
+        let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.queued_at_ms.is_some() {
+            return Ok(true);
+        }
+        conv.queued_at_ms = Some(at_ms);
+        let snapshot = conv.clone();
+        t.emit(false, ChangedItem::Conversation(snapshot));
+        Ok(true)
+    }
+
     async fn transition_conversation(
         &self,
         id: &ConversationId,

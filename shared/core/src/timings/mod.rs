@@ -77,8 +77,13 @@ mod tests {
         assert_eq!(t.api.integration_timeout, Duration::from_millis(30_000));
         assert_eq!(
             (t.orchestrator.timeout, t.orchestrator.plan_budget),
-            (Duration::from_secs(29), Duration::from_secs(25))
+            (Duration::from_secs(29), Duration::from_secs(19))
         );
+        assert_eq!(
+            (t.orchestrator.request_budget, t.orchestrator.post_plan, t.orchestrator.aws_call),
+            (Duration::from_secs(27), Duration::from_secs(8), Duration::from_secs(2))
+        );
+        assert_eq!(t.aggregator.max_parallel_records, 10);
         let w = &t.worker;
         assert_eq!((w.timeout, w.batch_size, w.max_concurrency), (Duration::from_secs(60), 5, 10));
         assert_eq!((w.max_parallel_tool_calls, w.retry_visibility), (4, Duration::from_secs(10)));

@@ -139,9 +139,18 @@ section! {
         /// The function's timeout.
         #[serde(rename = "timeout_secs", deserialize_with = "secs")]
         timeout: Duration,
+        /// The whole `POST /conversations`, from the invocation's start to its answer.
+        #[serde(rename = "request_budget_secs", deserialize_with = "secs")]
+        request_budget: Duration,
         /// Whole planning budget, model retries included.
         #[serde(rename = "plan_budget_secs", deserialize_with = "secs")]
         plan_budget: Duration,
+        /// Kept back from the request budget for start_run, the sends and the `queued` marker.
+        #[serde(rename = "post_plan_secs", deserialize_with = "secs")]
+        post_plan: Duration,
+        /// The per-call deadline of a store write or queue send after planning.
+        #[serde(rename = "aws_call_secs", deserialize_with = "secs")]
+        aws_call: Duration,
         /// The planning lease of a `PLANNING` conversation's creator.
         #[serde(rename = "lease_secs", deserialize_with = "secs")]
         lease: Duration,
@@ -215,6 +224,8 @@ section! {
         /// The aggregation lease (`RUNNING → AGGREGATING` holds the conversation this long).
         #[serde(rename = "lease_secs", deserialize_with = "secs")]
         lease: Duration,
+        /// Records of one stream batch aggregated at once.
+        max_parallel_records: usize,
         stream: StreamTimings,
     }
 }
@@ -360,7 +371,7 @@ pub(crate) const LINT_SECTIONS: [&str; 2] = ["template", "rule"];
 
 /// Counts that must be at least 1 for the swarm to run at all, with their table names.
 #[allow(dead_code)] // checked by build.rs and the tests
-pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 16] {
+pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 17] {
     [
         ("worker.max_parallel_tool_calls", t.worker.max_parallel_tool_calls),
         ("sweep.shards", t.sweep.shards as usize),
@@ -374,6 +385,7 @@ pub(crate) fn positive_counts(t: &Timings) -> [(&'static str, usize); 16] {
         ("dlq_consumer.batch_size", t.dlq_consumer.batch_size),
         ("dlq_consumer.max_concurrency", t.dlq_consumer.max_concurrency),
         ("aggregator.stream.batch_size", t.aggregator.stream.batch_size),
+        ("aggregator.max_parallel_records", t.aggregator.max_parallel_records),
         ("queues.max_receive_count", t.queues.max_receive_count as usize),
         ("llm.retry_attempts", t.llm.retry_attempts as usize),
         ("aws.retry_attempts", t.aws.retry_attempts as usize),

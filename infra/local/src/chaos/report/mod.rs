@@ -3,7 +3,8 @@
 //! A run fails on: a lost conversation (answered 202, absent at the end), a 202 whose
 //! conversation ended with no subtask ever begun, a request answered by two conversations, a
 //! conversation not terminal at the end (hung; `DONE`, `FAILED` and `HANDOFF` are terminal,
-//! whatever its subtasks await), a count applied twice or lost, a conversation aggregated twice, a
+//! whatever its subtasks await), a terminal conversation with a subtask still open (`PENDING`,
+//! `QUEUED`, `RUNNING`: work shown as to come that never runs), a count applied twice or lost, a conversation aggregated twice, a
 //! subtask or an approval refunded twice, a scripted support ticket opened twice (or a ticket no
 //! scripted subtask asked for), a refund no scripted subtask asked for, a refund the
 //! operator never approved or rejected, an order refunded beyond what the operator approved, a
@@ -79,6 +80,7 @@ const CHECKS: &[Check] = &[
     conversations::accepted_failed,
     recoverable::accepted_never_begun,
     subtasks::by_status,
+    subtasks::open_in_terminal,
     subtasks::failed_by_kind,
     subtasks::succeeded_share,
     recoverable::failed_though_recoverable,

@@ -1,4 +1,4 @@
-//! The subtasks' rules, from the store and the audit of the table's stream: each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown), with the share that succeeded (judged against `--min-succeeded` when given).
+//! The subtasks' rules, from the store and the audit of the table's stream: none left open in a terminal conversation, each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown), with the share that succeeded (judged against `--min-succeeded` when given).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +22,41 @@ pub(super) fn by_status(f: &RunFacts, t: &mut Sheet) {
         *counts.entry(s.status.as_str()).or_default() += 1;
     }
     t.row("subtasks by status at the end", or_none(tally(&counts)));
+}
+
+/// A terminal conversation has every subtask terminal (the swarm's invariant): a `DONE`, `FAILED`
+/// or `HANDOFF` conversation with a subtask still `PENDING`, `QUEUED` or `RUNNING` shows work that
+/// never runs as still to come. Fails the run, naming each such conversation and its open subtasks.
+pub(super) fn open_in_terminal(f: &RunFacts, t: &mut Sheet) {
+    let mut open_subtasks = 0usize;
+    let mut found = Vec::new();
+    for (id, (c, subtasks)) in f.store.iter().filter_map(|(id, e)| e.as_ref().map(|e| (id, e))) {
+        if !c.status.is_terminal() {
+            continue;
+        }
+        let open: Vec<String> = subtasks
+            .iter()
+            .filter(|s| !s.status.is_terminal())
+            .map(|s| format!("{} {}", s.subtask.id, s.status))
+            .collect();
+        if open.is_empty() {
+            continue;
+        }
+        open_subtasks += open.len();
+        let scenario = scenario_of(c).map_or(String::new(), |i| format!("c{i} "));
+        found.push(format!("{scenario}{id} ({}: {})", c.status, open.join(", ")));
+    }
+    t.row(
+        "terminal conversations with subtasks still open",
+        if found.is_empty() { "0".into() } else { format!("{} ({open_subtasks} subtasks)", found.len()) },
+    );
+    if !found.is_empty() {
+        t.broken(format!(
+            "{} terminal conversations with {open_subtasks} subtasks still open: {}",
+            found.len(),
+            shorten(&found)
+        ));
+    }
 }
 
 /// Why subtasks failed, and how many never began (a crashed batch comes back after the visibility

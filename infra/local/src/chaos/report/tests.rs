@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use swarm_core::approval::{Approval, ApprovalStatus, ProposedAction, approval_id};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult,
+    Conversation, ConversationId, ConversationStatus, FailureKind, Subtask, SubtaskRecord, SubtaskResult, SubtaskStatus,
 };
 use swarm_core::effects::{Effect, EffectOutcome, EffectState};
 
@@ -299,6 +299,39 @@ fn an_accepted_conversation_that_ended_failed_is_shown_by_scenario_but_is_no_fai
     let v = verdict(&f);
     assert_eq!(cell(&v.table, "accepted (202) but ended FAILED"), format!("1 (c1 {id})"));
     assert_eq!(v.failures, Vec::<String>::new(), "{}", v.table);
+}
+
+#[test]
+fn a_terminal_conversation_with_a_subtask_still_open_fails_the_run_naming_it() {
+    assert_eq!(cell(&verdict(&facts()).table, "terminal conversations with subtasks still open"), "0");
+    let mut f = facts();
+    let ids: Vec<String> = f.store.keys().cloned().collect();
+    // c1 ended FAILED with w01 still queued and w02 still waiting for it: work shown as to come.
+    let (c1, subs1) = f.store.get_mut(&ids[1]).unwrap().as_mut().unwrap();
+    c1.status = ConversationStatus::Failed;
+    for (s, status) in subs1.iter_mut().zip([SubtaskStatus::Queued, SubtaskStatus::Pending]) {
+        s.status = status;
+        s.result = None;
+        s.attempts = 0;
+        s.effects.clear();
+    }
+    f.ledger.clear();
+    let v = verdict(&f);
+    assert_eq!(v.outcome, Outcome::Failed, "{}", v.table);
+    assert_eq!(cell(&v.table, "terminal conversations with subtasks still open"), "1 (2 subtasks)");
+    assert!(
+        v.failures.contains(&format!(
+            "1 terminal conversations with 2 subtasks still open: c1 {} (FAILED: w01 QUEUED, w02 PENDING)",
+            ids[1]
+        )),
+        "{:?}",
+        v.failures
+    );
+    // A conversation not terminal is hung, not this: its open subtasks are not named again.
+    f.store.get_mut(&ids[1]).unwrap().as_mut().unwrap().0.status = ConversationStatus::Running;
+    let v = verdict(&f);
+    assert_eq!(cell(&v.table, "terminal conversations with subtasks still open"), "0");
+    assert!(v.failures.iter().any(|x| x.starts_with("1 conversations hung (RUNNING 1)")), "{:?}", v.failures);
 }
 
 #[test]

@@ -415,6 +415,18 @@ impl ConversationRecords for DynamoConversationStore {
         Ok(flipped)
     }
 
+    async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError> {
+        let mut u = Update::default();
+        let queued = u.name("queued_at_ms");
+        let at = u.value("at", n(at_ms));
+        u.set_expr(format!("{queued} = if_not_exists({queued}, {at})"));
+        let condition = "attribute_exists(#PK)".to_owned();
+        Ok(self
+            .update("UpdateItem(mark_queued)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
+            .await?
+            .is_some())
+    }
+
     async fn transition_conversation(
         &self,
         id: &ConversationId,

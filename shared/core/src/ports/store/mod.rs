@@ -106,6 +106,12 @@ store_roles! {
         ) -> Result<bool, StoreError>
             as StartRun;
 
+        /// Records that the subtasks sent at planning were sent: sets `queued_at_ms` to `at_ms`
+        /// unless it is set already (the first instant stays, so a retry whose first write was
+        /// applied and its answer lost changes nothing). Returns whether the conversation exists.
+        async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError>
+            as MarkQueued;
+
         /// Flips a conversation `from → to` if it is in `from` (a terminal `to` takes it out of the sweep
         /// index). Returns whether this call made the flip. The aggregation flip is [`AnswerStore::acquire_lease`].
         async fn transition_conversation(
@@ -486,7 +492,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 34);
+        assert_eq!(StoreOp::ALL.len(), 35);
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }

@@ -94,6 +94,8 @@ struct ConversationItem {
     lease_turn: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sweep_shard: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queued_at_ms: Option<i64>,
     /// Usage as flat `N` attributes, each present only when known (the update expressions `ADD` to them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage_prompt_tokens: Option<u64>,
@@ -141,6 +143,7 @@ pub fn conversation_item(c: &Conversation) -> Result<Item, StoreError> {
         lease_until_ms: c.lease.as_ref().map(|l| l.until_ms),
         lease_turn: c.lease.as_ref().map(|l| l.turn),
         sweep_shard: c.sweep_shard,
+        queued_at_ms: c.queued_at_ms,
         usage_prompt_tokens: c.usage.prompt_tokens,
         usage_completion_tokens: c.usage.completion_tokens,
         usage_cached_tokens: c.usage.cached_tokens,
@@ -196,6 +199,7 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
         language,
         lease,
         sweep_shard: c.sweep_shard,
+        queued_at_ms: c.queued_at_ms,
         ttl: c.ttl,
     })
 }
