@@ -28,7 +28,12 @@ swarm_tests::on_both_backends!(
 /// A 9,600 s deadline (40 s here) and the planning lease at 1,400 s (5.8 s here): the deadline
 /// path's first run comes long before the deadline, as it does with the table's 35 s and 120 s.
 fn timings() -> Timings {
-    let mut t = swarm_tests::with_room_for_tool_calls(swarm_tests::with_room_to_plan(Timings::standard().clone()));
+    // Whole invocations get room too (× 12, [`swarm_tests::with_room_for_invocations`]): at 1/240 the
+    // worker's 60 s are 1 s and its attempt lease 0.26 s, which a loaded machine's emulator calls
+    // outrun, and a second attempt of w01 is then the platform's redelivery, not a duplicate send.
+    let mut t = swarm_tests::with_room_for_invocations(swarm_tests::with_room_for_tool_calls(
+        swarm_tests::with_room_to_plan(Timings::standard().clone()),
+    ));
     t.conversation.deadline = Duration::from_secs(9600);
     t
 }

@@ -166,11 +166,13 @@ async fn late_messages_of_turn_zero_change_nothing_in_turn_one(backend: BackendC
         history.subtasks.iter().filter(|r| r.subtask.id.turn() == 0).map(|r| r.status).collect();
     assert_eq!(turn0, [SubtaskStatus::Succeeded, SubtaskStatus::Succeeded], "turn 0's results stand");
     assert_eq!(drain(&queue), vec![TaskMessage::Deadline { conversation_id: id.clone(), turn: 1 }]);
-    // The next deadline message of turn 1 aggregates it; the reply is turn 1's, turn 0's is kept.
+    // The next deadline message of turn 1 ends it: none of turn 1's subtasks began, so turn 1 is
+    // failed, not answered; turn 0's reply is kept.
     let answered = w.handle(TaskMessage::Deadline { conversation_id: id.clone(), turn: 1 }, lambda_deadline()).await;
-    assert_eq!(answered, Outcome::Concluded(ConversationStatus::Done));
-    let done = store.get_conversation(&id).await.unwrap().unwrap();
-    assert!(done.reply.unwrap().contains("could not be finished"));
+    assert_eq!(answered, Outcome::Concluded(ConversationStatus::Failed));
+    let failed = store.get_conversation(&id).await.unwrap().unwrap();
+    assert_eq!((failed.turn, failed.status, failed.reply), (1, ConversationStatus::Failed, None));
+    assert_eq!(failed.error.as_deref(), Some(swarm_core::answer::NEVER_STARTED));
     assert_eq!(history.turns[0].reply.as_deref(), Some("A1029 ships today."));
 }
 
