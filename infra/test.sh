@@ -98,7 +98,10 @@ report+=("${cargo_details[@]}")
 # It runs 4 conversations at once, not 8: moto's throughput is the run's bottleneck, and on a busy
 # machine (stress-ng --cpu 2 beside other builds) 8 at once left the orchestrator's 3 s (29 s × 0.1)
 # too short, 19 of 20 requests gave up and the run was inconclusive; with 4 it passed in 117 s
-# there (infra/stress-timing.sh, docs/testing.md).
+# there (infra/stress-timing.sh, docs/testing.md). The crash after the enqueue gets a rate of its
+# own (0.5): it has one opportunity per accepted plan, and on a machine that also ran a 100 x 10
+# emulator chaos run and a cross build, 14 of 20 requests gave up and it had 3 opportunities, none
+# drawn at the default 0.06 (inconclusive); at 0.5 three opportunities miss it 1 time in 8, ten 1 in 1,000.
 # It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
 # A share of the tasks messages is poisoned (--poison-message-rate): failed on every receive, each is
 # redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ
@@ -134,6 +137,7 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.1 -
     --llm-truncation-rate 0.04 --refund-share 1 --crash-at worker_after_intent=0.5
     --crash-at worker_after_dispatch=0.25 --crash-at worker_after_outcome=0.25 --crash-at approvals_after_decide=0.5
     --crash-at worker_between_effects=1 --crash-at deadline_after_redrive=0.4 --restart-at 0.3
+    --crash-at orchestrator_after_enqueue=0.5
     --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
     --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
 step "swarm-chaos, small, embedded (fixed seed)" \

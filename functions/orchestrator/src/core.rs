@@ -414,7 +414,7 @@ impl Orchestrator {
     ///   delivery) and the marker written. With the marker they were sent: a backlog still in the
     ///   queue is never sent twice.
     async fn resume(&self, id: ConversationId, budget: &Budget) -> Result<Created, ApiError> {
-                let read = budget.before_plan("reading the conversation", self.store.get_conversation(&id)).await;
+        let read = budget.before_plan("reading the conversation", self.store.get_conversation(&id)).await;
         let Some(conversation) = read.map_err(|e| ApiError::Unavailable(e.to_string()))? else {
             return Ok(Created { conversation_id: id, new: false, turn: 0 });
         };
