@@ -5,6 +5,7 @@ use std::sync::Arc;
 use swarm_core::domain::{
     ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, TaskMessage, Usage, now_ms,
 };
+use swarm_core::effects::journal_result;
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::obs;
 use swarm_core::ports::{AccountingStore, CountOutcome, RecordOutcome, StoreError, SubtaskStore};
@@ -67,6 +68,31 @@ impl Bookkeeping {
                 Ok(Outcome::Finished(status))
             }
         }
+    }
+
+    /// A `SUBMITTED` subtask whose journal holds every outcome now (its confirmation, or a
+    /// duplicate `Run`, learnt them) takes the journal's result: `SUCCEEDED` (or
+    /// `AWAITING_APPROVAL` when a replay asked for consent). Answers the record as it stands after
+    /// (unchanged when it is not `SUBMITTED`, or its journal still holds an unknown outcome); the
+    /// caller then releases its dependents with [`Self::count_and_release`]. Safe to repeat: a retry
+    /// after a lost answer, or a redelivered confirmation after a crash between this write and the
+    /// release, finds the write made and releases then.
+    pub async fn settle(&self, id: &ConversationId, record: SubtaskRecord) -> Result<SubtaskRecord, StoreError> {
+        if record.status != SubtaskStatus::Submitted {
+            return Ok(record);
+        }
+        let Some(result) = journal_result(&record.effects).filter(|r| r.status() != SubtaskStatus::Submitted) else {
+            return Ok(record);
+        };
+        let result = result.bounded();
+        Ok(match self.subtasks.settle_submitted(id, &record.subtask.id, &result).await? {
+            RecordOutcome::Recorded(settled) => {
+                tracing::info!(status = settled.status.as_str(), "side effects confirmed: subtask settled");
+                settled
+            }
+            RecordOutcome::AlreadyFinished(rec) => rec,
+            RecordOutcome::Missing => record,
+        })
     }
 
     /// Exactly-once count of a finished subtask, then the release of its dependents (and of

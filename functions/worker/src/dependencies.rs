@@ -28,6 +28,8 @@ pub fn dependency_results(record: &SubtaskRecord, all: &[SubtaskRecord]) -> Depe
                 instruction: r.subtask.instruction.clone(),
                 answer: text.clone(),
             }),
+            // Its side effect is being confirmed: the confirmation settles it, and decides then.
+            Some(SubtaskResult::Submitted { .. }) => return DependencyState::Waiting(dep.clone()),
             Some(_) => return DependencyState::Failed(dep.clone()),
             None => return DependencyState::Waiting(dep.clone()),
         }
@@ -45,7 +47,9 @@ pub enum Release {
 }
 
 /// Pure: the dependents of `finished` that can now be decided. One whose
-/// other dependencies are still open is left for the last parent to finish.
+/// other dependencies are still open is left for the last parent to finish; a `SUBMITTED`
+/// parent (its side effect still being confirmed) is open too: its confirmation settles it and
+/// decides its dependents then (and while it never settles, the deadline path closes them).
 pub fn release_decisions(all: &[SubtaskRecord], finished: &SubtaskId) -> Vec<Release> {
     let by_id: HashMap<&SubtaskId, &SubtaskRecord> = all.iter().map(|r| (&r.subtask.id, r)).collect();
     let mut out = Vec::new();
@@ -58,6 +62,7 @@ pub fn release_decisions(all: &[SubtaskRecord], finished: &SubtaskId) -> Vec<Rel
         for d in &r.subtask.depends_on {
             match by_id.get(d).map(|x| x.status) {
                 Some(SubtaskStatus::Succeeded) => {}
+                Some(SubtaskStatus::Submitted) => open = true,
                 Some(s) if s.is_terminal() => {
                     failed.get_or_insert_with(|| d.clone());
                 }
@@ -98,6 +103,8 @@ mod tests {
             SubtaskStatus::Succeeded => Some(SubtaskResult::Succeeded { text: format!("{id} ok"), tool_calls: vec![] }),
             SubtaskStatus::Failed => Some(SubtaskResult::failed(FailureKind::Internal, "x")),
             SubtaskStatus::Skipped => Some(SubtaskResult::Skipped { dependency: "y".into() }),
+            SubtaskStatus::Submitted => Some(SubtaskResult::Submitted { tools: vec!["shop__open_ticket".into()] }),
+            SubtaskStatus::AwaitingApproval => Some(SubtaskResult::AwaitingApproval { approvals: vec![] }),
             _ => None,
         };
         r
@@ -126,6 +133,36 @@ mod tests {
         use SubtaskStatus::*;
         let all = vec![rec("a", &[], Succeeded), rec("b", &["a"], Queued)];
         assert!(release_decisions(&all, &"a".into()).is_empty());
+    }
+
+    #[test]
+    fn dependent_of_a_submitted_parent_waits_for_its_confirmation() {
+        use SubtaskStatus::*;
+        let all = vec![rec("a", &[], Submitted), rec("b", &["a"], Pending)];
+        assert!(release_decisions(&all, &"a".into()).is_empty(), "neither released nor skipped");
+        assert_eq!(dependency_results(&all[1], &all), DependencyState::Waiting("a".into()));
+        // With another parent failed, it is skipped at once, naming that one.
+        let all = vec![rec("a", &[], Submitted), rec("x", &[], Failed), rec("b", &["a", "x"], Pending)];
+        assert_eq!(release_decisions(&all, &"x".into()), vec![Release::Skip("b".into(), "x".into())]);
+        assert_eq!(dependency_results(&all[2], &all), DependencyState::Waiting("a".into()), "the first open one");
+    }
+
+    #[test]
+    fn dependent_of_a_confirmed_parent_is_released_then_and_skipped_when_it_needs_a_person() {
+        use SubtaskStatus::*;
+        // The confirmation settled the parent SUCCEEDED with the journal's result.
+        let mut parent = rec("a", &[], Succeeded);
+        parent.result = Some(SubtaskResult::Succeeded { text: "ticket T-1 opened".into(), tool_calls: vec![] });
+        let all = vec![parent, rec("b", &["a"], Pending)];
+        assert_eq!(release_decisions(&all, &"a".into()), vec![Release::Enqueue("b".into())]);
+        match dependency_results(&all[1], &all) {
+            DependencyState::Ready(d) => assert_eq!(d[0].answer, "ticket T-1 opened"),
+            other => panic!("{other:?}"),
+        }
+        // A replay answered by a request for consent: settled AWAITING_APPROVAL, the dependent skipped.
+        let all = vec![rec("a", &[], AwaitingApproval), rec("b", &["a"], Pending)];
+        assert_eq!(release_decisions(&all, &"a".into()), vec![Release::Skip("b".into(), "a".into())]);
+        assert_eq!(dependency_results(&all[1], &all), DependencyState::Failed("a".into()));
     }
 
     #[test]

@@ -198,7 +198,7 @@ async fn a_replay_answered_by_anything_but_the_shop_leaves_the_outcome_unknown_u
         let confirm = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 1 };
         let learnt = s.worker.handle(confirm, after(Duration::from_secs(30))).await;
         let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
-        assert_eq!(learnt, Outcome::Finished(SubtaskStatus::Submitted), "{case}");
+        assert_eq!(learnt, Outcome::Finished(SubtaskStatus::Succeeded), "{case}: settled with the journal's result");
         let outcome = rec.effects[0].outcome.clone().expect("an outcome");
         assert_eq!((rec.effects[0].state, outcome.is_error), (EffectState::Done, false), "{case}: {outcome:?}");
         assert!(outcome.text.contains("RF-A1033-1"), "{case}: {outcome:?}");

@@ -318,11 +318,12 @@ async fn the_deadline_arriving_while_a_refund_is_in_flight_says_submitted_and_th
     let view = ConversationView::build(&conv, &[closed]);
     assert_eq!(view.subtasks[0].effects[0].state, EffectState::Intent);
 
-    // The confirmation replays the call with its key: the outcome lands on the conversation, GET shows it.
+    // The confirmation replays the call with its key: the outcome lands on the conversation, GET shows it,
+    // and the subtask is settled with the journal's result.
     let confirm = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 0 };
-    assert_eq!(w.handle(confirm, after(Duration::from_secs(10))).await, Outcome::Finished(SubtaskStatus::Submitted));
+    assert_eq!(w.handle(confirm, after(Duration::from_secs(10))).await, Outcome::Finished(SubtaskStatus::Succeeded));
     let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
-    assert_eq!(rec.status, SubtaskStatus::Submitted);
+    assert_eq!(rec.status, SubtaskStatus::Succeeded);
     assert_eq!(rec.effects[0].state, EffectState::Done);
     let view = ConversationView::build(&conv, &[rec]);
     assert_eq!(view.subtasks[0].effects[0].ok, Some(true));

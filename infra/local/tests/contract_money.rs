@@ -30,6 +30,7 @@ contract_tests!(
     racing_intents_for_one_position_record_exactly_one,
     an_intent_out_of_order_is_refused_permanently_and_changes_nothing,
     an_outcome_lands_once_and_also_after_the_subtask_closed,
+    a_submitted_subtask_is_settled_once_and_a_settle_whose_answer_was_lost_finds_its_own_write,
     closing_a_subtask_loses_to_an_intent_recorded_since_it_was_read,
     an_approval_is_created_once_decided_once_and_then_finished,
     a_pending_approval_past_its_expiry_cannot_be_decided,
@@ -251,6 +252,48 @@ async fn an_outcome_lands_once_and_also_after_the_subtask_closed(store: Store) -
             .record_effect_outcome(&conv.id, &"w01".into(), 2, &EffectChange::done(EffectOutcome::new("x", false), 1))
             .await?,
         None
+    );
+    Ok(())
+}
+
+/// The confirmation of a `SUBMITTED` subtask settles it with the journal's result: one write conditional
+/// on `SUBMITTED` (its dependents wait for it); a retry whose answer was lost finds its own write, any
+/// other settle finds it settled, and an open subtask is never settled.
+async fn a_submitted_subtask_is_settled_once_and_a_settle_whose_answer_was_lost_finds_its_own_write(
+    store: Store,
+) -> Result<()> {
+    let conv = running(&store, &["w01", "w02"]).await?;
+    let lease = started(&store, &conv, "w01", now_ms() + 60_000).await?;
+    store.record_intent(&conv.id, &"w01".into(), &lease.holder, &intent(&conv, "w01", 1, 100.0)).await?;
+    let submitted = SubtaskResult::Submitted { tools: vec!["shop__refund".into()] };
+    let before = match store.record_result(&conv.id, &"w01".into(), &submitted, &Usage::default(), &[], 5_000).await? {
+        RecordOutcome::Recorded(r) => r,
+        other => anyhow::bail!("expected Recorded, got {other:?}"),
+    };
+    let confirmed = SubtaskResult::Succeeded { text: "shop__refund was done: RF-A1033-1".into(), tool_calls: vec![] };
+    // An open subtask is not settled: answered as it stands.
+    match store.settle_submitted(&conv.id, &"w02".into(), &confirmed).await? {
+        RecordOutcome::AlreadyFinished(r) => assert_eq!((r.status, r.result), (SubtaskStatus::Queued, None)),
+        other => anyhow::bail!("expected AlreadyFinished, got {other:?}"),
+    }
+    let (decorator, lossy) = losing(&store);
+    decorator.lose(StoreOp::SettleSubmitted)?;
+    answer_lost(lossy.settle_submitted(&conv.id, &"w01".into(), &confirmed).await)?;
+    let settled = match lossy.settle_submitted(&conv.id, &"w01".into(), &confirmed).await? {
+        RecordOutcome::Recorded(r) => r,
+        other => anyhow::bail!("the retry did not find its own write: {other:?}"),
+    };
+    assert_eq!((settled.status, settled.result.as_ref()), (SubtaskStatus::Succeeded, Some(&confirmed)));
+    assert_eq!(settled.finished_at_ms, before.finished_at_ms, "it finished when it was submitted");
+    assert_eq!(settled.effects, before.effects, "the journal is untouched");
+    let other = SubtaskResult::AwaitingApproval { approvals: vec![] };
+    match store.settle_submitted(&conv.id, &"w01".into(), &other).await? {
+        RecordOutcome::AlreadyFinished(r) => assert_eq!(r, settled),
+        other => anyhow::bail!("expected AlreadyFinished, got {other:?}"),
+    }
+    ensure!(
+        matches!(store.settle_submitted(&conv.id, &"w99".into(), &confirmed).await?, RecordOutcome::Missing),
+        "an unknown subtask is missing"
     );
     Ok(())
 }

@@ -73,7 +73,9 @@ impl fmt::Display for ConversationStatus {
 ///
 /// `AWAITING_APPROVAL` and `SUBMITTED` are terminal for the conversation's accounting (it
 /// answers without waiting for a person or a slow tool); what happens to their side effects
-/// afterwards is recorded in the subtask's journal ([`crate::effects`]) and its approvals.
+/// afterwards is recorded in the subtask's journal ([`crate::effects`]) and its approvals. A
+/// `SUBMITTED` subtask whose confirmation learnt every outcome takes the journal's result
+/// (`SUCCEEDED`, or `AWAITING_APPROVAL` when a replay asked for consent): its dependents wait for that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SubtaskStatus {
@@ -99,6 +101,8 @@ impl SubtaskStatus {
         use SubtaskStatus::*;
         match (self, next) {
             (Pending, Queued) | (Queued, Running) | (Running, Running) | (Pending, Running) => true,
+            // A side effect's confirmation settles it (already counted: the accounting is unchanged).
+            (Submitted, Succeeded) | (Submitted, AwaitingApproval) => true,
             (from, to) if !from.is_terminal() && to.is_terminal() => true,
             _ => false,
         }
@@ -164,5 +168,15 @@ mod tests {
         }
         assert!(Pending.can_become(Queued));
         assert!(Queued.can_become(Failed));
+    }
+
+    #[test]
+    fn a_submitted_subtask_is_settled_by_its_confirmation_and_by_nothing_else() {
+        use SubtaskStatus::*;
+        assert!(Submitted.can_become(Succeeded));
+        assert!(Submitted.can_become(AwaitingApproval));
+        for n in [Pending, Queued, Running, Failed, Skipped, Submitted] {
+            assert!(!Submitted.can_become(n), "Submitted -> {n:?}");
+        }
     }
 }

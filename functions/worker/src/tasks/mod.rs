@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use swarm_core::domain::{ConversationId, SubtaskId, TaskMessage};
+use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, TaskMessage};
 use swarm_core::effects::EffectState;
 use swarm_core::obs;
 use swarm_core::ports::{
@@ -32,6 +32,8 @@ pub struct Worker {
     conversations: Arc<dyn ConversationRecords>,
     subtasks: Arc<dyn SubtaskStore>,
     runner: Runner,
+    /// Settles a confirmed subtask and releases its dependents.
+    bookkeeping: Bookkeeping,
     effects: Arc<SideEffects>,
     approved: ApprovedEffects,
     closer: Closer,
@@ -70,7 +72,8 @@ impl Worker {
             closer: Closer::new(store.clone(), queues.clone(), &settings),
             safety_margin: settings.safety_margin,
             heartbeat: settings.heartbeat,
-            runner: Runner::new(store.clone(), store, bookkeeping, effects.clone(), agent, queues, settings),
+            runner: Runner::new(store.clone(), store, bookkeeping.clone(), effects.clone(), agent, queues, settings),
+            bookkeeping,
             effects,
         }
     }
@@ -112,7 +115,9 @@ impl Worker {
     /// being confirmed. While the subtask is open its attempt may still record them: looked at again
     /// after the confirm delay, replays not counted. Once it is closed (by its worker, the deadline
     /// path, the sweep or a dead letter) its intents are replayed as recorded; one still unknown is
-    /// looked at again until the replays are used up.
+    /// looked at again until the replays are used up. Once every outcome is known the subtask is
+    /// settled (`SUBMITTED` → the journal's result) and its dependents, which waited for it, are
+    /// released or skipped ([`Self::settle_and_release`]).
     async fn confirm(
         &self,
         id: &ConversationId,
@@ -127,6 +132,11 @@ impl Worker {
             return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}")));
         };
         if !record.effects.iter().any(|e| e.state == EffectState::Intent) {
+            if record.status.is_terminal() && !record.effects.is_empty() {
+                // Every outcome is known: a confirmation killed after the last one's write, or after
+                // the settle, left the settle or the release undone; its redelivery does them now.
+                return self.settle_and_release(id, record).await;
+            }
             return Ok(Outcome::Ignored("nothing to confirm".into()));
         }
         if !record.status.is_terminal() {
@@ -140,9 +150,26 @@ impl Worker {
         }
         if self.effects.confirm_effects(&record, &conversation.customer_id, deadline).await? {
             tracing::info!("side effects confirmed");
-            return Ok(Outcome::Finished(record.status));
+            // The journal as the replays left it.
+            let Some(record) = self.subtasks.get_subtask(id, subtask_id).await? else {
+                return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}")));
+            };
+            return self.settle_and_release(id, record).await;
         }
         Ok(self.effects.confirm_later(&record, attempt + 1).await)
+    }
+
+    /// A closed subtask whose journal holds every outcome: settled (`SUBMITTED` → the journal's
+    /// result), then its dependents decided — released when all their parents succeeded, skipped
+    /// when one did not. Both are safe to repeat, so a redelivered confirmation (after a crash
+    /// anywhere in between) completes them exactly once; while it never comes, the deadline path
+    /// closes the dependents. Answers the subtask's status after.
+    async fn settle_and_release(&self, id: &ConversationId, record: SubtaskRecord) -> Result<Outcome, StoreError> {
+        let settled = self.bookkeeping.settle(id, record).await?;
+        if !settled.dependents.is_empty() {
+            self.bookkeeping.count_and_release(id, &settled).await?;
+        }
+        Ok(Outcome::Finished(settled.status))
     }
 }
 

@@ -143,9 +143,15 @@ impl Runner {
                 // write and the count: finish the bookkeeping, never the LLM work —
                 // and learn the outcome of a side effect still being confirmed now (its armed
                 // confirmation comes back anyway).
-                if rec.effects.iter().any(|e| e.state == EffectState::Intent) {
-                    self.effects.confirm_effects(&rec, &conversation.customer_id, deadline).await?;
+                let mut rec = rec;
+                if rec.effects.iter().any(|e| e.state == EffectState::Intent)
+                    && self.effects.confirm_effects(&rec, &conversation.customer_id, deadline).await?
+                    && let Some(now) = self.subtasks.get_subtask(id, subtask_id).await?
+                {
+                    rec = now;
                 }
+                // Every outcome known: a SUBMITTED one is settled, so its dependents are released below.
+                let rec = self.bookkeeping.settle(id, rec).await?;
                 self.bookkeeping.count_and_release(id, &rec).await?;
                 return Ok(Outcome::AlreadyFinished);
             }

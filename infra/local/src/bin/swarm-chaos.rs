@@ -74,7 +74,7 @@ struct Args {
     #[arg(long)]
     concurrency: Option<usize>,
     /// Share of conversations scripted with a refund subtask (spread evenly; the refund worker
-    /// runs 2 at a time, as the template says).
+    /// runs the table's refund_worker.max_concurrency at a time, as the template says).
     #[arg(long, default_value_t = 0.25)]
     refund_share: f64,
 

@@ -194,6 +194,29 @@ impl SubtaskStore for InMemoryConversationStore {
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(CloseOutcome::Recorded(snapshot))
     }
+
+    async fn settle_submitted(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+    ) -> Result<RecordOutcome, StoreError> {
+        let mut t = self.lock()?;
+        let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
+            return Ok(RecordOutcome::Missing);
+        };
+        if rec.status != SubtaskStatus::Submitted {
+            if rec.status == result.status() && rec.result.as_ref() == Some(result) {
+                return Ok(RecordOutcome::Recorded(rec.clone()));
+            }
+            return Ok(RecordOutcome::AlreadyFinished(rec.clone()));
+        }
+        rec.status = result.status();
+        rec.result = Some(result.clone());
+        let snapshot = rec.clone();
+        t.emit(false, ChangedItem::Subtask(snapshot.clone()));
+        Ok(RecordOutcome::Recorded(snapshot))
+    }
 }
 
 #[async_trait]

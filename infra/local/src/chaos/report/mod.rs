@@ -83,6 +83,7 @@ const CHECKS: &[Check] = &[
     subtasks::open_in_terminal,
     subtasks::failed_by_kind,
     subtasks::succeeded_share,
+    subtasks::short_by_step,
     recoverable::failed_though_recoverable,
     subtasks::refund_subtasks,
     subtasks::counts,

@@ -24,6 +24,33 @@ pub(super) fn by_status(f: &RunFacts, t: &mut Sheet) {
     t.row("subtasks by status at the end", or_none(tally(&counts)));
 }
 
+/// The subtasks short of `SUCCEEDED` (those awaiting an operator left out) by their step, the
+/// scenario's subtask id, and how each ended — a failure by its kind, `never began` when no attempt
+/// started: which steps a run loses, and why (shown).
+pub(super) fn short_by_step(f: &RunFacts, t: &mut Sheet) {
+    let mut by_step: BTreeMap<&str, BTreeMap<String, usize>> = BTreeMap::new();
+    for s in f.store.values().flatten().flat_map(|(_, subtasks)| subtasks) {
+        if matches!(s.status, SubtaskStatus::Succeeded | SubtaskStatus::AwaitingApproval) {
+            continue;
+        }
+        let how = match &s.result {
+            Some(SubtaskResult::Failed { kind, .. }) if s.attempts == 0 => format!("{} never began", kind.code()),
+            Some(SubtaskResult::Failed { kind, .. }) => kind.code().to_owned(),
+            Some(SubtaskResult::Skipped { dependency }) => format!("skipped after {dependency}"),
+            _ => s.status.as_str().to_lowercase(),
+        };
+        *by_step.entry(s.subtask.id.as_str()).or_default().entry(how).or_default() += 1;
+    }
+    let shown: Vec<String> = by_step
+        .iter()
+        .map(|(step, hows)| {
+            let hows: Vec<String> = hows.iter().map(|(how, n)| format!("{how} {n}")).collect();
+            format!("{step}: {}", hows.join(", "))
+        })
+        .collect();
+    t.row("subtasks short of SUCCEEDED by step", if shown.is_empty() { "none".into() } else { shown.join("; ") });
+}
+
 /// A terminal conversation has every subtask terminal (the swarm's invariant): a `DONE`, `FAILED`
 /// or `HANDOFF` conversation with a subtask still `PENDING`, `QUEUED` or `RUNNING` shows work that
 /// never runs as still to come. Fails the run, naming each such conversation and its open subtasks.

@@ -527,6 +527,7 @@ fn the_share_of_subtasks_succeeded_leaves_out_the_rejected_and_fails_the_run_onl
         "4 / 5 = 80.00 % (excluded: 0, 1)"
     );
     assert_eq!(v.outcome, Outcome::Passed, "not judged without --min-succeeded: {}", v.table);
+    assert_eq!(cell(&v.table, "subtasks short of SUCCEEDED by step"), "w02: deadline_passed never began 1");
     let judged = verdict(&RunFacts { min_succeeded: Some(0.8), ..facts() });
     assert_eq!(judged.outcome, Outcome::Passed, "80 % meets 0.8: {}", judged.table);
     let strict = verdict(&RunFacts { min_succeeded: Some(0.99), ..facts() });

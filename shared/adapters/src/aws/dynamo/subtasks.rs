@@ -257,6 +257,37 @@ impl SubtaskStore for DynamoConversationStore {
             ))),
         }
     }
+
+    async fn settle_submitted(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+    ) -> Result<RecordOutcome, StoreError> {
+        let mut u = Update::default();
+        u.set("status", s(result.status().as_str())).set("result", s(fit_result(result)?));
+        let condition = u.status_in(&[SubtaskStatus::Submitted.as_str()]);
+        if let Some(item) = self
+            .update(
+                "UpdateItem(settle_submitted)",
+                &ItemKey::subtask(id, subtask_id),
+                u,
+                condition,
+                ReturnValue::AllNew,
+            )
+            .await?
+        {
+            return Ok(RecordOutcome::Recorded(subtask_from_item(&item)?));
+        }
+        Ok(match self.subtask_after_conflict(id, subtask_id).await? {
+            None => RecordOutcome::Missing,
+            // A retry whose answer was lost finds its own write.
+            Some(rec) if rec.status == result.status() && rec.result.as_ref() == Some(result) => {
+                RecordOutcome::Recorded(rec)
+            }
+            Some(rec) => RecordOutcome::AlreadyFinished(rec),
+        })
+    }
 }
 
 #[async_trait]

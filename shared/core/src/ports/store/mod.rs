@@ -292,6 +292,21 @@ store_roles! {
             now_ms: i64,
         ) -> Result<CloseOutcome, StoreError>
             as CloseSubtask { subtask: subtask_id };
+
+        /// Settles a `SUBMITTED` subtask whose side effects' confirmation learnt every outcome: its
+        /// status and result become `result`'s (the journal's: `SUCCEEDED` or `AWAITING_APPROVAL`),
+        /// one write conditional on the subtask being `SUBMITTED`. It was counted when it was
+        /// submitted: nothing else changes. Answers [`RecordOutcome::Recorded`] with the record as
+        /// written — also to a retry whose answer was lost (the stored status and result are
+        /// `result`'s); [`RecordOutcome::AlreadyFinished`] with the record as it stands when it is
+        /// not `SUBMITTED` (open, or finished otherwise).
+        async fn settle_submitted(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            result: &SubtaskResult,
+        ) -> Result<RecordOutcome, StoreError>
+            as SettleSubmitted { subtask: subtask_id };
     }
 
     /// Exactly-once accounting of finished subtasks on the conversation item (DESIGN.md invariant 1).
@@ -492,7 +507,8 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 35);
+        assert_eq!(StoreOp::ALL.len(), 36);
+        assert_eq!(StoreOp::SettleSubmitted.name(), "settle_submitted");
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
 }
