@@ -101,7 +101,8 @@ report+=("${cargo_details[@]}")
 # there (infra/stress-timing.sh, docs/testing.md). The crash after the enqueue gets a rate of its
 # own (0.5): it has one opportunity per accepted plan, and on a machine that also ran a 100 x 10
 # emulator chaos run and a cross build, 14 of 20 requests gave up and it had 3 opportunities, none
-# drawn at the default 0.06 (inconclusive); at 0.5 three opportunities miss it 1 time in 8, ten 1 in 1,000.
+# drawn at the default 0.06 (inconclusive); faults are spaced (every 1/r opportunities times a seeded
+# factor in [0.5, 1.5]), so at 0.5 any 3 opportunities meet it.
 # It runs with IAM enforced: every function signs with its own IAM user, its role's policies from template.yaml.
 # A share of the tasks messages is poisoned (--poison-message-rate): failed on every receive, each is
 # redriven to the DLQ after 3 receives at the worker's retry visibility (10 s × the scale), so the DLQ

@@ -138,8 +138,9 @@ class TemplateLint(unittest.TestCase):
         self.assertTrue(self.broken(found, "<= shop.reserved_concurrency"), found)
         found = self.findings(params={"ShopToolsReservedConcurrency": "500"}, label="staging")
         self.assertTrue(self.broken(found, "gateway.reserved_concurrency >= 0 and"), "an unreserved gateway before a reserved shop")
-        fine = {"WorkerMaxConcurrency": "10", "WorkerBatchSize": "2", "GatewayReservedConcurrency": "100",
-                "ShopToolsReservedConcurrency": "100"}
+        # 10 x 2 x 4 tool calls of the workers + 10 x 1 x 4 of the side effects' workers (its default): 120.
+        fine = {"WorkerMaxConcurrency": "10", "WorkerBatchSize": "2", "GatewayReservedConcurrency": "120",
+                "ShopToolsReservedConcurrency": "120"}
         self.assertEqual(self.findings(params=fine, label="staging"), [])
 
     def test_a_stream_mapping_without_a_watched_on_failure_destination_is_found(self):
