@@ -42,7 +42,7 @@ pub use operator::{IamOperators, Operator, OperatorAllowlist, OperatorAuth};
 pub use tokens::TokenTable;
 
 use crate::approvals::{Approvals, Decision};
-use crate::core::{Orchestrator, validate_request};
+use crate::core::{CreateRequest, Orchestrator, validate_request};
 
 /// Largest request body read, in bytes (a message is at most 8,000 characters); larger → 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -136,14 +136,27 @@ async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
-    let body: CreateBody = error::parse_json(&body?, r#"{"message": "...", "customer_id": "..."}"#)?;
+    let validated = customer_message(&state, &caller, &headers, &body?)?;
+    let created = state.core.create(validated).await?;
+    accepted(&created)
+}
+
+/// The customer's message of a `POST` (`{"message", "customer_id"?}`), for the caller, with its
+/// `Idempotency-Key`, validated. Errors (all 400 but one): a body that is not that JSON, no
+/// `message`, a bad `Idempotency-Key`, a bad or missing customer id, an empty message or one over
+/// the limit; 403 when an authenticated caller names another customer.
+fn customer_message(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<CreateRequest, HttpError> {
+    let body: CreateBody = error::parse_json(body, r#"{"message": "...", "customer_id": "..."}"#)?;
     let message =
         body.message.ok_or_else(|| HttpError::bad_request("missing_message", "field \"message\" is required"))?;
     let customer = caller.acting_for(body.customer_id)?;
-    let key = idempotency_key(&headers)?;
-    let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
-    let created = state.core.create(validated).await?;
-    accepted(&created)
+    let key = idempotency_key(headers)?;
+    Ok(validate_request(&message, &customer, key, state.core.settings().max_message_chars)?)
 }
 
 /// `202` with `Location` for a message accepted into `created`'s conversation and turn.
@@ -167,12 +180,7 @@ async fn follow_up(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id?;
-    let body: CreateBody = error::parse_json(&body?, r#"{"message": "...", "customer_id": "..."}"#)?;
-    let message =
-        body.message.ok_or_else(|| HttpError::bad_request("missing_message", "field \"message\" is required"))?;
-    let customer = caller.acting_for(body.customer_id)?;
-    let key = idempotency_key(&headers)?;
-    let validated = validate_request(&message, &customer, key, state.core.settings().max_message_chars)?;
+    let validated = customer_message(&state, &caller, &headers, &body?)?;
     let created = state.core.follow_up(&id, validated).await?;
     accepted(&created)
 }
