@@ -10,13 +10,19 @@ use crate::chaos::operator::Decision;
 
 /// A conversation a client was given (202) that ended (terminal) with no subtask ever begun: every
 /// subtask closed without an attempt, or none planned. Accepted work must at least start; the
-/// faults injected are all ones the platform must ride out (issue: an enqueue cut by a crash or
-/// a budget). Fails the run.
+/// faults injected are ones the platform must ride out (issue: an enqueue cut by a crash or a
+/// budget) — except a poisoned message, which fails on every receive before its attempt begins:
+/// a conversation whose every subtask met one (a plan of one subtask, poisoned) is excused. Fails
+/// the run.
 pub(super) fn accepted_never_begun(f: &RunFacts, t: &mut Sheet) {
     let mut never = Vec::new();
     for (i, id) in f.clients.iter().filter_map(|(i, c)| c.conversation_id.as_ref().map(|id| (i, id))) {
         let Some((c, subtasks)) = f.store.get(id.as_str()).and_then(Option::as_ref) else { continue };
-        if c.status.is_terminal() && subtasks.iter().all(|s| s.attempts == 0) {
+        let poisoned = |s: &&swarm_core::domain::SubtaskRecord| {
+            f.unrecoverable.contains(&(id.clone(), s.subtask.id.as_str().to_owned()))
+        };
+        let all_poisoned = !subtasks.is_empty() && subtasks.iter().all(|s| poisoned(&s));
+        if c.status.is_terminal() && subtasks.iter().all(|s| s.attempts == 0) && !all_poisoned {
             never.push(format!("c{i} {id} ({}, {} subtasks)", c.status, subtasks.len()));
         }
     }

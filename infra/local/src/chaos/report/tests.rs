@@ -237,6 +237,22 @@ fn an_accepted_conversation_ended_with_no_subtask_begun_fails_the_run_and_a_pois
         "{:?}",
         v.failures
     );
+    // Every subtask of c0 poisoned (each fails on every receive before its attempt begins): excused.
+    let poisoned: Vec<String> =
+        f.store[&ids[0]].as_ref().unwrap().1.iter().map(|s| s.subtask.id.as_str().to_owned()).collect();
+    for s in &poisoned {
+        f.unrecoverable.insert((ids[0].clone(), s.clone()));
+    }
+    let attempts: Vec<u32> = f.store[&ids[0]].as_ref().unwrap().1.iter().map(|s| s.attempts).collect();
+    for s in f.store.get_mut(&ids[0]).unwrap().as_mut().unwrap().1.iter_mut() {
+        s.attempts = 0;
+    }
+    let v = verdict(&f);
+    assert_eq!(cell(&v.table, "accepted (202), ended with no subtask ever begun"), "0", "{}", v.table);
+    f.unrecoverable.clear();
+    for (s, a) in f.store.get_mut(&ids[0]).unwrap().as_mut().unwrap().1.iter_mut().zip(attempts) {
+        s.attempts = a;
+    }
     // c0's w02 met a poisoned message: its failure is not counted as one the platform could have avoided.
     subs0_begun(&mut f, &ids[0]);
     f.unrecoverable.insert((ids[0].clone(), "w02".to_owned()));
