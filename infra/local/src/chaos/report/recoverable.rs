@@ -23,7 +23,15 @@ pub(super) fn accepted_never_begun(f: &RunFacts, t: &mut Sheet) {
         };
         let all_poisoned = !subtasks.is_empty() && subtasks.iter().all(|s| poisoned(&s));
         if c.status.is_terminal() && subtasks.iter().all(|s| s.attempts == 0) && !all_poisoned {
-            never.push(format!("c{i} {id} ({}, {} subtasks)", c.status, subtasks.len()));
+            // How each ended, so a failed run says whether nothing was sent or the backlog never reached it.
+            let ends: Vec<String> = subtasks
+                .iter()
+                .map(|s| {
+                    let kind = s.result.as_ref().and_then(|r| r.failure_kind()).map_or("-", |k| k.code());
+                    format!("{} {} {kind}", s.subtask.id, s.status.as_str())
+                })
+                .collect();
+            never.push(format!("c{i} {id} ({}, {} subtasks: {})", c.status, subtasks.len(), ends.join(", ")));
         }
     }
     t.row("accepted (202), ended with no subtask ever begun", never.len());
