@@ -312,9 +312,15 @@ async fn a_refund_killed_after_its_intent_and_closed_by_the_deadline_is_confirme
     let view = converse(&stack, "C108", "Please refund order A1033.").await;
     assert!(stack.counters().snapshot().killed_invocations >= 1, "the refund worker died after its intent");
     let refund = refund_subtask(&view);
-    assert_eq!(refund.status, SubtaskStatus::Submitted, "not reported failed: {view:?}");
-    let later = until(&stack, &view.conversation_id, "the refund's intent was confirmed", |v| {
-        refund_subtask(v).effects[0].state == EffectState::Done
+    // Answered while the refund is being confirmed; the confirmation may already have settled it
+    // (SUBMITTED → SUCCEEDED) by the time the answer is read.
+    assert!(
+        matches!(refund.status, SubtaskStatus::Submitted | SubtaskStatus::Succeeded),
+        "not reported failed: {view:?}"
+    );
+    let later = until(&stack, &view.conversation_id, "the refund's intent was confirmed and settled", |v| {
+        let refund = refund_subtask(v);
+        refund.effects[0].state == EffectState::Done && refund.status == SubtaskStatus::Succeeded
     })
     .await;
     assert_eq!(refund_subtask(&later).effects[0].ok, Some(true), "{later:?}");
@@ -379,12 +385,17 @@ async fn the_deadline_while_a_refund_is_in_flight_says_being_confirmed_and_get_l
     .await;
     let view = converse(&stack, "C108", "Please refund order A1033.").await;
     let refund = refund_subtask(&view);
-    assert_eq!(refund.status, SubtaskStatus::Submitted, "not reported failed: {view:?}");
+    // Its confirmation (2 s on) may have settled it already when the answer is read on a loaded machine.
+    assert!(
+        matches!(refund.status, SubtaskStatus::Submitted | SubtaskStatus::Succeeded),
+        "not reported failed: {view:?}"
+    );
     let reply = view.reply.clone().unwrap();
     assert!(reply.contains("Submitted, being confirmed"), "{reply}");
     assert!(!reply.contains("could not"), "{reply}");
-    let later = until(&stack, &view.conversation_id, "the refund's outcome landed", |v| {
-        refund_subtask(v).effects[0].state == EffectState::Done
+    let later = until(&stack, &view.conversation_id, "the refund's outcome landed and settled it", |v| {
+        let refund = refund_subtask(v);
+        refund.effects[0].state == EffectState::Done && refund.status == SubtaskStatus::Succeeded
     })
     .await;
     let effect = &refund_subtask(&later).effects[0];
