@@ -3,10 +3,12 @@
 use serde::Serialize;
 
 use swarm_core::domain::{Subtask, SubtaskId, truncate_chars};
+use swarm_core::memory::Memory;
 use swarm_core::ports::ToolSpec;
 
 use crate::catalog::{ToolKind, find_tool};
 use crate::intent::{Analysis, analyse};
+use crate::recall;
 use crate::text::{Boundary, Product, split_message};
 
 /// Instruction of the subtask a greeting gets.
@@ -68,9 +70,16 @@ pub(crate) fn asks_for_a_person(query: &str) -> bool {
 
 /// Plans `query` against the catalogue `tools` and answers the plan as JSON text. A customer
 /// asking for a person gets `"handoff": true`, and no subtask unless they also asked for something.
-pub(crate) fn plan_json(query: &str, tools: &[ToolSpec]) -> String {
+///
+/// A follow-up is planned against `memory` (the earlier turns; empty for a first message): its
+/// references are resolved to order ids first ([`recall::resolve`]), and a subtask about an order
+/// memory holds facts of that cannot change gets them ([`recall::with_known_facts`]).
+pub(crate) fn plan_json(query: &str, tools: &[ToolSpec], memory: &Memory) -> String {
     let handoff = asks_for_a_person(query);
-    let mut subtasks = plan(query, tools);
+    let mut subtasks = plan(&recall::resolve(query, memory), tools);
+    for s in &mut subtasks {
+        s.instruction = recall::with_known_facts(std::mem::take(&mut s.instruction), memory);
+    }
     if handoff && subtasks.iter().all(|s| s.instruction == GREET_INSTRUCTION || s.instruction == HELP_INSTRUCTION) {
         subtasks.clear();
     }
@@ -266,16 +275,16 @@ mod tests {
     #[test]
     fn a_customer_asking_for_a_person_gets_a_handoff_and_still_the_answers_asked_for() {
         let only: serde_json::Value =
-            serde_json::from_str(&plan_json("I want to talk to a human, please.", &catalogue())).unwrap();
+            serde_json::from_str(&plan_json("I want to talk to a human, please.", &catalogue(), &Memory::default())).unwrap();
         assert_eq!(only, json!({"subtasks": [], "handoff": true}));
         let both: serde_json::Value =
-            serde_json::from_str(&plan_json("Where is order A1029? Then let me speak to a real person.", &catalogue()))
+            serde_json::from_str(&plan_json("Where is order A1029? Then let me speak to a real person.", &catalogue(), &Memory::default()))
                 .unwrap();
         assert_eq!(both["handoff"], true);
         assert_eq!(both["subtasks"].as_array().map(Vec::len), Some(1));
-        let zh: serde_json::Value = serde_json::from_str(&plan_json("转人工", &catalogue())).unwrap();
+        let zh: serde_json::Value = serde_json::from_str(&plan_json("转人工", &catalogue(), &Memory::default())).unwrap();
         assert_eq!(zh["handoff"], true);
-        let none: serde_json::Value = serde_json::from_str(&plan_json("Where is order A1029?", &catalogue())).unwrap();
+        let none: serde_json::Value = serde_json::from_str(&plan_json("Where is order A1029?", &catalogue(), &Memory::default())).unwrap();
         assert!(none.get("handoff").is_none());
     }
 
@@ -398,7 +407,7 @@ mod tests {
 
     #[test]
     fn the_plan_json_has_the_orchestrators_shape() {
-        let json: serde_json::Value = serde_json::from_str(&plan_json("A1029?", &catalogue())).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(&plan_json("A1029?", &catalogue(), &Memory::default())).unwrap_or_default();
         assert_eq!(
             json,
             json!({"subtasks": [{"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"], "depends_on": []}]})

@@ -113,8 +113,9 @@ fn read_subtask(messages: &[ChatMessage]) -> Subtask {
         .strip_prefix(SUBTASK_MARKER)
         .and_then(|rest| rest.split_once(": ").map(|(_, i)| i))
         .unwrap_or(head)
-        .trim()
-        .to_owned();
+        .trim();
+    // Facts handed over from earlier turns are context, not what to do: the subtask is the rest.
+    let instruction = swarm_core::memory::split_known_facts(instruction).0.trim().to_owned();
     let reason = REASON.captures(&instruction).and_then(|c| c.get(1)).map(|m| m.as_str().trim().to_owned());
     let without_reason = match REASON.find(&instruction) {
         Some(m) => format!("{}{}", &instruction[..m.start()], &instruction[m.end()..]),
