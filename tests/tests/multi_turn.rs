@@ -57,7 +57,13 @@ fn sessions() -> Vec<Session> {
 
 /// Sends `message` as turn `turn` of conversation `id` (`None`: starts it) and waits for that
 /// turn to be answered; answers the conversation id and its view.
-async fn ask(stack: &LocalStack, id: Option<&str>, turn: u32, message: &str, customer: &str) -> (String, ConversationView) {
+async fn ask(
+    stack: &LocalStack,
+    id: Option<&str>,
+    turn: u32,
+    message: &str,
+    customer: &str,
+) -> (String, ConversationView) {
     let id = match id {
         None => {
             let (status, body) = stack.post_conversation(message, customer, None).await.unwrap();
@@ -100,7 +106,8 @@ async fn turn_problems(stack: &LocalStack, turn: &Turn, case: &Case, view: &Conv
     let refunds = stack.shop.refunds().await.unwrap();
     let waiting = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::AwaitingApproval).count();
     if turn.expect.get("awaits_review") == Some(&Value::Bool(true)) && (waiting != 1 || view.approvals.len() != 1) {
-        problems.push(format!("{waiting} subtasks awaiting approval, {} approvals: expected one", view.approvals.len()));
+        problems
+            .push(format!("{waiting} subtasks awaiting approval, {} approvals: expected one", view.approvals.len()));
     }
     if turn.expect.get("no_refund") == Some(&Value::Bool(true)) && (waiting > 0 || !view.approvals.is_empty()) {
         problems.push("a refund was put up for approval".into());
@@ -116,7 +123,8 @@ async fn every_session_meets_its_expectations_turn_by_turn(backend: BackendChoic
     assert!(all.len() >= 8, "at least eight sessions");
     let mut failures = Vec::new();
     for s in &all {
-        let stack = LocalStack::start(StackOptions { backend: backend.clone(), ..StackOptions::default() }).await.unwrap();
+        let stack =
+            LocalStack::start(StackOptions { backend: backend.clone(), ..StackOptions::default() }).await.unwrap();
         let mut id: Option<String> = None;
         for (n, turn) in s.turns.iter().enumerate() {
             let (conversation, view) = ask(&stack, id.as_deref(), n as u32, &turn.message, &s.customer).await;
@@ -212,8 +220,14 @@ async fn a_real_models_follow_up_plan_carries_the_bounded_memory_of_its_own_conv
     assert_eq!(block.matches(MEMORY_CLOSE).count(), 1);
     assert!(block.contains("\"customer\":\"Where is my order A1029?\""), "turn 0's question: {block}");
     // Facts the worker kept from get_order's structured result, with their source.
-    assert!(block.contains(r#"{"kind":"order_id","value":"A1029","stable":true,"subtask":"w01","tool":"shop__get_order"}"#), "{block}");
-    assert!(block.contains(r#""kind":"status","value":"PAID","about":"A1029","label":"order","stable":false"#), "{block}");
+    assert!(
+        block.contains(r#"{"kind":"order_id","value":"A1029","stable":true,"subtask":"w01","tool":"shop__get_order"}"#),
+        "{block}"
+    );
+    assert!(
+        block.contains(r#""kind":"status","value":"PAID","about":"A1029","label":"order","stable":false"#),
+        "{block}"
+    );
     // The mock's reply quotes the tool's output, and the reply is kept cut short; the facts are
     // typed values, never the output.
     let memory = Memory::from_block(&block).unwrap();

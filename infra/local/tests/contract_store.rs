@@ -524,7 +524,12 @@ async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
 
     let result = SubtaskResult::Succeeded {
         text: huge.clone(),
-        tool_calls: vec![ToolCallRecord { name: "shop__list_customer_orders".into(), ok: true, error: None, facts: vec![] }],
+        tool_calls: vec![ToolCallRecord {
+            name: "shop__list_customer_orders".into(),
+            ok: true,
+            error: None,
+            facts: vec![],
+        }],
     }
     .bounded();
     recorded(store.record_result(&conv.id, &"w01".into(), &result, &Usage::default(), &[], 2).await?)?;

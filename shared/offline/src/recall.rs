@@ -12,7 +12,9 @@ use crate::text::{self, Pat};
 const MAX_KNOWN_CHARS: usize = 300;
 
 static OTHER: LazyLock<Pat> = LazyLock::new(|| {
-    Pat::new(r"(?i)\bthe other (?:one|order)\b|\bthe other\b|另一个订单|另一个|另外一个|另一单|另一笔|另外那个|另外那单")
+    Pat::new(
+        r"(?i)\bthe other (?:one|order)\b|\bthe other\b|另一个订单|另一个|另外一个|另一单|另一笔|另外那个|另外那单",
+    )
 });
 static THIS: LazyLock<Pat> = LazyLock::new(|| {
     Pat::new(
@@ -161,8 +163,7 @@ mod tests {
     use swarm_core::memory::{Fact, RememberedFact, TurnMemory};
 
     fn fact(kind: FactKind, value: &str, about: Option<&str>, label: Option<&str>) -> RememberedFact {
-        let fact =
-            Fact { kind, value: value.into(), about: about.map(Into::into), label: label.map(Into::into) };
+        let fact = Fact { kind, value: value.into(), about: about.map(Into::into), label: label.map(Into::into) };
         RememberedFact { stable: fact.is_stable(), fact, subtask: "w01".into(), tool: "shop__get_order".into() }
     }
 
@@ -182,7 +183,15 @@ mod tests {
     fn memory() -> Memory {
         Memory {
             turns: vec![
-                turn(0, "Where are A1007 and A1031?", [order("A1007", ("SKU-1013", "Grey Running Shoes 40")), order("A1031", ("SKU-1008", "Black Down Jacket L"))].concat()),
+                turn(
+                    0,
+                    "Where are A1007 and A1031?",
+                    [
+                        order("A1007", ("SKU-1013", "Grey Running Shoes 40")),
+                        order("A1031", ("SKU-1008", "Black Down Jacket L")),
+                    ]
+                    .concat(),
+                ),
                 turn(1, "我最近的订单呢？", order("A1031", ("SKU-1008", "Black Down Jacket L"))),
             ],
             dropped: 0,
@@ -221,7 +230,9 @@ mod tests {
         let i = with_known_facts("Check the status of order A1031.".into(), &m);
         assert_eq!(
             i,
-            format!("Check the status of order A1031.{KNOWN_FACTS_MARKER}order A1031: items SKU-1008 Black Down Jacket L; paid 1874.00 CNY.")
+            format!(
+                "Check the status of order A1031.{KNOWN_FACTS_MARKER}order A1031: items SKU-1008 Black Down Jacket L; paid 1874.00 CNY."
+            )
         );
         assert!(!i.contains("DELIVERED"), "a status is asked of the tool again");
         assert_eq!(with_known_facts("Check order A1029.".into(), &m), "Check order A1029.");
