@@ -647,6 +647,8 @@ impl Orchestrator {
         let names: Vec<&str> = catalogue.iter().map(|t| t.name.as_str()).collect();
         let fallback_tools = self.roles.default_role_tools(&names);
         let mut messages = plan_messages_in(&conversation.query, &catalogue, conversation.reply_language());
+        // A follow-up is planned knowing the conversation's earlier turns ("it" → an order id).
+        self.memory(conversation, deadline).await.add_to(&mut messages);
         let mut usage = Usage::default();
         // Planning must fit API Gateway's 30 s: retries are bounded by `deadline` as well.
         let policy = LlmRetryPolicy { max_attempts: 5, ..LlmRetryPolicy::default() };

@@ -115,10 +115,14 @@ async fn a_follow_up_starts_the_next_turn_planned_from_its_own_message_and_get_s
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!((body["turn"].as_u64(), body["conversation_id"].as_str()), (Some(1), Some(id.as_str())));
     assert_eq!(headers.get(header::LOCATION).unwrap(), &format!("/conversations/{id}"));
-    // The planner of turn 1 was asked about turn 1's message.
+    // The planner of turn 1 was asked about turn 1's message, with turn 0 in the memory block just before it.
     let asked = r.model.requests();
-    let last = serde_json::to_string(&asked.last().unwrap().messages).unwrap();
-    assert!(last.contains("coupon SAVE20") && !last.contains("A1029"), "{last}");
+    let messages = &asked.last().unwrap().messages;
+    let text = |m: &swarm_core::ports::ChatMessage| serde_json::to_string(m).unwrap();
+    let (memory, message) = (text(&messages[messages.len() - 2]), text(&messages[messages.len() - 1]));
+    assert!(message.contains("coupon SAVE20") && !message.contains("A1029"), "{message}");
+    assert!(memory.contains("<earlier-turns>") && memory.contains("where is order A1029?"), "{memory}");
+    assert!(memory.contains("A1029 ships today.") && !memory.contains("SAVE20"), "{memory}");
     // Turn 1's subtasks are its own: ids scoped to the turn, the first sent with turn 1's deadline.
     let c = r.store.get_conversation(&id).await.unwrap().unwrap();
     assert_eq!((c.turn, c.status, c.total), (1, ConversationStatus::Running, 2));

@@ -103,7 +103,7 @@ async fn running(store: &Store, ids: &[&str]) -> Result<(Conversation, Vec<Subta
 fn succeeded(text: &str) -> SubtaskResult {
     SubtaskResult::Succeeded {
         text: text.to_owned(),
-        tool_calls: vec![ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None }],
+        tool_calls: vec![ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None, facts: vec![] }],
     }
 }
 
@@ -524,7 +524,12 @@ async fn a_huge_tool_output_still_writes(store: Store) -> Result<()> {
 
     let result = SubtaskResult::Succeeded {
         text: huge.clone(),
-        tool_calls: vec![ToolCallRecord { name: "shop__list_customer_orders".into(), ok: true, error: None }],
+        tool_calls: vec![ToolCallRecord {
+            name: "shop__list_customer_orders".into(),
+            ok: true,
+            error: None,
+            facts: vec![],
+        }],
     }
     .bounded();
     recorded(store.record_result(&conv.id, &"w01".into(), &result, &Usage::default(), &[], 2).await?)?;

@@ -217,7 +217,12 @@ pub fn journal_result(effects: &[Effect]) -> Option<SubtaskResult> {
         .iter()
         .map(|e| {
             let ok = e.state == EffectState::Done && e.outcome.as_ref().is_some_and(|o| !o.is_error);
-            ToolCallRecord { name: e.tool.clone(), ok, error: (!ok).then(|| e.state.code().to_owned()) }
+            ToolCallRecord {
+                name: e.tool.clone(),
+                ok,
+                error: (!ok).then(|| e.state.code().to_owned()),
+                facts: Vec::new(),
+            }
         })
         .collect();
     Some(SubtaskResult::Succeeded {

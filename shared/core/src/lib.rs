@@ -1,4 +1,4 @@
-//! The pure core of lambda-swarm: domain values, identity and limits (`access`), the end of a conversation (`answer`), the reply's language (`language`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
+//! The pure core of lambda-swarm: domain values, identity and limits (`access`), the end of a conversation (`answer`), the reply's language (`language`), the memory of earlier turns (`memory`), port traits, named crash points, plan parsing, prompts, reply, view, roles, JSON repair, the LLM rules, the timing table and the observability vocabulary (`obs`: metric catalogue, span helpers).
 //!
 //! Nothing here talks to AWS, HTTP or MCP: the adapters behind the ports live
 //! in `swarm-adapters`, the offline model in `swarm-offline`, the test doubles
@@ -17,6 +17,7 @@ pub mod jsonfix;
 pub mod language;
 pub mod lifecycle;
 pub mod llm;
+pub mod memory;
 pub mod obs;
 pub mod plan;
 pub mod ports;

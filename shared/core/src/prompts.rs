@@ -39,7 +39,10 @@ When the customer asks to talk to a person (a human agent), add \"handoff\": tru
 pub const WORKER_PROMPT: &str = "You are a worker of an online shop's support team. You handle exactly one subtask of a customer's message, \
 using the tools offered. Call tools for facts; never invent order states, dates, prices or stock. \
 When a tool refuses or fails, say so plainly. Finish with a short factual answer to your subtask only, \
-naming the ids, codes, dates and amounts you found.";
+naming the ids, codes, dates and amounts you found. \
+A line \"Known from earlier turns (cannot change): …\" in your subtask gives facts from earlier turns that cannot \
+change (ids, an order's items and amount paid): use them, but ask the tools for anything that can change, and a \
+refund or other action always goes through its tool and its checks.";
 
 pub const REPLY_PROMPT: &str = "You write the shop's reply to the customer from the results of the subtasks. \
 Answer every part of the customer's message in the language and script the `Reply language:` line names \

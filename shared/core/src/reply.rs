@@ -157,33 +157,35 @@ pub fn reply_input(subtasks: &[SubtaskRecord], notes: &[String]) -> ReplyInput {
 /// [`reply_input`] for a conversation answered in `language`: our sentences in it, and the
 /// language named for the reply writer and [`compose_reply`].
 pub fn reply_input_in(subtasks: &[SubtaskRecord], notes: &[String], language: Language) -> ReplyInput {
+    // What the customer asked for, without the facts the plan handed the worker from memory.
+    let instruction = |r: &SubtaskRecord| crate::memory::split_known_facts(&r.subtask.instruction).0.to_owned();
     let results = subtasks
         .iter()
         .map(|r| match (&r.status, &r.result) {
             (SubtaskStatus::Succeeded, Some(SubtaskResult::Succeeded { text, .. })) => ReplyItem {
                 id: r.subtask.id.clone(),
-                instruction: r.subtask.instruction.clone(),
+                instruction: instruction(r),
                 status: ReplyStatus::Succeeded,
                 answer: Some(text.clone()),
                 problem: None,
             },
             (_, Some(SubtaskResult::AwaitingApproval { approvals })) => ReplyItem {
                 id: r.subtask.id.clone(),
-                instruction: r.subtask.instruction.clone(),
+                instruction: instruction(r),
                 status: ReplyStatus::AwaitingApproval,
                 answer: Some(awaiting_approval_text_in(approvals, language)),
                 problem: None,
             },
             (_, Some(SubtaskResult::Submitted { tools })) => ReplyItem {
                 id: r.subtask.id.clone(),
-                instruction: r.subtask.instruction.clone(),
+                instruction: instruction(r),
                 status: ReplyStatus::Submitted,
                 answer: Some(submitted_text_in(tools, language)),
                 problem: None,
             },
             _ => ReplyItem {
                 id: r.subtask.id.clone(),
-                instruction: r.subtask.instruction.clone(),
+                instruction: instruction(r),
                 status: if r.status == SubtaskStatus::Skipped { ReplyStatus::Skipped } else { ReplyStatus::Failed },
                 answer: None,
                 problem: Some(plain_problem_in(r, language)),

@@ -24,6 +24,18 @@ pub struct ToolCallRecord {
     /// Why the call failed or was refused (denied, timed out, bad arguments…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the tool's structured result said, as typed facts (at most
+    /// [`crate::memory::MAX_FACTS_PER_CALL`], each value ≤ 64 characters): what the conversation's
+    /// memory reads in later turns instead of the output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<crate::memory::Fact>,
+}
+
+impl ToolCallRecord {
+    /// A call that failed or was refused, and `why` (no facts).
+    pub fn failed(name: impl Into<String>, why: impl Into<String>) -> Self {
+        Self { name: name.into(), ok: false, error: Some(why.into()), facts: Vec::new() }
+    }
 }
 
 /// Why a subtask failed: one stable code per cause, the value every decision

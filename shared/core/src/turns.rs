@@ -150,10 +150,10 @@ impl Conversation {
     }
 }
 
-/// The account of earlier turns a turn's planner is given: the seam for the conversation's memory.
+/// A one-line-per-turn outline of earlier turns (number and status only), for logs and tools.
 ///
-/// Today it holds each earlier turn's number and status only (no message, no reply: a bounded
-/// digest of those is the next step); the planner's prompt takes [`EarlierTurns::lines`].
+/// The planner's account of earlier turns — messages, replies and the facts their tools returned,
+/// bounded in tokens — is [`crate::memory::Memory`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EarlierTurns {
     /// One line per earlier turn, oldest first.

@@ -547,7 +547,7 @@ mod tests {
             r.tools_used = tools.iter().map(|t| t.to_string()).collect();
             r
         };
-        let get_order = ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None };
+        let get_order = ToolCallRecord { name: "shop__get_order".into(), ok: true, error: None, facts: vec![] };
         let subtasks = vec![
             mk(
                 "w01",

@@ -6,7 +6,10 @@
 //! [`Purpose`]:
 //! - `Plan`: splits the customer's message into questions and answers the
 //!   plan JSON `{"subtasks": [{id, instruction, tools, depends_on}]}`, tools
-//!   picked from `request.tools` by name and description ([`catalog`]);
+//!   picked from `request.tools` by name and description ([`catalog`]); a
+//!   follow-up's references ("it", "the other one", "那个订单") are first
+//!   resolved from the memory block of earlier turns, and an order's facts
+//!   that cannot change are handed to its subtask ([`recall`]);
 //! - `Work`: reads `Subtask <id>: <instruction>` and the transcript, asks for
 //!   the next tool calls (`call_<n>`, arguments shaped to each tool's schema)
 //!   or writes a short factual answer from the tool results ([`worker`]);
@@ -27,6 +30,7 @@ mod fold;
 mod intent;
 mod lang;
 mod planner;
+mod recall;
 mod render;
 mod reply;
 mod text;
@@ -75,7 +79,10 @@ impl ChatModel for OfflineModel {
 /// The answer to one request; never fails.
 fn respond(request: &ChatRequest) -> ChatResponse {
     match request.purpose {
-        Purpose::Plan => text_response(planner::plan_json(&customer_query(&request.messages), &plan_tools(request))),
+        Purpose::Plan => {
+            let memory = swarm_core::memory::Memory::in_messages(&request.messages).unwrap_or_default();
+            text_response(planner::plan_json(&customer_query(&request.messages), &plan_tools(request), &memory))
+        }
         Purpose::Work => match worker::work(&request.messages, &request.tools) {
             worker::Outcome::Calls(tool_calls) => ChatResponse {
                 content: None,

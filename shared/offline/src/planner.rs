@@ -3,10 +3,12 @@
 use serde::Serialize;
 
 use swarm_core::domain::{Subtask, SubtaskId, truncate_chars};
+use swarm_core::memory::Memory;
 use swarm_core::ports::ToolSpec;
 
 use crate::catalog::{ToolKind, find_tool};
 use crate::intent::{Analysis, analyse};
+use crate::recall;
 use crate::text::{Boundary, Product, split_message};
 
 /// Instruction of the subtask a greeting gets.
@@ -68,9 +70,16 @@ pub(crate) fn asks_for_a_person(query: &str) -> bool {
 
 /// Plans `query` against the catalogue `tools` and answers the plan as JSON text. A customer
 /// asking for a person gets `"handoff": true`, and no subtask unless they also asked for something.
-pub(crate) fn plan_json(query: &str, tools: &[ToolSpec]) -> String {
+///
+/// A follow-up is planned against `memory` (the earlier turns; empty for a first message): its
+/// references are resolved to order ids first ([`recall::resolve`]), and a subtask about an order
+/// memory holds facts of that cannot change gets them ([`recall::with_known_facts`]).
+pub(crate) fn plan_json(query: &str, tools: &[ToolSpec], memory: &Memory) -> String {
     let handoff = asks_for_a_person(query);
-    let mut subtasks = plan(query, tools);
+    let mut subtasks = plan(&recall::resolve(query, memory), tools);
+    for s in &mut subtasks {
+        s.instruction = recall::with_known_facts(std::mem::take(&mut s.instruction), memory);
+    }
     if handoff && subtasks.iter().all(|s| s.instruction == GREET_INSTRUCTION || s.instruction == HELP_INSTRUCTION) {
         subtasks.clear();
     }
@@ -266,16 +275,22 @@ mod tests {
     #[test]
     fn a_customer_asking_for_a_person_gets_a_handoff_and_still_the_answers_asked_for() {
         let only: serde_json::Value =
-            serde_json::from_str(&plan_json("I want to talk to a human, please.", &catalogue())).unwrap();
-        assert_eq!(only, json!({"subtasks": [], "handoff": true}));
-        let both: serde_json::Value =
-            serde_json::from_str(&plan_json("Where is order A1029? Then let me speak to a real person.", &catalogue()))
+            serde_json::from_str(&plan_json("I want to talk to a human, please.", &catalogue(), &Memory::default()))
                 .unwrap();
+        assert_eq!(only, json!({"subtasks": [], "handoff": true}));
+        let both: serde_json::Value = serde_json::from_str(&plan_json(
+            "Where is order A1029? Then let me speak to a real person.",
+            &catalogue(),
+            &Memory::default(),
+        ))
+        .unwrap();
         assert_eq!(both["handoff"], true);
         assert_eq!(both["subtasks"].as_array().map(Vec::len), Some(1));
-        let zh: serde_json::Value = serde_json::from_str(&plan_json("转人工", &catalogue())).unwrap();
+        let zh: serde_json::Value =
+            serde_json::from_str(&plan_json("转人工", &catalogue(), &Memory::default())).unwrap();
         assert_eq!(zh["handoff"], true);
-        let none: serde_json::Value = serde_json::from_str(&plan_json("Where is order A1029?", &catalogue())).unwrap();
+        let none: serde_json::Value =
+            serde_json::from_str(&plan_json("Where is order A1029?", &catalogue(), &Memory::default())).unwrap();
         assert!(none.get("handoff").is_none());
     }
 
@@ -397,8 +412,45 @@ mod tests {
     }
 
     #[test]
+    fn a_follow_up_is_planned_for_the_order_memory_resolves_with_its_unchanging_facts() {
+        use swarm_core::memory::{Fact, FactKind, KNOWN_FACTS_MARKER, RememberedFact, TurnMemory};
+        let fact = |kind, value: &str, about: Option<&str>, label: Option<&str>| {
+            let fact = Fact { kind, value: value.into(), about: about.map(Into::into), label: label.map(Into::into) };
+            RememberedFact { stable: fact.is_stable(), fact, subtask: "w01".into(), tool: "shop__get_order".into() }
+        };
+        let memory = Memory {
+            turns: vec![TurnMemory {
+                turn: 0,
+                customer: "我的订单 A1033 到了吗？".into(),
+                reply: Some("订单 A1033 已送达。".into()),
+                facts: vec![
+                    fact(FactKind::OrderId, "A1033", None, None),
+                    fact(FactKind::Status, "DELIVERED", Some("A1033"), Some("order")),
+                    fact(FactKind::Amount, "1874.00 CNY", Some("A1033"), Some("paid")),
+                ],
+            }],
+            dropped: 0,
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&plan_json("它可以退款吗？", &catalogue(), &memory)).unwrap_or_default();
+        let subtasks = json["subtasks"].as_array().cloned().unwrap_or_default();
+        assert_eq!(subtasks.len(), 1, "{json}");
+        assert_eq!(subtasks[0]["tools"], json!(["shop__get_order", "shop__refund"]), "still the order and the refund");
+        assert_eq!(
+            subtasks[0]["instruction"],
+            format!(
+                "Refund order A1033 if the shop allows it; the customer's reason: \"它 (order A1033)可以退款吗\".{KNOWN_FACTS_MARKER}order A1033: paid 1874.00 CNY."
+            )
+        );
+        // The same message without memory has no order to refund.
+        let alone = plan("它可以退款吗？", &catalogue());
+        assert!(!alone[0].instruction.contains("A1033"));
+    }
+
+    #[test]
     fn the_plan_json_has_the_orchestrators_shape() {
-        let json: serde_json::Value = serde_json::from_str(&plan_json("A1029?", &catalogue())).unwrap_or_default();
+        let json: serde_json::Value =
+            serde_json::from_str(&plan_json("A1029?", &catalogue(), &Memory::default())).unwrap_or_default();
         assert_eq!(
             json,
             json!({"subtasks": [{"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"], "depends_on": []}]})

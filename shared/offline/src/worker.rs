@@ -109,12 +109,10 @@ fn read_subtask(messages: &[ChatMessage]) -> Subtask {
         None => (own, ""),
     };
     // "Subtask w01: <instruction>"
-    let instruction = head
-        .strip_prefix(SUBTASK_MARKER)
-        .and_then(|rest| rest.split_once(": ").map(|(_, i)| i))
-        .unwrap_or(head)
-        .trim()
-        .to_owned();
+    let instruction =
+        head.strip_prefix(SUBTASK_MARKER).and_then(|rest| rest.split_once(": ").map(|(_, i)| i)).unwrap_or(head).trim();
+    // Facts handed over from earlier turns are context, not what to do: the subtask is the rest.
+    let instruction = swarm_core::memory::split_known_facts(instruction).0.trim().to_owned();
     let reason = REASON.captures(&instruction).and_then(|c| c.get(1)).map(|m| m.as_str().trim().to_owned());
     let without_reason = match REASON.find(&instruction) {
         Some(m) => format!("{}{}", &instruction[..m.start()], &instruction[m.end()..]),
@@ -565,6 +563,39 @@ mod tests {
         assert_eq!(calls(&out), vec![("shop__get_order".to_owned(), json!({"order_id": "A1029"}))]);
         let Outcome::Calls(c) = out else { panic!("calls expected") };
         assert_eq!(c[0].id, "call_2");
+    }
+
+    #[test]
+    fn a_refund_with_facts_from_memory_still_looks_at_the_order_then_asks_for_the_refund() {
+        let instruction = format!(
+            "Refund order A1033 if the shop allows it; the customer's reason: \"refund it\".{}order A1033: items SKU-1021 White Air Purifier; paid 1874.00 CNY.",
+            swarm_core::memory::KNOWN_FACTS_MARKER
+        );
+        let mut msgs = work_messages("q", &"w01".into(), &instruction, &[]);
+        let first = work(&msgs, &tools());
+        assert_eq!(
+            calls(&first),
+            vec![("shop__get_order".to_owned(), json!({"order_id": "A1033"}))],
+            "the order, not memory"
+        );
+        msgs.push(ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "shop__get_order".into(),
+                arguments: r#"{"order_id":"A1033"}"#.into(),
+            }],
+            reasoning_content: None,
+        });
+        msgs.push(ChatMessage::Tool {
+            tool_call_id: "call_1".into(),
+            content: json!({"order_id": "A1033", "status": "DELIVERED", "paid": 1874.0, "refundable": 1874.0})
+                .to_string(),
+        });
+        let second = calls(&work(&msgs, &tools()));
+        assert_eq!(second.len(), 1, "{second:?}");
+        assert_eq!((second[0].0.as_str(), &second[0].1["order_id"]), ("shop__refund", &json!("A1033")));
+        assert!(!second[0].1["reason"].as_str().unwrap_or_default().contains("SKU-1021"), "{second:?}");
     }
 
     #[test]

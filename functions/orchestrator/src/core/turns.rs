@@ -3,6 +3,7 @@
 use swarm_core::domain::{Conversation, ConversationId, Lease, NextTurn, Plan, SubtaskId, request_hash, sweep_shard};
 use swarm_core::faults::{self, CrashPoint};
 use swarm_core::language::Language;
+use swarm_core::memory::Memory;
 use swarm_core::obs;
 use swarm_core::ports::TurnOutcome;
 use swarm_core::time::{self, now_ms};
@@ -27,6 +28,31 @@ pub(super) fn plan_in_turn(mut plan: Plan, turn: u32) -> Plan {
 }
 
 impl Orchestrator {
+    /// The memory of `conversation`'s turns before its current one ([`Memory::of`]), read from its
+    /// own items only (so only its customer's), by `deadline`. Turn 0 has none; a read that fails
+    /// or is cut plans the turn without memory (logged): a follow-up is still answered, only
+    /// without the earlier turns to resolve "it" against.
+    pub(super) async fn memory(&self, conversation: &Conversation, deadline: tokio::time::Instant) -> Memory {
+        if conversation.turn == 0 {
+            return Memory::default();
+        }
+        match tokio::time::timeout_at(deadline, self.store.conversation_history(&conversation.id)).await {
+            Ok(Ok(history)) => {
+                let memory = Memory::of(&conversation.id, &history.turns, &history.subtasks, conversation.turn);
+                tracing::info!(turns = memory.turns.len(), dropped = memory.dropped, "memory of earlier turns read");
+                memory
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "earlier turns unreadable; planning without memory");
+                Memory::default()
+            }
+            Err(_) => {
+                tracing::warn!("reading the earlier turns timed out; planning without memory");
+                Memory::default()
+            }
+        }
+    }
+
     /// `POST /conversations/{id}/messages`: the customer's next message on conversation `id`, as a
     /// new turn (202), once the latest turn is over.
     ///

@@ -54,13 +54,19 @@ impl CallEnd {
     /// A refused call's tool message (`{"error": why}`) and record.
     fn refused(name: &str, why: String) -> Self {
         let content = serde_json::json!({ "error": why }).to_string();
-        Self::answered(content, ToolCallRecord { name: name.to_owned(), ok: false, error: Some(why) })
+        Self::answered(content, ToolCallRecord::failed(name, why))
     }
 
-    /// A call's output as the transcript keeps it (`max_chars` of it) and its record.
+    /// A call's output as the transcript keeps it (`max_chars` of it) and its record, with the facts
+    /// of its structured result (read from the whole output, before the cut): the conversation's
+    /// memory reads those in later turns, never the output.
     fn output(name: &str, text: &str, is_error: bool, max_chars: usize) -> Self {
-        let record =
-            ToolCallRecord { name: name.to_owned(), ok: !is_error, error: is_error.then(|| truncate_chars(text, 200)) };
+        let record = ToolCallRecord {
+            name: name.to_owned(),
+            ok: !is_error,
+            error: is_error.then(|| truncate_chars(text, 200)),
+            facts: if is_error { Vec::new() } else { swarm_core::memory::facts_from_tool_output(text) },
+        };
         Self::answered(truncate_chars(text, max_chars), record)
     }
 }
@@ -220,7 +226,7 @@ impl ToolCalls {
             if let Prepared::Effect { ordinal, arguments } = p {
                 if no_time {
                     let why = "no time left to call the tool".to_owned();
-                    let record = ToolCallRecord { name: call.name.clone(), ok: false, error: Some(why.clone()) };
+                    let record = ToolCallRecord::failed(call.name.clone(), why.clone());
                     *p = Prepared::Refused(serde_json::json!({ "error": why }).to_string(), record);
                     continue;
                 }
@@ -305,7 +311,7 @@ impl ToolCalls {
         let name = if allowed.contains_key(call.name.as_str()) { call.name.clone() } else { safe_id(&call.name) };
         let refuse = |why: String| {
             let content = serde_json::json!({ "error": why }).to_string();
-            Prepared::Refused(content, ToolCallRecord { name: name.clone(), ok: false, error: Some(why) })
+            Prepared::Refused(content, ToolCallRecord::failed(name.clone(), why))
         };
         if truncated {
             return refuse("the model's answer was cut off (finish_reason length) before this call was complete; it was not executed".into());
@@ -411,7 +417,7 @@ impl ToolCalls {
                     "message": "This needs a person's approval first and was not done. Tell the customer it is waiting for review; do not call it again."
                 })
                 .to_string(),
-                record: ToolCallRecord { name, ok: false, error: Some("awaiting approval".into()) },
+                record: ToolCallRecord::failed(name, "awaiting approval"),
                 approval: Some(pending),
                 unknown: false,
                 store_failed: None,
@@ -422,7 +428,7 @@ impl ToolCalls {
                     "message": "Submitted; its result is being confirmed. Do not call it again."
                 })
                 .to_string(),
-                record: ToolCallRecord { name, ok: false, error: Some("outcome not known yet".into()) },
+                record: ToolCallRecord::failed(name, "outcome not known yet"),
                 approval: None,
                 unknown: true,
                 store_failed: None,

@@ -135,7 +135,7 @@ mod tests {
     }
 
     fn record(name: &str, ok: bool) -> ToolCallRecord {
-        ToolCallRecord { name: name.into(), ok, error: (!ok).then(|| "refused".to_owned()) }
+        ToolCallRecord { name: name.into(), ok, error: (!ok).then(|| "refused".to_owned()), facts: vec![] }
     }
 
     fn state(messages: Vec<ChatMessage>, tool_calls: Vec<ToolCallRecord>) -> LoopState {

@@ -147,9 +147,7 @@ mod tests {
     #[test]
     fn result_with_thousands_of_long_tool_errors_fits_the_budget() {
         use swarm_core::domain::ToolCallRecord;
-        let calls = (0..5_000)
-            .map(|i| ToolCallRecord { name: format!("shop__t{i}"), ok: false, error: Some("x".repeat(1_000)) })
-            .collect();
+        let calls = (0..5_000).map(|i| ToolCallRecord::failed(format!("shop__t{i}"), "x".repeat(1_000))).collect();
         let r = SubtaskResult::Succeeded { text: "y".repeat(100_000), tool_calls: calls };
         let json = fit_result(&r).unwrap();
         assert!(json.len() <= MAX_RESULT_BYTES, "{} bytes", json.len());
