@@ -23,6 +23,7 @@ swarm_tests::on_both_backends!(
     an_orchestrator_killed_before_its_marker_has_its_subtask_run_once_and_marked,
     a_deadline_run_killed_before_its_marker_sends_again_on_the_messages_return,
     a_plan_whose_write_was_cut_and_never_began_ends_failed_not_done_with_nothing_begun,
+    a_side_effect_subtask_never_sent_is_sent_by_the_first_run_on_the_side_effects_queue,
 );
 
 /// A 9,600 s deadline (40 s here) and the planning lease at 1,400 s (5.8 s here): the deadline
@@ -53,6 +54,14 @@ async fn stack_killed_at(backend: BackendChoice, points: &[CrashPoint]) -> Local
     let plan = serde_json::json!({"subtasks": [
         {"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]}
     ]});
+    stack_with_plan_killed_at(backend, &plan, points).await
+}
+
+async fn stack_with_plan_killed_at(
+    backend: BackendChoice,
+    plan: &serde_json::Value,
+    points: &[CrashPoint],
+) -> LocalStack {
     LocalStack::start(StackOptions {
         backend,
         models: Some(Models::single(Arc::new(with_plan(over_offline(), &plan.to_string())))),
@@ -75,20 +84,34 @@ async fn only_conversation(stack: &LocalStack) -> String {
 /// What the run left: the conversation answered before its deadline with w01 succeeded and begun
 /// once; answers whether the `queued` marker was written and how many invocations were killed.
 async fn assert_sent_once_and_answered_before_the_deadline(stack: LocalStack, id: &str) -> (bool, u64) {
+    assert_sent_once_and_answered_before_the_deadline_with(stack, id, &["w01"]).await
+}
+
+/// As [`assert_sent_once_and_answered_before_the_deadline`], for each of `subtasks`.
+async fn assert_sent_once_and_answered_before_the_deadline_with(
+    stack: LocalStack,
+    id: &str,
+    subtasks: &[&str],
+) -> (bool, u64) {
     let started = tokio::time::Instant::now();
     let view = stack.wait_finished(id, PATIENCE).await;
     let waited = started.elapsed();
     let cid = ConversationId::parse(id).unwrap();
     let conversation = stack.store().get_conversation(&cid).await.unwrap().unwrap();
-    let w01 = stack.store().get_subtask(&cid, &"w01".into()).await.unwrap().unwrap();
+    let mut records = Vec::new();
+    for s in subtasks {
+        records.push(stack.store().get_subtask(&cid, &(*s).into()).await.unwrap().unwrap());
+    }
     let killed = stack.counters().snapshot().killed_invocations;
     let deadline = stack.timings().conversation.deadline;
     stack.shutdown().await;
 
     let view = view.unwrap();
     assert_eq!(view.status, ConversationStatus::Done, "{view:?}");
-    assert_eq!(w01.status, SubtaskStatus::Succeeded, "sent without the client, not failed at the deadline: {w01:?}");
-    assert_eq!(w01.attempts, 1, "a duplicate message is absorbed: one attempt");
+    for r in records {
+        assert_eq!(r.status, SubtaskStatus::Succeeded, "sent without the client, not failed at the deadline: {r:?}");
+        assert_eq!(r.attempts, 1, "a duplicate message is absorbed: one attempt: {r:?}");
+    }
     assert!(waited < deadline, "answered after {waited:?}, before the deadline ({deadline:?})");
     (conversation.queued_at_ms.is_some(), killed)
 }
@@ -103,6 +126,27 @@ async fn an_orchestrator_killed_before_enqueueing_has_its_subtask_sent_by_the_de
     let id = only_conversation(&stack).await;
     let (marked, killed) = assert_sent_once_and_answered_before_the_deadline(stack, &id).await;
     assert!(marked, "the first run sent w01 and wrote the marker");
+    assert_eq!(killed, 1);
+}
+
+/// Crash window: between the plan's write and the send, with a subtask of the side effects' role
+/// (a ticket's tool: the refund role, its own queue, which the tasks worker may not send to).
+/// Nobody retries; the deadline path's first run is on that queue (the orchestrator armed it
+/// there), so the refund worker, which holds every queue, sends both subtasks and marks.
+async fn a_side_effect_subtask_never_sent_is_sent_by_the_first_run_on_the_side_effects_queue(backend: BackendChoice) {
+    let plan = serde_json::json!({"subtasks": [
+        {"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]},
+        {"id": "w02", "instruction": "Check the status of order A1029 before any ticket about it.",
+         "tools": ["shop__get_order", "shop__open_ticket"]}
+    ]});
+    let stack = stack_with_plan_killed_at(backend, &plan, &[CrashPoint::OrchestratorAfterStartRun]).await;
+    assert!(stack.post_conversation(MESSAGE, "C104", None).await.is_err(), "the request died");
+    let id = only_conversation(&stack).await;
+    let cid = ConversationId::parse(&id).unwrap();
+    let w02 = stack.store().get_subtask(&cid, &"w02".into()).await.unwrap().unwrap();
+    assert_eq!(w02.role, "refund", "the ticket's tool puts w02 on the side effects' queue");
+    let (marked, killed) = assert_sent_once_and_answered_before_the_deadline_with(stack, &id, &["w01", "w02"]).await;
+    assert!(marked, "the first run sent both and wrote the marker");
     assert_eq!(killed, 1);
 }
 

@@ -16,10 +16,10 @@ use swarm_core::obs;
 use swarm_core::plan::{fallback_plan, parse_plan, plan_requests_handoff, validate_plan_within};
 use swarm_core::ports::{
     ChatMessage, ChatModel, ChatRequest, ConversationPosition, ConversationStore, CreateOutcome, LeaseOutcome,
-    LeasePhase, MAX_DELAY_SECONDS, Purpose, StoreError, ToolContext, ToolGateway,
+    LeasePhase, MAX_DELAY_SECONDS, Purpose, StoreError, TaskQueue, ToolContext, ToolGateway,
 };
 use swarm_core::prompts::{plan_messages_in, plan_retry_message};
-use swarm_core::roles::{PLANNER_ROLE, RoleTable, TaskQueues};
+use swarm_core::roles::{PLANNER_ROLE, REFUND_ROLE, RoleTable, TaskQueues};
 use swarm_core::time::{self, now_ms};
 use swarm_core::timings::{Timings, seconds_rounded_up};
 use swarm_core::turns::RETENTION_AFTER_EXPIRY_SECS;
@@ -150,8 +150,8 @@ pub enum Started {
     /// it; otherwise it ends `FAILED` at its deadline.
     No,
     /// Its plan is stored: the deadline path's first run (when the planning lease ends) sends what
-    /// was not sent, and it is answered. A refund subtask only the orchestrator and the refund
-    /// worker may send is sent by a retry with the same Idempotency-Key, else fails at the deadline.
+    /// was not sent, and it is answered. That run is the side effects' worker's (its message is on
+    /// their queue), which may send to every queue: refund and ticket subtasks included.
     Yes,
     /// The plan's write was cut or failed and may have been applied: one of the two.
     Unknown,
@@ -165,7 +165,7 @@ impl Started {
                 "was not started: nothing of it runs unless a retry with the same Idempotency-Key resumes it; otherwise it ends FAILED at its deadline"
             }
             Self::Yes => {
-                "is planned and stored: it runs and is answered without a retry, except a refund or ticket subtask whose send failed (only a retry with the same Idempotency-Key sends it; otherwise it fails at the deadline); a retry with the same Idempotency-Key resumes it at once"
+                "is planned and stored: it runs and is answered without a retry (what was not sent is sent when its planning lease ends); a retry with the same Idempotency-Key resumes it at once"
             }
             Self::Unknown => {
                 "may have been started (its plan's write was cut): it either runs and is answered, or ends FAILED at its deadline; a retry with the same Idempotency-Key resumes it either way"
@@ -492,7 +492,7 @@ impl Orchestrator {
         // still ends in the deadline path, never a hang. Its first run is when the planning lease
         // ends: it sends the subtasks of a stored plan this planner did not mark sent.
         let deadline_message = [TaskMessage::Deadline { conversation_id: id.clone(), turn: conversation.turn }];
-        let arm = self.queues.default_queue().send(&deadline_message, self.first_run_delay(&conversation));
+        let arm = self.first_run_queue().send(&deadline_message, self.first_run_delay(&conversation));
         if let Err(e) = budget.before_plan("arming the deadline", arm).await {
             // The conversation stays PLANNING (the sweep fails it past its deadline).
             tracing::error!(error = %e, "could not arm the deadline; the planning lease is handed back");
@@ -559,6 +559,16 @@ impl Orchestrator {
             && stored.lease.as_ref().map(|l| l.holder.as_str()) == holder
             && stored.plan.len() == records.len()
             && records.iter().all(|r| stored.plan.contains(r.subtask.id.as_str()))
+    }
+
+    /// The queue of the deadline message armed at planning: the side effects' (refund role's) own
+    /// queue when this function holds it, else the default. Its worker holds every queue (the
+    /// tasks worker may not send to the side effects' queue: `ROLE_NEEDS`), so the first run
+    /// sends a refund or ticket subtask never sent as well as the others: the unsent half of a
+    /// partial `SendMessageBatch`, or a planner killed before its send, costs the planning lease,
+    /// not the subtask. Later runs are re-armed on the default queue (the tasks worker's).
+    fn first_run_queue(&self) -> &Arc<dyn TaskQueue> {
+        self.queues.queue_for(REFUND_ROLE).unwrap_or_else(|_| self.queues.default_queue())
     }
 
     /// `DelaySeconds` of the deadline message armed at planning: until the planning lease ends

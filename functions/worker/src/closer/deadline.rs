@@ -1,4 +1,4 @@
-//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it (once its planning lease ended, closing the items of a plan never flipped), open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal. Its first run, when the planning lease ends, sends the subtasks of a stored plan its planner never marked sent.
+//! The deadline path: a conversation past its deadline is answered with what it has — planning that never finished fails it (once its planning lease ended, closing the items of a plan never flipped), open subtasks are closed and counted, and one with nothing left open is answered with the model-free reply (through the aggregation lease, as the aggregator would); re-armed until the conversation is terminal. Its first run, when the planning lease ends (on the side effects' queue, whose worker may send to every queue), sends the subtasks of a stored plan its planner never marked sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,9 @@ use swarm_core::obs;
 use swarm_core::obs::metrics::DeadlineAction;
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationRecords, MAX_DELAY_SECONDS, QueueError, StoreError, SubtaskStore,
+    TaskQueue,
 };
-use swarm_core::roles::TaskQueues;
+use swarm_core::roles::{REFUND_ROLE, TaskQueues};
 
 use super::closing::{Closed, Closing};
 use crate::clock::ms_between;
@@ -118,29 +119,33 @@ impl DeadlinePath {
     /// A conversation whose deadline is still ahead: re-armed for the rest (SQS delays are at most
     /// 15 minutes), or left alone by the sweep. A `RUNNING` one without the `queued` marker first
     /// has its never-sent subtasks sent once its planner's lease ended ([`Self::redrive`]); while
-    /// that lease is live (the planner may still be sending) the next run is when it ends.
+    /// that lease is live (the planner may still be sending) the next run is when it ends. Until the
+    /// marker is written the next run stays on the queue this one came from when it is the side
+    /// effects' ([`Self::unmarked_queue`]), so the run that sends is one that may send everywhere.
     async fn not_due(&self, conversation: &Conversation, now: i64, rearm: bool) -> Outcome {
         if !rearm {
             return Outcome::Ignored("deadline not reached yet".into());
         }
         let mut left = ms_between(now, conversation.deadline_ms).as_secs().saturating_add(1);
+        let mut marked = conversation.queued_at_ms.is_some();
         if conversation.status == ConversationStatus::Planning {
             // A plan's write cut at its deadline may still land: look again after the re-arm delay, so
             // a plan stored late is sent before the deadline, not failed at it.
             left = left.min(u64::from(self.rearm_secs));
         }
-        if conversation.status == ConversationStatus::Running && conversation.queued_at_ms.is_none() {
+        if conversation.status == ConversationStatus::Running && !marked {
             match conversation.lease.as_ref().filter(|l| l.until_ms >= now) {
                 Some(lease) => left = left.min(ms_between(now, lease.until_ms).as_secs().saturating_add(1)),
-                None => {
-                    if let Err(e) = self.redrive(conversation).await {
-                        return Outcome::Retry(format!("could not send the never-sent subtasks: {e}"));
-                    }
-                }
+                None => match self.redrive(conversation).await {
+                    Ok(now_marked) => marked = now_marked,
+                    Err(e) => return Outcome::Retry(format!("could not send the never-sent subtasks: {e}")),
+                },
             }
         }
         let left = u32::try_from(left).unwrap_or(MAX_DELAY_SECONDS).clamp(1, MAX_DELAY_SECONDS);
-        match self.arm(&conversation.id, conversation.turn, left).await {
+        let queue = if marked { self.queues.default_queue() } else { self.unmarked_queue() };
+        let message = TaskMessage::Deadline { conversation_id: conversation.id.clone(), turn: conversation.turn };
+        match queue.send(&[message], left).await {
             Ok(()) => Outcome::Ignored("deadline not reached yet; re-armed".into()),
             Err(e) => Outcome::Retry(format!("could not re-arm the deadline: {e}")),
         }
@@ -215,6 +220,14 @@ impl DeadlinePath {
         })
     }
 
+    /// The queue of a run before the `queued` marker: the side effects' (refund role's) own queue
+    /// when this function holds it — the refund worker, which may send to every queue, as the
+    /// orchestrator's first run there — else the default (the tasks worker, which may not send to
+    /// the side effects' queue, leaves their never-sent subtasks to a retry or the deadline).
+    fn unmarked_queue(&self) -> &Arc<dyn TaskQueue> {
+        self.queues.queue_for(REFUND_ROLE).unwrap_or_else(|_| self.queues.default_queue())
+    }
+
     /// Sends the next deadline message of the conversation's `turn`, `delay` seconds from now.
     async fn arm(&self, id: &ConversationId, turn: u32, delay: u32) -> Result<(), QueueError> {
         let message = TaskMessage::Deadline { conversation_id: id.clone(), turn };
@@ -225,10 +238,11 @@ impl DeadlinePath {
     /// died (or answered 503) between its plan's write and the marker. The subtasks the
     /// orchestrator sends at planning that never began are sent (a duplicate of one that was sent
     /// is absorbed like any duplicate delivery) and the marker written, so no later run sends them
-    /// again. A role whose queue this function does not hold (the refund role, in the tasks
-    /// worker) is left unsent and unmarked: a retry with the same Idempotency-Key sends it, else
-    /// the deadline fails it.
-    async fn redrive(&self, conversation: &Conversation) -> Result<(), RedriveError> {
+    /// again. The run the orchestrator arms is on the side effects' queue, whose worker holds every
+    /// queue; a role whose queue this function does not hold (the refund role, in the tasks
+    /// worker: a run re-armed there) is left unsent and unmarked: a retry with the same
+    /// Idempotency-Key sends it, else the deadline fails it. Answers whether the marker is written.
+    async fn redrive(&self, conversation: &Conversation) -> Result<bool, RedriveError> {
         let id = &conversation.id;
         let records = self.subtasks.list_subtasks(id).await?;
         let mut by_role: std::collections::BTreeMap<&str, Vec<TaskMessage>> = Default::default();
@@ -255,7 +269,7 @@ impl DeadlinePath {
         if left == 0 {
             self.conversations.mark_queued(id, now_ms()).await?;
         }
-        Ok(())
+        Ok(left == 0)
     }
 
     /// Closes every open subtask (skipped after a failed dependency, else failed for the deadline)

@@ -133,11 +133,14 @@ impl Stacks {
             }
         }
         old.kill().await;
-        let mut open_at_kill = 0;
+        let mut open_ids = Vec::new();
         for id in &accepted_ids {
             let c = store.get_conversation(&ConversationId::from_trusted(id.clone())).await?;
-            open_at_kill += usize::from(c.is_none_or(|c| !c.status.is_terminal()));
+            if c.is_none_or(|c| !c.status.is_terminal()) {
+                open_ids.push(id.clone());
+            }
         }
+        let open_at_kill = open_ids.len();
         let mut options = self.options.clone();
         options.carried = Some(carried);
         if let BackendChoice::Emulator(e) = &mut options.backend {
@@ -149,6 +152,7 @@ impl Stacks {
             killed_at,
             accepted_at_kill: accepted_ids.len(),
             open_at_kill,
+            open_ids,
             restarted_in: begun.elapsed(),
             backend: new.describe_backend(),
             accepted_after: 0,

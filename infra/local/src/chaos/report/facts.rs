@@ -73,6 +73,8 @@ pub struct RestartFacts {
     pub accepted_at_kill: usize,
     /// Of those, the ones not terminal in the table right after the kill (in flight).
     pub open_at_kill: usize,
+    /// Their ids (the subtasks short of `SUCCEEDED` among them are shown apart).
+    pub open_ids: Vec<String>,
     /// How long the new stack took to start.
     pub restarted_in: Duration,
     /// The new stack's backend line (`stack … reused`).

@@ -1,6 +1,6 @@
 //! The subtasks' rules, from the store and the audit of the table's stream: none left open in a terminal conversation, each counted exactly once, each result written once, each conversation aggregated once — and where the subtasks ended (shown), with the share that succeeded (judged against `--min-succeeded` when given).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use swarm_core::approval::approval_id;
 use swarm_core::domain::{SubtaskResult, SubtaskStatus};
@@ -29,10 +29,17 @@ pub(super) fn by_status(f: &RunFacts, t: &mut Sheet) {
 /// started: which steps a run loses, and why (shown).
 pub(super) fn short_by_step(f: &RunFacts, t: &mut Sheet) {
     let mut by_step: BTreeMap<&str, BTreeMap<String, usize>> = BTreeMap::new();
-    for s in f.store.values().flatten().flat_map(|(_, subtasks)| subtasks) {
+    let open_at_kill: BTreeSet<&str> = match &f.restart {
+        Some(Some(r)) => r.open_ids.iter().map(String::as_str).collect(),
+        _ => BTreeSet::new(),
+    };
+    let (mut short, mut short_open_at_kill) = (0usize, 0usize);
+    for (c, s) in f.store.values().flatten().flat_map(|(c, subtasks)| subtasks.iter().map(move |s| (c, s))) {
         if matches!(s.status, SubtaskStatus::Succeeded | SubtaskStatus::AwaitingApproval) {
             continue;
         }
+        short += 1;
+        short_open_at_kill += usize::from(open_at_kill.contains(c.id.as_str()));
         let how = match &s.result {
             Some(SubtaskResult::Failed { kind, .. }) if s.attempts == 0 => format!("{} never began", kind.code()),
             Some(SubtaskResult::Failed { kind, .. }) => kind.code().to_owned(),
@@ -49,6 +56,12 @@ pub(super) fn short_by_step(f: &RunFacts, t: &mut Sheet) {
         })
         .collect();
     t.row("subtasks short of SUCCEEDED by step", if shown.is_empty() { "none".into() } else { shown.join("; ") });
+    if let Some(Some(r)) = &f.restart {
+        t.row(
+            "of those, in the conversations open at the restart",
+            format!("{short_open_at_kill} of {short} (in {} conversations open)", r.open_at_kill),
+        );
+    }
 }
 
 /// A terminal conversation has every subtask terminal (the swarm's invariant): a `DONE`, `FAILED`

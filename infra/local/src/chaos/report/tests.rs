@@ -514,6 +514,7 @@ fn a_restart_is_told_and_one_asked_for_that_never_came_or_found_nothing_open_is_
         killed_at: Duration::from_secs(30),
         accepted_at_kill: 6,
         open_at_kill: 3,
+        open_ids: vec![f.clients[&0].conversation_id.clone().unwrap(), "b".into(), "c".into()],
         restarted_in: Duration::from_millis(5_500),
         backend: "stack s reused".into(),
         accepted_after: 4,
@@ -526,6 +527,10 @@ fn a_restart_is_told_and_one_asked_for_that_never_came_or_found_nothing_open_is_
         "at 30.00 s after 6 accepted, 3 of them open; up again in 5.50 s"
     );
     assert_eq!(cell(&v.table, "conversations accepted after the restart"), "4");
+    assert_eq!(
+        cell(&v.table, "of those, in the conversations open at the restart"),
+        "1 of 1 (in 3 conversations open)"
+    );
     f.restart = Some(Some(RestartFacts { open_at_kill: 0, ..restart }));
     assert_eq!(verdict(&f).outcome, Outcome::Inconclusive);
     f.restart = Some(None);
