@@ -72,7 +72,10 @@ impl<'a> Front<'a> {
                 if let Some(body) = body {
                     request = request.json(body);
                 }
-                let response = request.send().await.with_context(|| format!("calling {base} (is `swarm-local serve` running?)"))?;
+                let response = request
+                    .send()
+                    .await
+                    .with_context(|| format!("calling {base} (is `swarm-local serve` running?)"))?;
                 let status = response.status().as_u16();
                 let text = response.text().await.context("reading the API's answer")?;
                 Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
@@ -100,7 +103,8 @@ impl<'a> Front<'a> {
             }
             .into());
         }
-        let conversation_id = answer["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
+        let conversation_id =
+            answer["conversation_id"].as_str().context("no conversation_id in the answer")?.to_owned();
         let turn = answer["turn"].as_u64().map_or(Ok(0), u32::try_from)?;
         Ok(Posted { conversation_id, turn })
     }
@@ -125,7 +129,7 @@ impl<'a> Front<'a> {
         loop {
             let view = self.view(&posted.conversation_id).await?;
             if view.turn == posted.turn {
-                if let Some(deadline) = chrono::DateTime::parse_from_rfc3339(&view.deadline_at).ok() {
+                if let Ok(deadline) = chrono::DateTime::parse_from_rfc3339(&view.deadline_at) {
                     let left = (deadline.timestamp_millis() - swarm_core::domain::now_ms()).max(0) as u64;
                     until = until.min(Instant::now() + Duration::from_millis(left) + REPLY_GRACE);
                 }
@@ -230,8 +234,12 @@ pub async fn chat(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The prompt, for a person at a terminal (piped input gets none).
 fn prompt() {
-    use std::io::Write as _;
+    use std::io::{IsTerminal as _, Write as _};
+    if !std::io::stdin().is_terminal() {
+        return;
+    }
     let mut err = std::io::stderr().lock();
     // A prompt that cannot be written (stderr closed) changes nothing of the chat.
     let _ = err.write_all(PROMPT.as_bytes()).and_then(|()| err.flush());
@@ -304,13 +312,7 @@ pub fn print_outcome(view: &ConversationView, json: bool, started: Instant) -> a
 /// `serve` at `url`, followed live; exit status as `ask`'s ([`verdict`]). Errors: [`Refused`] (404
 /// no such conversation, 409 its latest turn still being answered — said, not waited for — 410
 /// expired), the server unreachable, the turn not answered in time.
-pub async fn ask_follow_up(
-    url: &str,
-    id: &str,
-    message: &str,
-    customer: &str,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
+pub async fn ask_follow_up(url: &str, id: &str, message: &str, customer: &str, json: bool) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let front = Front::serve(url)?;
     let (_, view) = front.turn(Some(id), message, customer).await.with_context(|| format!("conversation {id}"))?;

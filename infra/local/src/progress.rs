@@ -47,7 +47,10 @@ impl Progress {
         if !self.planned && view.progress.total > 0 {
             self.planned = true;
             let turn = if view.turn > 0 { format!(" turn {}", view.turn) } else { String::new() };
-            out.push(format!("▸ conversation {}{turn}: {} subtasks planned", view.conversation_id, view.progress.total));
+            out.push(format!(
+                "▸ conversation {}{turn}: {} subtasks planned",
+                view.conversation_id, view.progress.total
+            ));
             for s in &view.subtasks {
                 let deps = if s.depends_on.is_empty() {
                     String::new()

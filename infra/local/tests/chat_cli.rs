@@ -68,7 +68,12 @@ async fn chat_on_a_running_serve_answers_each_line_as_the_next_turn_of_one_conve
     }
     // Each turn's subtasks are its own (ids scoped per turn after the first).
     let ids = |t: &Value| -> Vec<String> {
-        t["subtasks"].as_array().into_iter().flatten().map(|s| s["id"].as_str().unwrap_or_default().to_owned()).collect()
+        t["subtasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s["id"].as_str().unwrap_or_default().to_owned())
+            .collect()
     };
     assert!(ids(&turns[0]).iter().all(|s| !s.contains('~')) && !ids(&turns[0]).is_empty(), "{:?}", ids(&turns[0]));
     assert!(ids(&turns[1]).iter().all(|s| s.starts_with("t1~")) && !ids(&turns[1]).is_empty());
@@ -86,7 +91,10 @@ async fn chat_on_a_stack_of_its_own_prints_each_reply_and_ends_with_the_id_at_en
     let id = chat_id(&out)?;
     assert_eq!(id.len(), 36, "a conversation id: {id}");
     assert!(stderr.contains("── turn 0 · DONE") && stderr.contains("── turn 1 · DONE"), "{stderr}");
-    assert!(stderr.contains("subtasks planned") && stderr.contains("turn 1: "), "live progress of each turn:\n{stderr}");
+    assert!(
+        stderr.contains("subtasks planned") && stderr.contains("turn 1: "),
+        "live progress of each turn:\n{stderr}"
+    );
     assert!(stdout.contains("A1029"), "{stdout}");
     // No input at all: nothing sent, a clean end.
     let none = run(&["chat", "--time-scale", "0.1"], "").await;

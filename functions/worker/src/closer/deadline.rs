@@ -207,12 +207,18 @@ impl DeadlinePath {
             closed,
             "planning never finished: failing the conversation (items of an unfinished plan closed)"
         );
-        Ok(if self.conversations.fail_conversation(id, conversation.turn, "planning did not finish before the deadline").await? {
-            obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
-            (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
-        } else {
-            (Outcome::Ignored("planning moved on meanwhile".into()), None)
-        })
+        Ok(
+            if self
+                .conversations
+                .fail_conversation(id, conversation.turn, "planning did not finish before the deadline")
+                .await?
+            {
+                obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+                (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
+            } else {
+                (Outcome::Ignored("planning moved on meanwhile".into()), None)
+            },
+        )
     }
 
     /// Sends the next deadline message of the conversation's `turn`, `delay` seconds from now.
