@@ -68,8 +68,8 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn the_deadline_is_the_configs_and_the_rest_the_tables() {
+    /// A config of the required variables and `extra`.
+    fn config(extra: (&str, &str)) -> OrchestratorConfig {
         let env: HashMap<&str, &str> = [
             ("TABLE_NAME", "swarm"),
             ("TASKS_QUEUE_URL", "http://127.0.0.1:9/000000000000/tasks"),
@@ -77,10 +77,15 @@ mod tests {
             ("GATEWAY_TOKEN", "tok-wiring-0123456789"),
             ("LLM_BASE_URL", "http://127.0.0.1:9/v1"),
             ("LLM_MODEL", "m"),
-            ("DEADLINE_SECS", "7"),
+            extra,
         ]
         .into();
-        let config = OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap()
+    }
+
+    #[test]
+    fn the_deadline_is_the_configs_and_the_rest_the_tables() {
+        let config = config(("DEADLINE_SECS", "7"));
         let scaled = Timings::standard().scaled(0.1);
         let s = settings(&config, &scaled);
         assert_eq!(s.deadline_secs, 7);
@@ -93,17 +98,7 @@ mod tests {
 
     #[test]
     fn the_idle_expiry_is_the_configs_when_set() {
-        let env: HashMap<&str, &str> = [
-            ("TABLE_NAME", "swarm"),
-            ("TASKS_QUEUE_URL", "http://127.0.0.1:9/000000000000/tasks"),
-            ("GATEWAY_URL", "http://127.0.0.1:9/mcp"),
-            ("GATEWAY_TOKEN", "tok-wiring-0123456789"),
-            ("LLM_BASE_URL", "http://127.0.0.1:9/v1"),
-            ("LLM_MODEL", "m"),
-            ("CONVERSATION_IDLE_EXPIRY_SECS", "172800"),
-        ]
-        .into();
-        let config = OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        let config = config(("CONVERSATION_IDLE_EXPIRY_SECS", "172800"));
         assert_eq!(settings(&config, &Timings::standard().scaled(0.1)).idle_expiry, Duration::from_secs(172_800));
         assert_eq!(config.settings().idle_expiry, Duration::from_secs(172_800));
     }

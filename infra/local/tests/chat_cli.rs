@@ -7,14 +7,13 @@ mod serve;
 
 use std::io::Write as _;
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
-use serve::{serve, swarm_local};
+use serve::{answered, serve, swarm_local};
 
 /// Runs `swarm-local <args>` with `input` on its stdin (closed after it: Ctrl-D).
 async fn run(args: &[&str], input: &str) -> Output {
@@ -107,21 +106,8 @@ async fn chat_on_a_stack_of_its_own_prints_each_reply_and_ends_with_the_id_at_en
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_with_a_conversation_adds_a_turn_to_a_conversation_of_a_running_serve() -> Result<()> {
     let (_server, base) = serve(&[])?;
-    let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{base}/conversations"))
-        .json(&json!({ "message": ENGLISH, "customer_id": "C104" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["conversation_id"].as_str().context("id")?.to_owned();
-    let waited = Instant::now() + Duration::from_secs(60);
-    while get(&base, &id).await?["status"] != "DONE" {
-        ensure!(Instant::now() < waited, "turn 0 not answered in 60 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (id, turn0) = answered(&base, ENGLISH, "C104").await?;
+    assert_eq!(turn0["status"], "DONE", "{turn0}");
 
     let out = run(&["ask", "--conversation", &id, "--url", &base, COUPON], "").await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

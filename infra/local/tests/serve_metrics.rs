@@ -5,36 +5,17 @@
 #[path = "common/serve.rs"]
 mod serve;
 
-use std::time::{Duration, Instant};
-
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
 use swarm_core::obs::metrics::{CATALOG, Kind, Source};
 
-use serve::serve;
+use serve::{answered, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversations_metrics_appear_on_serves_metrics_endpoint() -> Result<()> {
     let (_server, base) = serve(&[])?;
     let http = reqwest::Client::new();
     let message = "Hello from Wenceslas Oakhurst-Prime: where is order A1029, and is coupon SAVE20 valid?";
-    let created: Value = http
-        .post(format!("{base}/conversations"))
-        .json(&json!({ "message": message, "customer_id": "C104" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["conversation_id"].as_str().context("id")?.to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let view = loop {
-        let view: Value = http.get(format!("{base}/conversations/{id}")).send().await?.json().await?;
-        if view["status"] == "DONE" || view["status"] == "FAILED" || Instant::now() > deadline {
-            break view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (id, view) = answered(&base, message, "C104").await?;
     assert_eq!(view["status"], "DONE", "{view}");
     let subtasks = view["subtasks"].as_array().context("subtasks")?.len();
 

@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use serde_json::{Value, json};
 
 /// The server, stopped when the test ends however it ends.
 pub struct Server(Child);
@@ -54,4 +55,28 @@ pub fn serve(extra: &[&str]) -> Result<(Server, String)> {
     });
     let base = rx.recv_timeout(Duration::from_secs(120)).context("serve printed its API URL")?;
     Ok((server, base))
+}
+
+/// Posts `message` of `customer` to the `serve` at `base` as a new conversation and waits (60 s at
+/// most) until it ends; answers its id and its last view (`DONE` or `FAILED`, or still running
+/// when the wait ran out: the caller's assertion says).
+pub async fn answered(base: &str, message: &str, customer: &str) -> Result<(String, Value)> {
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("{base}/conversations"))
+        .json(&json!({ "message": message, "customer_id": customer }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = created["conversation_id"].as_str().context("id")?.to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let view: Value = http.get(format!("{base}/conversations/{id}")).send().await?.json().await?;
+        if view["status"] == "DONE" || view["status"] == "FAILED" || std::time::Instant::now() > deadline {
+            return Ok((id, view));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
