@@ -49,6 +49,26 @@ class TemplateLint(unittest.TestCase):
         found = self.findings(params={"WorkerMaxConcurrency": "1"}, label="staging")
         self.assertTrue(any(f.startswith("[staging]") and "max_concurrency >= 2" in f for f in found), found)
 
+    def test_an_idle_expiry_shorter_than_an_approval_s_life_and_execute_window_is_found(self):
+        # 24 h: an approval asked for in the turn (86400 s) plus its execute window (900 s) outlives it.
+        found = self.findings(params={"ConversationIdleExpirySecs": "86400"}, label="staging")
+        broken = [f for f in found if "rule broken" in f and "conversation.idle_expiry_secs >=" in f]
+        self.assertEqual(len(broken), 1, found)
+        self.assertTrue(broken[0].startswith("[staging]"), broken)
+        self.assertIn("conversation.idle_expiry_secs=86400", broken[0])
+        self.assertIn("money.approval_expiry_secs=86400", broken[0])
+        self.assertIn("money.approval_execute_within_secs=900", broken[0])
+        # Longer is fine; the template's default must be the table's.
+        self.assertEqual(self.findings(params={"ConversationIdleExpirySecs": "172800"}, label="staging"), [])
+        t = copy.deepcopy(self.expanded)
+        t["Parameters"]["ConversationIdleExpirySecs"]["Default"] = 90000
+        found = self.findings(t)
+        self.assertTrue(any("conversation.idle_expiry_secs: the template holds 90000" in f for f in found), found)
+
+    def test_the_orchestrator_is_given_the_idle_expiry(self):
+        env = self.expanded["Resources"]["Orchestrator"]["Properties"]["Environment"]["Variables"]
+        self.assertEqual(env["CONVERSATION_IDLE_EXPIRY_SECS"], {"Ref": "ConversationIdleExpirySecs"})
+
     def role_statements(self, t, role="WorkerRole"):
         return t["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
 

@@ -8,9 +8,14 @@ use swarm_adapters::llm::LlmConfig;
 use swarm_core::access::CustomerLimits;
 use swarm_core::roles::{PLANNER_ROLE, RoleTable};
 
+use std::time::Duration;
+
 use crate::OrchestratorSettings;
 use crate::api::AllowedOrigins;
 use crate::api::OperatorAllowlist;
+
+/// The longest `CONVERSATION_IDLE_EXPIRY_SECS` (the template parameter's `MaxValue`): 30 days.
+const MAX_IDLE_EXPIRY_SECS: u64 = 2_592_000;
 
 /// Everything the orchestrator Lambda reads from its environment.
 #[derive(Clone, Debug)]
@@ -29,6 +34,10 @@ pub struct OrchestratorConfig {
     pub roles: RoleTable,
     /// `DEADLINE_SECS`: seconds from a conversation's creation to its deadline (default 120).
     pub deadline_secs: u64,
+    /// `CONVERSATION_IDLE_EXPIRY_SECS`: how long a conversation takes follow-ups after its latest
+    /// turn started (the template's `ConversationIdleExpirySecs`). Unset: the timing table's
+    /// `conversation.idle_expiry_secs`.
+    pub idle_expiry: Option<Duration>,
     /// `APPROVAL_KEY` (or the secret named by `APPROVAL_KEY_SECRET_ARN`): the key approval tokens
     /// are signed with, shared only with the gateway. Unset: the approvals API is off.
     pub approval_key: Option<SecretSource>,
@@ -45,6 +54,7 @@ impl OrchestratorConfig {
     const OWN_VARS: &'static [&'static str] = &[
         "ROLE_TABLE",
         "DEADLINE_SECS",
+        "CONVERSATION_IDLE_EXPIRY_SECS",
         "APPROVAL_KEY",
         "APPROVAL_KEY_SECRET_ARN",
         "OPERATOR_PRINCIPALS",
@@ -96,6 +106,13 @@ impl OrchestratorConfig {
         let deadline_secs = vars
             .number("DEADLINE_SECS", 1..=86_400, "a whole number of seconds from 1 to 86400")?
             .unwrap_or(swarm_core::domain::DEFAULT_DEADLINE_SECS);
+        let idle_expiry = vars
+            .number(
+                "CONVERSATION_IDLE_EXPIRY_SECS",
+                1..=MAX_IDLE_EXPIRY_SECS,
+                "a whole number of seconds from 1 to 2592000 (30 days)",
+            )?
+            .map(Duration::from_secs);
         Ok(Self {
             table: TableConfig::from_lookup(&lookup)?,
             queues: QueueUrls::from_lookup(&lookup)?,
@@ -106,6 +123,7 @@ impl OrchestratorConfig {
             limits: LimitsConfig::from_lookup(&lookup)?,
             roles,
             deadline_secs,
+            idle_expiry,
             approval_key: SecretSource::from_lookup(&lookup, "APPROVAL_KEY", "APPROVAL_KEY_SECRET_ARN"),
             operators,
             cors,
@@ -117,9 +135,10 @@ impl OrchestratorConfig {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// The core's settings: the defaults with this config's deadline.
+    /// The core's settings: the standard table's with this config's deadline and idle expiry
+    /// ([`crate::wiring::settings`]).
     pub fn settings(&self) -> OrchestratorSettings {
-        OrchestratorSettings { deadline_secs: self.deadline_secs, ..OrchestratorSettings::default() }
+        crate::wiring::settings(self, swarm_core::timings::Timings::standard())
     }
 }
 
@@ -153,6 +172,7 @@ mod tests {
         assert_eq!(c.limits, CustomerLimits::DEFAULT);
         assert_eq!(c.roles, RoleTable::demo());
         assert_eq!(c.settings().deadline_secs, 120);
+        assert_eq!((c.idle_expiry, c.settings().idle_expiry.as_secs()), (None, 87_300), "unset: the table's");
         assert_eq!(c.llm.key_secret.as_deref(), Some("arn:aws:secretsmanager:us-east-1:123456789012:secret:llm"));
         assert!(c.approval_key.is_none(), "no key: the approvals API is off");
         assert!(c.operators.is_empty(), "no operators unless named");
@@ -171,6 +191,11 @@ mod tests {
         for (var, value, message) in [
             ("AUTH_MODE", "open", r#"AUTH_MODE must be none, jwt or iam, not "open""#),
             ("DEADLINE_SECS", "soon", r#"DEADLINE_SECS must be a whole number of seconds from 1 to 86400, not "soon""#),
+            (
+                "CONVERSATION_IDLE_EXPIRY_SECS",
+                "0",
+                r#"CONVERSATION_IDLE_EXPIRY_SECS must be a whole number of seconds from 1 to 2592000 (30 days), not "0""#,
+            ),
             ("ROLE_TABLE", "refund", "ROLE_TABLE must be tool=role pairs separated by commas"),
             (
                 "OPERATOR_PRINCIPALS",

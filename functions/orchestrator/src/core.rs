@@ -469,7 +469,7 @@ impl Orchestrator {
                     tracing::warn!(conversation_id = %id, subtasks = unsent.len(), "subtasks never sent: sending them");
                 }
                 self.enqueue_ready(&id, &unsent, budget).await.map_err(|e| not_sent(&id, Started::Yes, e))?;
-                self.mark_queued(&id, budget).await;
+                self.mark_queued(&id, conversation.turn, budget).await;
             }
             _ => {}
         }
@@ -543,7 +543,7 @@ impl Orchestrator {
             return Err(not_sent(&id, Started::Yes, e));
         }
         faults::at(CrashPoint::OrchestratorAfterEnqueue).await;
-        self.mark_queued(&id, budget).await;
+        self.mark_queued(&id, conversation.turn, budget).await;
         tracing::info!(subtasks = records.len(), "conversation planned and queued");
         Ok(Created { conversation_id: id, new: true, turn: conversation.turn })
     }
@@ -582,8 +582,8 @@ impl Orchestrator {
     /// Writes the `queued` marker: every subtask sent at planning was sent. A failure is logged and
     /// answered 202 all the same: the subtasks are sent; without the marker the deadline path's
     /// first run sends them once more, a duplicate absorbed like any duplicate delivery.
-    async fn mark_queued(&self, id: &ConversationId, budget: &Budget) {
-        if let Err(e) = budget.after_plan("the queued marker", 0, self.store.mark_queued(id, now_ms())).await {
+    async fn mark_queued(&self, id: &ConversationId, turn: u32, budget: &Budget) {
+        if let Err(e) = budget.after_plan("the queued marker", 0, self.store.mark_queued(id, turn, now_ms())).await {
             tracing::warn!(error = %e, "subtasks sent but not marked: the deadline path may send them once more");
         }
     }

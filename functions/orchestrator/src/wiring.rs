@@ -25,9 +25,15 @@ pub struct OrchestratorPorts {
 }
 
 /// The settings of `config` over `timings` (the standard table on Lambda, the scaled one locally):
-/// the deadline is the config's `DEADLINE_SECS`, the rest the table's.
+/// the deadline is the config's `DEADLINE_SECS`, the idle expiry its `CONVERSATION_IDLE_EXPIRY_SECS`
+/// when set, the rest the table's.
 pub fn settings(config: &OrchestratorConfig, timings: &Timings) -> OrchestratorSettings {
-    OrchestratorSettings { deadline_secs: config.deadline_secs, ..OrchestratorSettings::from_timings(timings) }
+    let table = OrchestratorSettings::from_timings(timings);
+    OrchestratorSettings {
+        deadline_secs: config.deadline_secs,
+        idle_expiry: config.idle_expiry.unwrap_or(table.idle_expiry),
+        ..table
+    }
 }
 
 /// The orchestrator over `ports`: the config's role table and per-customer limits, [`settings`].
@@ -58,11 +64,12 @@ pub fn approvals(
 #[allow(clippy::unwrap_used)] // tests may panic on a broken precondition
 mod tests {
     use std::collections::HashMap;
+    use std::time::Duration;
 
     use super::*;
 
-    #[test]
-    fn the_deadline_is_the_configs_and_the_rest_the_tables() {
+    /// A config of the required variables and `extra`.
+    fn config(extra: (&str, &str)) -> OrchestratorConfig {
         let env: HashMap<&str, &str> = [
             ("TABLE_NAME", "swarm"),
             ("TASKS_QUEUE_URL", "http://127.0.0.1:9/000000000000/tasks"),
@@ -70,15 +77,29 @@ mod tests {
             ("GATEWAY_TOKEN", "tok-wiring-0123456789"),
             ("LLM_BASE_URL", "http://127.0.0.1:9/v1"),
             ("LLM_MODEL", "m"),
-            ("DEADLINE_SECS", "7"),
+            extra,
         ]
         .into();
-        let config = OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        OrchestratorConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap()
+    }
+
+    #[test]
+    fn the_deadline_is_the_configs_and_the_rest_the_tables() {
+        let config = config(("DEADLINE_SECS", "7"));
         let scaled = Timings::standard().scaled(0.1);
         let s = settings(&config, &scaled);
         assert_eq!(s.deadline_secs, 7);
         assert_eq!(s.planning_lease, scaled.orchestrator.lease);
         let (lambda, own) = (settings(&config, Timings::standard()), config.settings());
         assert_eq!((lambda.deadline_secs, lambda.plan_timeout), (own.deadline_secs, own.plan_timeout));
+        assert_eq!(s.idle_expiry, scaled.conversation.idle_expiry, "unset: the table's, scaled");
+        assert_eq!(lambda.idle_expiry, Duration::from_secs(87_300));
+    }
+
+    #[test]
+    fn the_idle_expiry_is_the_configs_when_set() {
+        let config = config(("CONVERSATION_IDLE_EXPIRY_SECS", "172800"));
+        assert_eq!(settings(&config, &Timings::standard().scaled(0.1)).idle_expiry, Duration::from_secs(172_800));
+        assert_eq!(config.settings().idle_expiry, Duration::from_secs(172_800));
     }
 }

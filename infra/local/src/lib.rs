@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod chaos;
+pub mod chat;
 pub mod events;
 pub mod http;
 pub mod models;

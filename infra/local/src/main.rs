@@ -1,4 +1,4 @@
-//! `swarm-local`: run the whole swarm on this machine — `ask` one message with live progress, or `serve` the HTTP API.
+//! `swarm-local`: run the whole swarm on this machine — `ask` one message with live progress, `chat` turn by turn, or `serve` the HTTP API.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -13,7 +13,6 @@ use orchestrator::api::AllowedOrigins;
 use orchestrator::{Auth, OperatorAuth};
 use swarm_adapters::telemetry;
 use swarm_core::access::CustomerLimits;
-use swarm_core::domain::SubtaskStatus;
 use swarm_local::operator::{self, Action, Credential};
 use swarm_local::progress::{Progress, verdict};
 use swarm_local::{BackendChoice, EmulatorOptions, LocalStack, StackOptions};
@@ -36,7 +35,19 @@ Examples:
   LLM_BASE_URL=https://api.deepseek.com/v1 LLM_API_KEY=sk-... LLM_MODEL=deepseek-chat \\
     swarm-local ask --trace --customer C109 \"Where is A1022, and is TECH100 valid for a keyboard?\"
 
+  swarm-local ask --conversation <conversation_id> \"And is SAVE20 still valid?\"   (the next turn, on a running serve)
+
 Exit status: 0 when every subtask answered (or waits for a person), 1 otherwise.";
+
+const CHAT_EXAMPLE: &str = "
+
+Each line is a turn of one conversation (the first starts it); its progress shows live and its
+reply is printed before the next line is read. An empty line is ignored; Ctrl-D ends the chat and
+prints the conversation's id.
+
+Examples:
+  swarm-local chat --customer C104
+  printf 'Where is A1029?\\nAnd is SAVE20 valid?\\n' | swarm-local chat --url http://127.0.0.1:8080";
 
 const SERVE_EXAMPLE: &str = "
 
@@ -67,6 +78,9 @@ Environment:
 
 Example:
   AWS_PROFILE=admin swarm-local admin map-customer sub:5c8e2f1a-0b3d-4e6f-8a9b-1c2d3e4f5a6b C104 --table swarm-dev-Table-1A2B3C";
+
+/// Where `serve` listens by default (`ask --conversation`'s `--url`).
+const DEFAULT_SERVE: &str = "http://127.0.0.1:8080";
 
 #[derive(Parser)]
 #[command(
@@ -131,6 +145,25 @@ enum Command {
         /// marked; the spans also go to the collector named by OTEL_EXPORTER_OTLP_ENDPOINT, if set.
         #[arg(long)]
         trace: bool,
+        /// Send the message as the next turn of this conversation of a running `serve` (--url);
+        /// a turn still being answered is said (409) and not waited for.
+        #[arg(long, value_name = "ID", conflicts_with_all = ["trace", "deadline", "aws_endpoint"])]
+        conversation: Option<String>,
+        /// With --conversation: the `serve` to send it to.
+        #[arg(long, default_value = DEFAULT_SERVE, requires = "conversation")]
+        url: String,
+        #[command(flatten)]
+        platform: Platform,
+    },
+    /// Talk with the swarm turn by turn: each line of stdin is the next message of one conversation.
+    #[command(after_help = format!("{LLM_HELP}{CHAT_EXAMPLE}"))]
+    Chat {
+        /// Customer the messages are from: one of the demo shop's, C100–C111.
+        #[arg(long, default_value = "C104")]
+        customer: String,
+        /// Talk to a running `serve` (authentication off) instead of a stack of this process.
+        #[arg(long, value_name = "URL", conflicts_with = "aws_endpoint")]
+        url: Option<String>,
         #[command(flatten)]
         platform: Platform,
     },
@@ -311,7 +344,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Ask { message, customer, json, deadline, trace, platform } => {
+        Command::Ask { message, customer, conversation: Some(id), url, json, .. } => {
+            let customer = known_customer(&customer)?;
+            swarm_local::chat::ask_follow_up(&url, &id, &message, &customer, json).await
+        }
+        Command::Chat { customer, url, platform } => chat(&known_customer(&customer)?, url, &platform).await,
+        Command::Ask { message, customer, json, deadline, trace, platform, .. } => {
             let customer = known_customer(&customer)?;
             check_llm().await?;
             // With a collector configured, spans leave every second (and once more at the end).
@@ -547,7 +585,7 @@ async fn ask(
     );
     stack.shutdown().await;
     let view = outcome?;
-    print_outcome(&view, json, started)?;
+    swarm_local::chat::print_outcome(&view, json, started)?;
     eprintln!("{platform}");
     if let Some(waterfall) = waterfall {
         eprintln!("\n{waterfall}");
@@ -559,6 +597,25 @@ async fn ask(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `swarm-local chat`: on the `serve` at `url`, or on a stack of this process.
+async fn chat(customer: &str, url: Option<String>, platform: &Platform) -> anyhow::Result<ExitCode> {
+    use swarm_local::chat::{Front, chat, stdin_lines};
+    if let Some(url) = url {
+        eprintln!("lambda-swarm chat · {url} · customer {customer} · Ctrl-D ends it");
+        return chat(&Front::serve(&url)?, customer, stdin_lines()).await;
+    }
+    check_llm().await?;
+    let stack = LocalStack::start(options(platform)?).await?;
+    eprintln!(
+        "lambda-swarm chat · {} · model: {} · customer {customer} · Ctrl-D ends it",
+        stack.describe_backend(),
+        model_line(&stack)
+    );
+    let chatted = chat(&Front::Stack(&stack), customer, stdin_lines()).await;
+    stack.shutdown().await;
+    chatted
 }
 
 /// How long `--trace` waits for the conversation's trace to be whole (the spans that close just
@@ -600,48 +657,6 @@ async fn ask_on(
     // The client's patience: the conversation's deadline, and a minute for the reply.
     let patience = stack.timings().conversation.deadline + Duration::from_secs(60);
     stack.wait_until(&id, patience, |view| progress.lines(view).iter().for_each(|l| eprintln!("{l}"))).await
-}
-
-/// The reply (stdout, or stderr with `--json`), the summary line, and with `--json` the conversation object as the last stdout line.
-fn print_outcome(view: &swarm_core::view::ConversationView, json: bool, started: Instant) -> anyhow::Result<()> {
-    let tool_calls: usize = view.subtasks.iter().map(|s| s.tools_used.len()).sum();
-    let succeeded = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::Succeeded).count();
-    let tokens = match &view.usage {
-        None => "tokens: not reported".to_owned(),
-        Some(u) => {
-            let mut t = format!(
-                "tokens: {} in / {} out",
-                u.prompt_tokens.map_or("?".into(), |n| n.to_string()),
-                u.completion_tokens.map_or("?".into(), |n| n.to_string())
-            );
-            if let (Some(c), Some(p)) = (u.cached_tokens, u.prompt_tokens) {
-                t.push_str(&format!(" ({c} cached, {:.0}%)", if p > 0 { c as f64 * 100.0 / p as f64 } else { 0.0 }));
-            }
-            if let Some(cost) = u.cost_usd {
-                t.push_str(&format!(" · ${cost:.4}"));
-            }
-            t
-        }
-    };
-    let reply = view.reply.clone().unwrap_or_else(|| format!("(no reply: conversation {})", view.status));
-    if json {
-        eprintln!("\n{reply}\n");
-    } else {
-        println!("\n{reply}\n");
-    }
-    eprintln!(
-        "── {} · {} subtasks ({} succeeded) · {} tool calls · {} · {:.2} s wall",
-        view.status,
-        view.subtasks.len(),
-        succeeded,
-        tool_calls,
-        tokens,
-        started.elapsed().as_secs_f64()
-    );
-    if json {
-        println!("{}", serde_json::to_string(view)?);
-    }
-    Ok(())
 }
 
 async fn serve(

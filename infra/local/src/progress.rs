@@ -10,9 +10,14 @@ fn epoch_ms(rfc3339: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| t.timestamp_millis())
 }
 
-/// `+1.25 s` from the conversation's creation.
+/// When the view's turn started: the conversation's creation for its first turn.
+fn turn_start(view: &ConversationView) -> &str {
+    view.turns.iter().find(|t| t.turn == view.turn).map_or(&view.created_at, |t| &t.started_at)
+}
+
+/// `+1.25 s` from the start of the view's turn.
 fn offset(view: &ConversationView, at: Option<&str>) -> String {
-    match (epoch_ms(&view.created_at), at.and_then(epoch_ms)) {
+    match (epoch_ms(turn_start(view)), at.and_then(epoch_ms)) {
         (Some(created), Some(at)) => format!("+{:.2} s", (at - created).max(0) as f64 / 1000.0),
         _ => "+?".to_owned(),
     }
@@ -41,7 +46,11 @@ impl Progress {
         let mut out = Vec::new();
         if !self.planned && view.progress.total > 0 {
             self.planned = true;
-            out.push(format!("▸ conversation {}: {} subtasks planned", view.conversation_id, view.progress.total));
+            let turn = if view.turn > 0 { format!(" turn {}", view.turn) } else { String::new() };
+            out.push(format!(
+                "▸ conversation {}{turn}: {} subtasks planned",
+                view.conversation_id, view.progress.total
+            ));
             for s in &view.subtasks {
                 let deps = if s.depends_on.is_empty() {
                     String::new()

@@ -80,10 +80,11 @@ impl Function {
         const BASE: [(&str, Local); 2] = [("TRACE_EXPORT", Param("TraceExport")), ("TABLE_NAME", Table)];
         const GATEWAY: [(&str, Local); 2] =
             [("GATEWAY_URL", GatewayUrl), ("GATEWAY_URL_AUTH", Param("GatewayUrlAuth"))];
-        const ORCHESTRATOR: [(&str, Local); 21] = [
+        const ORCHESTRATOR: [(&str, Local); 22] = [
             BASE[0],
             BASE[1],
             ("DEADLINE_SECS", Param("DeadlineSecs")),
+            ("CONVERSATION_IDLE_EXPIRY_SECS", Param("ConversationIdleExpirySecs")),
             LLM[0],
             LLM[1],
             LLM[2],
@@ -246,7 +247,8 @@ impl LocalSecret {
 }
 
 /// The local values of the run: the backend's table and queue URLs, the gateway's endpoint and the
-/// template parameters' values (`DeadlineSecs` from the scaled table, `AuthMode=none`, …).
+/// template parameters' values (`DeadlineSecs` and `ConversationIdleExpirySecs` from the scaled
+/// table, `AuthMode=none`, …).
 #[derive(Clone, Debug)]
 pub struct LocalValues {
     pub table: String,
@@ -285,6 +287,7 @@ impl LocalValues {
         let mut params = Self::fixed_params();
         params.extend([
             ("DeadlineSecs", "120".to_owned()),
+            ("ConversationIdleExpirySecs", "87300".to_owned()),
             ("LlmBaseUrl", LOCAL_MODELS_URL.to_owned()),
             ("LlmModel", "local".to_owned()),
             ("CustomerConversationsPerMinute", "20".to_owned()),

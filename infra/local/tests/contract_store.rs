@@ -191,16 +191,16 @@ async fn the_queued_marker_keeps_its_first_instant_and_a_lost_answer_retry_chang
     assert!(store.start_run(&conv.id, None, &records, &[], &Usage::default()).await?);
     let unmarked = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(unmarked.queued_at_ms, None, "a plan's write does not say its subtasks were sent");
-    assert!(store.mark_queued(&conv.id, 1_700_000_000_123).await?);
+    assert!(store.mark_queued(&conv.id, 0, 1_700_000_000_123).await?);
     // The same write retried (its answer lost), then a later re-drive's: the first instant stays.
-    assert!(store.mark_queued(&conv.id, 1_700_000_000_123).await?);
-    assert!(store.mark_queued(&conv.id, 1_700_000_009_999).await?);
+    assert!(store.mark_queued(&conv.id, 0, 1_700_000_000_123).await?);
+    assert!(store.mark_queued(&conv.id, 0, 1_700_000_009_999).await?);
     let marked = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(marked.queued_at_ms, Some(1_700_000_000_123));
     assert_eq!((marked.status, marked.remaining), (ConversationStatus::Running, 1), "nothing else changed");
     // An unknown conversation is not created by the marker.
     let unknown = conversation("C105");
-    assert!(!store.mark_queued(&unknown.id, 1_700_000_000_123).await?);
+    assert!(!store.mark_queued(&unknown.id, 0, 1_700_000_000_123).await?);
     assert_eq!(store.get_conversation(&unknown.id).await?, None);
     Ok(())
 }
@@ -264,8 +264,8 @@ async fn transition_needs_the_expected_from_status(store: Store) -> Result<()> {
 
 async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -> Result<()> {
     let (conv, _) = running(&store, &["w01"]).await?;
-    assert!(store.fail_conversation(&conv.id, "deadline passed while planning").await?);
-    assert!(!store.fail_conversation(&conv.id, "second reason").await?);
+    assert!(store.fail_conversation(&conv.id, 0, "deadline passed while planning").await?);
+    assert!(!store.fail_conversation(&conv.id, 0, "second reason").await?);
     let failed = store.get_conversation(&conv.id).await?.context("item missing")?;
     assert_eq!(failed.status, ConversationStatus::Failed);
     assert_eq!(failed.error.as_deref(), Some("deadline passed while planning"));
@@ -275,7 +275,7 @@ async fn fail_conversation_works_only_from_a_non_terminal_status(store: Store) -
 
     let planning = conversation("C104");
     store.create_conversation(&planning).await?;
-    assert!(store.fail_conversation(&planning.id, "orchestrator crashed").await?);
+    assert!(store.fail_conversation(&planning.id, 0, "orchestrator crashed").await?);
     Ok(())
 }
 
@@ -497,7 +497,7 @@ async fn unknown_ids_are_missing_not_errors(store: Store) -> Result<()> {
         !store.transition_conversation(&nobody, ConversationStatus::Running, ConversationStatus::Aggregating).await?
     );
     assert!(!store.finish_conversation(&nobody, 0, "r", &none).await?);
-    assert!(!store.fail_conversation(&nobody, "r").await?);
+    assert!(!store.fail_conversation(&nobody, 0, "r").await?);
     assert!(
         !store.transition_subtask(&conv.id, &"w77".into(), &[SubtaskStatus::Queued], SubtaskStatus::Running).await?
     );
@@ -735,7 +735,7 @@ async fn overdue_conversations_are_the_non_terminal_ones_of_the_shard_past_their
     let _not_yet = in_shard(&store, 3, now + 60_000).await?;
     let _other_shard = in_shard(&store, 4, now - 5_000).await?;
     let over = in_shard(&store, 3, now - 9_000).await?;
-    assert!(store.fail_conversation(&over, "planning did not finish").await?);
+    assert!(store.fail_conversation(&over, 0, "planning did not finish").await?);
     let mut unsharded = conversation("C104");
     unsharded.deadline_ms = now - 5_000;
     store.create_conversation(&unsharded).await?;
@@ -751,7 +751,7 @@ async fn every_terminal_write_takes_the_conversation_out_of_the_sweep_index(stor
     let now = now_ms();
     // Failed from PLANNING; failed by transition; answered.
     let failed = in_shard(&store, 1, now - 1_000).await?;
-    store.fail_conversation(&failed, "x").await?;
+    store.fail_conversation(&failed, 0, "x").await?;
     let flipped = in_shard(&store, 1, now - 1_000).await?;
     store.transition_conversation(&flipped, ConversationStatus::Planning, ConversationStatus::Failed).await?;
     let answered = in_shard(&store, 1, now - 1_000).await?;

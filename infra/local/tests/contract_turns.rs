@@ -30,6 +30,8 @@ contract_tests!(
     each_turn_lists_and_counts_only_its_own_subtasks_and_keeps_the_earlier_ones,
     a_late_count_or_aggregation_of_an_earlier_turn_changes_nothing_in_the_next,
     a_turn_s_archive_keeps_a_long_reply_and_message_within_the_item_limits,
+    a_late_failure_or_queued_marker_of_an_earlier_turn_writes_nothing_on_the_next,
+    a_failure_or_queued_marker_whose_answer_was_lost_is_recognised_as_its_own_when_retried,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -259,5 +261,61 @@ async fn a_turn_s_archive_keeps_a_long_reply_and_message_within_the_item_limits(
     assert_eq!(history.turns[0].reply.as_deref().map(str::len), Some(swarm_core::domain::MAX_REPLY_BYTES));
     assert_eq!(history.turns[0].query, message);
     assert!(history.turns[0].ttl >= t0.ttl, "the archive keeps the conversation's TTL");
+    Ok(())
+}
+
+async fn a_late_failure_or_queued_marker_of_an_earlier_turn_writes_nothing_on_the_next(store: Store) -> Result<()> {
+    let t0 = answered(&store, &["w01"], "r0").await?;
+    let now = now_ms();
+    // Turn 1 planning (its plan not written yet), then turn 0's late writers: the deadline path's
+    // "never planned" failure and a planner's queued marker, both of turn 0.
+    let t1 = started(store.start_turn(&t0, &next(&t0, "m1", "o:1", now), now).await?)?;
+    assert!(!store.fail_conversation(&t1.id, 0, "planning did not finish before the deadline").await?);
+    assert!(!store.mark_queued(&t1.id, 0, now).await?);
+    assert_eq!(store.get_conversation(&t1.id).await?, Some(t1.clone()), "turn 1 untouched while planning");
+    // Turn 1 running, not yet marked: turn 0's marker would say its subtasks were sent.
+    let records = vec![record(&t1, &SubtaskId::in_turn(1, "w01"))];
+    assert!(store.start_run(&t1.id, Some("o:1"), &records, &[], &Usage::default()).await?);
+    let running = store.get_conversation(&t1.id).await?.context("missing")?;
+    assert!(!store.mark_queued(&t1.id, 0, now).await?);
+    assert!(!store.fail_conversation(&t1.id, 0, "none of its subtasks ever began").await?);
+    assert_eq!(store.get_conversation(&t1.id).await?, Some(running.clone()), "turn 1 untouched while running");
+    assert_eq!(running.queued_at_ms, None);
+    // Turn 1's own writers land.
+    assert!(store.mark_queued(&t1.id, 1, now + 7).await?);
+    assert_eq!(store.get_conversation(&t1.id).await?.context("missing")?.queued_at_ms, Some(now + 7));
+    assert!(store.fail_conversation(&t1.id, 1, "none of its subtasks ever began").await?);
+    let failed = store.get_conversation(&t1.id).await?.context("missing")?;
+    assert_eq!(
+        (failed.turn, failed.status, failed.error.as_deref()),
+        (1, ConversationStatus::Failed, Some("none of its subtasks ever began"))
+    );
+    Ok(())
+}
+
+async fn a_failure_or_queued_marker_whose_answer_was_lost_is_recognised_as_its_own_when_retried(
+    store: Store,
+) -> Result<()> {
+    let t0 = answered(&store, &["w01"], "r0").await?;
+    let now = now_ms();
+    let t1 = started(store.start_turn(&t0, &next(&t0, "m1", "o:1", now), now).await?)?;
+    let records = vec![record(&t1, &SubtaskId::in_turn(1, "w01"))];
+    assert!(store.start_run(&t1.id, Some("o:1"), &records, &[], &Usage::default()).await?);
+    let (decorator, lossy) = losing(&store);
+    // The marker applied, its answer lost; the retry (a later instant) keeps the first and says so.
+    decorator.lose(StoreOp::MarkQueued)?;
+    answer_lost(lossy.mark_queued(&t1.id, 1, now + 1).await)?;
+    assert!(lossy.mark_queued(&t1.id, 1, now + 2).await?, "the retry finds the conversation on its turn");
+    assert_eq!(store.get_conversation(&t1.id).await?.context("missing")?.queued_at_ms, Some(now + 1));
+    // The failure applied, its answer lost: the retry finds its own flip and answers it made.
+    let reason = "planning did not finish before the deadline";
+    decorator.lose(StoreOp::FailConversation)?;
+    answer_lost(lossy.fail_conversation(&t1.id, 1, reason).await)?;
+    assert!(lossy.fail_conversation(&t1.id, 1, reason).await?, "its own flip, found made");
+    // Another writer's failure (another reason) or the same reason of another turn is not taken for it.
+    assert!(!store.fail_conversation(&t1.id, 1, "another reason").await?);
+    assert!(!store.fail_conversation(&t1.id, 0, reason).await?);
+    let failed = store.get_conversation(&t1.id).await?.context("missing")?;
+    assert_eq!((failed.status, failed.error.as_deref()), (ConversationStatus::Failed, Some(reason)));
     Ok(())
 }

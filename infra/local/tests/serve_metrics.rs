@@ -2,75 +2,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "common/serve.rs"]
+mod serve;
 
 use anyhow::{Context, Result};
-use serde_json::{Value, json};
 use swarm_core::obs::metrics::{CATALOG, Kind, Source};
 
-/// The server, stopped when the test ends however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `swarm-local serve --port 0` (offline model, in memory) and answers its base URL.
-fn serve() -> Result<(Server, String)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm-local"))
-        .args(["serve", "--port", "0", "--time-scale", "0.1"])
-        .env_remove("LLM_BASE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("TRACE_EXPORT")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting swarm-local serve")?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let server = Server(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.trim().strip_prefix("API").map(str::trim) {
-                let _ = tx.send(
-                    url.split_whitespace().next().unwrap_or_default().trim_end_matches("/conversations").to_owned(),
-                );
-            }
-        }
-    });
-    let base = rx.recv_timeout(Duration::from_secs(120)).context("serve printed its API URL")?;
-    Ok((server, base))
-}
+use serve::{answered, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversations_metrics_appear_on_serves_metrics_endpoint() -> Result<()> {
-    let (_server, base) = serve()?;
+    let (_server, base) = serve(&[])?;
     let http = reqwest::Client::new();
     let message = "Hello from Wenceslas Oakhurst-Prime: where is order A1029, and is coupon SAVE20 valid?";
-    let created: Value = http
-        .post(format!("{base}/conversations"))
-        .json(&json!({ "message": message, "customer_id": "C104" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["conversation_id"].as_str().context("id")?.to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let view = loop {
-        let view: Value = http.get(format!("{base}/conversations/{id}")).send().await?.json().await?;
-        if view["status"] == "DONE" || view["status"] == "FAILED" || Instant::now() > deadline {
-            break view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (id, view) = answered(&base, message, "C104").await?;
     assert_eq!(view["status"], "DONE", "{view}");
     let subtasks = view["subtasks"].as_array().context("subtasks")?.len();
 

@@ -120,7 +120,7 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
     let all = subtasks.list_subtasks(id).await?;
     let handoff = handoff_reason(conversation, &all).map(|reason| Handoff { reason, at_ms: now_ms() });
     if handoff.is_none() && !all.is_empty() && all.iter().all(closed_unbegun) {
-        if !records.fail_conversation(id, NEVER_STARTED).await? {
+        if !records.fail_conversation(id, conversation.turn, NEVER_STARTED).await? {
             return Ok(AnswerOutcome::Overtaken);
         }
         tracing::warn!(conversation_id = %id, subtasks = all.len(), "none of its subtasks ever began: failed, not answered");

@@ -148,6 +148,13 @@ impl Conversation {
     pub fn is_turn_started_by(&self, next: &NextTurn) -> bool {
         self.turn == next.turn && self.turn_started_at_ms == Some(next.started_at_ms) && self.query == next.query
     }
+
+    /// Whether this stored conversation is the flip of `fail_conversation(turn, reason)` made
+    /// (a retry whose first write was applied and its answer lost finds it): `FAILED` on `turn`
+    /// with `reason` as its error (as the store wrote it: DynamoDB's is cut to its limit).
+    pub fn is_failed_on(&self, turn: u32, reason: &str) -> bool {
+        self.turn == turn && self.status == ConversationStatus::Failed && self.error.as_deref() == Some(reason)
+    }
 }
 
 /// A one-line-per-turn outline of earlier turns (number and status only), for logs and tools.

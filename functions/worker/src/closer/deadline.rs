@@ -212,12 +212,18 @@ impl DeadlinePath {
             closed,
             "planning never finished: failing the conversation (items of an unfinished plan closed)"
         );
-        Ok(if self.conversations.fail_conversation(id, "planning did not finish before the deadline").await? {
-            obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
-            (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
-        } else {
-            (Outcome::Ignored("planning moved on meanwhile".into()), None)
-        })
+        Ok(
+            if self
+                .conversations
+                .fail_conversation(id, conversation.turn, "planning did not finish before the deadline")
+                .await?
+            {
+                obs::metrics::conversation_finished(ConversationStatus::Failed, conversation.created_at_ms, now_ms());
+                (Outcome::Concluded(ConversationStatus::Failed), Some(DeadlineAction::Failed))
+            } else {
+                (Outcome::Ignored("planning moved on meanwhile".into()), None)
+            },
+        )
     }
 
     /// The queue of a run before the `queued` marker: the side effects' (refund role's) own queue
@@ -267,7 +273,7 @@ impl DeadlinePath {
         }
         faults::at(CrashPoint::DeadlineAfterRedrive).await;
         if left == 0 {
-            self.conversations.mark_queued(id, now_ms()).await?;
+            self.conversations.mark_queued(id, conversation.turn, now_ms()).await?;
         }
         Ok(left == 0)
     }

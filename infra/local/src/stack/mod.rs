@@ -307,7 +307,8 @@ impl Front {
 }
 
 /// The run's values for the template's `!Ref`s: the backend's table and queues, the gateway's
-/// endpoint, the scaled deadline (`DeadlineSecs`, whole seconds as the template holds it), the
+/// endpoint, the scaled deadline and idle expiry (`DeadlineSecs`, `ConversationIdleExpirySecs`:
+/// whole seconds as the template holds them), the
 /// stack's customer limits, and the LLM endpoint of this process (`LLM_BASE_URL`, `LLM_MODEL`,
 /// `LLM_AUTH`) when the stack's models come from it, else [`LOCAL_MODELS_URL`] — the models are a
 /// port either way.
@@ -323,6 +324,7 @@ fn local_values(backend: &dyn Backend, gateway_url: &str, options: &StackOptions
     }
     params.extend([
         ("DeadlineSecs", seconds_rounded_up(timings.conversation.deadline).to_string()),
+        ("ConversationIdleExpirySecs", seconds_rounded_up(timings.conversation.idle_expiry).to_string()),
         ("LlmBaseUrl", llm_url),
         ("LlmModel", llm_model),
         ("CustomerConversationsPerMinute", options.limits.conversations_per_minute.to_string()),

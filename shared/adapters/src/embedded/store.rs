@@ -231,9 +231,12 @@ impl ConversationRecords for InMemoryConversationStore {
         Ok(true)
     }
 
-    async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_queued(&self, id: &ConversationId, turn: u32, at_ms: i64) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
+        if conv.turn != turn {
+            return Ok(false);
+        }
         if conv.queued_at_ms.is_some() {
             return Ok(true);
         }
@@ -263,11 +266,12 @@ impl ConversationRecords for InMemoryConversationStore {
         Ok(true)
     }
 
-    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+    async fn fail_conversation(&self, id: &ConversationId, turn: u32, reason: &str) -> Result<bool, StoreError> {
         let mut t = self.lock()?;
         let Some(conv) = t.conversations.get_mut(id) else { return Ok(false) };
-        if conv.status.is_terminal() {
-            return Ok(false);
+        if conv.turn != turn || conv.status.is_terminal() {
+            // As DynamoDB's retried write finds it: this flip, made before, is answered as made.
+            return Ok(conv.is_failed_on(turn, reason));
         }
         conv.status = ConversationStatus::Failed;
         conv.error = Some(reason.to_owned());

@@ -267,13 +267,15 @@ fn own_flip(c: &Conversation, planner: Option<&str>, plan: &BTreeSet<String>) ->
 /// was written before turns: turn 0).
 fn on_turn(u: &mut Update, turn: u32) -> String {
     let status = u.status_in(&[ConversationStatus::Aggregating.as_str()]);
+    format!("{status} AND {}", turn_is(u, turn))
+}
+
+/// The condition that the conversation item is on `turn` (an item written before turns existed,
+/// with no `turn` attribute, is on turn 0).
+fn turn_is(u: &mut Update, turn: u32) -> String {
     let name = u.name("turn");
     let value = u.value("turn", n(turn));
-    if turn == 0 {
-        format!("{status} AND (attribute_not_exists({name}) OR {name} = {value})")
-    } else {
-        format!("{status} AND {name} = {value}")
-    }
+    if turn == 0 { format!("(attribute_not_exists({name}) OR {name} = {value})") } else { format!("{name} = {value}") }
 }
 
 fn put(item: Item, table: &str) -> Result<TransactWriteItem, StoreError> {
@@ -415,12 +417,12 @@ impl ConversationRecords for DynamoConversationStore {
         Ok(flipped)
     }
 
-    async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_queued(&self, id: &ConversationId, turn: u32, at_ms: i64) -> Result<bool, StoreError> {
         let mut u = Update::default();
         let queued = u.name("queued_at_ms");
         let at = u.value("at", n(at_ms));
         u.set_expr(format!("{queued} = if_not_exists({queued}, {at})"));
-        let condition = "attribute_exists(#PK)".to_owned();
+        let condition = format!("attribute_exists(#PK) AND {}", turn_is(&mut u, turn));
         Ok(self
             .update("UpdateItem(mark_queued)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
@@ -445,20 +447,26 @@ impl ConversationRecords for DynamoConversationStore {
             .is_some())
     }
 
-    async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError> {
+    async fn fail_conversation(&self, id: &ConversationId, turn: u32, reason: &str) -> Result<bool, StoreError> {
+        let reason = truncate_chars(reason, MAX_ERROR_CHARS);
         let mut u = Update::default();
-        u.set("status", s(ConversationStatus::Failed.as_str()))
-            .set("error", s(truncate_chars(reason, MAX_ERROR_CHARS)))
-            .remove("sweep_shard");
-        let condition = u.status_in(&[
+        u.set("status", s(ConversationStatus::Failed.as_str())).set("error", s(&reason)).remove("sweep_shard");
+        let status = u.status_in(&[
             ConversationStatus::Planning.as_str(),
             ConversationStatus::Running.as_str(),
             ConversationStatus::Aggregating.as_str(),
         ]);
-        Ok(self
+        let condition = format!("{status} AND {}", turn_is(&mut u, turn));
+        if self
             .update("UpdateItem(fail_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
             .await?
-            .is_some())
+            .is_some()
+        {
+            return Ok(true);
+        }
+        // Refused: someone else's flip, a later turn — or this very write, applied by an attempt
+        // whose answer was lost and refused when retried.
+        Ok(self.get_conversation(id).await?.is_some_and(|c| c.is_failed_on(turn, &reason)))
     }
 
     async fn overdue_conversations(

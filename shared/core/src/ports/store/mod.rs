@@ -106,10 +106,12 @@ store_roles! {
         ) -> Result<bool, StoreError>
             as StartRun;
 
-        /// Records that the subtasks sent at planning were sent: sets `queued_at_ms` to `at_ms`
-        /// unless it is set already (the first instant stays, so a retry whose first write was
-        /// applied and its answer lost changes nothing). Returns whether the conversation exists.
-        async fn mark_queued(&self, id: &ConversationId, at_ms: i64) -> Result<bool, StoreError>
+        /// Records that the subtasks turn `turn` sent at planning were sent: sets `queued_at_ms` to
+        /// `at_ms` unless it is set already (the first instant stays, so a retry whose first write was
+        /// applied and its answer lost changes nothing and answers `true` again) — conditional on the
+        /// conversation being on `turn`: a late marker of an earlier turn writes nothing on the next
+        /// (whose subtasks it never sent). Returns whether the conversation exists on `turn`.
+        async fn mark_queued(&self, id: &ConversationId, turn: u32, at_ms: i64) -> Result<bool, StoreError>
             as MarkQueued;
 
         /// Flips a conversation `from → to` if it is in `from` (a terminal `to` takes it out of the sweep
@@ -122,9 +124,13 @@ store_roles! {
         ) -> Result<bool, StoreError>
             as TransitionConversation;
 
-        /// `PLANNING | RUNNING | AGGREGATING → FAILED` with a reason; the conversation leaves the sweep index.
-        /// Returns whether this call made the flip.
-        async fn fail_conversation(&self, id: &ConversationId, reason: &str) -> Result<bool, StoreError>
+        /// `PLANNING | RUNNING | AGGREGATING → FAILED` with `reason`, conditional on the conversation
+        /// being on `turn` (a late writer of an earlier turn fails nothing of the next); the
+        /// conversation leaves the sweep index. Returns whether the conversation is now failed by this
+        /// write: `true` when this call made the flip, and when it finds the flip made on `turn` with
+        /// the same `reason` (its own write, applied by an attempt whose answer was lost — or a peer's
+        /// that decided alike from the same state); `false` otherwise, with nothing written.
+        async fn fail_conversation(&self, id: &ConversationId, turn: u32, reason: &str) -> Result<bool, StoreError>
             as FailConversation;
 
         /// Conversations of sweep shard `shard` whose deadline is before `now_ms` and that are not terminal,
