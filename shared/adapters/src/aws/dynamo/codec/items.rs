@@ -12,9 +12,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use swarm_core::access::Principal;
 use swarm_core::approval::{Approval, ApprovalStatus};
+use swarm_core::decisions::Notice;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, Subtask, SubtaskId, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, TurnRecord, Usage,
+    SubtaskResult, SubtaskStatus, TurnAuthor, TurnRecord, Usage,
 };
 use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::language::Language;
@@ -96,6 +97,9 @@ struct ConversationItem {
     sweep_shard: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queued_at_ms: Option<i64>,
+    /// Who wrote the turn's message; absent: the customer (and every item written before authors).
+    #[serde(default, skip_serializing_if = "TurnAuthor::is_customer")]
+    author: TurnAuthor,
     /// Usage as flat `N` attributes, each present only when known (the update expressions `ADD` to them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage_prompt_tokens: Option<u64>,
@@ -144,6 +148,7 @@ pub fn conversation_item(c: &Conversation) -> Result<Item, StoreError> {
         lease_turn: c.lease.as_ref().map(|l| l.turn),
         sweep_shard: c.sweep_shard,
         queued_at_ms: c.queued_at_ms,
+        author: c.author,
         usage_prompt_tokens: c.usage.prompt_tokens,
         usage_completion_tokens: c.usage.completion_tokens,
         usage_cached_tokens: c.usage.cached_tokens,
@@ -200,6 +205,7 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
         lease,
         sweep_shard: c.sweep_shard,
         queued_at_ms: c.queued_at_ms,
+        author: c.author,
         ttl: c.ttl,
     })
 }
@@ -234,6 +240,37 @@ pub fn turn_from_item(item: &Item) -> Result<TurnRecord, StoreError> {
         return Err(corrupt(item, "not a turn item's keys"));
     };
     serde_json::from_str(&t.record).map_err(|_| corrupt(item, "turn record is not JSON"))
+}
+
+/// A told turn's notice (`CONV#<id>` / `NOTICE#<key>`): the record as JSON (`record` S) and the TTL.
+#[derive(Serialize, Deserialize)]
+struct NoticeItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    record: String,
+    ttl: i64,
+}
+
+/// The notice item of `notice`, on conversation `id`.
+///
+/// Errors: [`StoreError::Permanent`] when it does not encode.
+pub fn notice_item(id: &ConversationId, notice: &Notice) -> Result<Item, StoreError> {
+    let key = ItemKey::Notice(id.clone(), notice.key.clone());
+    let record = serde_json::to_string(notice).map_err(|e| StoreError::Permanent(format!("notice record: {e}")))?;
+    encode(&NoticeItem { pk: key.pk(), sk: key.sk(), record, ttl: notice.ttl })
+}
+
+/// The notice a notice item holds.
+///
+/// Errors: [`StoreError::Permanent`] when the item is not a notice or is corrupt.
+pub fn notice_from_item(item: &Item) -> Result<Notice, StoreError> {
+    let t: NoticeItem = decode(item)?;
+    let Some(ItemKey::Notice(..)) = ItemKey::parse(&t.pk, &t.sk) else {
+        return Err(corrupt(item, "not a notice item's keys"));
+    };
+    serde_json::from_str(&t.record).map_err(|_| corrupt(item, "notice record is not JSON"))
 }
 
 /// `remaining` of the attributes an `UpdateItem` answered (`UPDATED_NEW` of a count).
