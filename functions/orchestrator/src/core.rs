@@ -737,15 +737,23 @@ impl Orchestrator {
         {
             return Err(ApiError::NotFound);
         }
-        if self.tell_untold(&conversation).await? {
-            conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+        // A terminal conversation is read whole (its partition, once): untold decisions are told
+        // first, and its subtasks are those of the turn read, whatever a teller wrote meanwhile.
+        let mut history = None;
+        if conversation.status.is_terminal() {
+            if self.tell_untold(&conversation).await? {
+                conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+            }
+            history = Some(self.store.conversation_history(&id).await?);
         }
-        let subtasks = if conversation.status == ConversationStatus::Planning {
-            Vec::new()
-        } else {
-            self.store.list_subtasks(&id).await?
+        let subtasks = match &history {
+            Some(h) => h.subtasks.iter().filter(|r| conversation.holds(r)).cloned().collect(),
+            None if conversation.status == ConversationStatus::Planning => Vec::new(),
+            None => self.store.list_subtasks(&id).await?,
         };
-        let history = if conversation.turn == 0 { None } else { Some(self.store.conversation_history(&id).await?) };
+        if history.is_none() && conversation.turn > 0 {
+            history = Some(self.store.conversation_history(&id).await?);
+        }
         // The decisions and outcomes of its side effects' approvals (one per side effect that
         // waited), of every turn: a decision told as a later turn still shows its approval.
         let mut approvals = Vec::new();
@@ -757,8 +765,8 @@ impl Orchestrator {
         }
         let view = ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms());
         Ok(match &history {
-            None => view,
-            Some(h) => view.with_history(h),
+            Some(h) if conversation.turn > 0 => view.with_history(h),
+            _ => view,
         })
     }
 }

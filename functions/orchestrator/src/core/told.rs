@@ -21,8 +21,8 @@ pub struct OperatorAnswered {
 impl Orchestrator {
     /// Tells the decisions of `conversation` still untold, if its latest turn is over: the
     /// reader's repair of a teller that died between its writes (or of a decision that landed
-    /// while the turn ran, whose ender died). Answers whether a turn was told (read the
-    /// conversation again then). A store failure while telling is logged, not answered: the
+    /// while the turn ran, whose ender died). Answers whether there were any (told by this call
+    /// or by another teller meanwhile): read the conversation again then. A store failure while telling is logged, not answered: the
     /// reader is shown what is stored, and the next reader tries again.
     ///
     /// Errors: the store's, reading the conversation's history.
@@ -35,13 +35,10 @@ impl Orchestrator {
             return Ok(false);
         }
         let store = self.store.as_ref();
-        match tell_decisions(store, store, &conversation.id, self.settings.idle_expiry).await {
-            Ok(told) => Ok(!told.turns.is_empty()),
-            Err(e) => {
-                tracing::warn!(conversation_id = %conversation.id, error = %e, "could not tell an untold decision; the next reader will");
-                Ok(false)
-            }
+        if let Err(e) = tell_decisions(store, store, &conversation.id, self.settings.idle_expiry).await {
+            tracing::warn!(conversation_id = %conversation.id, error = %e, "could not tell an untold decision; the next reader will");
         }
+        Ok(true)
     }
 
     /// `POST /operator/conversations/{id}/messages`: `operator`'s answer `text` to conversation

@@ -116,6 +116,12 @@ impl Conversation {
         }
     }
 
+    /// Whether subtask item `r` is of this conversation's current turn: of its plan, or (no plan
+    /// kept) of its turn by id — what `list_subtasks` lists, picked from the whole partition.
+    pub fn holds(&self, r: &SubtaskRecord) -> bool {
+        if self.plan.is_empty() { r.subtask.id.turn() == self.turn } else { self.plan.contains(r.subtask.id.as_str()) }
+    }
+
     /// The notice `told` leaves when it is told on this conversation (as read).
     pub fn notice_of(&self, told: &ToldTurn) -> Notice {
         let after = self.told_turn(told);
