@@ -309,11 +309,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Action::Approve(id) | Action::Reject(id) => operator::conversation_of(id).map(str::to_owned),
                 _ => None,
             };
+            // An API without the operator's read (an older deployment) is not waited on.
             let before = match &conversation {
                 Some(c) => operator::call(&url, &credential, &Action::View(c.clone()))
                     .await
                     .ok()
-                    .map(|v| v["turns"].as_array().map_or(0, Vec::len)),
+                    .and_then(|v| v["turns"].as_array().map(Vec::len)),
                 None => None,
             };
             let answer = operator::call(&url, &credential, &action).await?;
