@@ -210,67 +210,60 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
     })
 }
 
-/// A finished turn's archive (`CONV#<id>` / `TURN#<n>`): the record as JSON (`record` S, at most
-/// the message's 32 KB and the reply's 200 KB) and the TTL.
+/// An item holding one record as JSON (`record` S) and the TTL: a finished turn's archive
+/// (`CONV#<id>` / `TURN#<n>`, at most the message's 32 KB and the reply's 200 KB) or a told turn's
+/// notice (`CONV#<id>` / `NOTICE#<key>`).
 #[derive(Serialize, Deserialize)]
-struct TurnItem {
+struct RecordItem {
     #[serde(rename = "PK")]
     pk: String,
     #[serde(rename = "SK")]
     sk: String,
     record: String,
     ttl: i64,
+}
+
+/// The item of `record` (`what` names it in errors) under `key`.
+fn record_item<T: Serialize>(key: &ItemKey, record: &T, ttl: i64, what: &str) -> Result<Item, StoreError> {
+    let record = serde_json::to_string(record).map_err(|e| StoreError::Permanent(format!("{what} record: {e}")))?;
+    encode(&RecordItem { pk: key.pk(), sk: key.sk(), record, ttl })
+}
+
+/// The record a [`RecordItem`] holds, when its keys are `kind`'s (`what` names it in errors).
+fn record_from_item<T: DeserializeOwned>(item: &Item, kind: fn(&ItemKey) -> bool, what: &str) -> Result<T, StoreError> {
+    let t: RecordItem = decode(item)?;
+    if !ItemKey::parse(&t.pk, &t.sk).as_ref().is_some_and(kind) {
+        return Err(corrupt(item, &format!("not a {what} item's keys")));
+    }
+    serde_json::from_str(&t.record).map_err(|_| corrupt(item, &format!("{what} record is not JSON")))
 }
 
 /// The archive item of `turn`, a turn of conversation `id`.
 ///
 /// Errors: [`StoreError::Permanent`] when it does not encode.
 pub fn turn_item(id: &ConversationId, turn: &TurnRecord) -> Result<Item, StoreError> {
-    let key = ItemKey::Turn(id.clone(), turn.turn);
-    let record = serde_json::to_string(turn).map_err(|e| StoreError::Permanent(format!("turn record: {e}")))?;
-    encode(&TurnItem { pk: key.pk(), sk: key.sk(), record, ttl: turn.ttl })
+    record_item(&ItemKey::Turn(id.clone(), turn.turn), turn, turn.ttl, "turn")
 }
 
 /// The turn an archive item holds.
 ///
 /// Errors: [`StoreError::Permanent`] when the item is not a turn's archive or is corrupt.
 pub fn turn_from_item(item: &Item) -> Result<TurnRecord, StoreError> {
-    let t: TurnItem = decode(item)?;
-    let Some(ItemKey::Turn(..)) = ItemKey::parse(&t.pk, &t.sk) else {
-        return Err(corrupt(item, "not a turn item's keys"));
-    };
-    serde_json::from_str(&t.record).map_err(|_| corrupt(item, "turn record is not JSON"))
-}
-
-/// A told turn's notice (`CONV#<id>` / `NOTICE#<key>`): the record as JSON (`record` S) and the TTL.
-#[derive(Serialize, Deserialize)]
-struct NoticeItem {
-    #[serde(rename = "PK")]
-    pk: String,
-    #[serde(rename = "SK")]
-    sk: String,
-    record: String,
-    ttl: i64,
+    record_from_item(item, |k| matches!(k, ItemKey::Turn(..)), "turn")
 }
 
 /// The notice item of `notice`, on conversation `id`.
 ///
 /// Errors: [`StoreError::Permanent`] when it does not encode.
 pub fn notice_item(id: &ConversationId, notice: &Notice) -> Result<Item, StoreError> {
-    let key = ItemKey::Notice(id.clone(), notice.key.clone());
-    let record = serde_json::to_string(notice).map_err(|e| StoreError::Permanent(format!("notice record: {e}")))?;
-    encode(&NoticeItem { pk: key.pk(), sk: key.sk(), record, ttl: notice.ttl })
+    record_item(&ItemKey::Notice(id.clone(), notice.key.clone()), notice, notice.ttl, "notice")
 }
 
 /// The notice a notice item holds.
 ///
 /// Errors: [`StoreError::Permanent`] when the item is not a notice or is corrupt.
 pub fn notice_from_item(item: &Item) -> Result<Notice, StoreError> {
-    let t: NoticeItem = decode(item)?;
-    let Some(ItemKey::Notice(..)) = ItemKey::parse(&t.pk, &t.sk) else {
-        return Err(corrupt(item, "not a notice item's keys"));
-    };
-    serde_json::from_str(&t.record).map_err(|_| corrupt(item, "notice record is not JSON"))
+    record_from_item(item, |k| matches!(k, ItemKey::Notice(..)), "notice")
 }
 
 /// `remaining` of the attributes an `UpdateItem` answered (`UPDATED_NEW` of a count).
