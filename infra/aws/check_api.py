@@ -63,6 +63,14 @@ def check_api(checker, functions):
         elif post is not None and (route[1].get("AuthorizationType"), route[1].get("AuthorizerId")) != (
                 post[1].get("AuthorizationType"), post[1].get("AuthorizerId")):
             checker.fail(route[0], f"{key} is not authorised as POST /conversations is")
+    # The operators' routes: IAM-signed whatever customers use (decisions, and a person's answer to a hand-off).
+    for key in ("GET /approvals", "POST /approvals/{id}", "GET /operator/conversations/{id}",
+                "POST /operator/conversations/{id}/messages"):
+        route = routes.get(key)
+        if route is None:
+            checker.fail("api", f"no route {key}")
+        elif route[1].get("AuthorizationType") != "AWS_IAM":
+            checker.fail(route[0], f"{key} is for operators: AuthorizationType AWS_IAM")
     integration = next((checker.chosen(r["Properties"]) for r in checker.resources.values()
                         if r["Type"] == "AWS::ApiGatewayV2::Integration"), {})
     api_fn = checker.target(integration.get("IntegrationUri"))

@@ -100,9 +100,11 @@ async fn until(stack: &LocalStack, id: &str, what: &str, done: impl Fn(&Conversa
     }
 }
 
+/// The refund's subtask, in whichever turn it ran (a decision told as a later turn is the latest).
 fn refund_subtask(view: &ConversationView) -> &swarm_core::view::SubtaskView {
-    view.subtasks
+    view.turns
         .iter()
+        .flat_map(|t| &t.subtasks)
         .find(|s| s.effects.iter().any(|e| e.tool == "shop__refund"))
         .unwrap_or_else(|| panic!("no refund in {view:?}"))
 }

@@ -27,6 +27,9 @@ pub struct AggregatorSettings {
     pub lease: Duration,
     /// Records of one stream batch aggregated at once (at least 1).
     pub max_parallel_records: usize,
+    /// A conversation's idle time after a turn (`conversation.idle_expiry_secs`): a decision told
+    /// once the answer is written refreshes it.
+    pub idle_expiry: Duration,
 }
 
 impl Default for AggregatorSettings {
@@ -45,6 +48,7 @@ impl AggregatorSettings {
             retry: LlmRetryPolicy::from_timings(timings),
             lease: timings.aggregator.lease,
             max_parallel_records: timings.aggregator.max_parallel_records,
+            idle_expiry: timings.conversation.idle_expiry,
         }
     }
 }
@@ -110,7 +114,8 @@ impl Aggregator {
                 return Ok(AggregateOutcome::AlreadyHandled);
             }
         }
-        let answerer = Answerer { kind: "aggregator", lease: self.settings.lease };
+        let answerer =
+            Answerer { kind: "aggregator", lease: self.settings.lease, idle_expiry: self.settings.idle_expiry };
         let writer = ModelReply { model: self.model.as_ref(), settings: &self.settings };
         let answered = answer_conversation(
             self.conversations.as_ref(),

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_core::approval::{Approval, ApprovalDecision, ApprovalKey, ApprovalStatus, DecideOutcome, is_approval_id};
+use swarm_core::decisions::tell_decisions;
 use swarm_core::domain::TaskMessage;
 use swarm_core::effects::{EffectChange, EffectOutcome, EffectState, effect_key};
 use swarm_core::faults::{self, CrashPoint};
@@ -50,11 +51,19 @@ pub struct Approvals {
     key: ApprovalKey,
     /// How long a token is valid after the decision (`money.approval_execute_within_secs`).
     execute_within: Duration,
+    /// A conversation's idle time after a turn (`conversation.idle_expiry_secs`), refreshed by a told decision.
+    idle_expiry: Duration,
 }
 
 impl Approvals {
     pub fn new(store: Arc<dyn ConversationStore>, queues: TaskQueues, key: ApprovalKey, timings: &Timings) -> Self {
-        Self { store, queues, key, execute_within: timings.money.approval_execute_within }
+        Self {
+            store,
+            queues,
+            key,
+            execute_within: timings.money.approval_execute_within,
+            idle_expiry: timings.conversation.idle_expiry,
+        }
     }
 
     /// A page of approvals, newest first: at most `limit` (1..=[`MAX_LISTED`]), optionally only
@@ -164,6 +173,7 @@ impl Approvals {
             (ApprovalStatus::Executed, Decision::Approve) | (ApprovalStatus::Rejected, Decision::Reject) => {}
             (ApprovalStatus::Rejected, Decision::Approve) => {
                 self.close_effect(&approval, EffectState::Rejected, "a person rejected it").await?;
+                self.tell(&approval).await;
                 return Err(ApiError::conflict("this approval was rejected earlier"));
             }
             (ApprovalStatus::Approved | ApprovalStatus::Executed, Decision::Reject) => {
@@ -171,6 +181,7 @@ impl Approvals {
             }
             (ApprovalStatus::Expired, _) => {
                 self.close_effect(&approval, EffectState::Expired, "the approval expired before a decision").await?;
+                self.tell(&approval).await;
                 return Err(ApiError::conflict("this approval has expired"));
             }
             (ApprovalStatus::Pending, _) => {
@@ -179,6 +190,7 @@ impl Approvals {
         }
         if approval.status == ApprovalStatus::Rejected {
             self.close_effect(&approval, EffectState::Rejected, "a person rejected it").await?;
+            self.tell(&approval).await;
         }
         Ok(OperatorApprovalView::build(&approval, now_ms()))
     }
@@ -201,6 +213,23 @@ impl Approvals {
         })?;
         tracing::info!(approval_id = %approval.id, role = %approval.role, "approved call enqueued");
         Ok(())
+    }
+
+    /// Tells the customer the outcome of a closed approval as a turn ([`tell_decisions`]) when its
+    /// conversation's turn is over (else the writer that ends that turn does). A failure loses
+    /// nothing (the closed journal entry is the pending notice the next teller finds), so it is
+    /// logged and the decision still answered.
+    async fn tell(&self, approval: &Approval) {
+        let id = &approval.conversation_id;
+        match tell_decisions(self.store.as_ref(), self.store.as_ref(), id, self.idle_expiry).await {
+            Ok(told) if told.deferred => {
+                tracing::info!(approval_id = %approval.id, "decision told when the conversation's running turn ends");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(approval_id = %approval.id, error = %e, "could not tell the decision yet; its next reader will")
+            }
+        }
     }
 
     /// Marks the side effect of a rejected or expired approval in its subtask's journal (it never runs).

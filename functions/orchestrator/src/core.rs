@@ -28,6 +28,8 @@ use swarm_core::view::{ConversationSummary, ConversationView};
 use crate::budget::{Budget, CallFailed};
 use tracing::Instrument;
 
+mod told;
+pub use told::OperatorAnswered;
 mod turns;
 
 /// Orchestrator settings, read once at cold start.
@@ -119,6 +121,9 @@ pub enum ApiError {
     /// 409: the request contradicts what was recorded before (an approval decided the other way, or expired).
     #[error("{0}")]
     Conflict(String),
+    /// 409: an operator's answer to a conversation whose latest turn is not a hand-off to a person.
+    #[error("conversation {0} is not handed to a person: its latest turn is not HANDOFF")]
+    NotHandedOff(ConversationId),
     /// 409 with `Retry-After`: a request with this `Idempotency-Key` is still being planned (its
     /// planner holds a live planning lease); retry after the lease ends — then this key's request
     /// either answers with the planned conversation or takes over a planner that died.
@@ -179,7 +184,7 @@ impl ApiError {
         match self {
             Self::BadRequest { .. } => 400,
             Self::NotFound => 404,
-            Self::Conflict(_) | Self::InProgress { .. } | Self::TurnInProgress { .. } => 409,
+            Self::Conflict(_) | Self::NotHandedOff(_) | Self::InProgress { .. } | Self::TurnInProgress { .. } => 409,
             Self::Expired(_) => 410,
             Self::KeyReused(_) => 422,
             Self::RateLimited { .. } => 429,
@@ -192,6 +197,7 @@ impl ApiError {
             Self::BadRequest { code, .. } => code,
             Self::NotFound => "not_found",
             Self::Conflict(_) => "approval_conflict",
+            Self::NotHandedOff(_) => "not_handed_off",
             Self::InProgress { .. } => "request_in_progress",
             Self::TurnInProgress { .. } => "turn_in_progress",
             Self::Expired(_) => "conversation_expired",
@@ -737,29 +743,43 @@ impl Orchestrator {
     /// conversation is answered as not found.
     pub async fn status(&self, id: &str, customer_id: Option<&str>) -> Result<ConversationView, ApiError> {
         let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
-        let conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+        let mut conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
         if let Some(c) = customer_id
             && c != conversation.customer_id
         {
             return Err(ApiError::NotFound);
         }
-        let subtasks = if conversation.status == ConversationStatus::Planning {
-            Vec::new()
-        } else {
-            self.store.list_subtasks(&id).await?
+        // A terminal conversation is read whole (its partition, once): untold decisions are told
+        // first, and its subtasks are those of the turn read, whatever a teller wrote meanwhile.
+        let mut history = None;
+        if conversation.status.is_terminal() {
+            if self.tell_untold(&conversation).await? {
+                conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+            }
+            history = Some(self.store.conversation_history(&id).await?);
+        }
+        let subtasks = match &history {
+            Some(h) => h.subtasks.iter().filter(|r| conversation.holds(r)).cloned().collect(),
+            None if conversation.status == ConversationStatus::Planning => Vec::new(),
+            None => self.store.list_subtasks(&id).await?,
         };
-        // The decisions and outcomes of its side effects' approvals (one per side effect that waited).
+        if history.is_none() && conversation.turn > 0 {
+            history = Some(self.store.conversation_history(&id).await?);
+        }
+        // The decisions and outcomes of its side effects' approvals (one per side effect that
+        // waited), of every turn: a decision told as a later turn still shows its approval.
         let mut approvals = Vec::new();
-        for approval_id in swarm_core::view::approval_ids(&subtasks) {
+        let all = history.as_ref().map_or(subtasks.as_slice(), |h| h.subtasks.as_slice());
+        for approval_id in swarm_core::view::approval_ids(all) {
             if let Some(a) = self.store.get_approval(&approval_id).await? {
                 approvals.push(a);
             }
         }
         let view = ConversationView::build(&conversation, &subtasks).with_approvals(&approvals, now_ms());
-        if conversation.turn == 0 {
-            return Ok(view);
-        }
-        Ok(view.with_history(&self.store.conversation_history(&id).await?))
+        Ok(match &history {
+            Some(h) if conversation.turn > 0 => view.with_history(h),
+            _ => view,
+        })
     }
 }
 

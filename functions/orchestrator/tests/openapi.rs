@@ -9,8 +9,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
 use orchestrator::api::{
-    AllowedOrigins, ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health, OperatorAuth,
-    Problem, TokenTable, cors,
+    AllowedOrigins, ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health, OperatorAnswer,
+    OperatorAnswerBody, OperatorAuth, Problem, TokenTable, cors,
 };
 use orchestrator::{ApiState, Approvals, Auth, Orchestrator, OrchestratorSettings};
 use schemars::generate::SchemaSettings;
@@ -48,7 +48,19 @@ fn derived() -> BTreeMap<String, Value> {
             roots.insert(<$ty as schemars::JsonSchema>::schema_name().into_owned(), schema);
         )+};
     }
-    root!(CreateBody, Created, ConversationView, ConversationPage, ApprovalPage, DecideBody, Decided, Health, Problem);
+    root!(
+        CreateBody,
+        Created,
+        ConversationView,
+        ConversationPage,
+        ApprovalPage,
+        DecideBody,
+        Decided,
+        OperatorAnswerBody,
+        OperatorAnswer,
+        Health,
+        Problem
+    );
     for (name, schema) in generator.take_definitions(true) {
         roots.entry(name).or_insert(schema);
     }
@@ -229,6 +241,20 @@ async fn every_answer_matches_the_document() {
     let conflict = call(&router, "POST", &format!("/approvals/{approval}"), r#"{"decision": "approve"}"#, &op).await;
     assert_eq!(conflict.0, 409);
     conforms(&doc, "/approvals/{id}", "post", &conflict);
+
+    // The operator's routes: a conversation read as its customer reads it; an answer only to a hand-off.
+    let operator_url = format!("/operator{url}");
+    let read = call(&router, "GET", &operator_url, "", &op).await;
+    assert_eq!((read.0, &read.2["turns"][0]["author"]), (200, &json!("customer")), "{:?}", read.2);
+    conforms(&doc, "/operator/conversations/{id}", "get", &read);
+    conforms(&doc, "/operator/conversations/{id}", "get", &call(&router, "GET", &operator_url, "", &[]).await);
+    let answer_url = format!("{operator_url}/messages");
+    let not_handed_off = call(&router, "POST", &answer_url, r#"{"text": "Hello"}"#, &op).await;
+    assert_eq!((not_handed_off.0, &not_handed_off.2["error"]["code"]), (409, &json!("not_handed_off")));
+    conforms(&doc, "/operator/conversations/{id}/messages", "post", &not_handed_off);
+    let empty = call(&router, "POST", &answer_url, r#"{"text": " "}"#, &op).await;
+    assert_eq!(empty.0, 400, "{:?}", empty.2);
+    conforms(&doc, "/operator/conversations/{id}/messages", "post", &empty);
 
     let health = call(&router, "GET", "/health", "", &[]).await;
     assert_eq!((health.0, health.2["status"].as_str()), (200, Some("ok")));

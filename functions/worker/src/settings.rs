@@ -35,6 +35,9 @@ pub struct WorkerSettings {
     pub safety_margin: Duration,
     /// How long an approval asked for can be decided (`money.approval_expiry_secs`).
     pub approval_expiry: Duration,
+    /// A conversation's idle time after a turn (`conversation.idle_expiry_secs`): a decision told
+    /// as a turn refreshes it like any turn.
+    pub idle_expiry: Duration,
     /// `DelaySeconds` of a subtask with its own queue handed back while its dependencies are open.
     pub dependency_wait_secs: u32,
     /// `DelaySeconds` before a side effect whose outcome is not known is replayed to confirm it.
@@ -119,6 +122,7 @@ impl WorkerSettings {
             round_budget_tokens: 12_000,
             safety_margin: w.safety_margin,
             approval_expiry: timings.money.approval_expiry,
+            idle_expiry: timings.conversation.idle_expiry,
             dependency_wait_secs: delay_secs(timings.money.dependency_wait),
             confirm_delay_secs: delay_secs(timings.money.confirm_delay),
             confirm_attempts: timings.money.confirm_attempts,

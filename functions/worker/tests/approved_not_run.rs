@@ -234,3 +234,52 @@ async fn a_sweeper_without_the_approval_key_counts_approved_calls_not_run_and_re
     assert_eq!(s.store.get_approval(&id).await.unwrap().unwrap().token, Some(token), "unchanged");
     assert!(executes(&s.refund_queue).await.is_empty());
 }
+
+/// Crashes an invocation at one point.
+struct KillAt(swarm_core::faults::CrashPoint);
+
+impl swarm_core::faults::FaultPlan for KillAt {
+    fn crash(&self, point: swarm_core::faults::CrashPoint) -> bool {
+        point == self.0
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_after_the_approved_refund_ran_tells_it_on_the_redelivered_execute_once() {
+    use swarm_core::domain::{ConversationStatus, TurnAuthor};
+    use swarm_core::faults::{CrashPoint, Invocation, with_plan};
+    use swarm_core::ports::{AnswerStore, LeasePhase, SubtaskStore};
+    let s = setup().await;
+    let run = s.worker.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(30))).await;
+    assert_eq!(run, Outcome::Finished(SubtaskStatus::AwaitingApproval));
+    // The turn is answered ("it waits for review") before the person decides.
+    let now = now_ms();
+    s.store.acquire_lease(&s.id, LeasePhase::Aggregating { turn: 0 }, "agg:t", now, now + 60_000).await.unwrap();
+    assert!(s.store.finish_conversation(&s.id, 0, "it waits for review", &Usage::default()).await.unwrap());
+    let id = approval_id(&s.id, &"w01".into(), 1);
+    approve(&s, &id).await;
+    let execute = TaskMessage::Execute { conversation_id: s.id.clone(), approval_id: id.clone() };
+
+    // Killed after the approval is closed, before the outcome is told.
+    let killed = Invocation::new(Arc::new(KillAt(CrashPoint::WorkerAfterFinishApproval)));
+    let handler = with_plan(killed.clone(), s.worker.handle(execute.clone(), after(Duration::from_secs(30))));
+    let died = tokio::select! {
+        _ = handler => false,
+        () = killed.killed() => true,
+    };
+    assert!(died, "the worker ran past its crash point");
+    assert_eq!(s.store.get_approval(&id).await.unwrap().unwrap().status, ApprovalStatus::Executed);
+    assert_eq!(s.store.get_conversation(&s.id).await.unwrap().unwrap().turn, 0, "not told yet");
+
+    // The message comes back: the refund is not run again, and the outcome is told once.
+    let again = s.worker.handle(execute.clone(), after(Duration::from_secs(30))).await;
+    assert!(matches!(again, Outcome::Ignored(_)), "{again:?}");
+    assert_eq!(s.shop.refunds(), 1);
+    let told = s.store.get_conversation(&s.id).await.unwrap().unwrap();
+    assert_eq!((told.turn, told.status, told.author), (1, ConversationStatus::Done, TurnAuthor::Swarm));
+    let reply = told.reply.unwrap();
+    assert!(reply.contains("RF-A1033-1") && reply.contains("A1033"), "{reply}");
+    assert_eq!(s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap().status, SubtaskStatus::Succeeded);
+    s.worker.handle(execute, after(Duration::from_secs(30))).await;
+    assert_eq!(s.store.get_conversation(&s.id).await.unwrap().unwrap().turn, 1, "told once");
+}

@@ -336,11 +336,38 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ApprovalsAction::Approve { id } => Action::Approve(id),
                 ApprovalsAction::Reject { id } => Action::Reject(id),
             };
+            // A decision is told to the customer as a turn: read how many turns there are first,
+            // so the one told after it is found (the refund runs asynchronously: waited for).
+            let conversation = match &action {
+                Action::Approve(id) | Action::Reject(id) => operator::conversation_of(id).map(str::to_owned),
+                _ => None,
+            };
+            // An API without the operator's read (an older deployment) is not waited on.
+            let before = match &conversation {
+                Some(c) => operator::call(&url, &credential, &Action::View(c.clone()))
+                    .await
+                    .ok()
+                    .and_then(|v| v["turns"].as_array().map(Vec::len)),
+                None => None,
+            };
             let answer = operator::call(&url, &credential, &action).await?;
             if json {
                 println!("{answer}");
             } else {
                 operator::describe(&action, &answer).iter().for_each(|line| println!("{line}"));
+            }
+            if let (Some(c), Some(before)) = (conversation, before) {
+                match operator::await_told_turn(&url, &credential, &c, before, TOLD_WITHIN).await? {
+                    Some(turn) if json => println!("{turn}"),
+                    Some(turn) => {
+                        println!("the customer is told:");
+                        operator::told_lines(&turn).iter().for_each(|line| println!("  {line}"));
+                    }
+                    None => println!(
+                        "the customer is not told yet (nothing within {} s); read it later with GET /operator/conversations/{c}",
+                        TOLD_WITHIN.as_secs()
+                    ),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -433,6 +460,9 @@ fn known_customer(customer: &str) -> anyhow::Result<String> {
 
 /// Longest wait for the provider's answer to the preflight request.
 const LLM_PREFLIGHT: Duration = Duration::from_secs(20);
+/// Longest wait of `approvals approve|reject` for the turn that tells the customer (an approved
+/// refund runs through the refund worker first).
+const TOLD_WITHIN: Duration = Duration::from_secs(60);
 
 /// Asks the configured LLM (when `LLM_BASE_URL` is set) one tiny question before anything starts,
 /// so a wrong URL, key or model stops `ask` with one message instead of a run of failures.

@@ -31,6 +31,8 @@ pub enum Action {
     },
     Approve(String),
     Reject(String),
+    /// Read a conversation as its customer does (`GET /operator/conversations/{id}`).
+    View(String),
 }
 
 /// The region an API URL is in (`https://<id>.execute-api.<region>.amazonaws.com`), if it says.
@@ -76,6 +78,7 @@ pub async fn call(base: &str, credential: &Credential, action: &Action) -> anyho
             let body = serde_json::to_vec(&serde_json::json!({ "decision": decision }))?;
             (reqwest::Method::POST, format!("{base}/approvals/{id}"), body)
         }
+        Action::View(id) => (reqwest::Method::GET, format!("{base}/operator/conversations/{id}"), Vec::new()),
     };
     let client = reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build()?;
     let mut request = client.request(method.clone(), &url).header("accept", "application/json");
@@ -137,12 +140,64 @@ pub fn describe(action: &Action, answer: &Value) -> Vec<String> {
             }
             lines
         }
+        Action::View(_) => told_lines(&answer["turns"]),
         _ => {
             let a = &answer["approval"];
             let by = a["decided_by"].as_str().unwrap_or("?");
             vec![format!("{} is {} (decided by {by})", text(a, "approval_id"), text(a, "status"))]
         }
     }
+}
+
+/// The conversation of approval `id` (its id's first part: `<conversation>.<subtask>.<n>`).
+pub fn conversation_of(approval_id: &str) -> Option<&str> {
+    approval_id.split_once('.').map(|(c, _)| c).filter(|c| !c.is_empty())
+}
+
+/// How often [`await_told_turn`] reads the conversation.
+const TOLD_POLL: Duration = Duration::from_millis(250);
+
+/// Waits, at most `within`, for conversation `id` to hold a turn past its first `before` turns
+/// written by the swarm (the decision told to the customer: for an approval, once its refund ran
+/// or failed); answers that turn (`turns[]`'s entry), or `None` when none came in time.
+///
+/// Errors: the API's, reading the conversation.
+pub async fn await_told_turn(
+    base: &str,
+    credential: &Credential,
+    id: &str,
+    before: usize,
+    within: Duration,
+) -> anyhow::Result<Option<Value>> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let view = call(base, credential, &Action::View(id.to_owned())).await?;
+        let turns = view["turns"].as_array().cloned().unwrap_or_default();
+        if let Some(told) = turns.iter().skip(before).find(|t| t["author"] == "swarm") {
+            return Ok(Some(told.clone()));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(TOLD_POLL).await;
+    }
+}
+
+/// The lines of the turns `turns` (a `turns[]` array, or one turn) a person reads: who wrote
+/// each, and what the customer was answered.
+pub fn told_lines(turns: &Value) -> Vec<String> {
+    let one = [turns.clone()];
+    let turns = turns.as_array().map_or(&one[..], Vec::as_slice);
+    turns
+        .iter()
+        .map(|t| {
+            let author = t["author"].as_str().unwrap_or("customer");
+            let message =
+                t["message"].as_str().filter(|m| !m.is_empty()).map(|m| format!(" «{m}»")).unwrap_or_default();
+            let reply = t["reply"].as_str().unwrap_or("(no reply yet)");
+            format!("turn {} by {author}{message} [{}]: {reply}", t["turn"], t["status"].as_str().unwrap_or("?"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -171,5 +226,22 @@ mod tests {
         );
         let empty = serde_json::json!({"approvals": []});
         assert_eq!(describe(&action, &empty), ["no approvals"]);
+    }
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::*;
+
+    #[test]
+    fn a_told_turn_reads_as_its_author_and_reply() {
+        let turn =
+            serde_json::json!({"turn": 1, "author": "swarm", "message": "", "status": "DONE", "reply": "refund made"});
+        assert_eq!(told_lines(&turn), ["turn 1 by swarm [DONE]: refund made"]);
+        let turns =
+            serde_json::json!([{"turn": 0, "message": "refund A1033", "status": "DONE", "reply": "waits"}, turn]);
+        assert_eq!(told_lines(&turns)[0], "turn 0 by customer «refund A1033» [DONE]: waits");
+        assert_eq!(conversation_of("0190abc.w01.1"), Some("0190abc"));
+        assert_eq!(conversation_of("nodot"), None);
     }
 }

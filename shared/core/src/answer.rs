@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::decisions::tell_decisions;
 use crate::domain::{
     Conversation, ConversationStatus, FailureKind, Handoff, Lease, MAX_REPLY_BYTES, SubtaskRecord, SubtaskResult,
     Usage, now_ms,
@@ -53,6 +54,9 @@ pub struct Answerer {
     pub kind: &'static str,
     /// How long the aggregation lease holds the conversation (longer than any invocation that holds it).
     pub lease: Duration,
+    /// The conversation's idle time after a turn (`conversation.idle_expiry_secs`): a decision
+    /// told once the turn is answered refreshes it.
+    pub idle_expiry: Duration,
 }
 
 /// What [`answer_conversation`] did: the conversation-level outcome.
@@ -151,6 +155,11 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
     if let Some(h) = &handoff {
         obs::metrics::handoff(h.reason);
         tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
+    }
+    // A decision that landed while this turn ran is told now, after it (DESIGN.md "Turns"). A
+    // failure loses nothing: the next reader of the conversation tells it.
+    if let Err(e) = tell_decisions(records, subtasks, id, answerer.idle_expiry).await {
+        tracing::warn!(conversation_id = %id, error = %e, "could not tell a decision after the answer; its next reader will");
     }
     Ok(AnswerOutcome::Answered { status, by_model: written.by_model, taken_over })
 }

@@ -14,7 +14,7 @@ pub use crate::lifecycle::{ConversationStatus, SubtaskStatus};
 pub use crate::result::{FailureKind, MAX_RESULT_CHARS, SubtaskResult, ToolCallRecord};
 pub use crate::text::{TRUNCATION_MARK, truncate_bytes, truncate_chars};
 pub use crate::time::now_ms;
-pub use crate::turns::{NextTurn, TurnRecord};
+pub use crate::turns::{NextTurn, TurnAuthor, TurnRecord};
 
 /// Upper bound on subtasks in one plan (DESIGN.md "up to 100 independent subtasks").
 pub const MAX_SUBTASKS: usize = 100;
@@ -221,6 +221,11 @@ pub struct Conversation {
     /// from a backlog still in the queue, which is never sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_at_ms: Option<i64>,
+    /// Who wrote the current turn's message: the customer, or (a turn that tells a decision or a
+    /// person's answer, [`crate::decisions`]) the swarm or an operator. Items written before
+    /// authors existed read as the customer's.
+    #[serde(default, skip_serializing_if = "TurnAuthor::is_customer")]
+    pub author: TurnAuthor,
     /// DynamoDB TTL attribute: Unix epoch seconds after which the item may be deleted.
     pub ttl: i64,
 }
@@ -302,6 +307,7 @@ impl Conversation {
             lease: None,
             sweep_shard: None,
             queued_at_ms: None,
+            author: TurnAuthor::Customer,
             ttl: now_ms / 1000 + 7 * 24 * 3600,
         }
     }

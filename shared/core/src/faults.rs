@@ -61,6 +61,13 @@ pub enum CrashPoint {
     /// Deadline path: the open subtasks are closed and counted, the conversation is neither
     /// aggregated nor re-armed yet.
     DeadlineAfterClose,
+    /// A decision's teller: the decided subtask is settled (moved on from `AWAITING_APPROVAL`),
+    /// the turn that tells the decision is not written yet. Not in [`CrashPoint::ALL`]: the chaos
+    /// scenario decides no approvals; the decision tests kill it.
+    DecisionAfterSettle,
+    /// Worker: an approved call ran and its approval is closed (`EXECUTED`), the decision is not
+    /// told yet. Not in [`CrashPoint::ALL`], like [`CrashPoint::DecisionAfterSettle`].
+    WorkerAfterFinishApproval,
 }
 
 impl CrashPoint {
@@ -102,6 +109,8 @@ impl CrashPoint {
             Self::WorkerBetweenEffects => "worker_between_effects",
             Self::ApprovalsAfterDecide => "approvals_after_decide",
             Self::DeadlineAfterClose => "deadline_after_close",
+            Self::DecisionAfterSettle => "decision_after_settle",
+            Self::WorkerAfterFinishApproval => "worker_after_finish_approval",
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod access;
 pub mod action;
 pub mod answer;
 pub mod approval;
+pub mod decisions;
 pub mod domain;
 pub mod effects;
 pub mod faults;

@@ -60,6 +60,10 @@ pub enum FailureKind {
     TokenBudgetExhausted,
     /// The message reached the dead-letter queue: given up after repeated failed deliveries.
     DeadLetter,
+    /// A person rejected the subtask's side effect, or its approval expired: it was not done.
+    NotApproved,
+    /// A person approved the subtask's side effect and it ran, but the shop refused it.
+    ActionFailed,
     /// A fault of ours (a broken transcript), an item written before kinds
     /// existed, or a kind this version does not know.
     #[default]
@@ -69,7 +73,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Every kind, in declaration order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::DeadlinePassed,
         Self::ModelFailed,
         Self::NoAnswer,
@@ -78,6 +82,8 @@ impl FailureKind {
         Self::OutOfTime,
         Self::TokenBudgetExhausted,
         Self::DeadLetter,
+        Self::NotApproved,
+        Self::ActionFailed,
         Self::Internal,
     ];
 
@@ -92,6 +98,8 @@ impl FailureKind {
             Self::OutOfTime => "out_of_time",
             Self::TokenBudgetExhausted => "token_budget_exhausted",
             Self::DeadLetter => "dead_letter",
+            Self::NotApproved => "not_approved",
+            Self::ActionFailed => "action_failed",
             Self::Internal => "internal",
         }
     }
@@ -108,6 +116,8 @@ impl FailureKind {
             Self::OutOfTime => "This part took too long and was stopped.",
             Self::TokenBudgetExhausted => "This conversation reached its processing limit before this part.",
             Self::DeadLetter => "This part failed repeatedly and was given up.",
+            Self::NotApproved => "A person reviewed this part's action and did not approve it: it was not done.",
+            Self::ActionFailed => "This part's action was approved, but the shop could not carry it out.",
             Self::Internal => "Something went wrong on our side with this part.",
         }
     }

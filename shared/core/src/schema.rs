@@ -67,6 +67,8 @@ enum_schema!(
         OutOfTime,
         TokenBudgetExhausted,
         DeadLetter,
+        NotApproved,
+        ActionFailed,
         Internal
     ]
 );

@@ -48,6 +48,10 @@ pub struct TurnRecord {
     pub request_hash: Option<String>,
     #[serde(default)]
     pub language: Option<Language>,
+    /// Who wrote the turn's message ([`TurnAuthor`]); archives written before authors existed
+    /// read as the customer's.
+    #[serde(default, skip_serializing_if = "TurnAuthor::is_customer")]
+    pub author: TurnAuthor,
     /// DynamoDB TTL, Unix epoch seconds (the conversation's at the time).
     pub ttl: i64,
 }
@@ -70,6 +74,7 @@ impl TurnRecord {
             idempotency_key: conversation.idempotency_key.clone(),
             request_hash: conversation.request_hash.clone(),
             language: conversation.language,
+            author: conversation.author,
             ttl: conversation.ttl,
         }
     }
@@ -139,6 +144,7 @@ impl Conversation {
             lease: Some(next.lease.clone()),
             sweep_shard: Some(next.sweep_shard),
             queued_at_ms: None,
+            author: TurnAuthor::Customer,
             ttl: self.ttl.max(next.expires_at_ms / 1000 + RETENTION_AFTER_EXPIRY_SECS),
         }
     }
@@ -154,6 +160,34 @@ impl Conversation {
     /// with `reason` as its error (as the store wrote it: DynamoDB's is cut to its limit).
     pub fn is_failed_on(&self, turn: u32, reason: &str) -> bool {
         self.turn == turn && self.status == ConversationStatus::Failed && self.error.as_deref() == Some(reason)
+    }
+}
+
+/// Who wrote a turn's message: the customer (every turn asked through the API), the swarm (a turn
+/// that tells the customer what a person decided on an approval) or an operator (a person's answer
+/// to a handed-off conversation). Serialised `customer`, `swarm`, `operator`; absent reads as `customer`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnAuthor {
+    #[default]
+    Customer,
+    Swarm,
+    Operator,
+}
+
+impl TurnAuthor {
+    /// Whether the customer wrote it (the serialised default, left out of stored items).
+    pub fn is_customer(&self) -> bool {
+        *self == Self::Customer
+    }
+
+    /// The stable code: `customer`, `swarm`, `operator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Customer => "customer",
+            Self::Swarm => "swarm",
+            Self::Operator => "operator",
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::approval::{Approval, ApprovalStatus};
 use crate::domain::{
     Conversation, ConversationStatus, FailureKind, HandoffReason, SubtaskId, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, TurnRecord, Usage,
+    SubtaskStatus, TurnAuthor, TurnRecord, Usage,
 };
 use crate::effects::{Effect, EffectState};
 use crate::ports::ConversationHistory;
@@ -328,6 +328,11 @@ pub struct TurnView {
     /// When the turn started (RFC 3339).
     #[schemars(extend("format" = "date-time"))]
     pub started_at: String,
+    /// Who wrote the turn's message: `customer`, or `swarm` (a turn telling what a person decided
+    /// on an approval; `message` is empty) or `operator` (a person's answer to a handed-off
+    /// conversation; `message` is empty, `reply` is the answer). Absent reads as `customer`.
+    #[serde(default)]
+    pub author: TurnAuthor,
 }
 
 impl TurnView {
@@ -348,6 +353,7 @@ impl TurnView {
             reply: t.reply.clone(),
             usage: if t.usage.is_empty() { None } else { Some(t.usage) },
             started_at: rfc3339(t.started_at_ms),
+            author: t.author,
         }
     }
 }
@@ -406,6 +412,7 @@ impl ConversationView {
             reply: self.reply.clone(),
             usage: self.usage,
             started_at: rfc3339(conversation.turn_started_at()),
+            author: conversation.author,
         }];
         self
     }
@@ -604,7 +611,7 @@ mod tests {
         let to = top.find(r#","created_at":"#).unwrap();
         let fields = &top[from..to];
         format!(
-            r#"{top},"turn":0,"turns":[{{"turn":0,"message":"{message}",{fields},"started_at":"2026-01-01T00:00:00.000Z"}}]}}"#
+            r#"{top},"turn":0,"turns":[{{"turn":0,"message":"{message}",{fields},"started_at":"2026-01-01T00:00:00.000Z","author":"customer"}}]}}"#
         )
     }
 

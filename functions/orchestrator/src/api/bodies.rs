@@ -50,6 +50,25 @@ pub struct DecideBody {
     pub decision: Option<String>,
 }
 
+/// `POST /operator/conversations/{id}/messages`: a person's answer to a handed-off conversation.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+pub struct OperatorAnswerBody {
+    /// What the customer is told (1-8,000 characters), as the person wrote it.
+    pub text: Option<String>,
+}
+
+/// `201` (told now) or `200` (told before for this key) to `POST /operator/conversations/{id}/messages`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct OperatorAnswer {
+    pub conversation_id: String,
+    /// The turn the answer is (`turns[turn]` of `GET /conversations/{id}`).
+    pub turn: u32,
+    /// Always `operator`.
+    pub author: swarm_core::turns::TurnAuthor,
+    /// Where the customer reads it.
+    pub status_url: String,
+}
+
 /// `200` to `POST /approvals/{id}`.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 pub struct Decided {

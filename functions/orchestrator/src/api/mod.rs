@@ -1,4 +1,4 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, `GET /operator/conversations/{id}` and `POST /operator/conversations/{id}/messages` (a person's answer to a handed-off conversation), and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
 //! Status codes: 202 created (with `Location`), 200 a conversation; 400 a request
 //! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
@@ -6,7 +6,8 @@
 //! 403 an authenticated caller acting for another customer, 404 an unknown route or
 //! conversation, 405 a wrong method (with `Allow`), 408 a body not whole within
 //! [`BODY_READ_TIMEOUT`], 413 a body over
-//! [`MAX_BODY_BYTES`], 409 an approval decided the other way or expired, 422 an
+//! [`MAX_BODY_BYTES`], 409 an approval decided the other way or expired (or an operator's answer
+//! to a conversation not handed off), 422 an
 //! `Idempotency-Key` reused with another request, 429 a customer over their
 //! conversations per minute (with `Retry-After`), 503 storage or queue unavailable
 //! — every error as RFC 9457 `application/problem+json` that keeps
@@ -33,7 +34,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-pub use bodies::{ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health};
+pub use bodies::{
+    ApprovalPage, ConversationPage, CreateBody, Created, DecideBody, Decided, Health, OperatorAnswer,
+    OperatorAnswerBody,
+};
 pub use caller::{Auth, Caller, JwtIdentity};
 pub use cors::AllowedOrigins;
 pub use edges::{BODY_READ_TIMEOUT, head_refused, read_body_within};
@@ -104,6 +108,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/conversations/{id}/messages", post(follow_up))
         .route("/approvals", get(list_approvals))
         .route("/approvals/{id}", post(decide_approval))
+        .route("/operator/conversations/{id}", get(operator_view))
+        .route("/operator/conversations/{id}/messages", post(operator_answer))
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(error::method_not_allowed)
@@ -288,4 +294,44 @@ async fn decide_approval(
     };
     let approval = approvals.decide(&id, decision, &operator.0).await?;
     Ok((StatusCode::OK, axum::Json(Decided { approval })).into_response())
+}
+
+/// `GET /operator/conversations/{id}` → 200: the conversation as its customer reads it (any
+/// customer's); operators only — what a person reads before answering a hand-off, and after a decision.
+async fn operator_view(
+    State(state): State<ApiState>,
+    _operator: Operator,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id?;
+    let view = state.core.status(&id, None).await?;
+    Ok((StatusCode::OK, axum::Json(view)).into_response())
+}
+
+/// `POST /operator/conversations/{id}/messages` with `{"text": ...}` (and optionally an
+/// `Idempotency-Key`) → 201 `{"conversation_id", "turn", "author": "operator", "status_url"}`:
+/// a person's answer to a conversation handed to a person, told to the customer as a turn;
+/// operators only. The same key again → 200 with the same turn; 409 `not_handed_off` when the
+/// conversation's latest turn is not `HANDOFF`.
+async fn operator_answer(
+    State(state): State<ApiState>,
+    operator: Operator,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id?;
+    let key = idempotency_key(&headers)?;
+    let body: OperatorAnswerBody = error::parse_json(&body?, r#"{"text": "..."}"#)?;
+    let text = body.text.unwrap_or_default();
+    let answered = state.core.operator_answer(&id, &text, key, &operator.0).await?;
+    let id = answered.conversation_id.to_string();
+    let status = if answered.new { StatusCode::CREATED } else { StatusCode::OK };
+    let answer = OperatorAnswer {
+        status_url: format!("/conversations/{id}"),
+        conversation_id: id,
+        turn: answered.turn,
+        author: swarm_core::turns::TurnAuthor::Operator,
+    };
+    Ok((status, axum::Json(answer)).into_response())
 }

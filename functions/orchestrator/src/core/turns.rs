@@ -67,12 +67,16 @@ impl Orchestrator {
         let budget = Budget::starting_now(&self.settings);
         self.admit(&request.customer_id, &budget).await?;
         let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
-        let conversation = self
+        let mut conversation = self
             .store
             .get_conversation(&id)
             .await?
             .filter(|c| c.customer_id == request.customer_id)
             .ok_or(ApiError::NotFound)?;
+        // A decision still untold goes first: the customer's message is the turn after it.
+        if self.tell_untold(&conversation).await? {
+            conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+        }
         if let Some(answer) = self.answered_before(&conversation, &request, &budget).await? {
             return answer;
         }

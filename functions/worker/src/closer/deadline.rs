@@ -40,6 +40,8 @@ pub struct DeadlinePath {
     rearm_secs: u32,
     /// The aggregation lease this path takes when it answers the conversation itself.
     aggregation_lease: Duration,
+    /// The conversation's idle expiry a decision told after the answer refreshes.
+    idle_expiry: Duration,
 }
 
 impl DeadlinePath {
@@ -64,6 +66,7 @@ impl DeadlinePath {
             queues,
             rearm_secs: settings.rearm_secs,
             aggregation_lease: settings.aggregation_lease,
+            idle_expiry: settings.idle_expiry,
         }
     }
 
@@ -324,7 +327,7 @@ impl DeadlinePath {
     /// while another holder's lease is live. Answers what it did when it answered
     /// ([`DeadlineAction::Aggregated`], or `TakenOver` from an expired holder).
     async fn answer(&self, conversation: &Conversation) -> Result<DeadlineRun, StoreError> {
-        let answerer = Answerer { kind: "deadline", lease: self.aggregation_lease };
+        let answerer = Answerer { kind: "deadline", lease: self.aggregation_lease, idle_expiry: self.idle_expiry };
         let answered = answer_conversation(
             self.conversations.as_ref(),
             self.answers.as_ref(),

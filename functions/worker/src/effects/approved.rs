@@ -1,12 +1,14 @@
 //! Approved side effects executed: a person's approval (`Execute` message) runs the journal entry exactly as recorded, with its token, at most once — and closes the approval with what happened.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use swarm_core::approval::ApprovalStatus;
+use swarm_core::decisions::tell_decisions;
 use swarm_core::domain::{ConversationId, now_ms};
 use swarm_core::effects::{EffectChange, EffectOutcome, EffectState};
 use swarm_core::faults::{self, CrashPoint};
-use swarm_core::ports::{ApprovalStore, JournalStore, StoreError, SubtaskStore, ToolContext};
+use swarm_core::ports::{ApprovalStore, ConversationStore, JournalStore, StoreError, SubtaskStore, ToolContext};
 use tokio::time::Instant;
 
 use super::dispatch::{Dispatcher, EffectEnd, Sent};
@@ -18,17 +20,39 @@ pub struct ApprovedEffects {
     /// Read for the approval's journal entry.
     subtasks: Arc<dyn SubtaskStore>,
     journal: Arc<dyn JournalStore>,
+    /// Where the outcome is told to the customer as a turn ([`tell_decisions`]).
+    store: Arc<dyn ConversationStore>,
     dispatcher: Arc<Dispatcher>,
+    /// The conversation's idle expiry a told turn refreshes.
+    idle_expiry: Duration,
 }
 
 impl ApprovedEffects {
-    pub fn new(
-        approvals: Arc<dyn ApprovalStore>,
-        subtasks: Arc<dyn SubtaskStore>,
-        journal: Arc<dyn JournalStore>,
-        dispatcher: Arc<Dispatcher>,
-    ) -> Self {
-        Self { approvals, subtasks, journal, dispatcher }
+    pub fn new(store: Arc<dyn ConversationStore>, dispatcher: Arc<Dispatcher>, idle_expiry: Duration) -> Self {
+        Self {
+            approvals: store.clone(),
+            subtasks: store.clone(),
+            journal: store.clone(),
+            store,
+            dispatcher,
+            idle_expiry,
+        }
+    }
+
+    /// Tells the customer what came of the approval as a turn, if its conversation's turn is
+    /// over (else the writer that ends that turn does). A failure here loses nothing: the outcome
+    /// is in the journal, and the next teller (the turn's end, a read of the conversation) finds
+    /// it untold; so it is logged, not retried through the message.
+    async fn tell(&self, id: &ConversationId) {
+        match tell_decisions(self.store.as_ref(), self.store.as_ref(), id, self.idle_expiry).await {
+            Ok(told) if told.deferred => {
+                tracing::info!(conversation_id = %id, "outcome told when the running turn ends")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(conversation_id = %id, error = %e, "could not tell the outcome yet; its next reader will")
+            }
+        }
     }
 
     /// A [`swarm_core::domain::TaskMessage::Execute`]: runs an approved side effect exactly as
@@ -48,6 +72,10 @@ impl ApprovedEffects {
             return Ok(Outcome::Poison(format!("approval {approval_id} belongs to another conversation")));
         }
         if approval.status != ApprovalStatus::Approved {
+            if matches!(approval.status, ApprovalStatus::Executed | ApprovalStatus::Expired) {
+                // A redelivery after the approval closed (the worker may have died before telling it).
+                self.tell(id).await;
+            }
             return Ok(Outcome::Ignored(format!("approval is {}", approval.status.code())));
         }
         let Some(record) = self.subtasks.get_subtask(id, &approval.subtask_id).await? else {
@@ -65,6 +93,7 @@ impl ApprovedEffects {
             let status =
                 if effect.state == EffectState::Done { ApprovalStatus::Executed } else { ApprovalStatus::Expired };
             self.approvals.finish_approval(approval_id, status, &outcome, now_ms()).await?;
+            self.tell(id).await;
             return Ok(Outcome::AlreadyFinished);
         }
         let Some(token) = approval.token.clone() else {
@@ -102,6 +131,8 @@ impl ApprovedEffects {
         faults::at(CrashPoint::WorkerAfterOutcome).await;
         self.approvals.finish_approval(approval_id, status, &outcome, now_ms()).await?;
         tracing::info!(approval_id, ok = !outcome.is_error, "approved side effect ran");
+        faults::at(CrashPoint::WorkerAfterFinishApproval).await;
+        self.tell(id).await;
         Ok(Outcome::Finished(record.status))
     }
 }

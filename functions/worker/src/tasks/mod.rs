@@ -68,7 +68,7 @@ impl Worker {
         Self {
             conversations: store.clone(),
             subtasks: store.clone(),
-            approved: ApprovedEffects::new(store.clone(), store.clone(), store.clone(), dispatcher),
+            approved: ApprovedEffects::new(store.clone(), dispatcher, settings.idle_expiry),
             closer: Closer::new(store.clone(), queues.clone(), &settings),
             safety_margin: settings.safety_margin,
             heartbeat: settings.heartbeat,

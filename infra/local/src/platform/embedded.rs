@@ -11,7 +11,7 @@ use aws_sdk_dynamodbstreams::types::{
 };
 use serde_json::Value;
 use swarm_adapters::aws::dynamo::codec::{
-    Item, approval_item, conversation_item, idempotency_item, subtask_item, turn_item,
+    Item, approval_item, conversation_item, idempotency_item, notice_item, subtask_item, turn_item,
 };
 use swarm_adapters::embedded::{ChangedItem, InMemoryConversationStore, InMemoryQueue, ItemChange, QueueSettings};
 use swarm_core::domain::now_ms;
@@ -142,6 +142,7 @@ pub fn stream_record(change: &ItemChange) -> Result<Value, StreamError> {
         }
         ChangedItem::Approval(a) => approval_item(a),
         ChangedItem::Turn(id, turn) => turn_item(id, turn),
+        ChangedItem::Notice(id, notice) => notice_item(id, notice),
     }
     .map_err(|e| StreamError::Permanent(e.to_string()))?;
     let image: std::collections::HashMap<String, StreamValue> =

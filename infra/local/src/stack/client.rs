@@ -34,6 +34,21 @@ impl LocalStack {
         self.api("POST", &format!("/approvals/{approval_id}"), Some(&body), &[("authorization", auth.as_str())]).await
     }
 
+    /// `method path` as the stack's operator (the operator routes: `GET /operator/conversations/{id}`,
+    /// `POST /operator/conversations/{id}/messages`), with `idempotency_key` when given; answers `(status, body)`.
+    pub async fn as_operator(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let auth = format!("Bearer {}", self.front.operator_token);
+        let mut headers = vec![("authorization", auth.as_str())];
+        headers.extend(idempotency_key.map(|k| ("idempotency-key", k)));
+        self.api(method, path, Some(body.unwrap_or_default()).filter(|b| !b.is_empty()), &headers).await
+    }
+
     /// Sends one HTTP API (payload 2.0) event, e.g. a fixture of `events/`, through
     /// `lambda_http`'s conversion into the orchestrator's router, as on Lambda
     /// (authentication off); answers `(status, JSON body)`. Cut at the orchestrator's timeout.

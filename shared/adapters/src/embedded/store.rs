@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use swarm_core::approval::Approval;
+use swarm_core::decisions::{Notice, TellOutcome, ToldTurn};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, Lease, NextTurn, SubtaskId, SubtaskRecord, TurnRecord,
     Usage,
@@ -47,6 +48,8 @@ pub enum ChangedItem {
     Approval(Approval),
     /// A finished turn's archive (`TURN#<n>`), written when the next turn started.
     Turn(ConversationId, TurnRecord),
+    /// A told turn's notice (`NOTICE#<key>`), written with that turn.
+    Notice(ConversationId, Notice),
 }
 
 impl ItemChange {
@@ -57,7 +60,7 @@ impl ItemChange {
             ChangedItem::Subtask(r) => &r.conversation_id,
             ChangedItem::IdempotencyKey { conversation_id, .. } => conversation_id,
             ChangedItem::Approval(a) => &a.conversation_id,
-            ChangedItem::Turn(id, _) => id,
+            ChangedItem::Turn(id, _) | ChangedItem::Notice(id, _) => id,
         }
     }
 }
@@ -69,6 +72,8 @@ pub(super) struct Tables {
     pub(super) subtasks: HashMap<ConversationId, BTreeMap<SubtaskId, SubtaskRecord>>,
     /// Archived turns by conversation, oldest first.
     turns: HashMap<ConversationId, Vec<TurnRecord>>,
+    /// Told turns' notices by conversation, by key.
+    notices: HashMap<ConversationId, BTreeMap<String, Notice>>,
     /// (customer, key) → the conversation it created and the hash of the request that claimed it.
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
@@ -325,11 +330,34 @@ impl ConversationRecords for InMemoryConversationStore {
         Ok(TurnOutcome::Started(started))
     }
 
+    async fn tell_turn(&self, previous: &Conversation, told: &ToldTurn) -> Result<TellOutcome, StoreError> {
+        let mut t = self.lock()?;
+        if let Some(notice) = t.notices.get(&previous.id).and_then(|m| m.get(&told.key)) {
+            return Ok(TellOutcome::AlreadyTold(notice.clone()));
+        }
+        let Some(conv) = t.conversations.get(&previous.id) else { return Ok(TellOutcome::Refused(None)) };
+        if conv.turn != previous.turn || conv.status != previous.status || !conv.status.is_terminal() {
+            return Ok(TellOutcome::Refused(Some(conv.clone())));
+        }
+        // As DynamoDB's transaction: the notice, the archive of the stored turn and the told turn, together.
+        let archived = TurnRecord::of(conv);
+        let notice = conv.notice_of(told);
+        let after = conv.told_turn(told);
+        t.notices.entry(previous.id.clone()).or_default().insert(told.key.clone(), notice.clone());
+        t.turns.entry(previous.id.clone()).or_default().push(archived.clone());
+        t.conversations.insert(previous.id.clone(), after.clone());
+        t.emit(true, ChangedItem::Notice(previous.id.clone(), notice));
+        t.emit(true, ChangedItem::Turn(previous.id.clone(), archived));
+        t.emit(false, ChangedItem::Conversation(after.clone()));
+        Ok(TellOutcome::Told(after))
+    }
+
     async fn conversation_history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError> {
         let t = self.lock()?;
         Ok(ConversationHistory {
             turns: t.turns.get(id).cloned().unwrap_or_default(),
             subtasks: t.subtasks.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
+            notices: t.notices.get(id).map(|m| m.values().cloned().collect()).unwrap_or_default(),
         })
     }
 
@@ -518,6 +546,7 @@ mod tests {
             ChangedItem::IdempotencyKey { key, .. } => format!("IDEM {key}"),
             ChangedItem::Approval(a) => format!("APPROVAL {}", a.id),
             ChangedItem::Turn(_, turn) => format!("TURN#{}", turn.turn),
+            ChangedItem::Notice(_, notice) => format!("NOTICE#{}", notice.key),
         };
         format!("{} {what}", if change.created { "INSERT" } else { "MODIFY" })
     }

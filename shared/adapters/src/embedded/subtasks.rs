@@ -201,11 +201,34 @@ impl SubtaskStore for InMemoryConversationStore {
         subtask_id: &SubtaskId,
         result: &SubtaskResult,
     ) -> Result<RecordOutcome, StoreError> {
+        self.settle(id, subtask_id, result, SubtaskStatus::Submitted)
+    }
+
+    async fn settle_decided(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+    ) -> Result<RecordOutcome, StoreError> {
+        self.settle(id, subtask_id, result, SubtaskStatus::AwaitingApproval)
+    }
+}
+
+impl InMemoryConversationStore {
+    /// The status and result of a counted subtask in `from` become `result`'s, under the one lock
+    /// (`settle_submitted`, `settle_decided`).
+    fn settle(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        from: SubtaskStatus,
+    ) -> Result<RecordOutcome, StoreError> {
         let mut t = self.lock()?;
         let Some(rec) = t.subtasks.get_mut(id).and_then(|m| m.get_mut(subtask_id)) else {
             return Ok(RecordOutcome::Missing);
         };
-        if rec.status != SubtaskStatus::Submitted {
+        if rec.status != from {
             if rec.status == result.status() && rec.result.as_ref() == Some(result) {
                 return Ok(RecordOutcome::Recorded(rec.clone()));
             }

@@ -14,6 +14,7 @@ pub mod codec;
 mod customers;
 pub mod store;
 mod subtasks;
+mod told;
 mod turns;
 mod update;
 

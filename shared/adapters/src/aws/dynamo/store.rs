@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, DeleteRequest, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest,
 };
 use swarm_core::approval::{Approval, ApprovalStatus};
+use swarm_core::decisions::{TellOutcome, ToldTurn};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, Usage,
     truncate_chars,
@@ -518,6 +519,10 @@ impl ConversationRecords for DynamoConversationStore {
         now_ms: i64,
     ) -> Result<TurnOutcome, StoreError> {
         self.begin_turn(previous, next, now_ms).await
+    }
+
+    async fn tell_turn(&self, previous: &Conversation, told: &ToldTurn) -> Result<TellOutcome, StoreError> {
+        self.tell(previous, told).await
     }
 
     async fn conversation_history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError> {

@@ -264,12 +264,39 @@ impl SubtaskStore for DynamoConversationStore {
         subtask_id: &SubtaskId,
         result: &SubtaskResult,
     ) -> Result<RecordOutcome, StoreError> {
+        self.settle(id, subtask_id, result, SubtaskStatus::Submitted).await
+    }
+
+    async fn settle_decided(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+    ) -> Result<RecordOutcome, StoreError> {
+        self.settle(id, subtask_id, result, SubtaskStatus::AwaitingApproval).await
+    }
+}
+
+impl DynamoConversationStore {
+    /// The status and result of a counted subtask in `from` become `result`'s, one conditional
+    /// write (`settle_submitted`, `settle_decided`).
+    async fn settle(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        result: &SubtaskResult,
+        from: SubtaskStatus,
+    ) -> Result<RecordOutcome, StoreError> {
         let mut u = Update::default();
         u.set("status", s(result.status().as_str())).set("result", s(fit_result(result)?));
-        let condition = u.status_in(&[SubtaskStatus::Submitted.as_str()]);
+        let condition = u.status_in(&[from.as_str()]);
         if let Some(item) = self
             .update(
-                "UpdateItem(settle_submitted)",
+                if from == SubtaskStatus::Submitted {
+                    "UpdateItem(settle_submitted)"
+                } else {
+                    "UpdateItem(settle_decided)"
+                },
                 &ItemKey::subtask(id, subtask_id),
                 u,
                 condition,

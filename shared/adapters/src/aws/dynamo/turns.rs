@@ -1,12 +1,13 @@
 //! A conversation's turns on DynamoDB: the whole partition read in one `Query` (the conversation item, its subtask items, its archived turns), and `start_turn`'s transaction.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use swarm_core::decisions::Notice;
 use swarm_core::domain::{Conversation, ConversationId, NextTurn, SubtaskRecord, TurnRecord};
 use swarm_core::ports::{ConversationHistory, StoreError, TurnOutcome};
 
 use super::codec::{
-    Item, ItemKey, conversation_from_item, conversation_item, conversation_partition, n, s, subtask_from_item,
-    turn_from_item, turn_item,
+    Item, ItemKey, conversation_from_item, conversation_item, conversation_partition, n, notice_from_item, s,
+    subtask_from_item, turn_from_item, turn_item,
 };
 use super::store::{DynamoConversationStore, is_conditional_failure, to_store_error};
 use crate::aws::retry::sdk_error_is_transient;
@@ -19,6 +20,8 @@ pub(super) struct Partition {
     pub subtasks: Vec<SubtaskRecord>,
     /// Oldest first.
     pub turns: Vec<TurnRecord>,
+    /// The told turns' notices, in key order.
+    pub notices: Vec<Notice>,
 }
 
 impl DynamoConversationStore {
@@ -47,6 +50,7 @@ impl DynamoConversationStore {
                     Some(ItemKey::Conversation(_)) => out.conversation = Some(conversation_from_item(item)?),
                     Some(ItemKey::Subtask(..)) => out.subtasks.push(subtask_from_item(item)?),
                     Some(ItemKey::Turn(..)) => out.turns.push(turn_from_item(item)?),
+                    Some(ItemKey::Notice(..)) => out.notices.push(notice_from_item(item)?),
                     _ => {}
                 }
             }
@@ -61,7 +65,7 @@ impl DynamoConversationStore {
     /// The conversation's archived turns and all its subtask items.
     pub(super) async fn history(&self, id: &ConversationId) -> Result<ConversationHistory, StoreError> {
         let p = self.partition(id).await?;
-        Ok(ConversationHistory { turns: p.turns, subtasks: p.subtasks })
+        Ok(ConversationHistory { turns: p.turns, subtasks: p.subtasks, notices: p.notices })
     }
 
     /// `start_turn` as one `TransactWriteItems`: the archive of `previous`'s turn (new) and the

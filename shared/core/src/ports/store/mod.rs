@@ -13,6 +13,7 @@
 use std::future::Future;
 
 use crate::approval::{Approval, ApprovalDecision, ApprovalStatus, DecideOutcome};
+use crate::decisions::{TellOutcome, ToldTurn};
 use crate::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, SubtaskResult,
     SubtaskStatus, Usage,
@@ -153,6 +154,18 @@ store_roles! {
         /// the same. Otherwise nothing is written: [`TurnOutcome::Refused`] with the stored conversation.
         async fn start_turn(&self, previous: &Conversation, next: &NextTurn, now_ms: i64) -> Result<TurnOutcome, StoreError>
             as StartTurn;
+
+        /// Tells `told` as the next turn on `previous` (the conversation as the caller read it), in
+        /// one transaction: the notice of `told.key` ([`crate::decisions::Notice`], its own item,
+        /// new), the archive of `previous`'s turn, and [`Conversation::told_turn`] over the
+        /// conversation item — conditional on no notice of that key existing and the stored
+        /// conversation being on `previous.turn` in `previous.status` (terminal). No expiry
+        /// condition: a decision is told even on an idle conversation (the turn refreshes it).
+        /// [`TellOutcome::Told`] with the new item; [`TellOutcome::AlreadyTold`] with the stored
+        /// notice when the key was told before (also a retry whose answer was lost: its own notice);
+        /// otherwise nothing is written: [`TellOutcome::Refused`] with the stored conversation.
+        async fn tell_turn(&self, previous: &Conversation, told: &ToldTurn) -> Result<TellOutcome, StoreError>
+            as TellTurn;
 
         /// The conversation's archived turns (oldest first) and every subtask item of every turn
         /// (in id order), strongly consistent: what `GET /conversations/{id}` shows as `turns[]`.
@@ -313,6 +326,17 @@ store_roles! {
             result: &SubtaskResult,
         ) -> Result<RecordOutcome, StoreError>
             as SettleSubmitted { subtask: subtask_id };
+
+        /// [`SubtaskStore::settle_submitted`] for a subtask whose approvals were all decided
+        /// ([`crate::decisions::decided_result`]): one write conditional on it being
+        /// `AWAITING_APPROVAL`; answered alike (a retry whose answer was lost finds its own write).
+        async fn settle_decided(
+            &self,
+            id: &ConversationId,
+            subtask_id: &SubtaskId,
+            result: &SubtaskResult,
+        ) -> Result<RecordOutcome, StoreError>
+            as SettleDecided { subtask: subtask_id };
     }
 
     /// Exactly-once accounting of finished subtasks on the conversation item (DESIGN.md invariant 1).
@@ -513,7 +537,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 36);
+        assert_eq!(StoreOp::ALL.len(), 38);
         assert_eq!(StoreOp::SettleSubmitted.name(), "settle_submitted");
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }

@@ -1,5 +1,6 @@
 //! Pages of the store's lists: where a page of a customer's conversations ends, so the next one starts after it.
 
+use crate::decisions::Notice;
 use crate::domain::{Conversation, ConversationId, SubtaskRecord, TurnRecord};
 
 /// A place in a customer's conversations, newest first: the conversation created at
@@ -43,4 +44,6 @@ pub struct ConversationHistory {
     pub turns: Vec<TurnRecord>,
     /// Every subtask item, in id order; [`crate::domain::SubtaskId::turn`] says whose.
     pub subtasks: Vec<SubtaskRecord>,
+    /// The notices of the turns told without the customer ([`crate::decisions`]), by key.
+    pub notices: Vec<Notice>,
 }

@@ -12,9 +12,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use swarm_core::access::Principal;
 use swarm_core::approval::{Approval, ApprovalStatus};
+use swarm_core::decisions::Notice;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, HandoffReason, Lease, Subtask, SubtaskId, SubtaskRecord,
-    SubtaskResult, SubtaskStatus, TurnRecord, Usage,
+    SubtaskResult, SubtaskStatus, TurnAuthor, TurnRecord, Usage,
 };
 use swarm_core::effects::{AttemptLease, Effect};
 use swarm_core::language::Language;
@@ -96,6 +97,9 @@ struct ConversationItem {
     sweep_shard: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queued_at_ms: Option<i64>,
+    /// Who wrote the turn's message; absent: the customer (and every item written before authors).
+    #[serde(default, skip_serializing_if = "TurnAuthor::is_customer")]
+    author: TurnAuthor,
     /// Usage as flat `N` attributes, each present only when known (the update expressions `ADD` to them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage_prompt_tokens: Option<u64>,
@@ -144,6 +148,7 @@ pub fn conversation_item(c: &Conversation) -> Result<Item, StoreError> {
         lease_turn: c.lease.as_ref().map(|l| l.turn),
         sweep_shard: c.sweep_shard,
         queued_at_ms: c.queued_at_ms,
+        author: c.author,
         usage_prompt_tokens: c.usage.prompt_tokens,
         usage_completion_tokens: c.usage.completion_tokens,
         usage_cached_tokens: c.usage.cached_tokens,
@@ -200,14 +205,16 @@ pub fn conversation_from_item(item: &Item) -> Result<Conversation, StoreError> {
         lease,
         sweep_shard: c.sweep_shard,
         queued_at_ms: c.queued_at_ms,
+        author: c.author,
         ttl: c.ttl,
     })
 }
 
-/// A finished turn's archive (`CONV#<id>` / `TURN#<n>`): the record as JSON (`record` S, at most
-/// the message's 32 KB and the reply's 200 KB) and the TTL.
+/// An item holding one record as JSON (`record` S) and the TTL: a finished turn's archive
+/// (`CONV#<id>` / `TURN#<n>`, at most the message's 32 KB and the reply's 200 KB) or a told turn's
+/// notice (`CONV#<id>` / `NOTICE#<key>`).
 #[derive(Serialize, Deserialize)]
-struct TurnItem {
+struct RecordItem {
     #[serde(rename = "PK")]
     pk: String,
     #[serde(rename = "SK")]
@@ -216,24 +223,47 @@ struct TurnItem {
     ttl: i64,
 }
 
+/// The item of `record` (`what` names it in errors) under `key`.
+fn record_item<T: Serialize>(key: &ItemKey, record: &T, ttl: i64, what: &str) -> Result<Item, StoreError> {
+    let record = serde_json::to_string(record).map_err(|e| StoreError::Permanent(format!("{what} record: {e}")))?;
+    encode(&RecordItem { pk: key.pk(), sk: key.sk(), record, ttl })
+}
+
+/// The record a [`RecordItem`] holds, when its keys are `kind`'s (`what` names it in errors).
+fn record_from_item<T: DeserializeOwned>(item: &Item, kind: fn(&ItemKey) -> bool, what: &str) -> Result<T, StoreError> {
+    let t: RecordItem = decode(item)?;
+    if !ItemKey::parse(&t.pk, &t.sk).as_ref().is_some_and(kind) {
+        return Err(corrupt(item, &format!("not a {what} item's keys")));
+    }
+    serde_json::from_str(&t.record).map_err(|_| corrupt(item, &format!("{what} record is not JSON")))
+}
+
 /// The archive item of `turn`, a turn of conversation `id`.
 ///
 /// Errors: [`StoreError::Permanent`] when it does not encode.
 pub fn turn_item(id: &ConversationId, turn: &TurnRecord) -> Result<Item, StoreError> {
-    let key = ItemKey::Turn(id.clone(), turn.turn);
-    let record = serde_json::to_string(turn).map_err(|e| StoreError::Permanent(format!("turn record: {e}")))?;
-    encode(&TurnItem { pk: key.pk(), sk: key.sk(), record, ttl: turn.ttl })
+    record_item(&ItemKey::Turn(id.clone(), turn.turn), turn, turn.ttl, "turn")
 }
 
 /// The turn an archive item holds.
 ///
 /// Errors: [`StoreError::Permanent`] when the item is not a turn's archive or is corrupt.
 pub fn turn_from_item(item: &Item) -> Result<TurnRecord, StoreError> {
-    let t: TurnItem = decode(item)?;
-    let Some(ItemKey::Turn(..)) = ItemKey::parse(&t.pk, &t.sk) else {
-        return Err(corrupt(item, "not a turn item's keys"));
-    };
-    serde_json::from_str(&t.record).map_err(|_| corrupt(item, "turn record is not JSON"))
+    record_from_item(item, |k| matches!(k, ItemKey::Turn(..)), "turn")
+}
+
+/// The notice item of `notice`, on conversation `id`.
+///
+/// Errors: [`StoreError::Permanent`] when it does not encode.
+pub fn notice_item(id: &ConversationId, notice: &Notice) -> Result<Item, StoreError> {
+    record_item(&ItemKey::Notice(id.clone(), notice.key.clone()), notice, notice.ttl, "notice")
+}
+
+/// The notice a notice item holds.
+///
+/// Errors: [`StoreError::Permanent`] when the item is not a notice or is corrupt.
+pub fn notice_from_item(item: &Item) -> Result<Notice, StoreError> {
+    record_from_item(item, |k| matches!(k, ItemKey::Notice(..)), "notice")
 }
 
 /// `remaining` of the attributes an `UpdateItem` answered (`UPDATED_NEW` of a count).

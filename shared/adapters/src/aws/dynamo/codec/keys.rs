@@ -16,6 +16,7 @@ const CONVERSATION_SK: &str = "META";
 const SUBTASK_PREFIX: &str = "TASK#";
 /// `SK` of a finished turn's archive: this prefix, then the turn's number in 10 digits (so they sort).
 const TURN_PREFIX: &str = "TURN#";
+const NOTICE_PREFIX: &str = "NOTICE#";
 const IDEMPOTENCY_PREFIX: &str = "IDEM#";
 const IDEMPOTENCY_SK: &str = "IDEM";
 /// The partition of every approval (`SK = <approval id>`): an operator's queue is small (a few
@@ -36,6 +37,8 @@ pub enum ItemKey {
     Subtask(ConversationId, SubtaskId),
     /// A finished turn's archive: `CONV#<id>` / `TURN#<turn, 10 digits>`.
     Turn(ConversationId, u32),
+    /// A told turn's notice: its key (an approval id, or `op:<key>`).
+    Notice(ConversationId, String),
     /// An idempotency key's claim: `IDEM#<customer>#<key>` / `IDEM`, with `%` and `#` in the
     /// customer id escaped (`%25`, `%23`) so two (customer, key) pairs never share a key.
     Idempotency { customer_id: String, key: String },
@@ -64,7 +67,9 @@ impl ItemKey {
     /// The partition key (`PK`).
     pub fn pk(&self) -> String {
         match self {
-            Self::Conversation(id) | Self::Subtask(id, _) | Self::Turn(id, _) => conversation_pk(id),
+            Self::Conversation(id) | Self::Subtask(id, _) | Self::Turn(id, _) | Self::Notice(id, _) => {
+                conversation_pk(id)
+            }
             Self::Idempotency { customer_id, key } => {
                 let customer = customer_id.replace('%', "%25").replace('#', "%23");
                 format!("{IDEMPOTENCY_PREFIX}{customer}#{key}")
@@ -81,6 +86,7 @@ impl ItemKey {
             Self::Conversation(_) => CONVERSATION_SK.to_owned(),
             Self::Subtask(_, subtask_id) => format!("{SUBTASK_PREFIX}{subtask_id}"),
             Self::Turn(_, turn) => format!("{TURN_PREFIX}{turn:010}"),
+            Self::Notice(_, key) => format!("{NOTICE_PREFIX}{key}"),
             Self::Idempotency { .. } => IDEMPOTENCY_SK.to_owned(),
             Self::Approval(id) => id.clone(),
             Self::Principal(_) => PRINCIPAL_SK.to_owned(),
@@ -102,6 +108,9 @@ impl ItemKey {
             }
             if let Some(turn) = sk.strip_prefix(TURN_PREFIX) {
                 return turn.parse().ok().map(|turn| Self::Turn(id, turn));
+            }
+            if let Some(key) = sk.strip_prefix(NOTICE_PREFIX) {
+                return Some(Self::Notice(id, key.to_owned()));
             }
             return sk.strip_prefix(SUBTASK_PREFIX).map(|sub| Self::Subtask(id, SubtaskId::from(sub)));
         }

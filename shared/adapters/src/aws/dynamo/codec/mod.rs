@@ -25,7 +25,8 @@ mod values;
 
 pub use items::{
     IdempotencyClaim, approval_from_item, approval_item, conversation_from_item, conversation_item, idempotency_claim,
-    idempotency_item, principal_customer, principal_item, subtask_from_item, subtask_item, turn_from_item, turn_item,
+    idempotency_item, notice_from_item, notice_item, principal_customer, principal_item, subtask_from_item,
+    subtask_item, turn_from_item, turn_item,
 };
 pub(crate) use items::{remaining_of, window_count};
 pub use keys::{ItemKey, conversation_id_of_keys, conversation_record_pattern, conversation_sort_key};
