@@ -164,7 +164,7 @@ async fn a_decision_waits_while_a_customer_turn_runs_and_is_told_after_it_ends(s
     assert_eq!((t1.turn, t1.status, t1.author), (1, ConversationStatus::Planning, TurnAuthor::Customer));
     assert_eq!(subtask(&store, &t0.id).await?.status, SubtaskStatus::AwaitingApproval, "nothing written while it runs");
     // The customer's turn ends; its ender (or the next reader) tells the decision after it.
-    ensure!(store.fail_conversation(&t0.id, "test: the turn ended").await?);
+    ensure!(store.fail_conversation(&t0.id, 1, "test: the turn ended").await?);
     let told = tell_decisions(store.as_ref(), store.as_ref(), &t0.id, IDLE).await?;
     assert_eq!(told.turns, [2]);
     let history = store.conversation_history(&t0.id).await?;
