@@ -20,6 +20,7 @@ use swarm_core::time::now_ms;
 use swarm_core::timings::Timings;
 use swarm_local::chaos::audit::Audit;
 use swarm_local::chaos::client::{Patience, customer};
+use swarm_local::chaos::customer_turn::judged_turn;
 use swarm_local::chaos::operator::{Operator, OperatorLog};
 use swarm_local::chaos::report::{
     ClientOutcome, DeadLetterFacts, FaultLine, LedgerRefund, LedgerTicket, Outcome, RunFacts, verdict,
@@ -620,7 +621,13 @@ impl Driver<'_> {
         for id in ids {
             let cid = ConversationId::from_trusted(id.clone());
             let entry = match store.get_conversation(&cid).await? {
-                Some(c) => Some((c, store.list_subtasks(&cid).await?)),
+                Some(c) => {
+                    let current = store.list_subtasks(&cid).await?;
+                    // A turn told after the customer's (a decision) is not what the run judges.
+                    let history =
+                        if c.author.is_customer() { None } else { Some(store.conversation_history(&cid).await?) };
+                    Some(judged_turn(c, current, history))
+                }
                 None => None,
             };
             at_end.insert(id, entry);

@@ -169,7 +169,10 @@ fn apply_conversation(c: &mut ConversationAudit, image: &Value, now_ms: i64) {
         }
     }
     c.counted.extend(finished.iter().cloned());
-    if answered(status) && reply.is_some() {
+    // A turn the swarm or a person told (an approval's decision, an operator's answer) writes a reply
+    // without an aggregation: only a customer's turn is aggregated.
+    let told = s_attr(image, "author").is_some_and(|a| a != "customer");
+    if answered(status) && reply.is_some() && !told {
         let first = !answered(c.status);
         let changed = reply != c.reply || usage != c.usage;
         let rewritten = c.image == *image;

@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod client;
+pub mod customer_turn;
 pub mod operator;
 pub mod report;
 pub mod restart;
