@@ -179,6 +179,12 @@ fn scripted(responses: Vec<ChatResponse>) -> Arc<ScriptedModel> {
     Arc::new(ScriptedModel::new(responses.into_iter().map(Ok)))
 }
 
+/// The budget of an invocation that is to die at a crash point: room for a loaded 2-core machine
+/// to reach the point (200 ms failed there under a parallel build).
+const INVOCATION: Duration = Duration::from_secs(3);
+/// How long past the invocation's end its attempt lease is surely over.
+const LEASE_LAPSE: Duration = Duration::from_millis(250);
+
 fn after(d: Duration) -> tokio::time::Instant {
     tokio::time::Instant::now() + d
 }
@@ -215,8 +221,11 @@ async fn a_refund_killed_at_any_point_between_its_writes_runs_once_and_the_model
         let w = worker(&s, model.clone(), ledger.clone());
         let message = TaskMessage::run(&s.id, &"w01".into());
         // The first delivery dies at the point; its lease ends with its invocation.
-        assert!(dies_at(point, w.handle(message.clone(), after(Duration::from_millis(200)))).await, "{point}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // A budget with room for a loaded machine (it must reach the point within it); the lease
+        // ends with the invocation, so the redelivery waits for that instant, not a fixed sleep.
+        let invocation_ends = after(INVOCATION);
+        assert!(dies_at(point, w.handle(message.clone(), invocation_ends)).await, "{point}");
+        tokio::time::sleep_until(invocation_ends + LEASE_LAPSE).await;
         // The message comes back (its visibility timeout) and is delivered again.
         let again = w.handle(message, after(Duration::from_secs(10))).await;
         assert!(
@@ -446,12 +455,13 @@ async fn a_subtask_killed_between_two_side_effects_makes_each_at_most_once_and_f
     let w = worker(&s, model.clone(), ledger.clone());
     let message = TaskMessage::run(&s.id, &"w01".into());
     let point = CrashPoint::WorkerBetweenEffects;
-    assert!(dies_at(point, w.handle(message.clone(), after(Duration::from_millis(200)))).await, "it died there");
+    let invocation_ends = after(INVOCATION);
+    assert!(dies_at(point, w.handle(message.clone(), invocation_ends)).await, "it died there");
     let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
     assert_eq!(rec.effects.len(), 1, "the first effect journaled, the second not: {:?}", rec.effects);
     assert_eq!(rec.effects[0].state, EffectState::Done);
     assert_eq!(ledger.refunds(), 1);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep_until(invocation_ends + LEASE_LAPSE).await;
     let again = w.handle(message, after(Duration::from_secs(10))).await;
     assert!(matches!(again, Outcome::Finished(SubtaskStatus::Succeeded) | Outcome::AlreadyFinished), "{again:?}");
 
