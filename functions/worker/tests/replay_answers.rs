@@ -38,6 +38,15 @@ enum Answer {
     NoCredential,
     /// The gateway refuses the approval token the call carries.
     ApprovalRefused,
+    /// The tool's server fails before it reaches its ledger: an error result with no refusal code
+    /// (what the local fault proxy injects; the shop never saw the call).
+    ToolFailed,
+    /// The shop's ledger could not be reached: a refusal with the code `unavailable`.
+    LedgerUnavailable,
+    /// The call times out before it reaches the shop: nothing ran.
+    NotReached,
+    /// The shop refuses the refund for good (a refund rule): a refusal with a permanent code.
+    ShopRefused,
 }
 
 /// The gateway and the shop's ledger behind it: each dispatch takes the next scripted answer
@@ -112,6 +121,23 @@ impl ToolGateway for Gateway {
                 Err(ToolError::Local("no gateway credential configured for role \"refund\"".into()))
             }
             Answer::ApprovalRefused => Err(ToolError::ApprovalRefused("the approval token has expired".into())),
+            Answer::ToolFailed => Ok(ToolOutput {
+                text: "the tool failed: upstream error (injected)".into(),
+                is_error: true,
+                refused: false,
+            }),
+            Answer::LedgerUnavailable => Ok(ToolOutput {
+                text: json!({"error": "the refund ledger is unavailable", "code": "unavailable"}).to_string(),
+                is_error: true,
+                refused: false,
+            }),
+            Answer::NotReached => Err(ToolError::Timeout(timeout)),
+            Answer::ShopRefused => Ok(ToolOutput {
+                text: json!({"error": "order A1033 is outside the refund window", "code": "refund_window_closed"})
+                    .to_string(),
+                is_error: true,
+                refused: false,
+            }),
         }
     }
 }
@@ -175,7 +201,14 @@ fn after(d: Duration) -> tokio::time::Instant {
 
 #[tokio::test]
 async fn a_replay_answered_by_anything_but_the_shop_leaves_the_outcome_unknown_until_the_shop_answers() {
-    for not_the_shop in [Answer::BreakerOpen, Answer::Proxy403, Answer::NoCredential, Answer::ApprovalRefused] {
+    for not_the_shop in [
+        Answer::BreakerOpen,
+        Answer::Proxy403,
+        Answer::NoCredential,
+        Answer::ApprovalRefused,
+        Answer::ToolFailed,
+        Answer::LedgerUnavailable,
+    ] {
         // The first dispatch refunds and its answer is lost; the second dispatch of the same attempt
         // (a replay: the refund may have run) meets something that is not the shop.
         let gateway = Gateway::new(&[Answer::Lost, not_the_shop, not_the_shop]);
@@ -229,4 +262,20 @@ async fn a_first_dispatch_refused_by_the_gateway_is_the_outcome_and_a_local_erro
     assert_eq!(run, Outcome::Finished(SubtaskStatus::Submitted));
     assert_eq!(rec.effects[0].state, EffectState::Intent, "recorded {:?}", rec.effects[0].outcome);
     assert_eq!(gateway.refunds(), 0);
+}
+
+#[tokio::test]
+async fn a_replay_answered_by_the_shops_definite_refusal_is_the_outcome() {
+    // The first dispatch never reached the shop (timed out before it); the replay reaches it and
+    // the shop refuses for good: that answer, with its code, settles the entry.
+    let gateway = Gateway::new(&[Answer::NotReached, Answer::ShopRefused]);
+    let s = setup(gateway.clone()).await;
+    let run = s.worker.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(30))).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    let case = format!("dispatched {:?}", gateway.dispatched.lock().unwrap());
+    assert_eq!(run, Outcome::Finished(SubtaskStatus::Succeeded), "{case}");
+    let outcome = rec.effects[0].outcome.clone().expect("an outcome");
+    assert_eq!((rec.effects[0].state, outcome.is_error), (EffectState::Done, true), "{case}: {outcome:?}");
+    assert!(outcome.text.contains("refund_window_closed"), "{case}: {outcome:?}");
+    assert_eq!(gateway.refunds(), 0, "{case}");
 }

@@ -70,8 +70,8 @@ impl Dispatcher {
     /// Only the tool's own answer is an outcome. Once the entry may have run (`sent`, or an
     /// earlier dispatch here that got no answer), an answer from anything else — the gateway's
     /// refusal before dispatch (an open breaker, a rate limit, a refused approval token), a proxy's
-    /// or the gateway's permanent error — says nothing about that run: the outcome stays unknown
-    /// (confirmed later). A call this client could not send at all is never an outcome.
+    /// or the gateway's permanent error, an error result without a permanent refusal code — says
+    /// nothing about that run: the outcome stays unknown (confirmed later). A call this client could not send at all is never an outcome.
     pub async fn dispatch_recorded(
         &self,
         ctx: &ToolContext,
@@ -203,11 +203,13 @@ impl Dispatcher {
     }
 }
 
-/// Whether `answer` came from the tool itself (its result, error or not), or is a request for
-/// consent (the gateway asks before any run of the call): what a replay may record.
+/// Whether `answer` settles a call that may have run: the tool's own success or definite refusal
+/// ([`ToolOutput::settles_a_replay`]), or a request for consent (the gateway asks before any run of
+/// the call): what a replay may record. An error result without a refusal code (a tool server that
+/// failed before its ledger, a proxy's error result) does not: the earlier run may have refunded.
 fn answered_by_the_tool(answer: &Result<ToolOutput, ToolError>) -> bool {
     match answer {
-        Ok(out) => !out.refused,
+        Ok(out) => out.settles_a_replay(),
         Err(ToolError::ApprovalRequired(_)) => true,
         Err(_) => false,
     }

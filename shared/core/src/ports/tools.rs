@@ -35,6 +35,31 @@ pub struct ToolOutput {
     pub refused: bool,
 }
 
+/// Refusal codes (`{"error": …, "code": "<code>"}`) that say the tool did not act *and* could not
+/// have checked its ledger: the same call may be answered otherwise later.
+const UNSETTLED_CODES: [&str; 1] = ["unavailable"];
+
+impl ToolOutput {
+    /// Whether this answer settles a call that may have run before (a replay with the same key):
+    /// a success, or a tool error carrying a permanent refusal code — an object
+    /// `{"error": "<reason>", "code": "<code>"}` whose code is not `unavailable` (the shop tools'
+    /// refusals: `not_found`, `refused`, a refund rule …). An error without a code (a tool server
+    /// failing before it reached its ledger, a proxy's error result) says nothing about the earlier
+    /// run: a tool that ran the key would have answered its first result.
+    pub fn settles_a_replay(&self) -> bool {
+        if self.refused {
+            return false;
+        }
+        if !self.is_error {
+            return true;
+        }
+        serde_json::from_str::<serde_json::Value>(&self.text)
+            .ok()
+            .and_then(|v| v.get("code").and_then(serde_json::Value::as_str).map(str::to_owned))
+            .is_some_and(|code| !code.is_empty() && !UNSETTLED_CODES.contains(&code.as_str()))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error("tool call timed out after {0:?}")]
@@ -120,6 +145,26 @@ mod tests {
         for (error, shown) in errors {
             assert!(error.to_string().contains("Zephyrine") || matches!(error, ToolError::Timeout(_)));
             assert_eq!(error.log_safe().to_string(), shown);
+        }
+    }
+
+    #[test]
+    fn only_a_success_or_a_permanent_refusal_code_settles_a_replay() {
+        let out = |text: &str, is_error: bool, refused: bool| ToolOutput { text: text.into(), is_error, refused };
+        let cases = [
+            (out(r#"{"refund_id":"RF-1"}"#, false, false), true),
+            (out("plain text result", false, false), true),
+            (out(r#"{"error":"outside the refund window","code":"refund_window_closed"}"#, true, false), true),
+            (out(r#"{"error":"no such order","code":"not_found"}"#, true, false), true),
+            (out(r#"{"error":"ledger down","code":"unavailable"}"#, true, false), false),
+            (out(r#"{"error":"no code"}"#, true, false), false),
+            (out(r#"{"error":"empty code","code":""}"#, true, false), false),
+            (out("the tool failed: upstream error", true, false), false),
+            (out(r#"{"error":"circuit open","code":"refused"}"#, true, true), false),
+            (out(r#"{"refund_id":"RF-1"}"#, false, true), false),
+        ];
+        for (output, settles) in cases {
+            assert_eq!(output.settles_a_replay(), settles, "{output:?}");
         }
     }
 }
