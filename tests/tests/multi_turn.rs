@@ -103,6 +103,18 @@ async fn turn_problems(stack: &LocalStack, turn: &Turn, case: &Case, view: &Conv
             problems.push(format!("reply mentions {m}"));
         }
     }
+    // A fact memory holds is not planned as a lookup again: every subtask of the turn is the
+    // refund ("refund it" after the order's status plans no second order lookup). The refund
+    // worker still reads the order's refundable amount, a fact that can change (docs/DESIGN.md
+    // "Memory").
+    if let Some(tool) = turn.expect.get("every_subtask_uses").and_then(Value::as_str) {
+        for s in view.subtasks.iter().filter(|s| !s.tools_used.iter().any(|t| t.contains(tool))) {
+            problems.push(format!("subtask {} ({:?}) does not use {tool}: a lookup memory answers", s.id, s.tools_used));
+        }
+        if view.subtasks.is_empty() {
+            problems.push(format!("no subtask uses {tool}"));
+        }
+    }
     let refunds = stack.shop.refunds().await.unwrap();
     let waiting = view.subtasks.iter().filter(|s| s.status == SubtaskStatus::AwaitingApproval).count();
     if turn.expect.get("awaits_review") == Some(&Value::Bool(true)) && (waiting != 1 || view.approvals.len() != 1) {
