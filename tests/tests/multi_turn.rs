@@ -109,7 +109,8 @@ async fn turn_problems(stack: &LocalStack, turn: &Turn, case: &Case, view: &Conv
     // "Memory").
     if let Some(tool) = turn.expect.get("every_subtask_uses").and_then(Value::as_str) {
         for s in view.subtasks.iter().filter(|s| !s.tools_used.iter().any(|t| t.contains(tool))) {
-            problems.push(format!("subtask {} ({:?}) does not use {tool}: a lookup memory answers", s.id, s.tools_used));
+            problems
+                .push(format!("subtask {} ({:?}) does not use {tool}: a lookup memory answers", s.id, s.tools_used));
         }
         if view.subtasks.is_empty() {
             problems.push(format!("no subtask uses {tool}"));

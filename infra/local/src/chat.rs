@@ -28,8 +28,9 @@ const MAX_TURN_WAIT: Duration = Duration::from_secs(30 * 60);
 pub enum Front<'a> {
     /// The in-process stack: every call is one orchestrator invocation.
     Stack(&'a LocalStack),
-    /// A running `swarm-local serve` (authentication off: the body names the customer).
-    Serve { base: String, http: reqwest::Client },
+    /// A running `swarm-local serve`: with a customer token (`serve --auth tokens`) the token
+    /// names the customer; without one (authentication off) the body does.
+    Serve { base: String, http: reqwest::Client, token: Option<String> },
 }
 
 /// A message the API accepted: the conversation and the turn it started.
@@ -50,13 +51,16 @@ pub struct Refused {
 }
 
 impl<'a> Front<'a> {
-    /// A running `serve` at `url` (e.g. `http://127.0.0.1:8080`). Errors: not an http(s) URL.
-    pub fn serve(url: &str) -> anyhow::Result<Self> {
+    /// A running `serve` at `url` (e.g. `http://127.0.0.1:8080`), called with `token` as
+    /// `Authorization: Bearer` when given (a customer token of `serve --token`). Errors: not an
+    /// http(s) URL; an empty token.
+    pub fn serve(url: &str, token: Option<String>) -> anyhow::Result<Self> {
+        anyhow::ensure!(token.as_deref().is_none_or(|t| !t.trim().is_empty()), "--token is empty");
         let base = url.trim_end_matches('/').to_owned();
         let parsed = reqwest::Url::parse(&base).with_context(|| format!("--url {url:?} is not a URL"))?;
         anyhow::ensure!(matches!(parsed.scheme(), "http" | "https"), "--url {url:?} is not an http(s) URL");
         let http = reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build()?;
-        Ok(Self::Serve { base, http })
+        Ok(Self::Serve { base, http, token })
     }
 
     /// `method path` with a JSON body; answers `(status, JSON body)` (`null` for a body that is not JSON).
@@ -66,9 +70,12 @@ impl<'a> Front<'a> {
                 let text = body.map(Value::to_string);
                 stack.api(method, path, text.as_deref(), &[]).await
             }
-            Front::Serve { base, http } => {
+            Front::Serve { base, http, token } => {
                 let method = reqwest::Method::from_bytes(method.as_bytes())?;
                 let mut request = http.request(method, format!("{base}{path}")).header("accept", "application/json");
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
                 if let Some(body) = body {
                     request = request.json(body);
                 }
@@ -91,7 +98,11 @@ impl<'a> Front<'a> {
             None => "/conversations".to_owned(),
             Some(id) => format!("/conversations/{id}/messages"),
         };
-        let body = json!({ "message": message, "customer_id": customer });
+        // A token names its customer: the body names none (the API answers 403 for another's).
+        let body = match self {
+            Front::Serve { token: Some(_), .. } => json!({ "message": message }),
+            _ => json!({ "message": message, "customer_id": customer }),
+        };
         let (status, answer) = self.call("POST", &path, Some(&body)).await?;
         if status != 202 {
             let text = |k: &str| answer["error"][k].as_str().map(str::to_owned);
@@ -312,9 +323,16 @@ pub fn print_outcome(view: &ConversationView, json: bool, started: Instant) -> a
 /// `serve` at `url`, followed live; exit status as `ask`'s ([`verdict`]). Errors: [`Refused`] (404
 /// no such conversation, 409 its latest turn still being answered — said, not waited for — 410
 /// expired), the server unreachable, the turn not answered in time.
-pub async fn ask_follow_up(url: &str, id: &str, message: &str, customer: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn ask_follow_up(
+    url: &str,
+    token: Option<String>,
+    id: &str,
+    message: &str,
+    customer: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let front = Front::serve(url)?;
+    let front = Front::serve(url, token)?;
     let (_, view) = front.turn(Some(id), message, customer).await.with_context(|| format!("conversation {id}"))?;
     print_outcome(&view, json, started)?;
     match verdict(&view) {

@@ -152,6 +152,10 @@ enum Command {
         /// With --conversation: the `serve` to send it to.
         #[arg(long, default_value = DEFAULT_SERVE, requires = "conversation")]
         url: String,
+        /// With --conversation: a customer token of `serve --auth tokens --token` (sent as
+        /// `Authorization: Bearer`; the token names the customer, so --customer is not sent).
+        #[arg(long, env = "SWARM_CUSTOMER_TOKEN", hide_env_values = true, requires = "conversation")]
+        token: Option<String>,
         #[command(flatten)]
         platform: Platform,
     },
@@ -161,9 +165,13 @@ enum Command {
         /// Customer the messages are from: one of the demo shop's, C100–C111.
         #[arg(long, default_value = "C104")]
         customer: String,
-        /// Talk to a running `serve` (authentication off) instead of a stack of this process.
+        /// Talk to a running `serve` instead of a stack of this process.
         #[arg(long, value_name = "URL", conflicts_with = "aws_endpoint")]
         url: Option<String>,
+        /// With --url: a customer token of `serve --auth tokens --token` (sent as `Authorization:
+        /// Bearer`; the token names the customer, so --customer is not sent).
+        #[arg(long, env = "SWARM_CUSTOMER_TOKEN", hide_env_values = true, requires = "url")]
+        token: Option<String>,
         #[command(flatten)]
         platform: Platform,
     },
@@ -371,11 +379,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Ask { message, customer, conversation: Some(id), url, json, .. } => {
+        Command::Ask { message, customer, conversation: Some(id), url, token, json, .. } => {
             let customer = known_customer(&customer)?;
-            swarm_local::chat::ask_follow_up(&url, &id, &message, &customer, json).await
+            swarm_local::chat::ask_follow_up(&url, token, &id, &message, &customer, json).await
         }
-        Command::Chat { customer, url, platform } => chat(&known_customer(&customer)?, url, &platform).await,
+        Command::Chat { customer, url, token, platform } => {
+            chat(&known_customer(&customer)?, url, token, &platform).await
+        }
         Command::Ask { message, customer, json, deadline, trace, platform, .. } => {
             let customer = known_customer(&customer)?;
             check_llm().await?;
@@ -630,11 +640,17 @@ async fn ask(
 }
 
 /// `swarm-local chat`: on the `serve` at `url`, or on a stack of this process.
-async fn chat(customer: &str, url: Option<String>, platform: &Platform) -> anyhow::Result<ExitCode> {
+async fn chat(
+    customer: &str,
+    url: Option<String>,
+    token: Option<String>,
+    platform: &Platform,
+) -> anyhow::Result<ExitCode> {
     use swarm_local::chat::{Front, chat, stdin_lines};
     if let Some(url) = url {
-        eprintln!("lambda-swarm chat · {url} · customer {customer} · Ctrl-D ends it");
-        return chat(&Front::serve(&url)?, customer, stdin_lines()).await;
+        let who = if token.is_some() { "the token's customer".to_owned() } else { format!("customer {customer}") };
+        eprintln!("lambda-swarm chat · {url} · {who} · Ctrl-D ends it");
+        return chat(&Front::serve(&url, token)?, customer, stdin_lines()).await;
     }
     check_llm().await?;
     let stack = LocalStack::start(options(platform)?).await?;

@@ -154,3 +154,41 @@ async fn ask_with_a_conversation_whose_turn_is_still_answered_says_so_and_exits_
     assert!(out.stdout.is_empty());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_and_ask_on_a_serve_with_customer_tokens_act_as_the_token_s_customer() -> Result<()> {
+    const TOKEN: &str = "tok-c108-0123456789abcdef";
+    let (_server, base) = serve(&["--auth", "tokens", "--token", &format!("{TOKEN}=C108")])?;
+    let authed_get = |id: String| {
+        let base = base.clone();
+        async move {
+            let client = reqwest::Client::new();
+            let request = client.get(format!("{base}/conversations/{id}")).bearer_auth(TOKEN);
+            anyhow::Ok(request.send().await?.error_for_status()?.json::<Value>().await?)
+        }
+    };
+    // The token names the customer (C108), whatever --customer's default (C104) says.
+    let out = run(&["chat", "--url", &base, "--token", TOKEN], "Where is my order A1033?\n").await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(out.status.success(), "chat failed: {stderr}");
+    assert!(!stderr.contains(TOKEN), "the token is never printed: {stderr}");
+    let id = chat_id(&out)?;
+    let view = authed_get(id.clone()).await?;
+    assert_eq!((view["customer_id"].as_str(), view["status"].as_str()), (Some("C108"), Some("DONE")), "{view}");
+    assert!(view["reply"].as_str().unwrap_or_default().contains("A1033"), "{view}");
+
+    // The next turn with `ask --conversation`, the token from the environment.
+    let mut command = swarm_local();
+    command.args(["ask", "--conversation", &id, "--url", &base, COUPON]).env("SWARM_CUSTOMER_TOKEN", TOKEN);
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
+    ensure!(out.status.success(), "ask failed: {}", String::from_utf8_lossy(&out.stderr));
+    let view = authed_get(id.clone()).await?;
+    assert_eq!((view["turn"].as_u64(), view["turns"][1]["message"].as_str()), (Some(1), Some(COUPON)), "{view}");
+
+    // Without the token the serve refuses: one line, non-zero, nothing written.
+    let out = run(&["ask", "--conversation", &id, "--url", &base, ENGLISH], "").await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && stderr.contains("401"), "{stderr}");
+    assert_eq!(authed_get(id).await?["turn"], 1);
+    Ok(())
+}
