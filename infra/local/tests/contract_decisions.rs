@@ -34,6 +34,7 @@ contract_tests!(
     of_two_concurrent_tellers_one_tells_the_decision,
     a_teller_killed_between_settling_and_telling_leaves_it_for_the_next,
     an_operator_answer_is_told_once_by_its_key_and_only_on_the_turn_read,
+    an_answerer_killed_before_telling_leaves_the_decision_to_the_next_reader,
 );
 
 const IDLE: Duration = Duration::from_secs(3_600);
@@ -75,6 +76,28 @@ async fn awaiting(store: &Store, message: &str) -> Result<(Conversation, String)
     ensure!(lease == LeaseOutcome::Acquired { taken_over: None }, "aggregation lease: {lease:?}");
     ensure!(store.finish_conversation(&conv.id, 0, "it waits for review", &Usage::default()).await?);
     Ok((store.get_conversation(&conv.id).await?.context("missing")?, approval))
+}
+
+/// Starts turn 1 of `t0` (a customer's follow-up, `PLANNING` under a live planning lease).
+async fn follow_up(store: &Store, t0: &Conversation) -> Result<Conversation> {
+    let now = now_ms();
+    let next = swarm_core::domain::NextTurn {
+        turn: 1,
+        query: "any news?".into(),
+        language: Language::English,
+        idempotency_key: None,
+        request_hash: "h1".into(),
+        trace_parent: None,
+        lease: swarm_core::domain::Lease { holder: "o:1".into(), until_ms: now + 35_000, turn: 1 },
+        started_at_ms: now,
+        deadline_ms: now + 120_000,
+        expires_at_ms: now + 3_600_000,
+        sweep_shard: 1,
+    };
+    match store.start_turn(t0, &next, now).await? {
+        swarm_core::ports::TurnOutcome::Started(c) => Ok(c),
+        refused => anyhow::bail!("turn 1 not started: {refused:?}"),
+    }
 }
 
 /// Closes the approval's journal entry as `state` (with `outcome`), as the approvals API or the refund worker does.
@@ -142,21 +165,7 @@ async fn an_approved_refund_that_ran_is_told_with_its_receipt_in_the_customer_s_
 async fn a_decision_waits_while_a_customer_turn_runs_and_is_told_after_it_ends(store: Store) -> Result<()> {
     let (t0, _) = awaiting(&store, "Please refund order A1033.").await?;
     // The customer's follow-up is running (PLANNING) when the decision lands.
-    let now = now_ms();
-    let next = swarm_core::domain::NextTurn {
-        turn: 1,
-        query: "any news?".into(),
-        language: Language::English,
-        idempotency_key: None,
-        request_hash: "h1".into(),
-        trace_parent: None,
-        lease: swarm_core::domain::Lease { holder: "o:1".into(), until_ms: now + 35_000, turn: 1 },
-        started_at_ms: now,
-        deadline_ms: now + 120_000,
-        expires_at_ms: now + 3_600_000,
-        sweep_shard: 1,
-    };
-    ensure!(matches!(store.start_turn(&t0, &next, now).await?, swarm_core::ports::TurnOutcome::Started(_)));
+    follow_up(&store, &t0).await?;
     close(&store, &t0.id, EffectState::Rejected, None).await?;
     let told = tell_decisions(store.as_ref(), store.as_ref(), &t0.id, IDLE).await?;
     assert!(told.deferred && told.turns.is_empty(), "{told:?}");
@@ -250,5 +259,44 @@ async fn an_operator_answer_is_told_once_by_its_key_and_only_on_the_turn_read(st
     let TellOutcome::Told(t2) = store.tell_turn(&t1, &other).await? else { anyhow::bail!("not told on turn 1") };
     assert_eq!(t2.turn, 2);
     assert_eq!(store.conversation_history(&t0.id).await?.notices.len(), 2);
+    Ok(())
+}
+
+async fn an_answerer_killed_before_telling_leaves_the_decision_to_the_next_reader(store: Store) -> Result<()> {
+    use swarm_core::answer::{Answerer, ModelFreeReply, answer_conversation};
+    let (t0, _) = awaiting(&store, "Please refund order A1033.").await?;
+    // Turn 1 runs one subtask; the rejection lands while it runs.
+    let t1 = follow_up(&store, &t0).await?;
+    let sid = SubtaskId::from("t1~w01");
+    let planned = Subtask { id: sid.clone(), instruction: "look".into(), tools: vec![], depends_on: vec![] };
+    let record = SubtaskRecord::new(&t1, planned, "general".into());
+    ensure!(store.start_run(&t1.id, Some("o:1"), &[record], &[], &Usage::default()).await?, "turn 1's plan");
+    close(&store, &t0.id, EffectState::Rejected, None).await?;
+    let result = SubtaskResult::Succeeded { text: "A1033 is delivered.".into(), tool_calls: vec![] };
+    store.record_result(&t1.id, &sid, &result, &Usage::default(), &[], now_ms()).await?;
+    ensure!(matches!(store.count_finished(&t1.id, &sid, &Usage::default()).await?, CountOutcome::Counted { .. }));
+    // The aggregator answers turn 1 and dies before it tells the decision.
+    let running = conversation(&store, &t0.id).await?;
+    let answerer = Answerer { kind: "aggregator", lease: Duration::from_secs(90), idle_expiry: IDLE };
+    let invocation = Invocation::new(Arc::new(CrashAt(CrashPoint::AnswerBeforeTell)));
+    let answer =
+        answer_conversation(store.as_ref(), store.as_ref(), store.as_ref(), &running, answerer, &ModelFreeReply);
+    let answer = faults::with_plan(invocation.clone(), answer);
+    let died = tokio::select! {
+        outcome = answer => { anyhow::bail!("the answerer ran past its crash point: {outcome:?}") }
+        () = invocation.killed() => true,
+    };
+    ensure!(died);
+    let answered = conversation(&store, &t0.id).await?;
+    assert_eq!((answered.turn, answered.status), (1, ConversationStatus::Done), "turn 1 answered before the crash");
+    assert_eq!(subtask(&store, &t0.id).await?.status, SubtaskStatus::AwaitingApproval, "not told yet");
+    // The next reader tells it once; a second reader finds nothing left to tell.
+    let told = tell_decisions(store.as_ref(), store.as_ref(), &t0.id, IDLE).await?;
+    assert_eq!(told.turns, [2]);
+    let again = tell_decisions(store.as_ref(), store.as_ref(), &t0.id, IDLE).await?;
+    assert!(again.turns.is_empty() && !again.deferred, "{again:?}");
+    let told = conversation(&store, &t0.id).await?;
+    assert_eq!((told.turn, told.author, told.status), (2, TurnAuthor::Swarm, ConversationStatus::Done));
+    assert_eq!(subtask(&store, &t0.id).await?.status, SubtaskStatus::Failed, "the rejected subtask moved on");
     Ok(())
 }

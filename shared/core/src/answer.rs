@@ -156,8 +156,9 @@ pub async fn answer_conversation<W: ReplyWriter + ?Sized>(
         obs::metrics::handoff(h.reason);
         tracing::info!(conversation_id = %id, reason = h.reason.code(), "conversation handed to a person");
     }
+    faults::at(CrashPoint::AnswerBeforeTell).await;
     // A decision that landed while this turn ran is told now, after it (DESIGN.md "Turns"). A
-    // failure loses nothing: the next reader of the conversation tells it.
+    // failure (or a crash just before) loses nothing: the next reader of the conversation tells it.
     if let Err(e) = tell_decisions(records, subtasks, id, answerer.idle_expiry).await {
         tracing::warn!(conversation_id = %id, error = %e, "could not tell a decision after the answer; its next reader will");
     }

@@ -68,6 +68,10 @@ pub enum CrashPoint {
     /// Worker: an approved call ran and its approval is closed (`EXECUTED`), the decision is not
     /// told yet. Not in [`CrashPoint::ALL`], like [`CrashPoint::DecisionAfterSettle`].
     WorkerAfterFinishApproval,
+    /// An answerer (aggregator or deadline path): the turn's reply is written (`DONE`/`HANDOFF`),
+    /// a decision that landed while the turn ran is not told yet. Not in [`CrashPoint::ALL`],
+    /// like [`CrashPoint::DecisionAfterSettle`].
+    AnswerBeforeTell,
 }
 
 impl CrashPoint {
@@ -111,6 +115,7 @@ impl CrashPoint {
             Self::DeadlineAfterClose => "deadline_after_close",
             Self::DecisionAfterSettle => "decision_after_settle",
             Self::WorkerAfterFinishApproval => "worker_after_finish_approval",
+            Self::AnswerBeforeTell => "answer_before_tell",
         }
     }
 }
