@@ -33,6 +33,14 @@ pub const FINISH_FAILED: &str = "error";
 /// What a `FAILED` turn with no reply is answered with.
 pub const NO_REPLY: &str = "The swarm could not answer this message. Please try again.";
 
+/// The longest a `POST /v1/chat/completions` runs for a swarm whose conversations' deadline is
+/// `deadline`: the turn is followed for [`progress::PollPlan::patience`], and 10 s more answer it.
+/// The function serving the route needs a timeout above it (a streaming function URL on AWS,
+/// not the HTTP API's 30 s); `swarm-local serve` cuts the route there.
+pub fn max_duration(deadline: std::time::Duration) -> std::time::Duration {
+    progress::PollPlan::for_deadline(deadline).patience + std::time::Duration::from_secs(10)
+}
+
 /// An OpenAI chat request as read: every field the swarm looks at, the rest ignored.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ChatRequest {
