@@ -54,18 +54,21 @@ fn events(text: &str) -> Vec<String> {
 
 async fn a_chat_completion_is_a_turn_of_the_conversation(backend: BackendChoice) {
     let models = Models::single(Arc::new(Metered(OfflineModel::new())));
-    let stack = LocalStack::start(StackOptions { backend, models: Some(models), time_scale: 0.25, ..StackOptions::default() })
-        .await
-        .unwrap();
+    let stack =
+        LocalStack::start(StackOptions { backend, models: Some(models), time_scale: 0.25, ..StackOptions::default() })
+            .await
+            .unwrap();
     let (base, server) = serve(&stack).await;
     let http = reqwest::Client::new();
     let url = format!("{base}/v1/chat/completions");
 
-    let models: Value = http.get(format!("{base}/v1/models")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    let models: Value =
+        http.get(format!("{base}/v1/models")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
     assert_eq!(models["data"][0]["id"], "lambda-swarm");
 
     // Non-streamed: the reply and the usage the conversation recorded.
-    let answer = http.post(&url).bearer_auth(TOKEN).json(&ask("Where is my parcel for order A1031?")).send().await.unwrap();
+    let answer =
+        http.post(&url).bearer_auth(TOKEN).json(&ask("Where is my parcel for order A1031?")).send().await.unwrap();
     assert_eq!(answer.status().as_u16(), 200);
     let id = answer.headers()["x-swarm-conversation-id"].to_str().unwrap().to_owned();
     let body: Value = answer.json().await.unwrap();
@@ -78,7 +81,10 @@ async fn a_chat_completion_is_a_turn_of_the_conversation(backend: BackendChoice)
     let usage = view.usage.unwrap();
     let (prompt, completion) = (usage.prompt_tokens.unwrap(), usage.completion_tokens.unwrap());
     assert!(prompt >= 200 && completion >= 40, "planning, a subtask and the reply at least: {usage:?}");
-    assert_eq!(body["usage"], json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}));
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    );
 
     // Streamed follow-up: the same conversation's next turn, progress then reply.
     let mut follow = ask("And when will it arrive?");
@@ -103,7 +109,8 @@ async fn a_chat_completion_is_a_turn_of_the_conversation(backend: BackendChoice)
     let view = stack.orchestrator().status(&id, Some("C106")).await.unwrap();
     assert_eq!((view.turn, view.turns.len()), (1, 2), "the follow-up is the conversation's second turn");
     assert_eq!(Some(delta("content").as_str()), view.reply.as_deref());
-    let first_content = chunks.iter().position(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty()));
+    let first_content =
+        chunks.iter().position(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|s| !s.is_empty()));
     let last_progress = chunks.iter().rposition(|c| c["choices"][0]["delta"]["reasoning_content"].is_string());
     assert!(last_progress < first_content, "progress first, then the reply");
     let finish = &chunks[chunks.len() - 2];
@@ -124,7 +131,10 @@ async fn a_chat_completion_is_a_turn_of_the_conversation(backend: BackendChoice)
     let anonymous = http.post(&url).json(&ask("hi")).send().await.unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
     let body: Value = anonymous.json().await.unwrap();
-    assert_eq!((body["error"]["type"].as_str(), body["error"]["code"].as_str()), (Some("authentication_error"), Some("unauthenticated")));
+    assert_eq!(
+        (body["error"]["type"].as_str(), body["error"]["code"].as_str()),
+        (Some("authentication_error"), Some("unauthenticated"))
+    );
     assert_eq!(stack.conversation_count().await.unwrap(), 1, "refusals store nothing");
 
     server.abort();

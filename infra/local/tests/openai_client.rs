@@ -52,9 +52,8 @@ fn serve() -> (Server, String) {
 #[test]
 #[ignore = "needs a python with the `openai` package (the venv's: infra/aws/venv.sh); infra/test.sh runs it as its own step"]
 fn the_official_openai_client_talks_to_the_swarm() {
-    let python = std::env::var_os("SWARM_OPENAI_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".venv/bin/python"));
+    let python =
+        std::env::var_os("SWARM_OPENAI_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"));
     let (_server, base) = serve();
     let started = Instant::now();
     let out = Command::new(&python)
