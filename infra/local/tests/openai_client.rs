@@ -2,51 +2,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
-use std::io::{BufRead as _, BufReader};
+#[path = "common/serve.rs"]
+#[allow(dead_code)] // the serve helper alone
+mod serve;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 const TOKEN: &str = "tok-c106-0123456789abcdef";
 
-/// The server, stopped when the test ends however it ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Starts `swarm-local serve --port 0` with one customer token; answers its base URL.
-fn serve() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm-local"))
-        .args(["serve", "--port", "0", "--time-scale", "0.25", "--auth", "tokens", "--token"])
-        .arg(format!("{TOKEN}=C106"))
-        .env_remove("LLM_BASE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.trim().strip_prefix("openai").map(str::trim) {
-                let _ = tx.send(url.split_whitespace().next().unwrap_or_default().to_owned());
-            }
-        }
-    });
-    let base = rx.recv_timeout(Duration::from_secs(120)).expect("serve printed its OpenAI URL");
-    (server, base)
 }
 
 #[test]
@@ -54,7 +21,8 @@ fn serve() -> (Server, String) {
 fn the_official_openai_client_talks_to_the_swarm() {
     let python =
         std::env::var_os("SWARM_OPENAI_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"));
-    let (_server, base) = serve();
+    let (_server, base) = serve::serve(&["--auth", "tokens", "--token", &format!("{TOKEN}=C106")]).unwrap();
+    let base = format!("{base}/v1");
     let started = Instant::now();
     let out = Command::new(&python)
         .arg(root().join("tests/openai_client/test_openai.py"))
