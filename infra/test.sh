@@ -144,6 +144,10 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.25 
     --crash-at orchestrator_after_enqueue=0.5
     --approval-twice-rate 0.5 --approval-reject-rate 0.5 --poison-message-rate 0.02
     --store-answer-lost-rate 0.01 --store-throttle-rate 0.01 --sqs-send-partial-rate 0.15)
+# The swarm as an OpenAI model, through the official `openai` Python package (the venv's) against
+# `swarm-local serve`: a chat completion, a streamed follow-up in the same conversation, OpenAI's errors.
+step "the openai Python client against swarm-local serve (tests/openai_client)" \
+    env SWARM_OPENAI_PYTHON="$venv_bin/python" cargo test -q -p swarm-local --test openai_client -- --ignored
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \

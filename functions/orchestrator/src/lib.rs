@@ -6,6 +6,7 @@ pub mod budget;
 pub mod config;
 pub mod core;
 pub mod cursor;
+pub mod openai;
 pub mod wiring;
 
 pub use api::{ApiState, Auth, Caller, OperatorAuth, router};

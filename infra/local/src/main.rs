@@ -745,6 +745,7 @@ async fn serve(
     println!(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
+    println!("  openai       http://{addr}/v1   (model lambda-swarm: POST /v1/chat/completions, GET /v1/models)");
     println!("  callers      {callers}");
     println!("  health       http://{addr}/health   · contract http://{addr}/openapi.json");
     println!("  browsers     CORS for {}", origins.origins().join(", "));

@@ -1,4 +1,4 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, `GET /operator/conversations/{id}` and `POST /operator/conversations/{id}/messages` (a person's answer to a handed-off conversation), and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, `GET /operator/conversations/{id}` and `POST /operator/conversations/{id}/messages` (a person's answer to a handed-off conversation), the swarm as an OpenAI model (`GET /v1/models`, `POST /v1/chat/completions`, [`openai`]), and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
 //! Status codes: 202 created (with `Location`), 200 a conversation; 400 a request
 //! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
@@ -19,6 +19,7 @@ pub mod caller;
 pub mod cors;
 pub mod edges;
 pub mod error;
+pub mod openai;
 pub mod operator;
 pub mod tokens;
 pub mod trace;
@@ -110,6 +111,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/approvals/{id}", post(decide_approval))
         .route("/operator/conversations/{id}", get(operator_view))
         .route("/operator/conversations/{id}/messages", post(operator_answer))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
         .method_not_allowed_fallback(error::method_not_allowed)

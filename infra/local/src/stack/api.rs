@@ -1,4 +1,4 @@
-//! The HTTP API as API Gateway serves it: every request one orchestrator invocation, cut at the function's timeout, under the fault plan.
+//! The HTTP API as API Gateway serves it: every request one orchestrator invocation, cut at the function's timeout (a long-running route at its own longer one), under the fault plan.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +21,31 @@ pub struct ApiInvoker {
     pub(super) counters: Arc<Counters>,
 }
 
+/// Paths served past API Gateway's cut: on AWS these routes run on a streaming function URL
+/// whose timeout is above the conversation's deadline, so locally each request is cut at the
+/// route's own maximum ([`ApiInvoker::timeout_for`]), not at the orchestrator's timeout.
+pub const LONG_RUNNING_PREFIXES: &[&str] = &["/v1/"];
+
 impl ApiInvoker {
+    /// Where a request for `path` is cut: the orchestrator's timeout, or for a
+    /// [`LONG_RUNNING_PREFIXES`] route its own maximum ([`orchestrator::openai::max_duration`]).
+    pub fn timeout_for(&self, path: &str) -> Duration {
+        if LONG_RUNNING_PREFIXES.iter().any(|prefix| path.starts_with(prefix)) {
+            let deadline = Duration::from_secs(self.orchestrator.settings().deadline_secs);
+            orchestrator::openai::max_duration(deadline)
+        } else {
+            self.timeout
+        }
+    }
+
     /// Runs `handler` as one orchestrator invocation; a timed-out or killed one is counted.
     pub(super) async fn invoke<F: Future>(&self, handler: F) -> Ended<F::Output> {
-        let ended = invoke(self.timeout, self.faults.as_ref(), handler).await;
+        self.invoke_within(self.timeout, handler).await
+    }
+
+    /// [`Self::invoke`], cut at `timeout`.
+    async fn invoke_within<F: Future>(&self, timeout: Duration, handler: F) -> Ended<F::Output> {
+        let ended = invoke(timeout, self.faults.as_ref(), handler).await;
         match ended {
             Ended::Killed => add(&self.counters.killed_invocations, 1),
             Ended::TimedOut => add(&self.counters.timed_out_invocations, 1),
@@ -50,13 +71,14 @@ impl ApiInvoker {
                     Ok(request) => request,
                     Err(error) => return error.into_response(),
                 };
+                let timeout = invoker.timeout_for(request.uri().path());
                 let call = async move {
                     match inner.oneshot(request).await {
                         Ok(response) => response,
                         Err(never) => match never {},
                     }
                 };
-                match invoker.invoke(call).await {
+                match invoker.invoke_within(timeout, call).await {
                     Ended::Returned(response) => response,
                     Ended::TimedOut => (
                         axum::http::StatusCode::SERVICE_UNAVAILABLE,
