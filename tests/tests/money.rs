@@ -227,8 +227,10 @@ impl FaultPlan for Once {
 
 async fn a_refund_killed_after_dispatch_runs_once_in_all(backend: BackendChoice) {
     // At 1/30 of the table (the refund queue's visibility timeout 360 s → 12 s; a tool call's 10 s → 333 ms, which
-    // a loaded machine meets — 1/240 left it 42 ms), the deadline lifted to 3600 s (120 s).
-    let mut timings = Timings::standard().clone();
+    // a loaded machine meets — 1/240 left it 42 ms), the deadline lifted to 3600 s (120 s). Room to plan
+    // (`with_room_to_plan`): at the table's request budget the plan's write got 459 ms, which the emulator
+    // under three parallel builds did not meet (a 503 `started: unknown`). Nothing here waits for a lease.
+    let mut timings = swarm_tests::with_room_to_plan(Timings::standard().clone());
     timings.conversation.deadline = Duration::from_secs(3600);
     let stack = start(StackOptions {
         backend,
