@@ -270,6 +270,29 @@ pub fn subtask_of(body: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Polls `GET /conversations/{id}` every 50 ms until `done` holds for the view, and answers it.
+/// Panics with `what` and the last view after `patience`.
+pub async fn until_view(
+    stack: &swarm_local::LocalStack,
+    id: &str,
+    what: &str,
+    patience: std::time::Duration,
+    done: impl Fn(&ConversationView) -> bool,
+) -> ConversationView {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let view = match stack.view(id).await {
+            Ok(view) => view,
+            Err(e) => panic!("{what}: GET /conversations/{id} failed: {e}"),
+        };
+        if done(&view) {
+            return view;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {view:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,17 +65,9 @@ fn sessions() -> Vec<Session> {
         .collect()
 }
 
-/// Polls `GET` until `done` holds for the view (at most [`PATIENCE`]).
+/// Polls `GET /conversations/{id}` until `done` holds for it (at most [`PATIENCE`]).
 async fn until(stack: &LocalStack, id: &str, what: &str, done: impl Fn(&ConversationView) -> bool) -> ConversationView {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let view = stack.view(id).await.unwrap();
-        if done(&view) {
-            return view;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {view:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    swarm_tests::until_view(stack, id, what, PATIENCE, done).await
 }
 
 /// Posts `message` as the session's next customer turn (`turn`: 0 creates the conversation);

@@ -89,15 +89,7 @@ async fn converse(stack: &LocalStack, customer: &str, message: &str) -> Conversa
 
 /// Polls `GET /conversations/{id}` until `done` holds for it (at most [`PATIENCE`]).
 async fn until(stack: &LocalStack, id: &str, what: &str, done: impl Fn(&ConversationView) -> bool) -> ConversationView {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let view = stack.view(id).await.unwrap();
-        if done(&view) {
-            return view;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: {view:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    swarm_tests::until_view(stack, id, what, PATIENCE, done).await
 }
 
 /// The refund's subtask, in whichever turn it ran (a decision told as a later turn is the latest).
