@@ -1,4 +1,4 @@
-//! The live console in a real browser: the app `swarm-local serve` serves (API, console, CORS) on a free port over the local stack with the offline model and an operator token, and `tests/browser/console.test.mjs` driving Debian's chromium through playwright-core against it — a conversation drawn live as it runs, a refund approved on the page — then the shop's ledger: the refund ran exactly once.
+//! The live console in a real browser: the app `swarm-local serve` serves (API, console, CORS) on a free port over the local stack with the offline model and an operator token, and `tests/browser/console.test.mjs` driving Debian's chromium through playwright-core against it — a conversation drawn live as it runs (a plan with dependencies, a failed subtask and the one it skips), a refund approved on the page — then the shop's ledger: the refund ran exactly once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -13,26 +13,50 @@ use orchestrator::{Auth, OperatorAuth};
 use serde_json::Value;
 use swarm_core::domain::Usage;
 use swarm_core::llm::Models;
-use swarm_core::ports::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use swarm_core::ports::{ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, Purpose};
 use swarm_local::{LocalStack, StackOptions};
 use swarm_offline::OfflineModel;
+use swarm_testing::text_response;
 
 const OPERATOR: &str = "ops-0123456789abcdef";
 
-/// The offline model, reporting tokens and a cost per call (the offline model reports none), so the
-/// page has usage to show.
-struct Metered(OfflineModel);
+/// The plan of the conversation the page watches (its message carries [`GRAPH`]): an order and its
+/// parcel after it, a coupon, a product lookup that fails, and what depends on it (skipped).
+const PLAN: &str = r#"{"subtasks": [
+  {"id": "w01", "instruction": "Check the status of order A1029.", "tools": ["shop__get_order"]},
+  {"id": "w02", "instruction": "Where is the parcel of order A1029?", "tools": ["shop__track_shipment"], "depends_on": ["w01"]},
+  {"id": "w03", "instruction": "Check whether coupon SAVE20 can be used.", "tools": ["shop__check_coupon"]},
+  {"id": "w04", "instruction": "Find when the sold-out keyboard KB-87 is back in stock.", "tools": ["shop__get_product"]},
+  {"id": "w05", "instruction": "Say whether SAVE20 applies to keyboard KB-87.", "tools": ["shop__check_coupon"], "depends_on": ["w03", "w04"]}
+]}"#;
+/// What marks the watched conversation's message (the refund's is planned by the offline model).
+const GRAPH: &str = "Can I still use SAVE20?";
+/// What marks the subtask whose model call fails (permanently, with a provider's text the page must not show).
+const FAILS: &str = "back in stock";
+
+/// The offline model with [`PLAN`] for the watched conversation and a failure for [`FAILS`],
+/// reporting tokens and a cost per call (the offline model reports none) so the page has usage to show.
+struct Console(OfflineModel);
 
 #[async_trait]
-impl ChatModel for Metered {
+impl ChatModel for Console {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let mut response = self.0.complete(request).await?;
+        let asks = |marker: &str| {
+            request.messages.iter().any(|m| matches!(m, ChatMessage::User { content } if content.contains(marker)))
+        };
+        let mut response = match request.purpose {
+            Purpose::Plan if asks(GRAPH) => text_response(PLAN),
+            Purpose::Work if asks(FAILS) => {
+                return Err(LlmError::Permanent { status: 400, message: "provider says: secret internals".into() });
+            }
+            _ => self.0.complete(request).await?,
+        };
         response.usage =
             Usage { prompt_tokens: Some(412), completion_tokens: Some(58), cached_tokens: Some(0), cost_usd: Some(0.00021) };
         Ok(response)
     }
     fn label(&self) -> String {
-        "metered offline model".into()
+        "offline model with a scripted plan".into()
     }
 }
 
@@ -43,7 +67,7 @@ fn root() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs Debian's chromium (/usr/bin/chromium) and `npm ci` in tests/browser; infra/test.sh runs it as its own step"]
 async fn the_console_draws_a_conversation_live_and_an_approval_decided_on_it_refunds_once() {
-    let models = Models::single(Arc::new(Metered(OfflineModel::new())));
+    let models = Models::single(Arc::new(Console(OfflineModel::new())));
     let stack = LocalStack::start(StackOptions { models: Some(models), time_scale: 0.1, ..StackOptions::default() })
         .await
         .unwrap();

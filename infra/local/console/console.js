@@ -13,7 +13,7 @@ const TURN_ENDED = new Set(['DONE', 'FAILED', 'HANDOFF']);
 /** Approvals in these still lead to a change (a decision, a run, a turn telling it). */
 const APPROVAL_OPEN = new Set(['pending', 'approved']);
 /** Node size and gaps of the subtask graph (px). */
-const NODE = { w: 230, h: 124, gapX: 56, gapY: 14 };
+const NODE = { w: 230, h: 140, gapX: 56, gapY: 14 };
 
 const keys = { customer: 'swarm.customer', customerToken: 'swarm.customerToken', operatorToken: 'swarm.operatorToken' };
 
@@ -183,7 +183,8 @@ function layout(subtasks) {
 }
 
 function subtaskNode(s, at) {
-  const tools = s.tools_used.length ? `tools: ${s.tools_used.join(', ')}` : 'tools: none yet';
+  const ended = ['SUCCEEDED', 'FAILED', 'SKIPPED'].includes(s.status);
+  const tools = s.tools_used.length ? `tools: ${s.tools_used.join(', ')}` : ended ? 'tools: none' : 'tools: none yet';
   const effects = (s.effects || []).map((e) => `${e.tool}: ${e.state}`).join(', ');
   const node = el('div', { class: 'node', 'data-subtask': s.id, 'data-status': s.status },
     el('div', { class: 'head' }, el('span', { class: 'id', text: s.id }), badge(s.status)),
