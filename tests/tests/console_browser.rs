@@ -51,8 +51,12 @@ impl ChatModel for Console {
             }
             _ => self.0.complete(request).await?,
         };
-        response.usage =
-            Usage { prompt_tokens: Some(412), completion_tokens: Some(58), cached_tokens: Some(0), cost_usd: Some(0.00021) };
+        response.usage = Usage {
+            prompt_tokens: Some(412),
+            completion_tokens: Some(58),
+            cached_tokens: Some(0),
+            cost_usd: Some(0.00021),
+        };
         Ok(response)
     }
     fn label(&self) -> String {
@@ -72,8 +76,12 @@ async fn the_console_draws_a_conversation_live_and_an_approval_decided_on_it_ref
         .await
         .unwrap();
     let operators = TokenTable::operators(vec![TokenTable::entry(&format!("{OPERATOR}=alice")).unwrap()]).unwrap();
-    let app =
-        swarm_local::console::app(&stack, Auth::None, OperatorAuth::Tokens(Arc::new(operators)), &AllowedOrigins::defaults());
+    let app = swarm_local::console::app(
+        &stack,
+        Auth::None,
+        OperatorAuth::Tokens(Arc::new(operators)),
+        &AllowedOrigins::defaults(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {

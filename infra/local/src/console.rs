@@ -64,7 +64,10 @@ mod tests {
     #[test]
     fn the_page_loads_only_its_own_assets_and_writes_text_never_markup() {
         assert!(PAGE.contains(r#"src="/console/console.js""#) && PAGE.contains(r#"href="/console/console.css""#));
-        assert!(!PAGE.contains("<script>") && !PAGE.contains("style="), "no inline script or style (the CSP forbids them)");
+        assert!(
+            !PAGE.contains("<script>") && !PAGE.contains("style="),
+            "no inline script or style (the CSP forbids them)"
+        );
         for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
             assert!(!SCRIPT.contains(sink), "the script never uses {sink}");
         }

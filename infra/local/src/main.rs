@@ -176,7 +176,8 @@ enum Command {
         platform: Platform,
     },
     /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`, `GET /health`,
-    /// `GET /openapi.json`) and the swarm's metrics (`GET /metrics`, Prometheus text) on 127.0.0.1.
+    /// `GET /openapi.json`), the swarm's metrics (`GET /metrics`, Prometheus text) and the live console
+    /// (`GET /console`, docs/console.md) on 127.0.0.1.
     #[command(after_help = format!("{LLM_HELP}{SERVE_EXAMPLE}"))]
     Serve {
         /// Port of the HTTP API.
