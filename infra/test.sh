@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: starts the AWS emulator (moto; a second one enforcing IAM), checks the dependency graph (cargo shear, cargo deny) and the API's OpenAPI document, and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
+# The project's test command: starts the AWS emulator (moto; a second one enforcing IAM), checks the dependency graph (cargo shear, cargo deny) and the API's OpenAPI document, and runs every test — unit, contract (embedded + AWS adapters on the emulator), whole conversations through the local stack and through the Lambda handlers on the emulator, the gateway's Node-based federation and conformance tests, the console in a headless chromium, swarm-chaos at a small size on both backends — then lints the SAM template. Exits non-zero on any failure.
 # Usage: infra/test.sh            (first run installs the pinned Python tools into .venv and the npm packages of infra/gateway)
-#        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests (they are never skipped in CI)
+#        SWARM_SKIP_NODE=1 infra/test.sh   skips the Node-based gateway tests and the console in chromium (never skipped in CI)
 #        SWARM_SAM_BUILD=0 infra/test.sh   skips `sam build` (a release arm64 build of every function: the longest step)
 set -uo pipefail
 
@@ -148,6 +148,14 @@ chaos_emulator=(--conversations 20 --subtasks 8 --in-flight 4 --time-scale 0.25 
 # `swarm-local serve`: a chat completion, a streamed follow-up in the same conversation, OpenAI's errors.
 step "the openai Python client against swarm-local serve (tests/openai_client)" \
     env SWARM_OPENAI_PYTHON="$venv_bin/python" cargo test -q -p swarm-local --test openai_client -- --ignored
+# The live console (/console) in Debian's chromium (installed by .ci/run) driven by playwright-core
+# (tests/browser, `npm ci`): a conversation drawn live, a refund approved on the page runs once.
+if [[ "${SWARM_SKIP_NODE:-0}" == "1" ]]; then
+    report+=("SKIP       the console in chromium (SWARM_SKIP_NODE=1)")
+else
+    step "the console in chromium (tests/browser: playwright-core against the app of swarm-local serve)" \
+        bash -c 'cd tests/browser && { [[ -d node_modules/playwright-core ]] || npm ci --no-audit --no-fund; } && cd ../.. && cargo test -q -p swarm-tests --test console_browser -- --ignored'
+fi
 step "swarm-chaos, small, embedded (fixed seed)" \
     cargo run -q -p swarm-local --bin swarm-chaos -- "${chaos_embedded[@]}"
 step "swarm-chaos, small, emulator with IAM enforced (fixed seed)" \

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod chaos;
 pub mod chat;
+pub mod console;
 pub mod events;
 pub mod http;
 pub mod models;

@@ -176,7 +176,8 @@ enum Command {
         platform: Platform,
     },
     /// Serve the HTTP API (`POST /conversations`, `GET /conversations/{id}`, `GET /health`,
-    /// `GET /openapi.json`) and the swarm's metrics (`GET /metrics`, Prometheus text) on 127.0.0.1.
+    /// `GET /openapi.json`), the swarm's metrics (`GET /metrics`, Prometheus text) and the live console
+    /// (`GET /console`, docs/console.md) on 127.0.0.1.
     #[command(after_help = format!("{LLM_HELP}{SERVE_EXAMPLE}"))]
     Serve {
         /// Port of the HTTP API.
@@ -724,19 +725,14 @@ async fn serve(
         }
         _ => "off (give --operator-token <token>=<name>)".to_owned(),
     };
-    // Every request is one orchestrator invocation, cut at its timeout, as API Gateway invokes it.
     let metrics = telemetry.clone();
-    let app = stack
-        .api_router(auth, Some(operators))
-        .route(
-            "/metrics",
-            axum::routing::get(move || async move {
-                let text = metrics.prometheus().unwrap_or_default();
-                ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
-            }),
-        )
-        // Browsers' preflights from the allowed origins, as API Gateway answers them when deployed.
-        .layer(origins.layer());
+    let app = swarm_local::console::app(&stack, auth, operators, &origins).route(
+        "/metrics",
+        axum::routing::get(move || async move {
+            let text = metrics.prometheus().unwrap_or_default();
+            ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+        }),
+    );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
@@ -750,6 +746,7 @@ async fn serve(
     println!("  health       http://{addr}/health   · contract http://{addr}/openapi.json");
     println!("  browsers     CORS for {}", origins.origins().join(", "));
     println!("  metrics      http://{addr}/metrics   (Prometheus text)");
+    println!("  console      http://{addr}/console   (live conversations and approvals; docs/console.md)");
     println!("  approvals    {approvals}");
     let memory = if stack.is_embedded() {
         "in memory: conversations, queues and approvals live in this process; stop it and they are gone (--aws-endpoint <URL> --stack <NAME> keeps them on the emulator across restarts)"

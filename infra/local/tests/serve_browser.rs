@@ -1,4 +1,4 @@
-//! `swarm-local serve` for a browser: a preflight from an allowed origin is answered (and one from another origin is not), `GET /health` and `GET /openapi.json` need no credential even with token authentication on, and an answer lets the page read `Location`.
+//! `swarm-local serve` for a browser: a preflight from an allowed origin is answered (and one from another origin is not), `GET /health`, `GET /openapi.json` and the console's page and assets need no credential even with token authentication on, and an answer lets the page read `Location`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -73,6 +73,14 @@ async fn a_browser_s_preflight_succeeds_and_the_open_routes_need_no_credential()
     let contract: serde_json::Value =
         http.get(format!("{base}/openapi.json")).send().await.unwrap().json().await.unwrap();
     assert_eq!(contract["openapi"], "3.1.0");
+    let console = http.get(format!("{base}/console")).send().await.unwrap();
+    assert_eq!(console.status().as_u16(), 200, "the console needs no credential: its reads carry one");
+    assert_eq!(console.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(console.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'"));
+    assert!(console.text().await.unwrap().contains(r#"<script src="/console/console.js" defer></script>"#));
+    let script = http.get(format!("{base}/console/console.js")).send().await.unwrap();
+    assert_eq!(script.headers()["content-type"], "text/javascript; charset=utf-8");
+    assert!(script.text().await.unwrap().contains("function follow("));
     let unauthenticated = http.get(format!("{base}/conversations/x")).send().await.unwrap();
     assert_eq!(unauthenticated.status().as_u16(), 401, "the conversations still need one");
     assert_eq!(unauthenticated.headers()["content-type"], "application/problem+json");
