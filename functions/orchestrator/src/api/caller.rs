@@ -1,4 +1,4 @@
-//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
+//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a JWT verified in the function on the streaming URL, a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use swarm_core::access::{AccessStore, Principal, PrincipalKind, canonical_custom
 
 use super::error::HttpError;
 use super::tokens::TokenTable;
+use crate::stream::jwt::{JwtVerifier, claim_text};
 
 /// How callers are identified.
 #[derive(Clone)]
@@ -23,6 +24,10 @@ pub enum Auth {
     /// IAM authorization ran: the caller's unique id (`AIDA…`, or `AROA…:<session>` for an
     /// assumed role), mapped to a customer through the table ([`Principal::iam_candidates`]).
     Iam(Arc<dyn AccessStore>),
+    /// On the streaming function URL (`NONE`: no authorizer in front): the `Authorization` bearer
+    /// token verified here by the JWT authorizer's rules ([`JwtVerifier`]), then its claim mapped
+    /// to a customer exactly as for [`Auth::Jwt`].
+    VerifiedJwt(Arc<JwtVerifier>, JwtIdentity),
     /// Locally: `Authorization: Bearer <token>` looked up in a token table (`swarm-local serve --auth tokens`).
     Tokens(Arc<TokenTable>),
 }
@@ -33,6 +38,7 @@ impl std::fmt::Debug for Auth {
             Self::None => f.write_str("Auth::None"),
             Self::Jwt(j) => write!(f, "Auth::Jwt({:?}, {:?})", j.claim, j.mapping),
             Self::Iam(_) => f.write_str("Auth::Iam"),
+            Self::VerifiedJwt(v, j) => write!(f, "Auth::VerifiedJwt({:?}, {:?}, {:?})", v.rules(), j.claim, j.mapping),
             Self::Tokens(t) => write!(f, "Auth::{t:?}"),
         }
     }
@@ -53,6 +59,24 @@ impl JwtIdentity {
     /// `sub`, mapped through `directory`: the safe default.
     pub fn mapped_sub(directory: Arc<dyn AccessStore>) -> Self {
         Self { claim: "sub".into(), mapping: ClaimMapping::Table, directory }
+    }
+}
+
+impl JwtIdentity {
+    /// The customer named by the token's claim `value` (its [`JwtIdentity::claim`]): the value
+    /// itself (`direct`), or the customer mapped to `sub:<value>` in the directory (`table`).
+    /// Errors: 401 when the claim is absent or blank; 403 `unmapped_identity`; 503 when the
+    /// mapping cannot be read.
+    async fn customer(&self, value: Option<String>) -> Result<String, HttpError> {
+        let missing = || HttpError::unauthenticated("the request carries no customer identity");
+        let value = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).ok_or_else(missing)?;
+        match self.mapping {
+            ClaimMapping::Direct => canonical_or_unmapped(&value),
+            ClaimMapping::Table => {
+                let principal = Principal::new(PrincipalKind::Sub, &value).map_err(|_| missing())?;
+                mapped(self.directory.as_ref(), &[principal]).await
+            }
+        }
     }
 }
 
@@ -162,21 +186,35 @@ impl Auth {
             Self::None => Ok(Caller::Anonymous),
             Self::Jwt(jwt) => {
                 let authorizer = authorizer().ok_or_else(missing)?;
-                let value = authorizer
-                    .jwt
-                    .as_ref()
-                    .and_then(|j| j.claims.get(&jwt.claim))
-                    .map(|v| v.trim().to_owned())
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(missing)?;
-                let customer = match jwt.mapping {
-                    ClaimMapping::Direct => canonical_or_unmapped(&value)?,
-                    ClaimMapping::Table => {
-                        let principal = Principal::new(PrincipalKind::Sub, &value).map_err(|_| missing())?;
-                        mapped(jwt.directory.as_ref(), &[principal]).await?
-                    }
+                let value = authorizer.jwt.as_ref().and_then(|j| j.claims.get(&jwt.claim)).cloned();
+                Ok(Caller::Customer(jwt.customer(value).await?))
+            }
+            Self::VerifiedJwt(verifier, jwt) => {
+                let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
+                // API Gateway's JWT authorizer takes the header's token with or without `Bearer `.
+                let value = headers
+                    .get(header::AUTHORIZATION)
+                    .ok_or_else(|| challenge("send Authorization: Bearer <token>"))?
+                    .to_str()
+                    .map_err(|_| challenge("the Authorization header is not text"))?;
+                let token = match value.split_once(' ') {
+                    Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+                    _ => value.trim(),
                 };
-                Ok(Caller::Customer(customer))
+                let claims = verifier.verify(token).await.map_err(|e| {
+                    if e.is_transient() {
+                        tracing::error!(error = %e, "a token could not be verified");
+                        HttpError::new(
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable",
+                            "the token issuer's keys could not be read; try again",
+                        )
+                    } else {
+                        tracing::info!(reason = %e, "a token was refused");
+                        challenge("the token is not valid for this API")
+                    }
+                })?;
+                Ok(Caller::Customer(jwt.customer(claim_text(&claims, &jwt.claim)).await?))
             }
             Self::Iam(directory) => {
                 let authorizer = authorizer().ok_or_else(missing)?;
