@@ -13,7 +13,7 @@ use swarm_core::ports::{QueueError, TaskQueue};
 use worker::WorkerConfig;
 
 /// A function of `template.yaml` the local stack runs from its own config (its logical id).
-/// The tool gateway and the demo shop are servers the stack configures directly ([`SERVERS`]).
+/// The gateway, the demo shop and the streaming API are served by the stack directly ([`SERVERS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Function {
     Orchestrator,

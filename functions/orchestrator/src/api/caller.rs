@@ -132,6 +132,27 @@ impl Caller {
     }
 }
 
+/// 401 with a `WWW-Authenticate: Bearer` challenge.
+pub(super) fn challenge(message: &str) -> HttpError {
+    HttpError::unauthenticated(message).with_challenge("Bearer")
+}
+
+/// The token of the `Authorization` header: `Bearer <token>` (the scheme in any case), or with
+/// `bare_ok` the token alone too. Errors: 401 with a `Bearer` challenge when the header is absent
+/// (`missing` says what to send), not text, or without `bare_ok` not `Bearer <token>`.
+pub(super) fn bearer_token<'h>(headers: &'h HeaderMap, missing: &str, bare_ok: bool) -> Result<&'h str, HttpError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| challenge(missing))?
+        .to_str()
+        .map_err(|_| challenge("the Authorization header is not text"))?;
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Ok(token.trim()),
+        _ if bare_ok => Ok(value.trim()),
+        _ => Err(challenge("the Authorization header must be Bearer <token>")),
+    }
+}
+
 /// 403: the credentials are valid but name no customer of ours.
 fn unmapped() -> HttpError {
     HttpError::new(
@@ -190,17 +211,8 @@ impl Auth {
                 Ok(Caller::Customer(jwt.customer(value).await?))
             }
             Self::VerifiedJwt(verifier, jwt) => {
-                let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
                 // API Gateway's JWT authorizer takes the header's token with or without `Bearer `.
-                let value = headers
-                    .get(header::AUTHORIZATION)
-                    .ok_or_else(|| challenge("send Authorization: Bearer <token>"))?
-                    .to_str()
-                    .map_err(|_| challenge("the Authorization header is not text"))?;
-                let token = match value.split_once(' ') {
-                    Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-                    _ => value.trim(),
-                };
+                let token = bearer_token(headers, "send Authorization: Bearer <token>", true)?;
                 let claims = verifier.verify(token).await.map_err(|e| {
                     if e.is_transient() {
                         tracing::error!(error = %e, "a token could not be verified");
@@ -223,17 +235,7 @@ impl Auth {
                 Ok(Caller::Customer(mapped(directory.as_ref(), &candidates).await?))
             }
             Self::Tokens(table) => {
-                let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
-                let value = headers
-                    .get(header::AUTHORIZATION)
-                    .ok_or_else(|| challenge("send Authorization: Bearer <token>"))?
-                    .to_str()
-                    .map_err(|_| challenge("the Authorization header is not text"))?;
-                let token = value
-                    .split_once(' ')
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .ok_or_else(|| challenge("the Authorization header must be Bearer <token>"))?;
+                let token = bearer_token(headers, "send Authorization: Bearer <token>", false)?;
                 table.holder(token).map(|c| Caller::Customer(c.to_owned())).ok_or_else(|| challenge("unknown token"))
             }
         }
