@@ -18,6 +18,12 @@
 #     the gateway's role may invoke it (both actions)
 #   - the template's Rules hold for every samconfig environment (prod: authentication on, no demo shop, no public
 #     gateway URL)
+#   - public function URLs (check_api.check_public_urls): only the gateway's and the streaming API's may be NONE, each
+#     with both permissions Lambda asks for (lambda:InvokeFunctionUrl for NONE, lambda:InvokeFunction only via the
+#     URL), never a bare public InvokeFunction; the streaming URL is NONE only while the function checks callers
+#     itself (AuthMode=jwt, with the HTTP API authorizer's issuer and audience; AuthMode=none in dev only)
+#   - the streaming API (check_api.check_streaming): RESPONSE_STREAM, a timeout of at least the deadline + 80 s and at
+#     most 900 s, and the orchestrator's variables (less the approvals', plus the JWT authorizer's)
 #   - provided.al2023 / arm64 / JSON logs on every function; secrets only by ARN in the environment
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
 #   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
@@ -47,7 +53,7 @@ import tomllib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from translate import expand  # noqa: E402
 from check_allowlists import check_gateway_roles, check_local_roles, check_pipes  # noqa: E402
-from check_api import check_api, check_sweep  # noqa: E402
+from check_api import PUBLIC_URL_FUNCTIONS, check_api, check_public_urls, check_streaming, check_sweep  # noqa: E402
 
 EXPECTED_FILTER = {
     "dynamodb": {
@@ -83,6 +89,9 @@ ROLE_NEEDS = {
     "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
                              secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
                              invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*", "APPROVALS"}),
+    # The streaming API starts and follows conversations as the orchestrator does; it decides no approval.
+    "StreamingApiRole": dict(send={"TasksQueue", "RefundQueue"}, secrets={"LlmApiKeySecret", "PlannerTokenSecret"},
+                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*"}),
     "WorkerRole": dict(send={"TasksQueue"}, consume={"TasksQueue"}, secrets={"LlmApiKeySecret", "SupportTokenSecret"},
                        invoke={"ToolGateway"}, writes={"CONV#*"}),
     "RefundWorkerRole": dict(send={"TasksQueue", "RefundQueue"}, consume={"RefundQueue"},
@@ -338,6 +347,8 @@ class Checker:
         check_sweep(self, functions)
         self.check_instance_cap(functions)
         check_api(self, functions)
+        check_streaming(self, functions)
+        check_public_urls(self)
         self.check_bedrock()
         missing = REQUIRED_OUTPUTS - set(self.t.get("Outputs", {}))
         if missing:
@@ -656,7 +667,7 @@ class Checker:
                 if self.value(p.get("AuthType")) != "AWS_IAM":
                     self.fail(name, f"the demo shop's function URL has AuthType {self.value(p.get('AuthType'))!r}, want AWS_IAM")
             if r["Type"] == "AWS::Lambda::Permission" and p.get("Principal") == "*":
-                if self.target(p.get("FunctionName")) != "ToolGateway":
+                if self.target(p.get("FunctionName")) not in PUBLIC_URL_FUNCTIONS:
                     self.fail(name, f"grants {self.target(p.get('FunctionName'))} to everyone (Principal '*')")
         if "ShopTools" in self.resources and self.condition(self.resources["ShopTools"].get("Condition", "DeployShop")):
             gateway = self.resources.get("ToolGatewayRole")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, the API's open routes, customers' list and CORS, the pending approvals' index and its readers, Bedrock's grants with LlmAuth=sigv4, a role that can reach what it does not need, a public shop, a prod environment without authentication, a queue URL given without the permission to send, a local wiring that differs from the template's).
+# Tests of the template lint: the real template passes, and each kind of breakage is found (timing table mismatch, a broken rule, a broken rule in one samconfig environment only, each kind of timing and capacity rule, the stream's on-failure destination, the sweep and its index, the gateway's instance cap, the API's open routes, customers' list and CORS, the pending approvals' index and its readers, Bedrock's grants with LlmAuth=sigv4, a role that can reach what it does not need, a public shop, a prod environment without authentication, the streaming API's URL, timeout and variables, a public URL without both scoped permissions, a queue URL given without the permission to send, a local wiring that differs from the template's).
 # Usage: .venv/bin/python -m unittest infra/aws/test_check_template.py   (run by infra/aws/lint.sh)
 #        SWARM_WIRING_JSON=wiring.json ... also holds that local wiring (`swarm-local wiring --json`) against the template.
 import copy
@@ -29,7 +29,7 @@ class TemplateLint(unittest.TestCase):
     def test_the_template_and_every_environment_pass(self):
         self.assertEqual(self.findings(), [])
         for env, params in overrides(SAMCONFIG).items():
-            self.assertEqual(self.findings(params=params, label=env), [], env)
+            self.assertEqual(self.findings(self.expanded, params=params, label=env), [], env)
 
     def test_a_value_that_differs_from_the_table_is_found(self):
         t = copy.deepcopy(self.expanded)
@@ -46,12 +46,12 @@ class TemplateLint(unittest.TestCase):
         self.assertIn("worker.timeout_secs=60", found[0])
 
     def test_an_environment_override_that_breaks_a_rule_is_found_for_that_environment(self):
-        found = self.findings(params={"WorkerMaxConcurrency": "1"}, label="staging")
+        found = self.findings(self.expanded, params={"WorkerMaxConcurrency": "1"}, label="staging")
         self.assertTrue(any(f.startswith("[staging]") and "max_concurrency >= 2" in f for f in found), found)
 
     def test_an_idle_expiry_shorter_than_an_approval_s_life_and_execute_window_is_found(self):
         # 24 h: an approval asked for in the turn (86400 s) plus its execute window (900 s) outlives it.
-        found = self.findings(params={"ConversationIdleExpirySecs": "86400"}, label="staging")
+        found = self.findings(self.expanded, params={"ConversationIdleExpirySecs": "86400"}, label="staging")
         broken = [f for f in found if "rule broken" in f and "conversation.idle_expiry_secs >=" in f]
         self.assertEqual(len(broken), 1, found)
         self.assertTrue(broken[0].startswith("[staging]"), broken)
@@ -59,7 +59,7 @@ class TemplateLint(unittest.TestCase):
         self.assertIn("money.approval_expiry_secs=86400", broken[0])
         self.assertIn("money.approval_execute_within_secs=900", broken[0])
         # Longer is fine; the template's default must be the table's.
-        self.assertEqual(self.findings(params={"ConversationIdleExpirySecs": "172800"}, label="staging"), [])
+        self.assertEqual(self.findings(self.expanded, params={"ConversationIdleExpirySecs": "172800"}, label="staging"), [])
         t = copy.deepcopy(self.expanded)
         t["Parameters"]["ConversationIdleExpirySecs"]["Default"] = 90000
         found = self.findings(t)
@@ -115,7 +115,7 @@ class TemplateLint(unittest.TestCase):
         return [f for f in found if "rule broken" in f and needle in f]
 
     def test_a_retry_that_cannot_come_back_inside_the_deadline_is_found(self):
-        found = self.findings(params={"MaxReceiveCount": "10"}, label="staging")
+        found = self.findings(self.expanded, params={"MaxReceiveCount": "10"}, label="staging")
         self.assertTrue(self.broken(found, "queues.max_receive_count * worker.retry_visibility_secs"), found)
 
     def test_a_worker_timeout_too_close_to_the_deadline_is_found(self):
@@ -152,16 +152,16 @@ class TemplateLint(unittest.TestCase):
             self.assertTrue(self.broken(found, rule), (key, found))
 
     def test_workers_that_can_call_more_than_the_gateway_or_the_shop_holds_are_found(self):
-        found = self.findings(params={"GatewayReservedConcurrency": "50", "ShopToolsReservedConcurrency": "50"},
+        found = self.findings(self.expanded, params={"GatewayReservedConcurrency": "50", "ShopToolsReservedConcurrency": "50"},
                               label="staging")
         self.assertTrue(self.broken(found, "<= gateway.reserved_concurrency"), found)
         self.assertTrue(self.broken(found, "<= shop.reserved_concurrency"), found)
-        found = self.findings(params={"ShopToolsReservedConcurrency": "500"}, label="staging")
+        found = self.findings(self.expanded, params={"ShopToolsReservedConcurrency": "500"}, label="staging")
         self.assertTrue(self.broken(found, "gateway.reserved_concurrency >= 0 and"), "an unreserved gateway before a reserved shop")
         # 10 x 2 x 4 tool calls of the workers + 10 x 1 x 4 of the side effects' workers (its default): 120.
         fine = {"WorkerMaxConcurrency": "10", "WorkerBatchSize": "2", "GatewayReservedConcurrency": "120",
                 "ShopToolsReservedConcurrency": "120"}
-        self.assertEqual(self.findings(params=fine, label="staging"), [])
+        self.assertEqual(self.findings(self.expanded, params=fine, label="staging"), [])
 
     def test_a_stream_mapping_without_a_watched_on_failure_destination_is_found(self):
         t = copy.deepcopy(self.expanded)
@@ -328,6 +328,55 @@ class LeastPrivilege(unittest.TestCase):
         found = self.findings(self.expanded, {"DeployDemoShop": "false", "ShopToolsUrl": "https://t.example/mcp"}, "ext")
         self.assertTrue(any("ShopToolsTokenSecretArn" in f for f in found), found)
 
+    def test_the_streaming_api_s_timeout_is_checked_against_the_deadline(self):
+        def streaming(deadline, timeout):
+            found = self.findings(self.expanded, {"DeadlineSecs": deadline, "StreamingApiTimeoutSecs": timeout}, "env")
+            return [f for f in found if "StreamingApi" in f]
+        self.assertEqual(streaming("120", "200"), [])
+        self.assertEqual(streaming("180", "200"), ["[env] StreamingApi: timeout 200 s < DeadlineSecs 180 + 80 s: a chat "
+                                                   "completion is cut before its turn's deadline answer reaches the client"])
+        self.assertEqual(streaming("820", "900"), [])
+        self.assertEqual(len(streaming("821", "900")), 1)
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["StreamingApi"]["Properties"]["Timeout"] = 901
+        self.assertIn("[defaults] StreamingApi: timeout 901 s > Lambda's 900 s", self.findings(t))
+
+    def test_the_streaming_url_streams_and_the_function_gets_the_orchestrator_s_variables(self):
+        t = copy.deepcopy(self.expanded)
+        del t["Resources"]["StreamingApiUrl"]["Properties"]["InvokeMode"]
+        env = t["Resources"]["StreamingApi"]["Properties"]["Environment"]["Variables"]
+        env["APPROVAL_KEY_SECRET_ARN"] = {"Ref": "ApprovalKeySecret"}
+        del env["JWT_AUDIENCE"]
+        env["DEADLINE_SECS"] = 300
+        found = self.findings(t)
+        self.assertTrue(any("InvokeMode RESPONSE_STREAM" in f for f in found), found)
+        for var in ("APPROVAL_KEY_SECRET_ARN", "JWT_AUDIENCE", "DEADLINE_SECS"):
+            self.assertTrue(any(f"StreamingApi: {var} is " in f for f in found), (var, found))
+
+    def test_a_public_url_needs_both_scoped_permissions_and_the_streaming_one_a_check_in_the_function(self):
+        t = copy.deepcopy(self.expanded)
+        del t["Resources"]["StreamingApiUrlPublicInvokePermission"]
+        t["Resources"]["ToolGatewayUrlPublicInvokePermission"]["Properties"].pop("InvokedViaFunctionUrl")
+        found = self.findings(t)
+        self.assertIn("[defaults] StreamingApiUrl: a NONE URL needs a public lambda:invokefunction permission (since "
+                      "October 2025 Lambda asks for both)", found)
+        self.assertIn("[defaults] ToolGatewayUrlPublicInvokePermission: a public permission (lambda:InvokeFunction) not "
+                      "limited to a NONE function URL", found)
+        # AuthMode=iam makes the URL AWS_IAM (no public permission at all); a NONE URL with iam is found.
+        self.assertEqual(self.findings(self.expanded, params={"AuthMode": "iam"}), [])
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["StreamingApiUrl"]["Properties"]["AuthType"] = "NONE"
+        for name in ("StreamingApiUrlPublicPermission", "StreamingApiUrlPublicInvokePermission"):
+            del t["Resources"][name]["Condition"]
+        self.assertIn("[defaults] StreamingApiUrl: AuthMode=iam: the streaming URL must be AWS_IAM (callers sign, as "
+                      "on the HTTP API)", self.findings(t, params={"AuthMode": "iam"}))
+        jwt = {"AuthMode": "jwt", "JwtIssuer": "https://issuer.example.com", "JwtAudience": "app"}
+        self.assertEqual(self.findings(self.expanded, params=jwt), [])
+        t = copy.deepcopy(self.expanded)
+        t["Resources"]["StreamingApi"]["Properties"]["Environment"]["Variables"]["JWT_ISSUER"] = "https://other.example.com"
+        found = self.findings(t, params=jwt)
+        self.assertTrue(any("not the HTTP API authorizer's issuer and audience" in f for f in found), found)
+
     def test_the_api_s_open_routes_customers_list_index_and_cors_are_checked(self):
         self.assertEqual(self.findings(self.expanded), [])
         t = copy.deepcopy(self.expanded)
@@ -454,7 +503,7 @@ class Wiring(unittest.TestCase):
                 cls.local = json.load(f)
         else:
             wired = Checker(cls.expanded, {}, "wiring", cls.timings).wiring()
-            servers = ["ToolGateway", "ShopTools"]
+            servers = ["ToolGateway", "ShopTools", "StreamingApi"]
             roles = gateway_roles(Checker(cls.expanded, {}, "wiring", cls.timings))
             cls.local = {"functions": {k: v for k, v in wired.items() if k not in servers}, "servers": servers,
                          "gateway_roles": {name: {"tools": role["tools"]} for name, role in roles.items()}}

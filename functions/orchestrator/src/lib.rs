@@ -1,4 +1,4 @@
-//! The orchestrator function: `POST /conversations` plans and queues, `GET /conversations/{id}` reports.
+//! The orchestrator function: `POST /conversations` plans and queues, `GET /conversations/{id}` reports; its long-running routes also on a streaming function URL ([`stream`]).
 
 pub mod api;
 pub mod approvals;
@@ -7,6 +7,7 @@ pub mod config;
 pub mod core;
 pub mod cursor;
 pub mod openai;
+pub mod stream;
 pub mod wiring;
 
 pub use api::{ApiState, Auth, Caller, OperatorAuth, router};

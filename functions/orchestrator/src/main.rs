@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use orchestrator::api::IamOperators;
-use orchestrator::wiring::{self, OrchestratorPorts};
+use orchestrator::wiring;
 use orchestrator::{ApiState, Auth, OperatorAuth, OrchestratorConfig};
 use swarm_adapters::config::{AwsClients, ExposeSecret};
 use swarm_core::approval::ApprovalKey;
@@ -14,16 +14,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     let telemetry = swarm_adapters::telemetry::function("orchestrator")?;
     let config = OrchestratorConfig::from_env()?;
     let aws = AwsClients::from_env().await;
-    let models = config.llm.models(&config.secrets).await?;
-    let access = aws.access(&config.table);
-    let ports = OrchestratorPorts {
-        store: aws.store(&config.table),
-        access: access.clone(),
-        queues: aws.queues(&config.queues),
-        model: models.main,
-        tools: config.gateway.connect(&config.secrets).await?,
-    };
-    let core = wiring::orchestrator(&config, ports, Timings::standard());
+    let (core, access) = wiring::on_aws(&config, &aws).await?;
     let auth = Auth::from_config(&config.auth, access.clone());
     let mut state = ApiState::new(Arc::new(core), auth).with_cors(config.cors.clone());
     if let Some(source) = &config.approval_key {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use swarm_adapters::config::AwsClients;
 use swarm_core::access::AccessStore;
 use swarm_core::approval::ApprovalKey;
 use swarm_core::ports::{ChatModel, ConversationStore, ToolGateway};
@@ -47,6 +48,26 @@ pub fn orchestrator(config: &OrchestratorConfig, ports: OrchestratorPorts, timin
         settings(config, timings),
     )
     .with_limits(ports.access, config.limits)
+}
+
+/// The orchestrator on AWS over `aws`'s table and queues, its model and gateway client built from
+/// `config` (secrets read through the extension), and the identity directory: what both Lambda
+/// binaries serve (`orchestrator` behind the HTTP API, `orchestrator-stream` on the function URL).
+/// Errors: a secret cannot be read, the model or the gateway client cannot be built.
+pub async fn on_aws(
+    config: &OrchestratorConfig,
+    aws: &AwsClients,
+) -> Result<(Orchestrator, Arc<dyn AccessStore>), lambda_http::Error> {
+    let models = config.llm.models(&config.secrets).await?;
+    let access = aws.access(&config.table);
+    let ports = OrchestratorPorts {
+        store: aws.store(&config.table),
+        access: access.clone(),
+        queues: aws.queues(&config.queues),
+        model: models.main,
+        tools: config.gateway.connect(&config.secrets).await?,
+    };
+    Ok((orchestrator(config, ports, Timings::standard()), access))
 }
 
 /// The approvals API's core (same function, same role): decisions written to `store`, approved

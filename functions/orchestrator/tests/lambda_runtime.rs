@@ -13,6 +13,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+mod common;
+use common::{Running, lambda_env, register, serve};
+
 const REQUEST_ID: &str = "8476a536-e9f4-11e8-9739-2dfe598c3fcd";
 /// How long the stand-in collector takes to answer an export.
 const EXPORT_TAKES: Duration = Duration::from_millis(1500);
@@ -29,11 +32,6 @@ struct Seen {
 }
 
 type Shared = Arc<Mutex<Seen>>;
-
-async fn register() -> impl IntoResponse {
-    let body = json!({"functionName": "orchestrator-fn", "functionVersion": "$LATEST", "handler": "bootstrap"});
-    ([("lambda-extension-identifier", "ext-0001")], axum::Json(body))
-}
 
 /// The extension's next event: one INVOKE, then (once flushed) nothing more.
 async fn extension_next(State(seen): State<Shared>) -> axum::response::Response {
@@ -106,35 +104,6 @@ async fn traces(State(seen): State<Shared>, _headers: HeaderMap, _body: axum::bo
     StatusCode::OK
 }
 
-/// The function's process, killed if the test stops before it does.
-struct Running(Option<std::process::Child>);
-
-impl Running {
-    fn get(&mut self) -> &mut std::process::Child {
-        self.0.as_mut().unwrap()
-    }
-
-    fn take(&mut self) -> std::process::Child {
-        self.0.take().unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-async fn serve(router: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr.to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_answer_goes_out_before_the_span_export_and_the_sandbox_waits_for_it() {
     let seen: Shared = Arc::default();
@@ -154,16 +123,8 @@ async fn the_answer_goes_out_before_the_span_export_and_the_sandbox_waits_for_it
     for (var, value) in swarm_testing::preflight::FUNCTION_ENV {
         command.env(var, value);
     }
+    lambda_env(&mut command, &runtime, "orchestrator-fn");
     command
-        .env("AWS_LAMBDA_RUNTIME_API", &runtime)
-        .env("AWS_LAMBDA_FUNCTION_NAME", "orchestrator-fn")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_LAMBDA_LOG_STREAM_NAME", "2025/01/01/[$LATEST]abc")
-        .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/orchestrator-fn")
-        .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "secret")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

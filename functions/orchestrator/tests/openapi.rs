@@ -256,6 +256,14 @@ async fn every_answer_matches_the_document() {
     assert_eq!(empty.0, 400, "{:?}", empty.2);
     conforms(&doc, "/operator/conversations/{id}/messages", "post", &empty);
 
+    // The OpenAI routes (on AWS the streaming function URL's): the list, and errors in OpenAI's shape.
+    let models = call(&router, "GET", "/v1/models", "", &[]).await;
+    assert_eq!((models.0, &models.2["data"][0]["id"]), (200, &json!("lambda-swarm")));
+    conforms(&doc, "/v1/models", "get", &models);
+    let refused = call(&router, "POST", "/v1/chat/completions", r#"{"model": "gpt-4", "messages": []}"#, &[]).await;
+    assert_eq!((refused.0, &refused.2["error"]["code"]), (400, &json!("model_not_found")));
+    conforms(&doc, "/v1/chat/completions", "post", &refused);
+
     let health = call(&router, "GET", "/health", "", &[]).await;
     assert_eq!((health.0, health.2["status"].as_str()), (200, Some("ok")));
     conforms(&doc, "/health", "get", &health);

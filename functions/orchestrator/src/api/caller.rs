@@ -1,4 +1,4 @@
-//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
+//! Who is calling: the one `Caller` extractor every handler uses — the authorizer's context on Lambda (a JWT claim or the IAM caller, mapped to a customer through the table), a JWT verified in the function on the streaming URL, a token table locally, or nobody when authentication is off. Every customer id leaves here in its one canonical form.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use swarm_core::access::{AccessStore, Principal, PrincipalKind, canonical_custom
 
 use super::error::HttpError;
 use super::tokens::TokenTable;
+use crate::stream::jwt::{JwtVerifier, claim_text};
 
 /// How callers are identified.
 #[derive(Clone)]
@@ -23,6 +24,10 @@ pub enum Auth {
     /// IAM authorization ran: the caller's unique id (`AIDA…`, or `AROA…:<session>` for an
     /// assumed role), mapped to a customer through the table ([`Principal::iam_candidates`]).
     Iam(Arc<dyn AccessStore>),
+    /// On the streaming function URL (`NONE`: no authorizer in front): the `Authorization` bearer
+    /// token verified here by the JWT authorizer's rules ([`JwtVerifier`]), then its claim mapped
+    /// to a customer exactly as for [`Auth::Jwt`].
+    VerifiedJwt(Arc<JwtVerifier>, JwtIdentity),
     /// Locally: `Authorization: Bearer <token>` looked up in a token table (`swarm-local serve --auth tokens`).
     Tokens(Arc<TokenTable>),
 }
@@ -33,6 +38,7 @@ impl std::fmt::Debug for Auth {
             Self::None => f.write_str("Auth::None"),
             Self::Jwt(j) => write!(f, "Auth::Jwt({:?}, {:?})", j.claim, j.mapping),
             Self::Iam(_) => f.write_str("Auth::Iam"),
+            Self::VerifiedJwt(v, j) => write!(f, "Auth::VerifiedJwt({:?}, {:?}, {:?})", v.rules(), j.claim, j.mapping),
             Self::Tokens(t) => write!(f, "Auth::{t:?}"),
         }
     }
@@ -53,6 +59,24 @@ impl JwtIdentity {
     /// `sub`, mapped through `directory`: the safe default.
     pub fn mapped_sub(directory: Arc<dyn AccessStore>) -> Self {
         Self { claim: "sub".into(), mapping: ClaimMapping::Table, directory }
+    }
+}
+
+impl JwtIdentity {
+    /// The customer named by the token's claim `value` (its [`JwtIdentity::claim`]): the value
+    /// itself (`direct`), or the customer mapped to `sub:<value>` in the directory (`table`).
+    /// Errors: 401 when the claim is absent or blank; 403 `unmapped_identity`; 503 when the
+    /// mapping cannot be read.
+    async fn customer(&self, value: Option<String>) -> Result<String, HttpError> {
+        let missing = || HttpError::unauthenticated("the request carries no customer identity");
+        let value = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).ok_or_else(missing)?;
+        match self.mapping {
+            ClaimMapping::Direct => canonical_or_unmapped(&value),
+            ClaimMapping::Table => {
+                let principal = Principal::new(PrincipalKind::Sub, &value).map_err(|_| missing())?;
+                mapped(self.directory.as_ref(), &[principal]).await
+            }
+        }
     }
 }
 
@@ -105,6 +129,27 @@ impl Caller {
                 Err(HttpError::bad_request("missing_customer_id", "field \"customer_id\" is required"))
             }
         }
+    }
+}
+
+/// 401 with a `WWW-Authenticate: Bearer` challenge.
+pub(super) fn challenge(message: &str) -> HttpError {
+    HttpError::unauthenticated(message).with_challenge("Bearer")
+}
+
+/// The token of the `Authorization` header: `Bearer <token>` (the scheme in any case), or with
+/// `bare_ok` the token alone too. Errors: 401 with a `Bearer` challenge when the header is absent
+/// (`missing` says what to send), not text, or without `bare_ok` not `Bearer <token>`.
+pub(super) fn bearer_token<'h>(headers: &'h HeaderMap, missing: &str, bare_ok: bool) -> Result<&'h str, HttpError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| challenge(missing))?
+        .to_str()
+        .map_err(|_| challenge("the Authorization header is not text"))?;
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Ok(token.trim()),
+        _ if bare_ok => Ok(value.trim()),
+        _ => Err(challenge("the Authorization header must be Bearer <token>")),
     }
 }
 
@@ -162,21 +207,26 @@ impl Auth {
             Self::None => Ok(Caller::Anonymous),
             Self::Jwt(jwt) => {
                 let authorizer = authorizer().ok_or_else(missing)?;
-                let value = authorizer
-                    .jwt
-                    .as_ref()
-                    .and_then(|j| j.claims.get(&jwt.claim))
-                    .map(|v| v.trim().to_owned())
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(missing)?;
-                let customer = match jwt.mapping {
-                    ClaimMapping::Direct => canonical_or_unmapped(&value)?,
-                    ClaimMapping::Table => {
-                        let principal = Principal::new(PrincipalKind::Sub, &value).map_err(|_| missing())?;
-                        mapped(jwt.directory.as_ref(), &[principal]).await?
+                let value = authorizer.jwt.as_ref().and_then(|j| j.claims.get(&jwt.claim)).cloned();
+                Ok(Caller::Customer(jwt.customer(value).await?))
+            }
+            Self::VerifiedJwt(verifier, jwt) => {
+                // API Gateway's JWT authorizer takes the header's token with or without `Bearer `.
+                let token = bearer_token(headers, "send Authorization: Bearer <token>", true)?;
+                let claims = verifier.verify(token).await.map_err(|e| {
+                    if e.is_transient() {
+                        tracing::error!(error = %e, "a token could not be verified");
+                        HttpError::new(
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable",
+                            "the token issuer's keys could not be read; try again",
+                        )
+                    } else {
+                        tracing::info!(reason = %e, "a token was refused");
+                        challenge("the token is not valid for this API")
                     }
-                };
-                Ok(Caller::Customer(customer))
+                })?;
+                Ok(Caller::Customer(jwt.customer(claim_text(&claims, &jwt.claim)).await?))
             }
             Self::Iam(directory) => {
                 let authorizer = authorizer().ok_or_else(missing)?;
@@ -185,17 +235,7 @@ impl Auth {
                 Ok(Caller::Customer(mapped(directory.as_ref(), &candidates).await?))
             }
             Self::Tokens(table) => {
-                let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
-                let value = headers
-                    .get(header::AUTHORIZATION)
-                    .ok_or_else(|| challenge("send Authorization: Bearer <token>"))?
-                    .to_str()
-                    .map_err(|_| challenge("the Authorization header is not text"))?;
-                let token = value
-                    .split_once(' ')
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .ok_or_else(|| challenge("the Authorization header must be Bearer <token>"))?;
+                let token = bearer_token(headers, "send Authorization: Bearer <token>", false)?;
                 table.holder(token).map(|c| Caller::Customer(c.to_owned())).ok_or_else(|| challenge("unknown token"))
             }
         }

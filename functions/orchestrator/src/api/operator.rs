@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{Extensions, HeaderMap, StatusCode, header};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use lambda_http::request::RequestContext;
 use swarm_core::access::{AccessStore, Principal};
 
+use super::caller::{bearer_token, challenge};
 use super::error::HttpError;
 use super::tokens::TokenTable;
 
@@ -173,17 +174,7 @@ impl OperatorAuth {
             }
             Self::Iam(operators) => operators.identify(extensions).await,
             Self::Tokens(table) => {
-                let challenge = |message: &str| HttpError::unauthenticated(message).with_challenge("Bearer");
-                let value = headers
-                    .get(header::AUTHORIZATION)
-                    .ok_or_else(|| challenge("approvals need Authorization: Bearer <operator token>"))?
-                    .to_str()
-                    .map_err(|_| challenge("the Authorization header is not text"))?;
-                let token = value
-                    .split_once(' ')
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .ok_or_else(|| challenge("the Authorization header must be Bearer <token>"))?;
+                let token = bearer_token(headers, "approvals need Authorization: Bearer <operator token>", false)?;
                 table
                     .holder(token)
                     .map(|name| Operator(name.to_owned()))
@@ -250,7 +241,7 @@ mod tests {
             OperatorAuth::Tokens(Arc::new(TokenTable::operators([("op-token-0123456789", "alice")]).unwrap()));
         let with = |v: &str| {
             let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            h.insert(axum::http::header::AUTHORIZATION, v.parse().unwrap());
             h
         };
         let ext = Extensions::new();

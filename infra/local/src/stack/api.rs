@@ -21,16 +21,12 @@ pub struct ApiInvoker {
     pub(super) counters: Arc<Counters>,
 }
 
-/// Paths served past API Gateway's cut: on AWS these routes run on a streaming function URL
-/// whose timeout is above the conversation's deadline, so locally each request is cut at the
-/// route's own maximum ([`ApiInvoker::timeout_for`]), not at the orchestrator's timeout.
-pub const LONG_RUNNING_PREFIXES: &[&str] = &["/v1/"];
-
 impl ApiInvoker {
-    /// Where a request for `path` is cut: the orchestrator's timeout, or for a
-    /// [`LONG_RUNNING_PREFIXES`] route its own maximum ([`orchestrator::openai::max_duration`]).
+    /// Where a request for `path` is cut: the orchestrator's timeout, or for a long-running route
+    /// (`orchestrator::stream::LONG_RUNNING_ROUTES`, on AWS the streaming function URL's, whose
+    /// timeout is above the conversation's deadline) its own maximum ([`orchestrator::openai::max_duration`]).
     pub fn timeout_for(&self, path: &str) -> Duration {
-        if LONG_RUNNING_PREFIXES.iter().any(|prefix| path.starts_with(prefix)) {
+        if orchestrator::stream::is_long_running(path) {
             let deadline = Duration::from_secs(self.orchestrator.settings().deadline_secs);
             orchestrator::openai::max_duration(deadline)
         } else {
