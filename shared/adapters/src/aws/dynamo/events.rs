@@ -1,0 +1,118 @@
+//! The event log of [`DynamoConversationStore`] (DESIGN.md "Events"): each write appends its events to the `ev` list of the item it changes, in that same `UpdateItem` (or `Put`), and the reader Queries the conversation's partition.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use swarm_core::domain::{ConversationId, ConversationStatus};
+use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, Stamped, fill, unseen};
+use swarm_core::ports::{EventLog, StoreError};
+
+use super::codec::{Item, ItemKey, conversation_partition, s};
+use super::store::{DynamoConversationStore, to_store_error};
+use super::update::Update;
+use crate::aws::retry::sdk_error_is_transient;
+
+/// The list attribute holding an item's events, one JSON string each ([`Stamped`]), in commit order.
+pub(super) const EVENTS_ATTR: &str = "ev";
+
+/// `events`, stamped `at_ms`, as the list value appended.
+pub(super) fn events_value(at_ms: i64, events: Vec<Event>) -> AttributeValue {
+    AttributeValue::L(events.into_iter().map(|event| s(Stamped { at_ms, event }.to_json())).collect())
+}
+
+/// Appends `events` to the item's log in the update `u`: `ev = list_append(if_not_exists(ev, []), :evnew)`,
+/// so the events commit (or not) with the change the same update makes.
+pub(super) fn append_events(u: &mut Update, at_ms: i64, events: Vec<Event>) {
+    let ev = u.name(EVENTS_ATTR);
+    let empty = u.value("evempty", AttributeValue::L(Vec::new()));
+    let new = u.value("evnew", events_value(at_ms, events));
+    u.set_expr(format!("{ev} = list_append(if_not_exists({ev}, {empty}), {new})"));
+}
+
+/// The events of one item as stored; an entry this version cannot read is skipped but keeps its
+/// position (the list index), so a cursor stays valid across versions.
+fn stored(item: &Item) -> Vec<Option<Stamped>> {
+    match item.get(EVENTS_ATTR) {
+        Some(AttributeValue::L(list)) => {
+            list.iter().map(|v| v.as_s().ok().and_then(|text| Stamped::from_json(text))).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn number(item: &Item, attr: &str) -> Option<i64> {
+    item.get(attr).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok())
+}
+
+#[async_trait]
+impl EventLog for DynamoConversationStore {
+    async fn events_after(&self, id: &ConversationId, cursor: &EventCursor) -> Result<Option<EventPage>, StoreError> {
+        // Every item of the partition, only the attributes read (RCUs are charged on whole items
+        // all the same: DESIGN.md "Events" counts them).
+        let mut items: Vec<Item> = Vec::new();
+        let mut start: Option<Item> = None;
+        for _page in 0..1_000 {
+            let req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk")
+                .expression_attribute_values(":pk", conversation_partition(id))
+                .projection_expression("PK, SK, #turn, #status, #reply, #ev, started_at_ms")
+                .expression_attribute_names("#turn", "turn")
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_names("#reply", "reply")
+                .expression_attribute_names("#ev", EVENTS_ATTR)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take());
+            let page = self
+                .retry
+                .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
+                .await
+                .map_err(|e| to_store_error("Query(events_after)", e))?;
+            items.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return page_of(id, cursor, items),
+            }
+        }
+        Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))
+    }
+}
+
+/// The current turn's unseen events among the partition's `items`.
+fn page_of(id: &ConversationId, cursor: &EventCursor, items: Vec<Item>) -> Result<Option<EventPage>, StoreError> {
+    let key_of = |item: &Item| {
+        let keys: Item = item.iter().filter(|(k, _)| *k == "PK" || *k == "SK").map(|(k, v)| (k.clone(), v.clone())).collect();
+        ItemKey::of(keys)
+    };
+    let Some(conversation) = items.iter().find(|i| matches!(key_of(i), Some(ItemKey::Conversation(_)))) else {
+        return Ok(None);
+    };
+    let turn = number(conversation, "turn").unwrap_or(0) as u32;
+    let status = conversation
+        .get("status")
+        .and_then(|v| v.as_s().ok())
+        .and_then(|st| ConversationStatus::parse(st))
+        .ok_or_else(|| StoreError::Permanent(format!("conversation {id} has no readable status")))?;
+    let reply = conversation.get("reply").and_then(|v| v.as_s().ok()).cloned();
+    let mut started: HashMap<String, Option<i64>> = HashMap::new();
+    let mut sources: Vec<(String, Vec<Option<Stamped>>)> = Vec::new();
+    for item in &items {
+        let name = match key_of(item) {
+            Some(ItemKey::Conversation(_)) => CONVERSATION_SOURCE.to_owned(),
+            Some(ItemKey::Subtask(_, sid)) if sid.turn() == turn => {
+                started.insert(sid.to_string(), number(item, "started_at_ms"));
+                sid.to_string()
+            }
+            _ => continue,
+        };
+        sources.push((name, stored(item)));
+    }
+    let mut events = unseen(turn, cursor, sources);
+    for e in &mut events {
+        fill(e, started.get(&e.source).copied().flatten(), reply.as_deref());
+    }
+    Ok(Some(EventPage { turn, status, events }))
+}
