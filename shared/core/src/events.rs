@@ -33,7 +33,7 @@ pub struct PlannedSubtask {
 }
 
 /// One change of a conversation, as its log keeps it. Serialized with a `kind` tag
-/// (`{"kind":"subtask_started","subtask":"t1.w01"}`), which is also the SSE `event:` name.
+/// (`{"kind":"subtask_started","subtask":"t1~w01"}`), which is also the SSE `event:` name.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
@@ -218,12 +218,12 @@ impl EventCursor {
         *next = (*next).max(event.position + 1);
     }
 
-    /// The SSE `id`: `<turn>~<source>.<next>~…` — ids and digits only, so no escaping and no
-    /// newline; about 12 bytes a source.
+    /// The SSE `id`: `<turn>,<source>=<next>,…` — subtask ids (`t2~w01`) and digits only, so no
+    /// escaping and no newline; about 12 bytes a source.
     pub fn encode(&self) -> String {
         let mut out = self.turn.to_string();
         for (source, next) in &self.seen {
-            out.push('~');
+            out.push(',');
             out.push_str(source);
             out.push('=');
             out.push_str(&next.to_string());
@@ -236,13 +236,13 @@ impl EventCursor {
         if text.len() > MAX_CURSOR_BYTES {
             return Err(BadCursor("too long"));
         }
-        let mut parts = text.split('~');
+        let mut parts = text.split(',');
         let turn = parts.next().and_then(|t| t.parse().ok()).ok_or(BadCursor("no turn"))?;
         let mut seen = BTreeMap::new();
         for part in parts {
             let (source, next) = part.split_once('=').ok_or(BadCursor("a source without a position"))?;
             let well_formed =
-                !source.is_empty() && source.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+                !source.is_empty() && source.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '~' | '.' | '-' | '_'));
             if !well_formed {
                 return Err(BadCursor("a source name"));
             }
@@ -314,14 +314,14 @@ mod tests {
     fn a_cursor_reads_back_as_written_and_refuses_what_it_never_wrote() {
         let mut cursor = EventCursor::start(2);
         cursor.seen.insert("c".into(), 3);
-        cursor.seen.insert("t2.w01".into(), 1);
-        assert_eq!(cursor.encode(), "2~c=3~t2.w01=1");
+        cursor.seen.insert("t2~w01".into(), 1);
+        assert_eq!(cursor.encode(), "2,c=3,t2~w01=1");
         assert_eq!(EventCursor::decode(&cursor.encode()), Ok(cursor));
         assert_eq!(EventCursor::decode("2"), Ok(EventCursor::start(2)));
-        assert_eq!(EventCursor::decode("x~c=1"), Err(BadCursor("no turn")));
-        assert_eq!(EventCursor::decode("1~c"), Err(BadCursor("a source without a position")));
-        assert_eq!(EventCursor::decode("1~c d=1"), Err(BadCursor("a source name")));
-        assert_eq!(EventCursor::decode("1~c=-1"), Err(BadCursor("a position")));
+        assert_eq!(EventCursor::decode("x,c=1"), Err(BadCursor("no turn")));
+        assert_eq!(EventCursor::decode("1,c"), Err(BadCursor("a source without a position")));
+        assert_eq!(EventCursor::decode("1,c d=1"), Err(BadCursor("a source name")));
+        assert_eq!(EventCursor::decode("1,c=-1"), Err(BadCursor("a position")));
         assert_eq!(EventCursor::decode(&"1".repeat(MAX_CURSOR_BYTES + 1)), Err(BadCursor("too long")));
     }
 
@@ -329,15 +329,15 @@ mod tests {
     fn a_late_event_of_a_source_is_unseen_after_later_events_of_others_were_emitted() {
         // The reader emitted w02's event (at 20) before w01's first (at 10) had committed.
         let mut cursor = EventCursor::start(1);
-        cursor.seen.insert("t1.w02".into(), 1);
+        cursor.seen.insert("t1~w02".into(), 1);
         let sources = vec![
-            ("t1.w01".to_owned(), vec![Some(stamped(10, "t1.w01"))]),
-            ("t1.w02".to_owned(), vec![Some(stamped(20, "t1.w02")), None, Some(stamped(30, "t1.w02"))]),
+            ("t1~w01".to_owned(), vec![Some(stamped(10, "t1~w01"))]),
+            ("t1~w02".to_owned(), vec![Some(stamped(20, "t1~w02")), None, Some(stamped(30, "t1~w02"))]),
         ];
         let got = unseen(1, &cursor, sources.clone());
         let keys: Vec<(&str, u32)> = got.iter().map(|e| (e.source.as_str(), e.position)).collect();
         // The entry this version cannot read (position 1) keeps its place and is never emitted.
-        assert_eq!(keys, [("t1.w01", 0), ("t1.w02", 2)]);
+        assert_eq!(keys, [("t1~w01", 0), ("t1~w02", 2)]);
         for e in &got {
             cursor.advance(e);
         }
@@ -351,7 +351,7 @@ mod tests {
         let done = Stamped {
             at_ms: 1_500,
             event: Event::SubtaskFinished {
-                subtask: SubtaskId::from("t1.w01"),
+                subtask: SubtaskId::from("t1~w01"),
                 status: SubtaskStatus::Succeeded,
                 tools: vec!["shop__order".into()],
                 tokens: Some(42),
@@ -361,11 +361,11 @@ mod tests {
         let json = done.to_json();
         assert_eq!(
             json,
-            r#"{"at_ms":1500,"kind":"subtask_finished","subtask":"t1.w01","status":"SUCCEEDED","tools":["shop__order"],"tokens":42}"#
+            r#"{"at_ms":1500,"kind":"subtask_finished","subtask":"t1~w01","status":"SUCCEEDED","tools":["shop__order"],"tokens":42}"#
         );
         let back = Stamped::from_json(&json).unwrap();
         assert_eq!(back.event.kind(), "subtask_finished");
-        let mut logged = LoggedEvent { source: "t1.w01".into(), position: 2, at_ms: back.at_ms, event: back.event };
+        let mut logged = LoggedEvent { source: "t1~w01".into(), position: 2, at_ms: back.at_ms, event: back.event };
         fill(&mut logged, Some(1_000), None);
         assert!(matches!(logged.event, Event::SubtaskFinished { duration_ms: Some(500), .. }));
         assert_eq!(Stamped::from_json(r#"{"at_ms":1,"kind":"from_the_future"}"#), None);
