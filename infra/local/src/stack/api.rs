@@ -1,8 +1,10 @@
-//! The HTTP API as API Gateway serves it: every request one orchestrator invocation, cut at the function's timeout, under the fault plan.
+//! The HTTP API as API Gateway serves it: every request one orchestrator invocation, cut at the function's timeout, under the fault plan — but for the event stream, served as a streaming function URL is: its body flows past the API's timeout until the stream function's own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use orchestrator::api::EventStreamSettings;
 use orchestrator::{ApiState, Orchestrator};
 use swarm_core::faults::FaultPlan;
 
@@ -19,6 +21,19 @@ pub struct ApiInvoker {
     pub(super) timeout: Duration,
     pub(super) faults: Option<Arc<dyn FaultPlan>>,
     pub(super) counters: Arc<Counters>,
+    /// The event stream's timings; its function's timeout is [`Self::stream_timeout`].
+    pub(super) events: EventStreamSettings,
+}
+
+/// How far the streaming function's timeout is above the stream's own deadline (as `template.yaml`
+/// sets it): the stream ends itself; the platform's cut is the backstop.
+const STREAM_TIMEOUT_MARGIN: Duration = Duration::from_secs(30);
+
+/// Whether `path` is `/conversations/{id}/events`, the route a streaming function URL serves on AWS.
+pub fn is_event_stream(path: &str) -> bool {
+    path.strip_prefix("/conversations/")
+        .and_then(|rest| rest.strip_suffix("/events"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 impl ApiInvoker {
@@ -33,6 +48,48 @@ impl ApiInvoker {
         ended
     }
 
+    /// The streaming function's timeout: the stream's maximum duration and a margin.
+    pub fn stream_timeout(&self) -> Duration {
+        self.events.max_duration + STREAM_TIMEOUT_MARGIN
+    }
+
+    /// Serves `request` as a `RESPONSE_STREAM` function URL invokes: the handler runs (under the
+    /// fault plan) until its answer's head, then the body streams until it ends or the function's
+    /// timeout ([`Self::stream_timeout`]) cuts it, as Lambda ends a streaming invocation.
+    async fn stream(&self, inner: axum::Router, request: axum::extract::Request) -> axum::response::Response {
+        use axum::response::IntoResponse as _;
+        use tower::ServiceExt as _;
+        let deadline = tokio::time::Instant::now() + self.stream_timeout();
+        let call = async move {
+            match inner.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        };
+        match invoke(self.stream_timeout(), self.faults.as_ref(), call).await {
+            Ended::Returned(response) => {
+                let (parts, body) = response.into_parts();
+                let cut = futures::stream::unfold((body.into_data_stream(), deadline), |(mut data, deadline)| async move {
+                    match tokio::time::timeout_at(deadline, data.next()).await {
+                        Ok(Some(chunk)) => Some((chunk, (data, deadline))),
+                        // Ended, or cut at the function's timeout: the client sees the stream close.
+                        Ok(None) | Err(_) => None,
+                    }
+                });
+                axum::response::Response::from_parts(parts, axum::body::Body::from_stream(cut))
+            }
+            Ended::TimedOut => {
+                add(&self.counters.timed_out_invocations, 1);
+                axum::http::StatusCode::GATEWAY_TIMEOUT.into_response()
+            }
+            Ended::Killed => {
+                add(&self.counters.killed_invocations, 1);
+                (axum::http::StatusCode::BAD_GATEWAY, axum::Json(serde_json::json!({"message": "Internal Server Error"})))
+                    .into_response()
+            }
+        }
+    }
+
     /// The API over the orchestrator's router with `state` (callers, approvals), every request one
     /// invocation: past the timeout the client gets API Gateway's 503, after a crash its 500.
     pub fn router(&self, state: ApiState) -> axum::Router {
@@ -44,6 +101,9 @@ impl ApiInvoker {
             async move {
                 use axum::response::IntoResponse as _;
                 use tower::ServiceExt as _;
+                if request.method() == axum::http::Method::GET && is_event_stream(request.uri().path()) {
+                    return invoker.stream(inner, request).await;
+                }
                 // API Gateway reads the whole body before it invokes: a body that stops short is
                 // 408 at the read deadline, and the function never runs.
                 let request = match orchestrator::api::read_body_within(request).await {

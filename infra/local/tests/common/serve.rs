@@ -34,9 +34,15 @@ pub fn swarm_local() -> Command {
 /// (`http://127.0.0.1:<port>`, as its `API` line prints it). Errors: it did not start, or printed
 /// no URL within 120 s (a cold binary on a loaded machine).
 pub fn serve(extra: &[&str]) -> Result<(Server, String)> {
+    serve_with(extra, &[])
+}
+
+/// [`serve`] with `env` (name, value) set in its environment.
+pub fn serve_with(extra: &[&str], env: &[(&str, &str)]) -> Result<(Server, String)> {
     let mut child = swarm_local()
         .args(["serve", "--port", "0", "--time-scale", "0.1"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
