@@ -172,8 +172,50 @@ impl Reader {
 mod tests {
     use swarm_core::domain::SubtaskId;
     use swarm_core::events::Event;
+    use swarm_core::ports::ConversationRecords as _;
 
     use super::*;
+
+    fn settings(poll_ms: u64, heartbeat_ms: u64, max_ms: u64) -> EventStreamSettings {
+        EventStreamSettings {
+            poll: Duration::from_millis(poll_ms),
+            heartbeat: Duration::from_millis(heartbeat_ms),
+            max_duration: Duration::from_millis(max_ms),
+        }
+    }
+
+    async fn drain(mut reader: Reader) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(chunk) = reader.next_chunk().await {
+            out.push(String::from_utf8(chunk.to_vec()).unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_quiet_turn_gets_keep_alives_and_the_stream_ends_at_its_maximum_duration() {
+        let store = Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new());
+        let c = swarm_core::domain::Conversation::new("C1", "q", 0, 120);
+        store.create_conversation(&c).await.unwrap();
+        let started = Instant::now();
+        let chunks = drain(Reader::new(store, c.id.clone(), None, settings(10, 50, 240))).await;
+        let waited = started.elapsed();
+        assert!(chunks.len() >= 3 && chunks.iter().all(|c| c == KEEP_ALIVE), "{chunks:?}");
+        assert!(waited >= Duration::from_millis(240) && waited < Duration::from_secs(2), "{waited:?}");
+    }
+
+    #[tokio::test]
+    async fn a_terminal_turn_s_events_are_sent_then_the_stream_ends_and_a_resumed_one_gets_none_again() {
+        let store = Arc::new(swarm_adapters::embedded::InMemoryConversationStore::new());
+        let c = swarm_core::domain::Conversation::new("C1", "q", 0, 120);
+        store.create_conversation(&c).await.unwrap();
+        store.fail_conversation(&c.id, c.turn, "planning failed").await.unwrap();
+        let chunks = drain(Reader::new(store.clone(), c.id.clone(), None, settings(10, 1_000, 5_000))).await;
+        assert_eq!(chunks.len(), 1, "{chunks:?}");
+        assert!(chunks[0].starts_with("id: 0,c=1\nevent: turn_failed\n"), "{}", chunks[0]);
+        let resumed = EventCursor::decode("0,c=1").unwrap();
+        assert!(drain(Reader::new(store, c.id.clone(), Some(resumed), settings(10, 1_000, 5_000))).await.is_empty());
+    }
 
     #[test]
     fn a_frame_carries_the_cursor_after_its_event_the_kind_and_one_line_of_json() {
