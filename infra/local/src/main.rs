@@ -729,6 +729,7 @@ async fn serve(
     println!(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
+    println!("  events       http://{addr}/conversations/{{id}}/events   (text/event-stream; Last-Event-ID resumes)");
     println!("  callers      {callers}");
     println!("  health       http://{addr}/health   · contract http://{addr}/openapi.json");
     println!("  browsers     CORS for {}", origins.origins().join(", "));

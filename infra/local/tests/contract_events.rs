@@ -166,10 +166,13 @@ async fn a_turn_s_changes_are_logged_once_each_in_per_source_order_and_refused_w
     });
     assert_eq!(reply, Some((Some("Your order ships today.".to_owned()), conv.turn)));
     let planned = events.iter().find_map(|e| match &e.event {
-        Event::TurnPlanned { subtasks, .. } => Some(subtasks.iter().map(|s| s.id.to_string()).collect::<Vec<_>>()),
+        Event::TurnPlanned { subtasks, .. } => {
+            Some(subtasks.iter().map(|s| format!("{} {}", s.id, s.instruction)).collect::<Vec<_>>())
+        }
         _ => None,
     });
-    assert_eq!(planned, Some(vec!["w01".to_owned(), "w02".to_owned()]));
+    // Filled in from the plan's subtask items when read.
+    assert_eq!(planned, Some(vec!["w01 find out part w01".to_owned(), "w02 find out part w02".to_owned()]));
     let page = store.events_after(&conv.id, &cursor).await?.context("exists")?;
     ensure!(page.events.is_empty(), "read again after the end: {:?}", kinds(&page.events));
     assert_eq!((page.turn, page.status), (conv.turn, ConversationStatus::Done));

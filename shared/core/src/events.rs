@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{ConversationStatus, HandoffReason, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
+use crate::domain::{ConversationStatus, HandoffReason, Subtask, SubtaskId, SubtaskResult, SubtaskStatus, Usage};
 use crate::effects::Effect;
 
 /// The source name of the conversation item's events (a subtask's source is its id, e.g. `t2.w01`).
@@ -37,8 +37,14 @@ pub struct PlannedSubtask {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
-    /// The planner's flip to `RUNNING`: the turn's subtasks.
-    TurnPlanned { turn: u32, subtasks: Vec<PlannedSubtask> },
+    /// The planner's flip to `RUNNING`: the turn's subtasks. `subtasks` is filled by the reader
+    /// from the plan's subtask items (the conversation item, rewritten by every count, keeps the
+    /// event small).
+    TurnPlanned {
+        turn: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        subtasks: Vec<PlannedSubtask>,
+    },
     /// An attempt of the subtask began (one per attempt: a redelivery's attempt is another).
     SubtaskStarted { subtask: SubtaskId },
     /// A side-effecting tool call's journal entry: its intent before dispatch (`status`
@@ -97,19 +103,11 @@ impl Event {
 
 /// The events a store's write appends, by the change it makes: one place, so both stores log alike.
 pub mod of {
-    use super::{ConversationStatus, Effect, Event, PlannedSubtask, SubtaskId, SubtaskRecord, SubtaskResult, Usage};
+    use super::{ConversationStatus, Effect, Event, SubtaskId, SubtaskResult, Usage};
 
-    /// The flip to `RUNNING` of `turn` with `subtasks`.
-    pub fn planned(turn: u32, subtasks: &[SubtaskRecord]) -> Vec<Event> {
-        let subtasks = subtasks
-            .iter()
-            .map(|r| PlannedSubtask {
-                id: r.subtask.id.clone(),
-                instruction: r.subtask.instruction.clone(),
-                depends_on: r.subtask.depends_on.clone(),
-            })
-            .collect();
-        vec![Event::TurnPlanned { turn, subtasks }]
+    /// The flip to `RUNNING` of `turn` (its subtasks are filled in when read: [`super::fill`]).
+    pub fn planned(turn: u32) -> Vec<Event> {
+        vec![Event::TurnPlanned { turn, subtasks: Vec::new() }]
     }
 
     /// A subtask's write of `result` (`usage`: when the write carries it; `decided`: the write
@@ -289,11 +287,32 @@ pub fn unseen(turn: u32, cursor: &EventCursor, sources: Vec<(String, Vec<Option<
     out
 }
 
-/// Fills what the reader adds from the item the event was read from (see
-/// [`Event::SubtaskFinished`], [`Event::ReplyWritten`]): `started_at_ms` is the subtask's first
-/// start, `reply` the conversation's reply.
-pub fn fill(logged: &mut LoggedEvent, started_at_ms: Option<i64>, reply: Option<&str>) {
+/// What the reader fills events in from: the items it read them with.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadAlong<'a> {
+    /// The first start of the event's subtask ([`Event::SubtaskFinished`]'s duration).
+    pub started_at_ms: Option<i64>,
+    /// The conversation's reply ([`Event::ReplyWritten`]).
+    pub reply: Option<&'a str>,
+    /// The turn's planned subtasks, in id order ([`Event::TurnPlanned`]).
+    pub plan: &'a [Subtask],
+}
+
+/// Fills what the reader adds from the items the event was read with (see
+/// [`Event::TurnPlanned`], [`Event::SubtaskFinished`], [`Event::ReplyWritten`]).
+pub fn fill(logged: &mut LoggedEvent, along: ReadAlong<'_>) {
+    let ReadAlong { started_at_ms, reply, plan } = along;
     match &mut logged.event {
+        Event::TurnPlanned { subtasks, .. } => {
+            *subtasks = plan
+                .iter()
+                .map(|s| PlannedSubtask {
+                    id: s.id.clone(),
+                    instruction: s.instruction.clone(),
+                    depends_on: s.depends_on.clone(),
+                })
+                .collect();
+        }
         Event::SubtaskFinished { duration_ms, .. } => {
             *duration_ms = started_at_ms.map(|started| (logged.at_ms - started).max(0));
         }
@@ -366,7 +385,7 @@ mod tests {
         let back = Stamped::from_json(&json).unwrap();
         assert_eq!(back.event.kind(), "subtask_finished");
         let mut logged = LoggedEvent { source: "t1~w01".into(), position: 2, at_ms: back.at_ms, event: back.event };
-        fill(&mut logged, Some(1_000), None);
+        fill(&mut logged, ReadAlong { started_at_ms: Some(1_000), ..ReadAlong::default() });
         assert!(matches!(logged.event, Event::SubtaskFinished { duration_ms: Some(500), .. }));
         assert_eq!(Stamped::from_json(r#"{"at_ms":1,"kind":"from_the_future"}"#), None);
     }

@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use swarm_core::domain::{ConversationId, SubtaskId};
-use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, Stamped, fill, unseen};
+use swarm_core::domain::Subtask;
+use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, ReadAlong, Stamped, fill, unseen};
 use swarm_core::ports::{EventLog, StoreError};
 
 use super::store::{InMemoryConversationStore, Tables};
@@ -57,9 +58,17 @@ impl EventLog for InMemoryConversationStore {
             };
             sources.push((name, list.iter().cloned().map(Some).collect()));
         }
+        // The plan's subtasks (of a planner taken over, none), in id order, as `list_subtasks` holds them.
+        let plan: Vec<Subtask> = subtasks
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|r| r.subtask.id.turn() == turn && (conv.plan.is_empty() || conv.plan.contains(r.subtask.id.as_str())))
+            .map(|r| r.subtask.clone())
+            .collect();
         let mut events = unseen(turn, cursor, sources);
         for e in &mut events {
-            fill(e, started.get(&e.source).copied().flatten(), conv.reply.as_deref());
+            let started_at_ms = started.get(&e.source).copied().flatten();
+            fill(e, ReadAlong { started_at_ms, reply: conv.reply.as_deref(), plan: &plan });
         }
         Ok(Some(EventPage { turn, status: conv.status, events }))
     }

@@ -235,7 +235,7 @@ impl ConversationRecords for InMemoryConversationStore {
         for s in subtasks {
             t.emit(true, ChangedItem::Subtask(s.clone()));
         }
-        t.log_turn(id, of::planned(snapshot.turn, subtasks));
+        t.log_turn(id, of::planned(snapshot.turn));
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }

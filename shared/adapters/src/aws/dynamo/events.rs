@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use swarm_core::domain::{ConversationId, ConversationStatus};
-use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, Stamped, fill, unseen};
+use swarm_core::domain::Subtask;
+use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, ReadAlong, Stamped, fill, unseen};
 use swarm_core::ports::{EventLog, StoreError};
 
 use super::codec::{Item, ItemKey, conversation_partition, s};
@@ -59,7 +60,9 @@ impl EventLog for DynamoConversationStore {
                 .table_name(&self.table)
                 .key_condition_expression("PK = :pk")
                 .expression_attribute_values(":pk", conversation_partition(id))
-                .projection_expression("PK, SK, #turn, #status, #reply, #ev, started_at_ms")
+                .projection_expression("PK, SK, #turn, #status, #reply, #plan, #subtask, #ev, started_at_ms")
+                .expression_attribute_names("#plan", "plan")
+                .expression_attribute_names("#subtask", "subtask")
                 .expression_attribute_names("#turn", "turn")
                 .expression_attribute_names("#status", "status")
                 .expression_attribute_names("#reply", "reply")
@@ -97,6 +100,8 @@ fn page_of(id: &ConversationId, cursor: &EventCursor, items: Vec<Item>) -> Resul
         .and_then(|st| ConversationStatus::parse(st))
         .ok_or_else(|| StoreError::Permanent(format!("conversation {id} has no readable status")))?;
     let reply = conversation.get("reply").and_then(|v| v.as_s().ok()).cloned();
+    let in_plan: Option<&Vec<String>> = conversation.get("plan").and_then(|v| v.as_ss().ok());
+    let mut plan: Vec<Subtask> = Vec::new();
     let mut started: HashMap<String, Option<i64>> = HashMap::new();
     let mut sources: Vec<(String, Vec<Option<Stamped>>)> = Vec::new();
     for item in &items {
@@ -104,15 +109,25 @@ fn page_of(id: &ConversationId, cursor: &EventCursor, items: Vec<Item>) -> Resul
             Some(ItemKey::Conversation(_)) => CONVERSATION_SOURCE.to_owned(),
             Some(ItemKey::Subtask(_, sid)) if sid.turn() == turn => {
                 started.insert(sid.to_string(), number(item, "started_at_ms"));
+                // Items of a planner taken over are not the plan's (see `start_run`).
+                if in_plan.is_none_or(|p| p.iter().any(|x| x == sid.as_str()))
+                    && let Some(subtask) = item.get("subtask").and_then(|v| v.as_s().ok())
+                {
+                    let subtask: Subtask = serde_json::from_str(subtask)
+                        .map_err(|e| StoreError::Permanent(format!("subtask {sid} of {id} is not readable: {e}")))?;
+                    plan.push(subtask);
+                }
                 sid.to_string()
             }
             _ => continue,
         };
         sources.push((name, stored(item)));
     }
+    // Query order is sort-key order: the plan in id order, as `list_subtasks` holds it.
     let mut events = unseen(turn, cursor, sources);
     for e in &mut events {
-        fill(e, started.get(&e.source).copied().flatten(), reply.as_deref());
+        let started_at_ms = started.get(&e.source).copied().flatten();
+        fill(e, ReadAlong { started_at_ms, reply: reply.as_deref(), plan: &plan });
     }
     Ok(Some(EventPage { turn, status, events }))
 }

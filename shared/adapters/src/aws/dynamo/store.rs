@@ -402,7 +402,7 @@ impl ConversationRecords for DynamoConversationStore {
             u.set("notes", AttributeValue::L(notes.iter().map(s).collect()));
         }
         u.add_usage(usage);
-        append_events(&mut u, now_ms(), of::planned(current.turn, subtasks));
+        append_events(&mut u, now_ms(), of::planned(current.turn));
         let mut condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
         if let Some(planner) = planner {
             let holder = u.name("lease_holder");
