@@ -12,8 +12,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, ensure};
 use swarm_core::action::EffectOutcome;
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, Subtask, SubtaskId, SubtaskRecord, SubtaskResult,
-    SubtaskStatus, Usage, now_ms,
+    Conversation, ConversationId, ConversationStatus, Subtask, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus,
+    Usage, now_ms,
 };
 use swarm_core::effects::{AttemptLease, Effect, EffectChange};
 use swarm_core::events::{Event, EventCursor, LoggedEvent};
@@ -25,6 +25,7 @@ contract_tests!(
     a_turn_s_changes_are_logged_once_each_in_per_source_order_and_refused_writes_log_none,
     a_resumed_reader_gets_an_event_committed_late_and_none_twice,
     concurrent_writers_and_a_polling_reader_lose_and_repeat_no_event,
+    an_approval_asked_and_decided_is_logged_with_the_subtask_writes_that_make_it,
 );
 
 // ------------------------------------------------------------------ fixtures
@@ -87,7 +88,9 @@ fn assert_dense_per_source(events: &[LoggedEvent]) -> Result<()> {
 
 // ------------------------------------------------------------------ tests
 
-async fn a_turn_s_changes_are_logged_once_each_in_per_source_order_and_refused_writes_log_none(store: Store) -> Result<()> {
+async fn a_turn_s_changes_are_logged_once_each_in_per_source_order_and_refused_writes_log_none(
+    store: Store,
+) -> Result<()> {
     let now = now_ms();
     let (conv, ids) = planned(&store, &["w01", "w02"], now).await?;
     let (w01, w02) = (&ids[0], &ids[1]);
@@ -119,7 +122,8 @@ async fn a_turn_s_changes_are_logged_once_each_in_per_source_order_and_refused_w
         store.count_finished(&conv.id, sid, &Usage::default()).await?;
     }
     let lease_until = now + 30_000;
-    let taken = store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: conv.turn }, "agg", now, lease_until).await?;
+    let taken =
+        store.acquire_lease(&conv.id, LeasePhase::Aggregating { turn: conv.turn }, "agg", now, lease_until).await?;
     ensure!(matches!(taken, LeaseOutcome::Acquired { .. }), "{taken:?}");
     ensure!(store.finish_conversation(&conv.id, conv.turn, "Your order ships today.", &Usage::default()).await?);
     ensure!(!store.finish_conversation(&conv.id, conv.turn, "again", &Usage::default()).await?);
@@ -248,5 +252,38 @@ async fn concurrent_writers_and_a_polling_reader_lose_and_repeat_no_event(store:
     assert_eq!(unique.len(), received.len(), "an event received twice");
     assert_eq!(received.len(), 1 + 2 * SUBTASKS);
     assert_dense_per_source(&received)?;
+    Ok(())
+}
+
+async fn an_approval_asked_and_decided_is_logged_with_the_subtask_writes_that_make_it(store: Store) -> Result<()> {
+    let now = now_ms();
+    let (conv, ids) = planned(&store, &["w01"], now).await?;
+    let w01 = &ids[0];
+    let lease = AttemptLease::new(now + 60_000);
+    store.begin_attempt(&conv.id, w01, &lease, now).await?;
+    let action = swarm_core::action::ProposedAction {
+        tool: "shop__refund".into(),
+        order_id: "A1033".into(),
+        amount_cents: 1_874,
+        reason: None,
+    };
+    let asked = SubtaskResult::AwaitingApproval {
+        approvals: vec![swarm_core::approval::PendingApproval { approval_id: "ap-1".into(), action }],
+    };
+    store.record_result(&conv.id, w01, &asked, &Usage::default(), &[], now + 10).await?;
+    let (events, cursor) = read(&store, &conv.id, &EventCursor::start(0)).await?;
+    let logged: Vec<&Event> = events.iter().filter(|e| e.source == "w01").map(|e| &e.event).collect();
+    assert_eq!(
+        logged.last(),
+        Some(&&Event::ApprovalAsked { subtask: w01.clone(), approvals: vec!["ap-1".to_owned()] }),
+        "{:?}",
+        kinds(&events)
+    );
+    ensure!(matches!(store.settle_decided(&conv.id, w01, &succeeded()).await?, RecordOutcome::Recorded(_)));
+    // Settled again (an answer lost): recognised, logged once.
+    ensure!(matches!(store.settle_decided(&conv.id, w01, &succeeded()).await?, RecordOutcome::Recorded(_)));
+    let (decided, _) = read(&store, &conv.id, &cursor).await?;
+    assert_eq!(kinds(&decided), ["w01 approval_decided", "w01 subtask_finished"]);
+    assert_eq!(decided[0].event, Event::ApprovalDecided { subtask: w01.clone(), status: SubtaskStatus::Succeeded });
     Ok(())
 }

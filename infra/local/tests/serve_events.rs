@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use eventsource_stream::{Event, Eventsource as _};
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Polls every 100 ms, keeps alive after 400 ms of quiet.
 const EVENT_ENV: &[(&str, &str)] = &[("SWARM_EVENTS_POLL_MS", "100"), ("SWARM_EVENTS_HEARTBEAT_MS", "400")];
@@ -70,19 +70,15 @@ fn place(event: &Event) -> Result<(String, u64)> {
 async fn drop_and_resume(extra: &[&str]) -> Result<()> {
     let (_server, base) = serve::serve_with(extra, EVENT_ENV)?;
     let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{base}/conversations"))
-        .json(&json!({ "message": "Where is order A1029? And is coupon SAVE20 still valid?", "customer_id": "C104" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["conversation_id"].as_str().context("id")?.to_owned();
+    let id = serve::created(&base, "Where is order A1029? And is coupon SAVE20 still valid?", "C104").await?;
 
     // Live, from the start; dropped right after the plan and one more event.
     let first = read(&base, &id, None, |events| events.len() >= 2).await?;
-    ensure!(!first.ended, "the turn ended before the drop: {:?}", first.events.iter().map(|e| &e.event).collect::<Vec<_>>());
+    ensure!(
+        !first.ended,
+        "the turn ended before the drop: {:?}",
+        first.events.iter().map(|e| &e.event).collect::<Vec<_>>()
+    );
     assert_eq!(first.events[0].event, "turn_planned");
     let last_id = first.events.last().map(|e| e.id.clone()).context("an id")?;
     let second = read(&base, &id, Some(&last_id), |_| false).await?;

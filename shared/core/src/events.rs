@@ -103,7 +103,7 @@ impl Event {
 
 /// The events a store's write appends, by the change it makes: one place, so both stores log alike.
 pub mod of {
-    use super::{ConversationStatus, Effect, Event, SubtaskId, SubtaskResult, Usage};
+    use super::{ConversationStatus, Effect, Event, SubtaskId, SubtaskResult, SubtaskStatus, Usage};
 
     /// The flip to `RUNNING` of `turn` (its subtasks are filled in when read: [`super::fill`]).
     pub fn planned(turn: u32) -> Vec<Event> {
@@ -145,6 +145,17 @@ pub mod of {
             tool: effect.tool.clone(),
             ordinal: effect.ordinal,
             status: effect.state.code().to_owned(),
+        }]
+    }
+
+    /// A subtask flipped to terminal `status` with nothing else written (a skip).
+    pub fn closed(subtask: &SubtaskId, status: SubtaskStatus) -> Vec<Event> {
+        vec![Event::SubtaskFinished {
+            subtask: subtask.clone(),
+            status,
+            tools: vec![],
+            tokens: None,
+            duration_ms: None,
         }]
     }
 
@@ -239,8 +250,8 @@ impl EventCursor {
         let mut seen = BTreeMap::new();
         for part in parts {
             let (source, next) = part.split_once('=').ok_or(BadCursor("a source without a position"))?;
-            let well_formed =
-                !source.is_empty() && source.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '~' | '.' | '-' | '_'));
+            let well_formed = !source.is_empty()
+                && source.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '~' | '.' | '-' | '_'));
             if !well_formed {
                 return Err(BadCursor("a source name"));
             }

@@ -31,7 +31,11 @@ pub struct EventStreamSettings {
 
 impl Default for EventStreamSettings {
     fn default() -> Self {
-        Self { poll: Duration::from_millis(500), heartbeat: Duration::from_secs(15), max_duration: Duration::from_secs(840) }
+        Self {
+            poll: Duration::from_millis(500),
+            heartbeat: Duration::from_secs(15),
+            max_duration: Duration::from_secs(840),
+        }
     }
 }
 
@@ -106,7 +110,12 @@ struct Reader {
 }
 
 impl Reader {
-    fn new(log: Arc<dyn EventLog>, id: ConversationId, cursor: Option<EventCursor>, settings: EventStreamSettings) -> Self {
+    fn new(
+        log: Arc<dyn EventLog>,
+        id: ConversationId,
+        cursor: Option<EventCursor>,
+        settings: EventStreamSettings,
+    ) -> Self {
         let now = Instant::now();
         Self {
             log,

@@ -69,13 +69,14 @@ impl ApiInvoker {
         match invoke(self.stream_timeout(), self.faults.as_ref(), call).await {
             Ended::Returned(response) => {
                 let (parts, body) = response.into_parts();
-                let cut = futures::stream::unfold((body.into_data_stream(), deadline), |(mut data, deadline)| async move {
-                    match tokio::time::timeout_at(deadline, data.next()).await {
-                        Ok(Some(chunk)) => Some((chunk, (data, deadline))),
-                        // Ended, or cut at the function's timeout: the client sees the stream close.
-                        Ok(None) | Err(_) => None,
-                    }
-                });
+                let cut =
+                    futures::stream::unfold((body.into_data_stream(), deadline), |(mut data, deadline)| async move {
+                        match tokio::time::timeout_at(deadline, data.next()).await {
+                            Ok(Some(chunk)) => Some((chunk, (data, deadline))),
+                            // Ended, or cut at the function's timeout: the client sees the stream close.
+                            Ok(None) | Err(_) => None,
+                        }
+                    });
                 axum::response::Response::from_parts(parts, axum::body::Body::from_stream(cut))
             }
             Ended::TimedOut => {
@@ -84,7 +85,10 @@ impl ApiInvoker {
             }
             Ended::Killed => {
                 add(&self.counters.killed_invocations, 1);
-                (axum::http::StatusCode::BAD_GATEWAY, axum::Json(serde_json::json!({"message": "Internal Server Error"})))
+                (
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    axum::Json(serde_json::json!({"message": "Internal Server Error"})),
+                )
                     .into_response()
             }
         }

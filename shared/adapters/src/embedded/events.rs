@@ -1,8 +1,8 @@
 //! The event log of [`InMemoryConversationStore`]: each write appends its events under the same lock as its change (as DynamoDB's same `UpdateItem`), and the reader of a conversation's current turn.
 
 use async_trait::async_trait;
-use swarm_core::domain::{ConversationId, SubtaskId};
 use swarm_core::domain::Subtask;
+use swarm_core::domain::{ConversationId, SubtaskId};
 use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, ReadAlong, Stamped, fill, unseen};
 use swarm_core::ports::{EventLog, StoreError};
 
@@ -62,7 +62,9 @@ impl EventLog for InMemoryConversationStore {
         let plan: Vec<Subtask> = subtasks
             .into_iter()
             .flat_map(|m| m.values())
-            .filter(|r| r.subtask.id.turn() == turn && (conv.plan.is_empty() || conv.plan.contains(r.subtask.id.as_str())))
+            .filter(|r| {
+                r.subtask.id.turn() == turn && (conv.plan.is_empty() || conv.plan.contains(r.subtask.id.as_str()))
+            })
             .map(|r| r.subtask.clone())
             .collect();
         let mut events = unseen(turn, cursor, sources);

@@ -8,11 +8,11 @@ use tokio::sync::mpsc;
 
 use swarm_core::approval::Approval;
 use swarm_core::decisions::{Notice, TellOutcome, ToldTurn};
-use swarm_core::events::{Event, of};
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, Lease, NextTurn, SubtaskId, SubtaskRecord, TurnRecord,
     Usage,
 };
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
     CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, TurnOutcome,

@@ -49,14 +49,7 @@ impl SubtaskStore for InMemoryConversationStore {
         rec.status = to;
         let snapshot = rec.clone();
         if to.is_terminal() {
-            let status = Event::SubtaskFinished {
-                subtask: subtask_id.clone(),
-                status: to,
-                tools: vec![],
-                tokens: None,
-                duration_ms: None,
-            };
-            t.log_subtask(id, subtask_id, swarm_core::time::now_ms(), vec![status]);
+            t.log_subtask(id, subtask_id, swarm_core::time::now_ms(), of::closed(subtask_id, to));
         }
         t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(true)

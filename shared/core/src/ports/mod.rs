@@ -17,9 +17,9 @@ pub use model::{
 };
 pub use queue::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, SQS_BATCH_LIMIT, TaskQueue};
 pub use store::{
-    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, Call, CloseOutcome, ConversationHistory, EventLog,
+    AccountingStore, AnswerStore, ApprovalStore, AttemptStart, Call, CloseOutcome, ConversationHistory,
     ConversationPage, ConversationPosition, ConversationRecords, ConversationStore, CountOutcome, CreateOutcome,
-    IntentOutcome, JournalStore, LeaseAsk, LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator, StoreError,
-    StoreOp, SubtaskStore, TurnOutcome,
+    EventLog, IntentOutcome, JournalStore, LeaseAsk, LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator,
+    StoreError, StoreOp, SubtaskStore, TurnOutcome,
 };
 pub use tools::{LogSafeToolError, ToolContext, ToolError, ToolGateway, ToolOutput};

@@ -4,15 +4,15 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use swarm_core::domain::{ConversationId, ConversationStatus};
 use swarm_core::domain::Subtask;
+use swarm_core::domain::{ConversationId, ConversationStatus};
 use swarm_core::events::{CONVERSATION_SOURCE, Event, EventCursor, EventPage, ReadAlong, Stamped, fill, unseen};
 use swarm_core::ports::{EventLog, StoreError};
 
-use super::codec::{Item, ItemKey, conversation_partition, s};
-use super::store::{DynamoConversationStore, to_store_error};
+use super::codec::{Item, ItemKey, s};
+use super::store::DynamoConversationStore;
+use super::turns::key_of;
 use super::update::Update;
-use crate::aws::retry::sdk_error_is_transient;
 
 /// The list attribute holding an item's events, one JSON string each ([`Stamped`]), in commit order.
 pub(super) const EVENTS_ATTR: &str = "ev";
@@ -49,47 +49,23 @@ fn number(item: &Item, attr: &str) -> Option<i64> {
 #[async_trait]
 impl EventLog for DynamoConversationStore {
     async fn events_after(&self, id: &ConversationId, cursor: &EventCursor) -> Result<Option<EventPage>, StoreError> {
-        // Every item of the partition, only the attributes read (RCUs are charged on whole items
-        // all the same: DESIGN.md "Events" counts them).
-        let mut items: Vec<Item> = Vec::new();
-        let mut start: Option<Item> = None;
-        for _page in 0..1_000 {
-            let req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk")
-                .expression_attribute_values(":pk", conversation_partition(id))
-                .projection_expression("PK, SK, #turn, #status, #reply, #plan, #subtask, #ev, started_at_ms")
-                .expression_attribute_names("#plan", "plan")
-                .expression_attribute_names("#subtask", "subtask")
-                .expression_attribute_names("#turn", "turn")
-                .expression_attribute_names("#status", "status")
-                .expression_attribute_names("#reply", "reply")
-                .expression_attribute_names("#ev", EVENTS_ATTR)
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take());
-            let page = self
-                .retry
-                .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
-                .await
-                .map_err(|e| to_store_error("Query(events_after)", e))?;
-            items.extend(page.items.unwrap_or_default());
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return page_of(id, cursor, items),
-            }
-        }
-        Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))
+        // Only the attributes read (RCUs are charged on whole items all the same: DESIGN.md "Events").
+        let names = [
+            ("#turn", "turn"),
+            ("#status", "status"),
+            ("#reply", "reply"),
+            ("#plan", "plan"),
+            ("#subtask", "subtask"),
+            ("#ev", EVENTS_ATTR),
+        ];
+        let projection = "PK, SK, #turn, #status, #reply, #plan, #subtask, #ev, started_at_ms";
+        let items = self.partition_items(id, Some((projection, &names))).await?;
+        page_of(id, cursor, items)
     }
 }
 
 /// The current turn's unseen events among the partition's `items`.
 fn page_of(id: &ConversationId, cursor: &EventCursor, items: Vec<Item>) -> Result<Option<EventPage>, StoreError> {
-    let key_of = |item: &Item| {
-        let keys: Item = item.iter().filter(|(k, _)| *k == "PK" || *k == "SK").map(|(k, v)| (k.clone(), v.clone())).collect();
-        ItemKey::of(keys)
-    };
     let Some(conversation) = items.iter().find(|i| matches!(key_of(i), Some(ItemKey::Conversation(_)))) else {
         return Ok(None);
     };

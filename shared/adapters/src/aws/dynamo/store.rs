@@ -12,16 +12,16 @@ use aws_sdk_dynamodb::types::{
 };
 use swarm_core::approval::{Approval, ApprovalStatus};
 use swarm_core::decisions::{TellOutcome, ToldTurn};
-use swarm_core::events::{Event, of};
-use swarm_core::time::now_ms;
 use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, Usage,
     truncate_chars,
 };
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
     CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, SubtaskStore, TurnOutcome,
 };
+use swarm_core::time::now_ms;
 
 use super::codec::{
     Item, ItemKey, SWEEP_INDEX, approval_item, conversation_from_item, conversation_id_of_keys, conversation_item,

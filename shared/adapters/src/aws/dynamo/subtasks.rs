@@ -5,10 +5,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
 use swarm_core::effects::{AttemptLease, Effect, EffectChange};
 use swarm_core::events::{Event, of};
-use swarm_core::time::now_ms;
 use swarm_core::ports::{
     AttemptStart, CloseOutcome, IntentOutcome, JournalStore, RecordOutcome, StoreError, SubtaskStore,
 };
+use swarm_core::time::now_ms;
 
 use super::codec::{ItemKey, effect_value, fit_checkpoint, fit_result, n, s, subtask_from_item, to_json};
 use super::events::append_events;
@@ -70,9 +70,7 @@ impl SubtaskStore for DynamoConversationStore {
         let mut u = Update::default();
         u.set("status", s(to.as_str()));
         if to.is_terminal() {
-            let finished =
-                Event::SubtaskFinished { subtask: subtask_id.clone(), status: to, tools: vec![], tokens: None, duration_ms: None };
-            append_events(&mut u, now_ms(), vec![finished]);
+            append_events(&mut u, now_ms(), of::closed(subtask_id, to));
         }
         let from: Vec<&str> = from.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
