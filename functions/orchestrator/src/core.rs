@@ -673,6 +673,21 @@ impl Orchestrator {
 
     /// `GET /conversations/{id}` for `customer_id`; another customer's
     /// conversation is answered as not found.
+    /// The event log of conversation `id` when `customer_id` (when given) owns it: the id and
+    /// the store's log, for `GET /conversations/{id}/events`. [`ApiError::NotFound`] as [`Self::status`].
+    pub async fn event_log(
+        &self,
+        id: &str,
+        customer_id: Option<&str>,
+    ) -> Result<(ConversationId, Arc<dyn swarm_core::ports::EventLog>), ApiError> {
+        let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
+        let conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;
+        if customer_id.is_some_and(|c| c != conversation.customer_id) {
+            return Err(ApiError::NotFound);
+        }
+        Ok((id, self.store.clone()))
+    }
+
     pub async fn status(&self, id: &str, customer_id: Option<&str>) -> Result<ConversationView, ApiError> {
         let id = ConversationId::parse(id).ok_or(ApiError::NotFound)?;
         let mut conversation = self.store.get_conversation(&id).await?.ok_or(ApiError::NotFound)?;

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use orchestrator::api::EventStreamSettings;
 use orchestrator::stream::{self, StreamConfig};
 use orchestrator::{ApiState, OrchestratorConfig, wiring};
 use swarm_adapters::config::AwsClients;
@@ -15,7 +16,10 @@ async fn main() -> Result<(), lambda_http::Error> {
     let (core, access) = wiring::on_aws(&config, &aws).await?;
     let auth = stream::auth(&config.auth, &stream_config, access)?;
     // No approvals here: the operators' routes stay on the HTTP API, AWS_IAM-authorised.
-    let state = ApiState::new(Arc::new(core), auth).with_cors(config.cors.clone());
+    // The event stream ends before the function's timeout (deadline + 80 s at least, by the lint).
+    let deadline = std::time::Duration::from_secs(core.settings().deadline_secs);
+    let events = EventStreamSettings::from_env().capped(orchestrator::openai::max_duration(deadline));
+    let state = ApiState::new(Arc::new(core), auth).with_cors(config.cors.clone()).with_event_stream(events);
     let router = stream::router(state);
     // The telemetry is flushed once the handler has answered (the response's head); spans that end
     // while the body streams are flushed after the next invocation's answer.

@@ -742,6 +742,7 @@ async fn serve(
         "  API          http://{addr}/conversations   (POST {{\"message\", \"customer_id\"}}, GET /conversations/{{id}})"
     );
     println!("  openai       http://{addr}/v1   (model lambda-swarm: POST /v1/chat/completions, GET /v1/models)");
+    println!("  events       http://{addr}/conversations/{{id}}/events   (text/event-stream; Last-Event-ID resumes)");
     println!("  callers      {callers}");
     println!("  health       http://{addr}/health   · contract http://{addr}/openapi.json");
     println!("  browsers     CORS for {}", origins.origins().join(", "));

@@ -11,6 +11,7 @@ pub mod approval;
 pub mod decisions;
 pub mod domain;
 pub mod effects;
+pub mod events;
 pub mod faults;
 pub mod handoff;
 pub mod ids;

@@ -1,4 +1,4 @@
-//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, for operators `GET /approvals`, `POST /approvals/{id}`, `GET /operator/conversations/{id}` and `POST /operator/conversations/{id}/messages` (a person's answer to a handed-off conversation), the swarm as an OpenAI model (`GET /v1/models`, `POST /v1/chat/completions`, [`openai`]), and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
+//! The orchestrator's HTTP API as an axum `Router`: `POST /conversations`, `GET /conversations` (the caller's own, a page at a time), `GET /conversations/{id}`, `GET /conversations/{id}/events` (its event log as `text/event-stream`, [`events`]), for operators `GET /approvals`, `POST /approvals/{id}`, `GET /operator/conversations/{id}` and `POST /operator/conversations/{id}/messages` (a person's answer to a handed-off conversation), the swarm as an OpenAI model (`GET /v1/models`, `POST /v1/chat/completions`, [`openai`]), and with no credential `GET /health` and `GET /openapi.json` (the API's OpenAPI 3.1 document, [`OPENAPI`]); given to `lambda_http` on Lambda and mounted directly by `swarm-local serve`.
 //!
 //! Status codes: 202 created (with `Location`), 200 a conversation; 400 a request
 //! that cannot be used as sent (not JSON, a body of the wrong shape, a field missing
@@ -19,6 +19,7 @@ pub mod caller;
 pub mod cors;
 pub mod edges;
 pub mod error;
+pub mod events;
 pub mod openai;
 pub mod operator;
 pub mod tokens;
@@ -43,6 +44,7 @@ pub use caller::{Auth, Caller, JwtIdentity};
 pub use cors::AllowedOrigins;
 pub use edges::{BODY_READ_TIMEOUT, head_refused, read_body_within};
 pub use error::{HttpError, PROBLEM_JSON, Problem};
+pub use events::EventStreamSettings;
 pub use operator::{IamOperators, Operator, OperatorAllowlist, OperatorAuth};
 pub use tokens::TokenTable;
 
@@ -66,11 +68,26 @@ pub struct ApiState {
     pub operators: OperatorAuth,
     /// Browser origins allowed to call the API (CORS); empty: no CORS headers, preflights refused.
     pub cors: AllowedOrigins,
+    /// `GET /conversations/{id}/events`' poll interval, heartbeat and maximum duration.
+    pub events: EventStreamSettings,
 }
 
 impl ApiState {
     pub fn new(core: Arc<Orchestrator>, auth: Auth) -> Self {
-        Self { core, auth, approvals: None, operators: OperatorAuth::Nobody, cors: AllowedOrigins::default() }
+        Self {
+            core,
+            auth,
+            approvals: None,
+            operators: OperatorAuth::Nobody,
+            cors: AllowedOrigins::default(),
+            events: EventStreamSettings::default(),
+        }
+    }
+
+    /// With the event stream's timings `settings`.
+    pub fn with_event_stream(mut self, settings: EventStreamSettings) -> Self {
+        self.events = settings;
+        self
     }
 
     /// With browsers from `origins` allowed (CORS).
@@ -107,6 +124,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/conversations", post(create).get(list_conversations))
         .route("/conversations/{id}", get(status))
         .route("/conversations/{id}/messages", post(follow_up))
+        .route("/conversations/{id}/events", get(events::events))
         .route("/approvals", get(list_approvals))
         .route("/approvals/{id}", post(decide_approval))
         .route("/operator/conversations/{id}", get(operator_view))

@@ -25,6 +25,8 @@ pub const LONG_RUNNING_ROUTES: &[&str] = &[
     // OpenAI's clients take one base URL: the model list is served beside the completions.
     "/v1/models",
     "/v1/chat/completions",
+    // The conversation's progress as server-sent events (`api::events`).
+    "/conversations/{id}/events",
 ];
 
 /// Whether `path` is one of [`LONG_RUNNING_ROUTES`] (a `{name}` segment matches any one non-empty segment).

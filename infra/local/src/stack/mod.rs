@@ -155,6 +155,7 @@ impl LocalStack {
             timeout: lambda_timeout(timings.orchestrator.timeout),
             faults,
             counters: observed.counters.clone(),
+            events: orchestrator::api::EventStreamSettings::from_env(),
         };
         let front = Front::new(api, functions.approvals.clone())?;
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
@@ -259,6 +260,7 @@ impl LocalStack {
     /// operators identified by `operators` (`None`: the stack's own operator, [`LocalStack::approve`]).
     pub fn api_state(&self, auth: Auth, operators: Option<OperatorAuth>) -> ApiState {
         ApiState::new(self.front.api.orchestrator.clone(), auth)
+            .with_event_stream(self.front.api.events)
             .with_approvals(self.front.approvals.clone(), operators.unwrap_or_else(|| self.front.operators.clone()))
     }
 

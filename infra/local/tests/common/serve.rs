@@ -34,9 +34,15 @@ pub fn swarm_local() -> Command {
 /// (`http://127.0.0.1:<port>`, as its `API` line prints it). Errors: it did not start, or printed
 /// no URL within 120 s (a cold binary on a loaded machine).
 pub fn serve(extra: &[&str]) -> Result<(Server, String)> {
+    serve_with(extra, &[])
+}
+
+/// [`serve`] with `env` (name, value) set in its environment.
+pub fn serve_with(extra: &[&str], env: &[(&str, &str)]) -> Result<(Server, String)> {
     let mut child = swarm_local()
         .args(["serve", "--port", "0", "--time-scale", "0.1"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -57,12 +63,9 @@ pub fn serve(extra: &[&str]) -> Result<(Server, String)> {
     Ok((server, base))
 }
 
-/// Posts `message` of `customer` to the `serve` at `base` as a new conversation and waits (60 s at
-/// most) until it ends; answers its id and its last view (`DONE` or `FAILED`, or still running
-/// when the wait ran out: the caller's assertion says).
-pub async fn answered(base: &str, message: &str, customer: &str) -> Result<(String, Value)> {
-    let http = reqwest::Client::new();
-    let created: Value = http
+/// Posts `message` of `customer` to the `serve` at `base` as a new conversation; answers its id.
+pub async fn created(base: &str, message: &str, customer: &str) -> Result<String> {
+    let created: Value = reqwest::Client::new()
         .post(format!("{base}/conversations"))
         .json(&json!({ "message": message, "customer_id": customer }))
         .send()
@@ -70,7 +73,15 @@ pub async fn answered(base: &str, message: &str, customer: &str) -> Result<(Stri
         .error_for_status()?
         .json()
         .await?;
-    let id = created["conversation_id"].as_str().context("id")?.to_owned();
+    Ok(created["conversation_id"].as_str().context("id")?.to_owned())
+}
+
+/// Posts `message` of `customer` to the `serve` at `base` as a new conversation and waits (60 s at
+/// most) until it ends; answers its id and its last view (`DONE` or `FAILED`, or still running
+/// when the wait ran out: the caller's assertion says).
+pub async fn answered(base: &str, message: &str, customer: &str) -> Result<(String, Value)> {
+    let http = reqwest::Client::new();
+    let id = created(base, message, customer).await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let view: Value = http.get(format!("{base}/conversations/{id}")).send().await?.json().await?;

@@ -2,6 +2,7 @@
 
 mod access;
 mod approvals;
+mod events;
 mod queue;
 mod store;
 mod subtasks;

@@ -12,6 +12,7 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, Lease, NextTurn, SubtaskId, SubtaskRecord, TurnRecord,
     Usage,
 };
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
     CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, TurnOutcome,
@@ -78,6 +79,8 @@ pub(super) struct Tables {
     idempotency: HashMap<(String, String), (ConversationId, Option<String>)>,
     /// Approvals by id (ids start with their conversation's UUIDv7: id order is creation order).
     pub(super) approvals: BTreeMap<String, Approval>,
+    /// The event log: each source's events, in the order their writes were applied (`events`).
+    pub(super) events: HashMap<ConversationId, BTreeMap<super::events::SourceKey, Vec<swarm_core::events::Stamped>>>,
     /// The stream's readers; each gets every change, in write order.
     subscribers: Vec<mpsc::UnboundedSender<ItemChange>>,
     last_sequence: u64,
@@ -232,6 +235,7 @@ impl ConversationRecords for InMemoryConversationStore {
         for s in subtasks {
             t.emit(true, ChangedItem::Subtask(s.clone()));
         }
+        t.log_turn(id, of::planned(snapshot.turn));
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
@@ -282,6 +286,7 @@ impl ConversationRecords for InMemoryConversationStore {
         conv.error = Some(reason.to_owned());
         conv.sweep_shard = None;
         let snapshot = conv.clone();
+        t.log_turn(id, vec![Event::TurnFailed { turn, reason: reason.to_owned() }]);
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
@@ -346,6 +351,7 @@ impl ConversationRecords for InMemoryConversationStore {
         t.notices.entry(previous.id.clone()).or_default().insert(told.key.clone(), notice.clone());
         t.turns.entry(previous.id.clone()).or_default().push(archived.clone());
         t.conversations.insert(previous.id.clone(), after.clone());
+        t.log_turn(&previous.id, of::answered(after.turn, after.status));
         t.emit(true, ChangedItem::Notice(previous.id.clone(), notice));
         t.emit(true, ChangedItem::Turn(previous.id.clone(), archived));
         t.emit(false, ChangedItem::Conversation(after.clone()));
@@ -451,6 +457,7 @@ impl AnswerStore for InMemoryConversationStore {
         conv.usage = conv.usage.add(usage);
         conv.sweep_shard = None;
         let snapshot = conv.clone();
+        t.log_turn(id, of::answered(turn, ConversationStatus::Done));
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
@@ -463,6 +470,7 @@ impl AnswerStore for InMemoryConversationStore {
         }
         conv.handoff = Some(*handoff);
         let snapshot = conv.clone();
+        t.log_turn(id, vec![Event::HandoffRequested { reason: handoff.reason }]);
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }
@@ -486,6 +494,7 @@ impl AnswerStore for InMemoryConversationStore {
         conv.handoff = Some(*handoff);
         conv.sweep_shard = None;
         let snapshot = conv.clone();
+        t.log_turn(id, of::answered(turn, ConversationStatus::Handoff));
         t.emit(false, ChangedItem::Conversation(snapshot));
         Ok(true)
     }

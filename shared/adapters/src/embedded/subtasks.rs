@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
 use swarm_core::effects::{AttemptLease, Effect, EffectChange};
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AttemptStart, CloseOutcome, IntentOutcome, JournalStore, RecordOutcome, StoreError, SubtaskStore,
 };
@@ -47,6 +48,9 @@ impl SubtaskStore for InMemoryConversationStore {
         }
         rec.status = to;
         let snapshot = rec.clone();
+        if to.is_terminal() {
+            t.log_subtask(id, subtask_id, swarm_core::time::now_ms(), of::closed(subtask_id, to));
+        }
         t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(true)
     }
@@ -79,6 +83,7 @@ impl SubtaskStore for InMemoryConversationStore {
             rec.started_at_ms = Some(now_ms);
         }
         let snapshot = rec.clone();
+        t.log_subtask(id, subtask_id, now_ms, vec![Event::SubtaskStarted { subtask: subtask_id.clone() }]);
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(AttemptStart::Started(snapshot))
     }
@@ -164,6 +169,7 @@ impl SubtaskStore for InMemoryConversationStore {
         rec.finished_at_ms = Some(now_ms);
         rec.checkpoint = None;
         let snapshot = rec.clone();
+        t.log_subtask(id, subtask_id, now_ms, of::finished(subtask_id, result, Some(usage), tools_used, false));
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(RecordOutcome::Recorded(snapshot))
     }
@@ -191,6 +197,7 @@ impl SubtaskStore for InMemoryConversationStore {
         rec.finished_at_ms = Some(now_ms);
         rec.checkpoint = None;
         let snapshot = rec.clone();
+        t.log_subtask(id, subtask_id, now_ms, of::finished(subtask_id, result, None, &[], false));
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(CloseOutcome::Recorded(snapshot))
     }
@@ -237,6 +244,9 @@ impl InMemoryConversationStore {
         rec.status = result.status();
         rec.result = Some(result.clone());
         let snapshot = rec.clone();
+        let decided = from == SubtaskStatus::AwaitingApproval;
+        let logged = of::finished(subtask_id, result, None, &[], decided);
+        t.log_subtask(id, subtask_id, swarm_core::time::now_ms(), logged);
         t.emit(false, ChangedItem::Subtask(snapshot.clone()));
         Ok(RecordOutcome::Recorded(snapshot))
     }
@@ -274,6 +284,7 @@ impl JournalStore for InMemoryConversationStore {
         }
         rec.effects.push(effect.clone());
         let snapshot = rec.clone();
+        t.log_subtask(id, subtask_id, effect.recorded_at_ms, of::tool(subtask_id, effect));
         t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(IntentOutcome::Recorded)
     }
@@ -295,9 +306,14 @@ impl JournalStore for InMemoryConversationStore {
         if entry.state.is_final() {
             return Ok(Some(entry.clone()));
         }
+        let before = entry.state;
         *entry = change.apply(entry);
         let after = entry.clone();
         let snapshot = rec.clone();
+        if after.state != before {
+            let at_ms = after.changed_at_ms.unwrap_or_else(swarm_core::time::now_ms);
+            t.log_subtask(id, subtask_id, at_ms, of::tool(subtask_id, &after));
+        }
         t.emit(false, ChangedItem::Subtask(snapshot));
         Ok(Some(after))
     }

@@ -19,7 +19,7 @@ pub use queue::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, QueueError, SQS_BATCH
 pub use store::{
     AccountingStore, AnswerStore, ApprovalStore, AttemptStart, Call, CloseOutcome, ConversationHistory,
     ConversationPage, ConversationPosition, ConversationRecords, ConversationStore, CountOutcome, CreateOutcome,
-    IntentOutcome, JournalStore, LeaseAsk, LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator, StoreError,
-    StoreOp, SubtaskStore, TurnOutcome,
+    EventLog, IntentOutcome, JournalStore, LeaseAsk, LeaseOutcome, LeasePhase, RecordOutcome, StoreDecorator,
+    StoreError, StoreOp, SubtaskStore, TurnOutcome,
 };
 pub use tools::{LogSafeToolError, ToolContext, ToolError, ToolGateway, ToolOutput};

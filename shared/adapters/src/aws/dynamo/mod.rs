@@ -12,6 +12,7 @@ pub mod access;
 mod approvals;
 pub mod codec;
 mod customers;
+mod events;
 pub mod store;
 mod subtasks;
 mod told;

@@ -16,15 +16,18 @@ use swarm_core::domain::{
     Conversation, ConversationId, ConversationStatus, Handoff, NextTurn, SubtaskId, SubtaskRecord, Usage,
     truncate_chars,
 };
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AccountingStore, AnswerStore, ConversationHistory, ConversationPage, ConversationPosition, ConversationRecords,
     CountOutcome, CreateOutcome, LeaseOutcome, LeasePhase, StoreError, SubtaskStore, TurnOutcome,
 };
+use swarm_core::time::now_ms;
 
 use super::codec::{
     Item, ItemKey, SWEEP_INDEX, approval_item, conversation_from_item, conversation_id_of_keys, conversation_item,
     idempotency_claim, idempotency_item, n, remaining_of, s, subtask_item,
 };
+use super::events::append_events;
 use super::update::Update;
 use crate::aws::retry::{AwsRetryPolicy, sdk_error_is_transient};
 
@@ -399,6 +402,7 @@ impl ConversationRecords for DynamoConversationStore {
             u.set("notes", AttributeValue::L(notes.iter().map(s).collect()));
         }
         u.add_usage(usage);
+        append_events(&mut u, now_ms(), of::planned(current.turn));
         let mut condition = u.status_in(&[ConversationStatus::Planning.as_str()]);
         if let Some(planner) = planner {
             let holder = u.name("lease_holder");
@@ -452,6 +456,7 @@ impl ConversationRecords for DynamoConversationStore {
         let reason = truncate_chars(reason, MAX_ERROR_CHARS);
         let mut u = Update::default();
         u.set("status", s(ConversationStatus::Failed.as_str())).set("error", s(&reason)).remove("sweep_shard");
+        append_events(&mut u, now_ms(), vec![Event::TurnFailed { turn, reason: reason.clone() }]);
         let status = u.status_in(&[
             ConversationStatus::Planning.as_str(),
             ConversationStatus::Running.as_str(),
@@ -642,6 +647,7 @@ impl AnswerStore for DynamoConversationStore {
             .set("reply", s(reply))
             .add_usage(usage)
             .remove("sweep_shard");
+        append_events(&mut u, now_ms(), of::answered(turn, ConversationStatus::Done));
         let condition = on_turn(&mut u, turn);
         Ok(self
             .update("UpdateItem(finish_conversation)", &ItemKey::conversation(id), u, condition, ReturnValue::None)
@@ -654,6 +660,7 @@ impl AnswerStore for DynamoConversationStore {
         u.set("handoff_reason", s(handoff.reason.code()))
             .set("handoff_at_ms", n(handoff.at_ms))
             .set("conversation_id", s(id.as_str()));
+        append_events(&mut u, now_ms(), vec![Event::HandoffRequested { reason: handoff.reason }]);
         let condition = u.status_in(&[
             ConversationStatus::Planning.as_str(),
             ConversationStatus::Running.as_str(),
@@ -681,6 +688,7 @@ impl AnswerStore for DynamoConversationStore {
             .set("conversation_id", s(id.as_str()))
             .add_usage(usage)
             .remove("sweep_shard");
+        append_events(&mut u, now_ms(), of::answered(turn, ConversationStatus::Handoff));
         let condition = on_turn(&mut u, turn);
         Ok(self
             .update("UpdateItem(hand_off)", &ItemKey::conversation(id), u, condition, ReturnValue::None)

@@ -4,11 +4,14 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use swarm_core::domain::{ConversationId, SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, Usage};
 use swarm_core::effects::{AttemptLease, Effect, EffectChange};
+use swarm_core::events::{Event, of};
 use swarm_core::ports::{
     AttemptStart, CloseOutcome, IntentOutcome, JournalStore, RecordOutcome, StoreError, SubtaskStore,
 };
+use swarm_core::time::now_ms;
 
 use super::codec::{ItemKey, effect_value, fit_checkpoint, fit_result, n, s, subtask_from_item, to_json};
+use super::events::append_events;
 use super::store::DynamoConversationStore;
 use super::update::Update;
 
@@ -66,6 +69,9 @@ impl SubtaskStore for DynamoConversationStore {
         }
         let mut u = Update::default();
         u.set("status", s(to.as_str()));
+        if to.is_terminal() {
+            append_events(&mut u, now_ms(), of::closed(subtask_id, to));
+        }
         let from: Vec<&str> = from.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
         Ok(self
@@ -98,6 +104,7 @@ impl SubtaskStore for DynamoConversationStore {
         let started = u.name("started_at_ms");
         let now = u.value("now", n(now_ms));
         u.set_expr(format!("{started} = if_not_exists({started}, {now})"));
+        append_events(&mut u, now_ms, vec![Event::SubtaskStarted { subtask: subtask_id.clone() }]);
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let open = u.status_in(&from);
         let (until, holder) = (u.name("lease_until_ms"), u.name("lease_holder"));
@@ -205,6 +212,7 @@ impl SubtaskStore for DynamoConversationStore {
         } else {
             u.set("tools_used", AttributeValue::L(tools_used.iter().map(s).collect()));
         }
+        append_events(&mut u, now_ms, of::finished(subtask_id, result, Some(usage), tools_used, false));
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let condition = u.status_in(&from);
         match self
@@ -239,6 +247,7 @@ impl SubtaskStore for DynamoConversationStore {
             .remove("checkpoint");
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let open = u.status_in(&from);
+        append_events(&mut u, now_ms, of::finished(subtask_id, result, None, &[], false));
         let unchanged = journal_has(&mut u, journal_len);
         let condition = format!("{open} AND {unchanged}");
         if let Some(item) = self
@@ -289,6 +298,8 @@ impl DynamoConversationStore {
     ) -> Result<RecordOutcome, StoreError> {
         let mut u = Update::default();
         u.set("status", s(result.status().as_str())).set("result", s(fit_result(result)?));
+        let decided = from == SubtaskStatus::AwaitingApproval;
+        append_events(&mut u, now_ms(), of::finished(subtask_id, result, None, &[], decided));
         let condition = u.status_in(&[from.as_str()]);
         if let Some(item) = self
             .update(
@@ -331,6 +342,7 @@ impl JournalStore for DynamoConversationStore {
         let empty = u.value("empty", AttributeValue::L(Vec::new()));
         let one = u.value("entry", AttributeValue::L(vec![effect_value(effect)?]));
         u.set_expr(format!("{effects} = list_append(if_not_exists({effects}, {empty}), {one})"));
+        append_events(&mut u, effect.recorded_at_ms, of::tool(subtask_id, effect));
         let from: Vec<&str> = NON_TERMINAL.iter().map(|st| st.as_str()).collect();
         let open = u.status_in(&from);
         let lease_holder = u.name("lease_holder");
@@ -383,6 +395,10 @@ impl JournalStore for DynamoConversationStore {
             let new = u.value("new", effect_value(&after)?);
             let old = u.value("old", effect_value(current)?);
             u.set_expr(format!("{effects}[{index}] = {new}"));
+            if after.state != current.state {
+                let at_ms = after.changed_at_ms.unwrap_or_else(now_ms);
+                append_events(&mut u, at_ms, of::tool(subtask_id, &after));
+            }
             let condition = format!("attribute_exists(#PK) AND {effects}[{index}] = {old}");
             if self
                 .update(

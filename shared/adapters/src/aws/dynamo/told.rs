@@ -3,12 +3,22 @@
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use swarm_core::decisions::{TellOutcome, ToldTurn};
 use swarm_core::domain::{Conversation, TurnRecord};
+use swarm_core::events::of;
 use swarm_core::ports::StoreError;
 
 use super::codec::{
     ItemKey, conversation_from_item, conversation_item, n, notice_from_item, notice_item, s, turn_item,
 };
+use super::events::{EVENTS_ATTR, events_value};
 use super::store::{DynamoConversationStore, is_conditional_failure, to_store_error};
+
+/// The told turn's conversation item, its log starting with the turn's reply and end (the same `Put`).
+fn told_item(after: &Conversation) -> Result<super::codec::Item, StoreError> {
+    let mut item = conversation_item(after)?;
+    let logged = of::answered(after.turn, after.status);
+    item.insert(EVENTS_ATTR.to_owned(), events_value(swarm_core::time::now_ms(), logged));
+    Ok(item)
+}
 
 impl DynamoConversationStore {
     /// `tell_turn` as one `TransactWriteItems`: the notice (new), the archive of `previous`'s turn
@@ -38,7 +48,7 @@ impl DynamoConversationStore {
         let archive = new_item(turn_item(id, &TurnRecord::of(previous))?, "archive")?;
         let meta = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(conversation_item(&after)?))
+            .set_item(Some(told_item(&after)?))
             .condition_expression("#turn = :turn AND #status = :status")
             .expression_attribute_names("#turn", "turn")
             .expression_attribute_names("#status", "status")

@@ -24,14 +24,41 @@ pub(super) struct Partition {
     pub notices: Vec<Notice>,
 }
 
+/// The key of a partition's `item` (from its `PK` and `SK`).
+pub(super) fn key_of(item: &Item) -> Option<ItemKey> {
+    let keys: Item =
+        item.iter().filter(|(k, _)| *k == "PK" || *k == "SK").map(|(k, v)| (k.clone(), v.clone())).collect();
+    ItemKey::of(keys)
+}
+
 impl DynamoConversationStore {
     /// The whole partition of `id`, strongly consistent, in one paged `Query`. A conversation holds
     /// at most 100 subtasks a turn; the page bound only guards against a runaway loop.
     pub(super) async fn partition(&self, id: &ConversationId) -> Result<Partition, StoreError> {
         let mut out = Partition::default();
+        for item in self.partition_items(id, None).await? {
+            match key_of(&item) {
+                Some(ItemKey::Conversation(_)) => out.conversation = Some(conversation_from_item(&item)?),
+                Some(ItemKey::Subtask(..)) => out.subtasks.push(subtask_from_item(&item)?),
+                Some(ItemKey::Turn(..)) => out.turns.push(turn_from_item(&item)?),
+                Some(ItemKey::Notice(..)) => out.notices.push(notice_from_item(&item)?),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every item of `id`'s partition in sort-key order, strongly consistent, all pages; only the
+    /// attributes of `projection` (an expression and its `#name` aliases) when given.
+    pub(super) async fn partition_items(
+        &self,
+        id: &ConversationId,
+        projection: Option<(&str, &[(&str, &str)])>,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items: Vec<Item> = Vec::new();
         let mut start: Option<Item> = None;
         for _page in 0..1_000 {
-            let req = self
+            let mut req = self
                 .client
                 .query()
                 .table_name(&self.table)
@@ -39,24 +66,21 @@ impl DynamoConversationStore {
                 .expression_attribute_values(":pk", conversation_partition(id))
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take());
+            if let Some((expression, names)) = projection {
+                req = req.projection_expression(expression);
+                for (alias, name) in names {
+                    req = req.expression_attribute_names(*alias, *name);
+                }
+            }
             let page = self
                 .retry
                 .run("dynamodb", "Query", sdk_error_is_transient, || req.clone().send())
                 .await
                 .map_err(|e| to_store_error("Query", e))?;
-            for item in page.items() {
-                let keys = item.iter().filter(|(k, _)| *k == "PK" || *k == "SK").map(|(k, v)| (k.clone(), v.clone()));
-                match ItemKey::of(keys.collect::<Item>()) {
-                    Some(ItemKey::Conversation(_)) => out.conversation = Some(conversation_from_item(item)?),
-                    Some(ItemKey::Subtask(..)) => out.subtasks.push(subtask_from_item(item)?),
-                    Some(ItemKey::Turn(..)) => out.turns.push(turn_from_item(item)?),
-                    Some(ItemKey::Notice(..)) => out.notices.push(notice_from_item(item)?),
-                    _ => {}
-                }
-            }
+            items.extend(page.items.unwrap_or_default());
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
+                _ => return Ok(items),
             }
         }
         Err(StoreError::Permanent(format!("Query of conversation {id} did not end after 1000 pages")))

@@ -19,6 +19,7 @@ use crate::domain::{
     SubtaskStatus, Usage,
 };
 use crate::effects::{AttemptLease, Effect, EffectChange, EffectOutcome};
+use crate::events::{EventCursor, EventPage};
 
 mod outcomes;
 mod pages;
@@ -451,6 +452,17 @@ store_roles! {
         ) -> Result<Option<Approval>, StoreError>
             as ReissueToken;
     }
+
+    /// The conversation's event log ([`crate::events`], DESIGN.md "Events"): read only here —
+    /// every other role's write appends the events of its change in that same write.
+    pub trait EventLog {
+        /// The events of the conversation's current turn that `cursor` has not seen (all of
+        /// them for a cursor of another turn), each source's in position order, with the status
+        /// read alongside; strongly consistent. `None`: no such conversation.
+        /// DynamoDB: one `Query` of the conversation's partition (every page).
+        async fn events_after(&self, id: &ConversationId, cursor: &EventCursor) -> Result<Option<EventPage>, StoreError>
+            as EventsAfter;
+    }
 }
 
 /// The whole store, every role: what the adapters are and what a caller using them all holds.
@@ -458,12 +470,19 @@ store_roles! {
 /// Implemented for every type with every role (adapters, decorators); an `Arc<dyn ConversationStore>`
 /// upcasts to the role a part of a function needs (`Arc<dyn SubtaskStore>`).
 pub trait ConversationStore:
-    ConversationRecords + AnswerStore + SubtaskStore + AccountingStore + JournalStore + ApprovalStore
+    ConversationRecords + AnswerStore + SubtaskStore + AccountingStore + JournalStore + ApprovalStore + EventLog
 {
 }
 
 impl<T> ConversationStore for T where
-    T: ConversationRecords + AnswerStore + SubtaskStore + AccountingStore + JournalStore + ApprovalStore + ?Sized
+    T: ConversationRecords
+        + AnswerStore
+        + SubtaskStore
+        + AccountingStore
+        + JournalStore
+        + ApprovalStore
+        + EventLog
+        + ?Sized
 {
 }
 
@@ -537,7 +556,7 @@ mod tests {
     fn every_operation_has_its_own_name() {
         let names: HashSet<&str> = StoreOp::ALL.iter().map(|op| op.name()).collect();
         assert_eq!(names.len(), StoreOp::ALL.len());
-        assert_eq!(StoreOp::ALL.len(), 38);
+        assert_eq!(StoreOp::ALL.len(), 39);
         assert_eq!(StoreOp::SettleSubmitted.name(), "settle_submitted");
         assert_eq!(StoreOp::CountFinished.name(), "count_finished");
     }
