@@ -50,6 +50,8 @@ try {
   page.on('response', (r) => { if (r.status() >= 400) problems.push(`${r.status()} ${r.url()}`); });
   let loads = 0;
   page.on('load', () => { loads += 1; });
+  const streams = [];
+  page.on('request', (r) => { if (r.url().endsWith('/events')) streams.push(r.url()); });
   await page.goto(`${base}/console`);
   await page.fill('#customer-id', 'C104');
   await page.fill('#operator-token', operatorToken);
@@ -76,6 +78,7 @@ try {
   await page.waitForSelector('#turns .turn .reply', { timeout: PATIENCE });
   const final = await view(first);
   assert.equal(final.status, 'DONE', 'answered with what it has');
+  assert.ok(streams.some((u) => u.endsWith(`/conversations/${first}/events`)), `followed through its event stream: ${streams}`);
   const nodes = await page.$$eval('#turns .node', (ns) => ns.map((n) => [n.dataset.subtask, n.dataset.status]));
   assert.deepEqual(nodes, final.subtasks.map((s) => [s.id, s.status]), 'every subtask drawn with its final status');
   assert.deepEqual(nodes.map(([, s]) => s), ['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'FAILED', 'SKIPPED']);

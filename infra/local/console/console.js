@@ -4,7 +4,7 @@
 // parsed as markup; the page's Content-Security-Policy also forbids inline script.
 'use strict';
 
-/** How often follow() reads the conversation while it is not settled (ms). */
+/** How often follow() reads the conversation once its event stream ended and it is not settled yet (ms). */
 const POLL_MS = 500;
 /** How often the lists (conversations, approvals waiting) are read again (ms). */
 const LISTS_MS = 2000;
@@ -85,35 +85,108 @@ function settled(view) {
 }
 
 /**
+ * Reads GET /conversations/{id}/events (text/event-stream) through fetch, so it can carry the customer's
+ * token (EventSource cannot send an Authorization header), resuming after `lastId` (Last-Event-ID).
+ * Calls onEvent() for each event; answers the last event id once the stream ends (the turn is over).
+ * Throws an ApiError for an answer that is not a stream, or the network's error if it drops.
+ */
+async function readEvents(conversationId, lastId, onEvent, signal) {
+  const headers = { accept: 'text/event-stream' };
+  const token = credentials().customerToken;
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (lastId) headers['last-event-id'] = lastId;
+  const answer = await fetch(`/conversations/${encodeURIComponent(conversationId)}/events`, {
+    headers, cache: 'no-store', signal,
+  });
+  if (!answer.ok || !answer.body) throw new ApiError(answer.status, `${answer.status} ${answer.statusText}`);
+  const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return lastId;
+    buffer += value.replace(/\r\n?/g, '\n');
+    let cut;
+    while ((cut = buffer.indexOf('\n\n')) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let id = null;
+      let data = '';
+      for (const line of block.split('\n')) {
+        if (line.startsWith('id:')) id = line.slice(3).replace(/^ /, '');
+        else if (line.startsWith('data:')) data += line.slice(5).replace(/^ /, '');
+      }
+      if (id !== null) lastId = id;
+      if (data) onEvent(data);
+    }
+  }
+}
+
+/** How often a dropped event stream is opened again (with Last-Event-ID) before follow() polls instead. */
+const STREAM_RETRIES = 3;
+
+/**
  * Follows one conversation live: calls onView(view, live) with each reading that differs from the last
  * (live: whether more is to come) and onError(error) when a reading fails. Stops by itself once the
  * conversation is settled; answers a function that stops it.
  *
- * Today it polls GET /conversations/{id} (an operator: GET /operator/conversations/{id}) every POLL_MS.
- * The one place to change for the event stream: EventSource on GET /conversations/{id}/events, each
- * event one reading, ending where the stream ends.
+ * While its turn runs, each event of GET /conversations/{id}/events (the customer's stream: their token,
+ * or none with authentication off) triggers one reading of the conversation (an operator reads GET
+ * /operator/conversations/{id}); a dropped stream is resumed with Last-Event-ID. Once the stream ends
+ * (the turn is over) — or cannot be opened (an operator without a customer's token on a serve with
+ * tokens) — it reads every POLL_MS until the conversation is settled: a person's decision comes as a
+ * later turn.
  */
 function follow(conversationId, onView, onError) {
   let stopped = false;
   let timer = null;
   let last = '';
-  async function read() {
-    if (stopped) return;
+  let reading = null;
+  let again = false;
+  const abort = new AbortController();
+  /** One reading; answers whether the conversation is settled. */
+  async function readOnce() {
     try {
       const view = await readConversation(conversationId);
-      if (stopped) return;
+      if (stopped) return true;
       const live = !settled(view);
       const seen = JSON.stringify(view);
       if (seen !== last || !live) { last = seen; onView(view, live); }
-      if (!live) { stopped = true; return; }
+      return !live;
     } catch (error) {
-      if (stopped) return;
-      onError(error);
+      if (!stopped) onError(error);
+      return false;
     }
-    timer = setTimeout(read, POLL_MS);
   }
-  read();
-  return () => { stopped = true; clearTimeout(timer); };
+  /** A reading after an event: events that come while one is in flight ask for one more after it. */
+  function refresh() {
+    if (reading) { again = true; return reading; }
+    reading = (async () => {
+      do { again = false; await readOnce(); } while (again && !stopped);
+      reading = null;
+    })();
+    return reading;
+  }
+  async function poll() {
+    if (stopped) return;
+    if (await readOnce()) { stopped = true; return; }
+    if (!stopped) timer = setTimeout(poll, POLL_MS);
+  }
+  async function stream() {
+    let lastId = null;
+    for (let tries = 0; !stopped && tries <= STREAM_RETRIES; tries += 1) {
+      try {
+        lastId = await readEvents(conversationId, lastId, () => refresh(), abort.signal);
+        break;
+      } catch (error) {
+        if (stopped || (error instanceof ApiError && error.status < 500)) break;
+        await new Promise((resolve) => { timer = setTimeout(resolve, POLL_MS); });
+      }
+    }
+    if (reading) await reading;
+    poll();
+  }
+  refresh().then(() => { if (!stopped) stream(); });
+  return () => { stopped = true; clearTimeout(timer); abort.abort(); };
 }
 
 // ---- what the page shows ----
