@@ -18,7 +18,7 @@ use super::{ApiState, Caller, HttpError, idempotency_key};
 use crate::core::{ApiError, validate_request};
 use crate::openai::progress::PollPlan;
 use crate::openai::{
-    self, CONVERSATION_HEADER, ChatAsk, ChatRequest, OpenAiError, ProgressSource, SwarmTurn, TurnEvent, ViewPolling,
+    self, CONVERSATION_HEADER, ChatAsk, ChatRequest, LogProgress, OpenAiError, ProgressSource, SwarmTurn, TurnEvent,
     WatchError,
 };
 
@@ -100,7 +100,7 @@ pub(super) async fn chat_completions(
     let turn = SwarmTurn { conversation_id: created.conversation_id.to_string(), turn: created.turn, status: None };
     tracing::info!(conversation_id = %turn.conversation_id, turn = turn.turn, stream, "chat completion accepted");
     let plan = PollPlan::for_deadline(Duration::from_secs(state.core.settings().deadline_secs));
-    let source = ViewPolling::new(state.core.clone(), turn.conversation_id.clone(), customer, turn.turn, plan);
+    let source = LogProgress::open(state.core.clone(), &turn.conversation_id, customer, turn.turn, plan).await?;
     let named = HeaderValue::from_str(&turn.conversation_id)
         .map_err(|e| OpenAiError::of_status(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     let mut response =

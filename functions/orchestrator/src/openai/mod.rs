@@ -7,6 +7,7 @@
 //! sent by the client (the swarm's tools are its own), `n` other than 1, content parts other
 //! than text, no user message.
 
+pub mod from_log;
 pub mod progress;
 
 use axum::http::StatusCode;
@@ -14,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use swarm_core::domain::{ConversationStatus, Usage};
 
-pub use progress::{ProgressLine, ProgressSource, TurnEnd, TurnEvent, ViewPolling, WatchError};
+pub use from_log::LogProgress;
+pub use progress::{ProgressLine, ProgressSource, TurnEnd, TurnEvent, WatchError};
 
 /// The one model this API serves (`GET /v1/models`, a request's `model`).
 pub const MODEL_ID: &str = "lambda-swarm";

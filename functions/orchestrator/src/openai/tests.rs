@@ -2,9 +2,8 @@
 
 use serde_json::json;
 use swarm_core::domain::{ConversationStatus, SubtaskStatus, Usage};
-use swarm_core::view::{Progress, SubtaskView, TurnView};
+use swarm_core::view::{Progress, TurnView};
 
-use super::progress::Seen;
 use super::*;
 
 fn request(body: Value) -> ChatRequest {
@@ -170,29 +169,13 @@ fn chunks_have_openai_s_shape() {
     assert_eq!(models()["object"], "list");
 }
 
-fn subtask(id: &str, status: SubtaskStatus, tools: &[&str], error: Option<&str>) -> SubtaskView {
-    SubtaskView {
-        id: id.into(),
-        instruction: format!("do {id}"),
-        depends_on: vec![],
-        tools_used: tools.iter().map(|t| (*t).to_owned()).collect(),
-        status,
-        error: error.map(str::to_owned),
-        error_code: None,
-        effects: vec![],
-        started_at: None,
-        finished_at: None,
-        state: None,
-    }
-}
-
-fn view(status: ConversationStatus, subtasks: Vec<SubtaskView>) -> TurnView {
+fn view(status: ConversationStatus) -> TurnView {
     TurnView {
         turn: 0,
         message: String::new(),
         status,
-        progress: Progress { finished: 0, total: subtasks.len() as u32 },
-        subtasks,
+        progress: Progress { finished: 0, total: 0 },
+        subtasks: vec![],
         reply: None,
         usage: None,
         started_at: String::new(),
@@ -201,51 +184,47 @@ fn view(status: ConversationStatus, subtasks: Vec<SubtaskView>) -> TurnView {
 }
 
 #[test]
-fn progress_is_what_changed_between_two_views_told_once() {
-    let mut seen = Seen::default();
-    assert_eq!(seen.observe(&view(ConversationStatus::Planning, vec![])), vec![]);
-    let queued =
-        vec![subtask("w01", SubtaskStatus::Queued, &[], None), subtask("w02", SubtaskStatus::Pending, &[], None)];
+fn each_logged_event_is_one_line_and_the_reply_is_announced_once_every_subtask_finished() {
+    use swarm_core::events::{Event, PlannedSubtask};
+    let mut told = super::from_log::Told::default();
+    let planned = Event::TurnPlanned {
+        turn: 0,
+        subtasks: vec![
+            PlannedSubtask { id: "w01".into(), instruction: "do w01".into(), depends_on: vec![] },
+            PlannedSubtask { id: "w02".into(), instruction: "do w02".into(), depends_on: vec!["w01".into()] },
+        ],
+    };
     assert_eq!(
-        seen.observe(&view(ConversationStatus::Running, queued.clone())),
-        vec![ProgressLine::Planned {
-            subtasks: vec![("w01".into(), "do w01".into()), ("w02".into(), "do w02".into())]
-        }]
-    );
-    assert_eq!(seen.observe(&view(ConversationStatus::Running, queued)), vec![], "nothing twice");
-    let moved = vec![
-        subtask("w01", SubtaskStatus::Succeeded, &["get_order"], None),
-        subtask("w02", SubtaskStatus::Running, &[], None),
-    ];
-    let lines = seen.observe(&view(ConversationStatus::Running, moved));
-    assert_eq!(
-        lines,
+        told.lines([&planned, &Event::SubtaskStarted { subtask: "w01".into() }]),
         vec![
-            ProgressLine::Finished {
-                subtask: "w01".into(),
-                status: SubtaskStatus::Succeeded,
-                tools: vec!["get_order".into()],
-                why: None
-            },
-            ProgressLine::Started { subtask: "w02".into() },
+            ProgressLine::Planned { subtasks: vec![("w01".into(), "do w01".into()), ("w02".into(), "do w02".into())] },
+            ProgressLine::Started { subtask: "w01".into() },
         ]
     );
-    assert_eq!(lines[0].text(), "w01 succeeded (tools: get_order)");
-    let ended = vec![
-        subtask("w01", SubtaskStatus::Succeeded, &["get_order"], None),
-        subtask("w02", SubtaskStatus::Failed, &[], Some("a tool did not answer")),
-    ];
-    let lines = seen.observe(&view(ConversationStatus::Aggregating, ended));
+    let finished = |id: &str, status, tools: &[&str]| Event::SubtaskFinished {
+        subtask: id.into(),
+        status,
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        tokens: None,
+        duration_ms: None,
+    };
+    let tool =
+        Event::ToolCalled { subtask: "w01".into(), tool: "shop__refund".into(), ordinal: 1, status: "intent".into() };
+    let lines = told.lines([&tool, &finished("w01", SubtaskStatus::Succeeded, &["get_order"])]);
+    assert_eq!(lines.iter().map(ProgressLine::text).collect::<Vec<_>>(), ["w01 succeeded (tools: get_order)"]);
+    let lines = told.lines([&finished("w02", SubtaskStatus::AwaitingApproval, &[])]);
     assert_eq!(
         lines.iter().map(ProgressLine::text).collect::<Vec<_>>(),
-        ["w02 failed: a tool did not answer", "Writing the reply"]
+        ["w02 waits for a person's approval", "Writing the reply"],
+        "every planned subtask finished: the reply is next"
     );
+    assert_eq!(told.lines([&Event::TurnDone { turn: 0, status: ConversationStatus::Done }]), vec![], "told once");
 }
 
 #[test]
 fn a_turn_ends_with_its_status_reply_and_usage() {
-    let mut done = view(ConversationStatus::Done, vec![]);
-    assert_eq!(progress::ended(&view(ConversationStatus::Running, vec![])), None);
+    let mut done = view(ConversationStatus::Done);
+    assert_eq!(progress::ended(&view(ConversationStatus::Running)), None);
     done.reply = Some("ok".into());
     done.usage = Some(usage());
     assert_eq!(
