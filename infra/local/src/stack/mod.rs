@@ -155,7 +155,10 @@ impl LocalStack {
             timeout: lambda_timeout(timings.orchestrator.timeout),
             faults,
             counters: observed.counters.clone(),
-            events: orchestrator::api::EventStreamSettings::from_env(),
+            // As the streaming function on AWS: a stream ends by the deadline + 70 s (`stream_main.rs`).
+            events: orchestrator::api::EventStreamSettings::from_env().capped(orchestrator::openai::max_duration(
+                std::time::Duration::from_secs(functions.orchestrator.settings().deadline_secs),
+            )),
         };
         let front = Front::new(api, functions.approvals.clone())?;
         tracing::info!(backend = %backend.describe(), time_scale = options.time_scale, "local stack started");
