@@ -89,7 +89,8 @@ ROLE_NEEDS = {
     "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
                              secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
                              invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*", "APPROVALS"}),
-    # The streaming API starts and follows conversations as the orchestrator does; it decides no approval.
+    # The streaming API starts and follows conversations as the orchestrator does and serves the console's reads
+    # (a customer's list: the customer index); it decides no approval.
     "StreamingApiRole": dict(send={"TasksQueue", "RefundQueue"}, secrets={"LlmApiKeySecret", "PlannerTokenSecret"},
                              invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*"}),
     "WorkerRole": dict(send={"TasksQueue"}, consume={"TasksQueue"}, secrets={"LlmApiKeySecret", "SupportTokenSecret"},

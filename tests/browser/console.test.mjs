@@ -94,6 +94,12 @@ try {
   assert.deepEqual(why, [['w04', `${failed.error} (${failed.error_code})`], ['w05', 'skipped: dependency w04 did not succeed']]);
   assert.ok(!(await page.textContent('#turns')).includes('secret internals'), 'the provider\'s text is not shown');
   assert.match(await page.textContent('#turns .usage'), /^tokens: \d+ in, \d+ out \(0 cached\) · cost \$0\.\d+$/);
+  // Tokens and cost per subtask, as the view recorded them when each ended.
+  const perSubtask = await page.$$eval('#turns .node .tokens', (ns) => ns.map((n) => n.textContent));
+  assert.deepEqual(perSubtask, final.subtasks.map((s) => (s.usage
+    ? `tokens: ${s.usage.prompt_tokens ?? '?'} in, ${s.usage.completion_tokens ?? '?'} out · ${s.usage.cost_usd == null ? '?' : `$${s.usage.cost_usd.toFixed(5)}`}`
+    : 'tokens: not reported')));
+  assert.ok(perSubtask.slice(0, 3).every((t) => /^tokens: [1-9]\d* in, [1-9]\d* out · \$0\.\d+$/.test(t)), perSubtask.join(' | '));
   assert.equal(await page.textContent('#turns .reply'), final.reply, 'the reply as written');
   const seen = await page.evaluate(() => window.__seen);
   const before = seen.filter((s) => /:(PENDING|QUEUED|RUNNING|PLANNING|AGGREGATING|SUBMITTED)$/.test(s));

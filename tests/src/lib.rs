@@ -147,6 +147,27 @@ pub fn with_room_to_plan(mut timings: swarm_core::timings::Timings) -> swarm_cor
     timings
 }
 
+/// `timings` with the orchestrator's every budget × `factor` — the API's integration timeout, the
+/// function's timeout, the request budget, the plan budget, what is kept after the plan, the per-call
+/// deadline and the planning lease — so every rule between them holds as in the table. For a test at a
+/// scale where the table's per-call 2 s would fall under the emulator's headroom
+/// ([`EMULATOR_CALL_P90`] × [`EMULATOR_CALL_HEADROOM`], 400 ms) and whose waits cannot afford
+/// [`with_room_to_plan`]'s × 40 lease: at 1/12 a factor of 3 gives each call 500 ms (at 1/24 the
+/// table's 83 ms were cut on a loaded CI machine: a 503 for a write moto answered late).
+pub fn with_orchestrator_slowed(
+    mut timings: swarm_core::timings::Timings,
+    factor: u32,
+) -> swarm_core::timings::Timings {
+    timings.api.integration_timeout *= factor;
+    let o = &mut timings.orchestrator;
+    for budget in
+        [&mut o.timeout, &mut o.request_budget, &mut o.plan_budget, &mut o.post_plan, &mut o.aws_call, &mut o.lease]
+    {
+        *budget *= factor;
+    }
+    timings
+}
+
 /// `timings` with room for whole invocations at a small time scale, and the table's rule between
 /// them and the aggregation lease kept. Function timeouts are held in whole seconds (at least 1 s),
 /// so at 1/240 the table's 60 s become 1 s, in which a loaded 2-core machine's invocation on the
@@ -309,6 +330,23 @@ mod tests {
         assert!(o.request_budget - o.post_plan >= floor * 3, "{:?} before planning", o.request_budget - o.post_plan);
         // The table as it is would not: 2 s at 1/240 is 8 ms.
         assert!(swarm_core::timings::Timings::standard().scaled(1.0 / 240.0).orchestrator.aws_call < floor);
+    }
+
+    /// The same rule for a slowed orchestrator at the scales the tests use it at.
+    #[test]
+    fn a_slowed_orchestrator_keeps_the_per_call_budget_above_the_emulators_latency() {
+        let floor = EMULATOR_CALL_P90 * EMULATOR_CALL_HEADROOM;
+        for (factor, scale) in [(3, 1.0 / 12.0), (6, 1.0 / 30.0)] {
+            let table = swarm_core::timings::Timings::standard().clone();
+            let t = with_orchestrator_slowed(table.clone(), factor).scaled(scale);
+            let o = &t.orchestrator;
+            assert!(o.aws_call >= floor, "× {factor} at {scale}: {:?} per call, at least {floor:?}", o.aws_call);
+            assert!(
+                o.plan_budget + o.post_plan <= o.request_budget && o.request_budget < o.timeout && o.timeout < o.lease
+            );
+            assert!(o.timeout < t.api.integration_timeout);
+            assert!(table.scaled(scale).orchestrator.aws_call < floor, "the table alone would not at {scale}");
+        }
     }
 
     /// The same rule for the worker's receipt heartbeat with room for invocations at 1/240: each

@@ -68,8 +68,9 @@ async fn every_case_is_answered_in_the_language_and_script_it_was_written_in(bac
 }
 
 /// Kills every worker that began a subtask's attempt: the subtask began, and each time its message
-/// comes back (after the receipt visibility, 1.25 s here) its new attempt dies too, so it never
-/// finishes before the 5 s deadline and the deadline path closes it; (the aggregator never getting
+/// comes back (after the receipt visibility, 2.5 s here) its new attempt dies too, so it never
+/// finishes before the 10 s deadline and the deadline path closes it (the fifth receive, which would
+/// dead-letter it 2.5 s later, comes at the deadline at the earliest); (the aggregator never getting
 /// its lease) only the deadline path answers, without a model. (A conversation none of whose subtasks
 /// began is failed, not answered; since the receipt heartbeat a single crash costs only a retry.)
 struct KillEveryAttempt;
@@ -81,8 +82,11 @@ impl FaultPlan for KillEveryAttempt {
 }
 
 async fn the_deadline_paths_model_free_reply_is_written_in_the_stored_script(backend: BackendChoice) {
-    // The standard deadline (120 s) at 1/24: 5 s; planning keeps about a second for its catalogue.
-    let timings = swarm_tests::with_room_for_tool_calls(Timings::standard().clone());
+    // The standard deadline (120 s) at 1/12: 10 s. The orchestrator's budgets × 3 (each store write or
+    // send after the plan 500 ms, where the table's at 1/24 left 83 ms and a loaded emulator's write
+    // missed it: a 503); its planning lease (8.75 s) still ends before the deadline.
+    let timings =
+        swarm_tests::with_orchestrator_slowed(swarm_tests::with_room_for_tool_calls(Timings::standard().clone()), 3);
     let plan = json!({"subtasks": [
         {"id": "w01", "instruction": "查詢訂單 A1029 的狀態", "tools": ["shop__get_order"]}
     ]});
@@ -98,7 +102,7 @@ async fn the_deadline_paths_model_free_reply_is_written_in_the_stored_script(bac
             }),
         ),
         timings,
-        time_scale: 1.0 / 24.0,
+        time_scale: 1.0 / 12.0,
         ..StackOptions::default()
     })
     .await

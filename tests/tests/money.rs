@@ -428,9 +428,9 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     // orchestrator sends it. The orchestrator dies after the subtasks are written, before any is sent; the
     // client's retry with the same key (once the planning lease has expired) sends both. At 1/30 of the
     // table (a tool call's 10 s → 333 ms), the deadline lifted to 3600 s (120 s). The orchestrator's
-    // timeout, plan budget and planning lease × 4 (4 s, 3.3 s, 4.7 s; their order kept): at the
-    // table's 1 s the retry's POST timed out on a loaded emulator ("the orchestrator invocation timed
-    // out (timeout 1s)"); × 40 (`with_room_to_plan`) would make the wait for the lease 140 s.
+    // budgets × 6 (`with_orchestrator_slowed`: timeout 5.8 s, 400 ms a call, lease 7 s; their order
+    // kept): at the table's 1 s the retry's POST timed out on a loaded emulator ("the orchestrator
+    // invocation timed out (timeout 1s)"); × 40 (`with_room_to_plan`) would make the wait for the lease 140 s.
     let plan = serde_json::json!({"subtasks": [
         {"id": "w01", "instruction": "Check the status of order A1033.", "tools": ["shop__get_order"]},
         {"id": "w02", "instruction": "Refund order A1033 if the shop allows it; the customer's reason: \"Please refund order A1033\".",
@@ -439,15 +439,9 @@ async fn an_orchestrator_killed_before_enqueueing_sends_the_waiting_refund_on_a_
     .to_string();
     let mut timings = Timings::standard().clone();
     timings.conversation.deadline = Duration::from_secs(3600);
-    // Room for the emulator on a loaded machine: at 1/30 the request budget's share for the
+    // Room for the emulator on a loaded machine: at 1/30 × 4 the request budget's share for the
     // conversation's write was 217 ms, which moto under a parallel build did not meet.
-    timings.api.integration_timeout *= 4;
-    timings.orchestrator.timeout *= 4;
-    timings.orchestrator.request_budget *= 4;
-    timings.orchestrator.plan_budget *= 4;
-    timings.orchestrator.post_plan *= 4;
-    timings.orchestrator.aws_call *= 4;
-    timings.orchestrator.lease *= 4;
+    let timings = swarm_tests::with_orchestrator_slowed(timings, 6);
     let stack = start(StackOptions {
         backend,
         timings,

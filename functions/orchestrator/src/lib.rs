@@ -4,6 +4,7 @@ pub mod api;
 pub mod approvals;
 pub mod budget;
 pub mod config;
+pub mod console;
 pub mod core;
 pub mod cursor;
 pub mod openai;

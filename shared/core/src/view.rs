@@ -56,6 +56,11 @@ pub struct SubtaskView {
     /// `status` in lower case (`succeeded`, `awaiting_approval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<LowerCase<SubtaskStatus>>,
+    /// The model's tokens and cost for this subtask's attempts so far, as recorded when it finished
+    /// (absent until then, or when no provider reported usage; fields not reported are `null`, not 0).
+    /// The turn's `usage` is the planner's, these and the reply writer's together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl SubtaskView {
@@ -79,6 +84,7 @@ impl SubtaskView {
             started_at: r.started_at_ms.map(rfc3339),
             finished_at: r.finished_at_ms.filter(|_| r.status.is_terminal()).map(rfc3339),
             state: Some(LowerCase(r.status)),
+            usage: if r.usage.is_empty() { None } else { Some(r.usage) },
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The streaming function as Lambda runs it, without AWS: a function URL event (`events/function-url-chat-completions.json`) through lambda_http's `StreamAdapter` (what `run_with_streaming_response` wraps the router in) into the streaming router, and the response's head and body chunks as Lambda streams them — a 401 without a token, 503 for a valid one while the issuer is down, 404 off the long-running routes, and a chat completion's SSE frames arriving one by one.
+//! The streaming function as Lambda runs it, without AWS: a function URL event (`events/function-url-chat-completions.json`) through lambda_http's `StreamAdapter` (what `run_with_streaming_response` wraps the router in) into the streaming router, and the response's head and body chunks as Lambda streams them — a 401 without a token, 503 for a valid one while the issuer is down, 404 off the long-running routes and the console's page and reads, and a chat completion's SSE frames arriving one by one.
 
 use std::sync::Arc;
 
@@ -108,16 +108,52 @@ async fn a_valid_token_while_the_issuer_is_down_answers_503_not_401() {
     assert_eq!((&body["error"]["type"], &body["error"]["code"]), (&json!("server_error"), &json!("unavailable")));
 }
 
-#[tokio::test]
-async fn only_the_long_running_routes_are_served_on_the_url() {
+// Paused time: the streamed completion below runs to its turn's end (deadline plus a minute) at once.
+#[tokio::test(start_paused = true)]
+async fn only_the_long_running_routes_and_the_consoles_page_and_reads_are_served_on_the_url() {
     let key = SigningKey::generate("k1");
+    let app = app(&key);
     let auth = token(&key, "C104");
-    let (status, _, chunks) = invoke(app(&key), event("GET", "/v1/models", None, Some(&auth))).await;
+    let (status, _, chunks) = invoke(app.clone(), event("GET", "/v1/models", None, Some(&auth))).await;
     assert_eq!(status, 200);
     let models: Value = serde_json::from_str(&chunks.concat()).unwrap();
     assert_eq!(models["data"][0]["id"], "lambda-swarm");
-    for (method, path) in [("GET", "/conversations"), ("GET", "/approvals"), ("GET", "/health")] {
-        let (status, _, chunks) = invoke(app(&key), event(method, path, None, Some(&auth))).await;
+    // The console's page, with no credential (it holds no data), under its CSP.
+    for path in crate::console::ROUTES {
+        let (status, headers, chunks) = invoke(app.clone(), event("GET", path, None, None)).await;
+        assert_eq!(status, 200, "{path}");
+        assert_eq!(headers["content-security-policy"], crate::console::CONTENT_SECURITY_POLICY, "{path}");
+        assert!(!chunks.concat().is_empty(), "{path}");
+    }
+    // Its reads, with the customer's token only: a conversation started through the URL's completions
+    // is in C104's list and readable; without a token, 401; another customer's token does not see it.
+    let (_, headers, _) = invoke(app.clone(), event("POST", "/v1/chat/completions", None, Some(&auth))).await;
+    let id = headers["x-swarm-conversation-id"].to_str().unwrap().to_owned();
+    let (status, _, chunks) = invoke(app.clone(), event("GET", "/conversations", None, Some(&auth))).await;
+    assert_eq!(status, 200, "{chunks:?}");
+    let page: Value = serde_json::from_str(&chunks.concat()).unwrap();
+    assert_eq!(page["conversations"][0]["conversation_id"], json!(id), "{page}");
+    let (status, _, chunks) =
+        invoke(app.clone(), event("GET", &format!("/conversations/{id}"), None, Some(&auth))).await;
+    assert_eq!(status, 200, "{chunks:?}");
+    let view: Value = serde_json::from_str(&chunks.concat()).unwrap();
+    assert_eq!((&view["conversation_id"], &view["subtasks"][0]["id"]), (&json!(id), &json!("w01")), "{view}");
+    let (status, ..) = invoke(app.clone(), event("GET", "/conversations", None, None)).await;
+    assert_eq!(status, 401);
+    let stranger = token(&key, "C105");
+    let (status, ..) = invoke(app.clone(), event("GET", &format!("/conversations/{id}"), None, Some(&stranger))).await;
+    assert_eq!(status, 404, "another customer's conversation is not found");
+    // Nothing that writes but the long-running routes, and never the operators' routes.
+    for (method, path) in [
+        ("POST", "/conversations".to_owned()),
+        ("POST", format!("/conversations/{id}/messages")),
+        ("GET", "/approvals".to_owned()),
+        ("POST", "/approvals/a1".to_owned()),
+        ("GET", format!("/operator/conversations/{id}")),
+        ("GET", "/health".to_owned()),
+        ("GET", "/console/other.js".to_owned()),
+    ] {
+        let (status, _, chunks) = invoke(app.clone(), event(method, &path, Some("{}"), Some(&auth))).await;
         assert_eq!(status, 404, "{method} {path}");
         assert!(chunks.concat().contains("not_found"), "{method} {path}: {chunks:?}");
     }

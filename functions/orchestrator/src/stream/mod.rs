@@ -1,7 +1,7 @@
-//! The streaming entry point: the orchestrator's long-running routes ([`LONG_RUNNING_ROUTES`]) on a Lambda function URL in `RESPONSE_STREAM` mode, past the HTTP API's 30 s cut; customers' JWTs verified in the function ([`jwt`]), since a function URL authorises only `NONE` or `AWS_IAM`.
+//! The streaming entry point: the orchestrator's long-running routes ([`LONG_RUNNING_ROUTES`]) on a Lambda function URL in `RESPONSE_STREAM` mode, past the HTTP API's 30 s cut, and beside them the live console with the reads it makes ([`CONSOLE_READS`]); customers' JWTs verified in the function ([`jwt`]), since a function URL authorises only `NONE` or `AWS_IAM`.
 //!
 //! The `orchestrator-stream` binary serves [`router`] with `lambda_http::run_with_streaming_response`;
-//! `swarm-local serve` serves the same routes on its one port, each request cut at
+//! `swarm-local serve` serves the same routes on its one port, each long-running request cut at
 //! [`crate::openai::max_duration`] instead of the orchestrator's timeout ([`is_long_running`]).
 
 pub mod jwt;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use swarm_adapters::config::{AuthConfig, AuthMode, ConfigError, Vars};
@@ -29,6 +30,21 @@ pub const LONG_RUNNING_ROUTES: &[&str] = &[
     "/conversations/{id}/events",
 ];
 
+/// The `GET` routes the console reads besides the event stream, served on the streaming URL too so that
+/// the page served there ([`crate::console::ROUTES`]) reads from its own origin: the caller's
+/// conversations and one conversation, authorised as every route of the URL (the customer's JWT,
+/// verified in the function). Reads only: a conversation is started through the HTTP API, and the
+/// operators' routes (`AWS_IAM`) are never served here, so on AWS the console is read-only.
+pub const CONSOLE_READS: &[&str] = &["/conversations", "/conversations/{id}"];
+
+/// Whether the streaming URL serves `method` `path`: any method of a long-running route (each
+/// route answers 405 for the methods it does not take), `GET` of the console and of its reads.
+pub fn is_served_on_url(method: &Method, path: &str) -> bool {
+    is_long_running(path)
+        || (method == Method::GET
+            && crate::console::ROUTES.iter().chain(CONSOLE_READS).any(|route| matches_route(route, path)))
+}
+
 /// Whether `path` is one of [`LONG_RUNNING_ROUTES`] (a `{name}` segment matches any one non-empty segment).
 pub fn is_long_running(path: &str) -> bool {
     LONG_RUNNING_ROUTES.iter().any(|route| matches_route(route, path))
@@ -47,16 +63,16 @@ fn matches_route(route: &str, path: &str) -> bool {
     }
 }
 
-/// The API of `state` with only [`LONG_RUNNING_ROUTES`] served: any other path answers 404 in the
-/// API's error shape (the HTTP API serves those, behind API Gateway's authorizers; the operators'
-/// IAM-only routes are never reachable through a public URL).
+/// The API of `state` and the console with only what [`is_served_on_url`] names served: any other
+/// path answers 404 in the API's error shape (the HTTP API serves those, behind API Gateway's
+/// authorizers; the operators' IAM-only routes are never reachable through a public URL).
 pub fn router(state: ApiState) -> Router {
-    api::router(state).layer(axum::middleware::from_fn(only_long_running))
+    api::router(state).merge(crate::console::router()).layer(axum::middleware::from_fn(only_served_on_url))
 }
 
-/// Passes a long-running route on; answers 404 for any other.
-async fn only_long_running(request: Request, next: Next) -> Response {
-    if is_long_running(request.uri().path()) {
+/// Passes a route of the URL on; answers 404 for any other.
+async fn only_served_on_url(request: Request, next: Next) -> Response {
+    if is_served_on_url(request.method(), request.uri().path()) {
         next.run(request).await
     } else {
         api::error::not_found(request.method().clone(), request.uri().clone()).await.into_response()

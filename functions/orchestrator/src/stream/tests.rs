@@ -127,6 +127,14 @@ fn long_running_routes_match_whole_segments() {
     assert!(!is_long_running("/v1/"));
     assert!(!is_long_running("/conversations"));
     assert!(!is_long_running("/approvals/a1"));
+    // The console's page and reads: GET only.
+    assert!(is_served_on_url(&Method::GET, "/console") && is_served_on_url(&Method::GET, "/console/console.js"));
+    assert!(is_served_on_url(&Method::GET, "/conversations") && is_served_on_url(&Method::GET, "/conversations/c1"));
+    assert!(!is_served_on_url(&Method::POST, "/conversations") && !is_served_on_url(&Method::GET, "/conversations/"));
+    assert!(
+        !is_served_on_url(&Method::GET, "/approvals") && !is_served_on_url(&Method::POST, "/conversations/c1/messages")
+    );
+    assert!(is_served_on_url(&Method::POST, "/v1/chat/completions"));
     assert!(matches_route("/conversations/{id}/events", "/conversations/c-1/events"));
     assert!(!matches_route("/conversations/{id}/events", "/conversations//events"));
     assert!(!matches_route("/conversations/{id}/events", "/conversations/c-1"));

@@ -13,7 +13,7 @@ const TURN_ENDED = new Set(['DONE', 'FAILED', 'HANDOFF']);
 /** Approvals in these still lead to a change (a decision, a run, a turn telling it). */
 const APPROVAL_OPEN = new Set(['pending', 'approved']);
 /** Node size and gaps of the subtask graph (px). */
-const NODE = { w: 230, h: 140, gapX: 56, gapY: 14 };
+const NODE = { w: 230, h: 158, gapX: 56, gapY: 14 };
 
 const keys = { customer: 'swarm.customer', customerToken: 'swarm.customerToken', operatorToken: 'swarm.operatorToken' };
 
@@ -229,6 +229,14 @@ function usageText(usage) {
   return `tokens: ${n(usage.prompt_tokens)} in, ${n(usage.completion_tokens)} out (${n(usage.cached_tokens)} cached) · cost ${cost}`;
 }
 
+/** A subtask's own tokens and cost, one short line; a subtask still running has none recorded yet. */
+function subtaskUsageText(s) {
+  if (!s.usage) return ['SUCCEEDED', 'FAILED', 'SKIPPED'].includes(s.status) ? 'tokens: not reported' : 'tokens: when it ends';
+  const n = (v) => (v === null || v === undefined ? '?' : v);
+  const cost = s.usage.cost_usd === null || s.usage.cost_usd === undefined ? '?' : `$${s.usage.cost_usd.toFixed(5)}`;
+  return `tokens: ${n(s.usage.prompt_tokens)} in, ${n(s.usage.completion_tokens)} out · ${cost}`;
+}
+
 /** Columns by dependency depth: a subtask sits one column right of its deepest dependency. */
 function layout(subtasks) {
   const byId = new Map(subtasks.map((s) => [s.id, s]));
@@ -264,6 +272,7 @@ function subtaskNode(s, at) {
     el('div', { class: 'instruction', title: s.instruction, text: s.instruction }),
     el('div', { class: 'small tools', text: tools }),
     el('div', { class: 'small duration', text: duration(s) ? `duration: ${duration(s)}` : 'not started' }),
+    el('div', { class: 'small tokens', text: subtaskUsageText(s) }),
     effects ? el('div', { class: 'small effects', text: `effects: ${effects}` }) : null,
     s.error ? el('div', { class: 'small why', text: s.error_code ? `${s.error} (${s.error_code})` : s.error }) : null);
   node.style.left = `${at.x}px`;
