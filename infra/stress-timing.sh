@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the timing-sensitive tests N times in a row under a parallel CPU load (stress-ng), to show they hold on a busy 2-core machine: the platform drills, the no-hang, money, restart, re-drive and turns tests (embedded and on the emulator), the local stack's 503/stale-plan/lost-answer tests, and the small chaos runs of infra/test.sh (their flags read from there). Stops at the first failure, naming the test and the run; prints a summary (runs, passes, time per run).
+# Runs the timing-sensitive tests N times in a row under a parallel CPU load (stress-ng), to show they hold on a busy 2-core machine: the platform drills, the no-hang, money, restart, re-drive, turns and languages tests (embedded and on the emulator), the local stack's 503/stale-plan/lost-answer tests, and the small chaos runs of infra/test.sh (their flags read from there). Stops at the first failure, naming the test and the run; prints a summary (runs, passes, time per run).
 # Usage: infra/stress-timing.sh [N]          N runs (default 10; or STRESS_RUNS)
 #   STRESS_CPU=2        stress-ng CPU workers beside the tests (default 2; 0 runs without load)
 #   STRESS_ONLY=regex   only the entries whose name matches (names: swarm-tests/platform_drills, …, chaos/embedded, chaos/emulator)
@@ -38,6 +38,7 @@ tests=(
     swarm-tests/restart
     swarm-tests/redrive
     swarm-tests/turns
+    swarm-tests/languages
     worker/no_hang
     swarm-local/retry_after_503
     swarm-local/stale_plan
