@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 #[allow(dead_code)] // each suite uses the part it needs
 pub mod lossy;
+#[allow(dead_code)] // each suite uses the part it needs
+pub mod store_fixtures;
 
 use anyhow::Result;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
