@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
 use swarm_core::domain::{
-    Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, Lease, MAX_RESULT_CHARS,
-    SubtaskId, SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
+    Conversation, ConversationId, ConversationStatus, FailureKind, Handoff, HandoffReason, MAX_RESULT_CHARS, SubtaskId,
+    SubtaskRecord, SubtaskResult, SubtaskStatus, ToolCallRecord, Usage, now_ms, request_hash,
 };
 use swarm_core::effects::AttemptLease;
 use swarm_core::language::Language;
