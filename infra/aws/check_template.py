@@ -77,7 +77,8 @@ XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
 # Why each: the orchestrator enqueues every subtask at planning time (refund ones on the refund queue, whatever
 # their dependencies) and approved refunds, claims idempotency keys and rate slots, records operators' decisions
 # (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
-# workers and the DLQ consumer never send to the refund queue (refund subtasks wait for their dependencies on it);
+# workers never send to the refund queue (refund subtasks wait for their dependencies on it), the DLQ consumer only
+# a dead-lettered confirmation, back as its next replay;
 # only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer and
 # the sweeper run no model and no tool (the sweeper runs the deadline path: conversation writes and the sweep
 # index; and re-enqueues approved refunds not run past their token's window with a fresh token: the approval key,
@@ -98,8 +99,11 @@ ROLE_NEEDS = {
     "RefundWorkerRole": dict(send={"TasksQueue", "RefundQueue"}, consume={"RefundQueue"},
                              secrets={"LlmApiKeySecret", "RefundTokenSecret"}, invoke={"ToolGateway"},
                              writes={"CONV#*", "APPROVALS"}),
-    "DlqConsumerRole": dict(send={"TasksQueue"}, consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"},
-                            writes={"CONV#*"}),
+    # The DLQ consumer hands a dead-lettered confirmation back to its role's queue (the side effects' queue) as the
+    # next replay, bounded by the confirmation's attempts: its receives were used up by failed invocations, which
+    # say nothing of the side effect. It holds no gateway token and no approval key, so it can run nothing there.
+    "DlqConsumerRole": dict(send={"TasksQueue", "RefundQueue"},
+                            consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"}, writes={"CONV#*"}),
     "SweeperRole": dict(send={"RefundQueue"}, secrets={"ApprovalKeySecret"}, writes={"CONV#*", "APPROVALS"}),
     # The role SAM makes for the sweeper's EventBridge Scheduler schedule: it invokes the sweeper, nothing else.
     "SweeperScheduleRole": dict(invoke={"Sweeper"}),

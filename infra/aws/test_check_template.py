@@ -243,8 +243,8 @@ class LeastPrivilege(unittest.TestCase):
         self.assertIn("[defaults] WorkerRole: can send to RefundQueue without needing it", self.findings(t))
         t = copy.deepcopy(self.expanded)
         st = self.statement(t, "DlqConsumerRole", "EnqueueDependentsAndDeadlines")
-        st["Resource"] = {"Fn::GetAtt": ["RefundQueue", "Arn"]}
-        self.assertIn("[defaults] DlqConsumerRole: can send to RefundQueue without needing it", self.findings(t))
+        st["Resource"] = [st["Resource"], {"Fn::GetAtt": ["TasksDeadLetterQueue", "Arn"]}]
+        self.assertIn("[defaults] DlqConsumerRole: can send to TasksDeadLetterQueue without needing it", self.findings(t))
 
     def test_a_role_that_can_read_the_refund_token_or_another_functions_secret_is_found(self):
         t = copy.deepcopy(self.expanded)
@@ -518,15 +518,15 @@ class Wiring(unittest.TestCase):
         self.assertEqual(set(self.local["functions"]),
                          {"Orchestrator", "Worker", "RefundWorker", "DlqConsumer", "Sweeper", "Aggregator"})
 
-    def test_a_wiring_that_gives_the_dlq_consumer_the_refund_queue_fails(self):
+    def test_a_wiring_that_gives_the_support_worker_the_refund_queue_fails(self):
         local = copy.deepcopy(self.local)
-        dlq = local["functions"]["DlqConsumer"]
-        dlq["sends"] = sorted(dlq["sends"] + ["RefundQueue"])
-        dlq["env"] = sorted(dlq["env"] + ["REFUND_QUEUE_URL"])
+        worker = local["functions"]["Worker"]
+        worker["sends"] = sorted(worker["sends"] + ["RefundQueue"])
+        worker["env"] = sorted(worker["env"] + ["REFUND_QUEUE_URL"])
         found = self.findings(local)
-        self.assertIn("[wiring] wiring DlqConsumer: the local stack gives it a sender for RefundQueue, which its role "
+        self.assertIn("[wiring] wiring Worker: the local stack gives it a sender for RefundQueue, which its role "
                       "may not send to", found)
-        self.assertIn("[wiring] wiring DlqConsumer: the local stack gives it REFUND_QUEUE_URL; the template does not",
+        self.assertIn("[wiring] wiring Worker: the local stack gives it REFUND_QUEUE_URL; the template does not",
                       found)
         self.assertEqual(len(found), 2, found)
 

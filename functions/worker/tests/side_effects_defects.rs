@@ -1,4 +1,4 @@
-//! Defect reproductions of the side-effect path (issue 17: M1–M4, M8), on the worker alone (embedded store and queues, a scripted model, a keyed ledger as the gateway): a transient store error around the journal, two side effects in one round, the functions wired as template.yaml deploys them (their queues, their credentials), a re-run that ends waiting for approval, and the deadline path counting a finished subtask.
+//! Defect reproductions of the side-effect path (issue 17: M1–M4, M8; issue 18: a dead-lettered confirmation), on the worker alone (embedded store and queues, a scripted model, a keyed ledger as the gateway): a transient store error around the journal, two side effects in one round, the functions wired as template.yaml deploys them (their queues, their credentials), a re-run that ends waiting for approval, and the deadline path counting a finished subtask.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is the test failing
 
@@ -190,6 +190,7 @@ fn deployed(s: &Setup, env: &[(&str, &str)], agent: Option<AgentPorts>) -> wirin
 }
 
 const TASKS_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/tasks";
+const REFUND_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/refund-tasks";
 
 fn refund_call(calls: &[(&str, f64)]) -> ChatResponse {
     ChatResponse {
@@ -350,11 +351,12 @@ async fn a_dead_lettered_refund_whose_answer_was_lost_is_confirmed_not_recorded_
     let model = scripted(vec![refund_call(&[("A1033", 10.0)]), text_response("Refunded.")]);
     // RefundWorker: both queue URLs, the refund credential.
     let refunds = refund_worker(&s, s.store.clone(), model.clone(), ledger.clone());
-    // DlqConsumer: TASKS_QUEUE_URL only (template.yaml, DlqConsumer Environment, plus the Globals),
-    // parsed by its real config: no refund queue; no model, no tools.
+    // DlqConsumer: both queue URLs (template.yaml, DlqConsumer Environment, plus the Globals), parsed
+    // by its real config; no model, no tools.
     let dlq_env = [
         ("WORKER_MODE", "dlq"),
         ("TASKS_QUEUE_URL", TASKS_URL),
+        ("REFUND_QUEUE_URL", REFUND_URL),
         ("TABLE_NAME", "swarm"),
         ("DEADLINE_SECS", "120"),
         ("LLM_BASE_URL", "https://api.deepseek.com/v1"),
@@ -411,6 +413,101 @@ async fn a_dead_lettered_refund_whose_answer_was_lost_is_confirmed_not_recorded_
         entry.outcome
     );
     assert_eq!(entry.state, EffectState::Done, "the confirmation learnt the outcome");
+}
+
+/// The shop behind a gateway whose answers are lost after the shop acted (timeouts) until the flag
+/// says it answers again: a refund made, its outcome unknown until a later replay with its key.
+struct AnswersLost(Arc<Ledger>, AtomicBool);
+
+#[async_trait]
+impl ToolGateway for AnswersLost {
+    async fn list_tools(&self, ctx: &ToolContext) -> Result<Vec<ToolSpec>, ToolError> {
+        self.0.list_tools(ctx).await
+    }
+
+    async fn call_tool(
+        &self,
+        ctx: &ToolContext,
+        name: &str,
+        arguments: Value,
+        timeout: Duration,
+    ) -> Result<ToolOutput, ToolError> {
+        let answer = self.0.call_tool(ctx, name, arguments, timeout).await;
+        if !self.1.load(Ordering::SeqCst) {
+            return Err(ToolError::Timeout(timeout));
+        }
+        answer
+    }
+}
+
+/// The confirmations waiting on `q` (visible after the 1 s confirm delay), by their replay count.
+async fn confirmations_on(q: &InMemoryQueue) -> Vec<u32> {
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    bodies(q)
+        .await
+        .into_iter()
+        .filter_map(|m| match m {
+            TaskMessage::Confirm { attempt, .. } => Some(attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_lettered_confirmation_is_handed_back_to_the_refund_queue_and_the_refund_is_confirmed_once() {
+    // A confirmation whose receives were all used up by failed invocations (crashes, throttles, a
+    // restart) reaches the refund DLQ: nothing about the refund was learnt. The DLQ consumer as
+    // deployed hands it back to the refund queue as the next replay; the refund worker learns the
+    // outcome from the shop by the entry's key. Past the last replay, or in a DLQ consumer holding no
+    // sender for the refund queue, it stays submitted and nothing is sent.
+    let s = setup().await;
+    let ledger = Arc::new(Ledger::default());
+    let model = scripted(vec![refund_call(&[("A1033", 10.0)]), text_response("Refunded.")]);
+    let gateway = Arc::new(AnswersLost(ledger.clone(), AtomicBool::new(false)));
+    let refunds = refund_worker(&s, s.store.clone(), model.clone(), gateway.clone());
+    let run = refunds.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    eprintln!(
+        "run: {run:?}; subtask {}; journal {:?}",
+        rec.status,
+        rec.effects.iter().map(|e| e.state).collect::<Vec<_>>()
+    );
+    assert_eq!((rec.status, rec.effects[0].state), (SubtaskStatus::Submitted, EffectState::Intent));
+    assert_eq!(ledger.refunds(), 1, "the shop refunded; its answer was lost");
+    assert_eq!(confirmations_on(&s.refund_queue).await, [0], "the confirmation armed before the intent");
+
+    let dlq_env = [
+        ("WORKER_MODE", "dlq"),
+        ("TASKS_QUEUE_URL", TASKS_URL),
+        ("REFUND_QUEUE_URL", REFUND_URL),
+        ("TABLE_NAME", "swarm"),
+    ];
+    let dlq = deployed(&s, &dlq_env, None).closer().expect("the DLQ consumer is a closer alone");
+    let confirm =
+        |attempt: u32| TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt };
+    // The last replay's confirmation dead-lettered: given up, nothing sent.
+    let last = Timings::standard().money.confirm_attempts;
+    let given_up = dlq.handle_dead_letter(confirm(last - 1)).await;
+    assert!(matches!(given_up, Outcome::Ignored(_)), "{given_up:?}");
+    // Without a sender for the refund queue (its environment before this change): given up, nothing sent.
+    let tasks_only = [("WORKER_MODE", "dlq"), ("TASKS_QUEUE_URL", TASKS_URL), ("TABLE_NAME", "swarm")];
+    let blind = deployed(&s, &tasks_only, None).closer().unwrap().handle_dead_letter(confirm(0)).await;
+    assert!(matches!(blind, Outcome::Ignored(_)), "{blind:?}");
+    assert_eq!(confirmations_on(&s.refund_queue).await, Vec::<u32>::new(), "nothing sent by either");
+    // The first confirmation dead-lettered: handed back as the first replay.
+    let handed = dlq.handle_dead_letter(confirm(0)).await;
+    assert!(matches!(handed, Outcome::Requeued(_)), "{handed:?}");
+    assert_eq!(confirmations_on(&s.refund_queue).await, [1]);
+    assert_eq!(messages_waiting(&s) - s.refund_queue.approximate_depth().total(), 0, "nothing on the tasks queue");
+
+    gateway.1.store(true, Ordering::SeqCst);
+    let confirmed = refunds.handle(confirm(1), after(Duration::from_secs(10))).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert_eq!(confirmed, Outcome::Finished(SubtaskStatus::Succeeded));
+    assert_eq!((rec.status, rec.effects[0].state), (SubtaskStatus::Succeeded, EffectState::Done));
+    assert_eq!(ledger.refunds(), 1, "confirmed by its key, refunded once");
+    // A confirmation dead-lettered after that finds nothing left to confirm.
+    assert!(matches!(dlq.handle_dead_letter(confirm(0)).await, Outcome::Ignored(_)));
 }
 
 #[tokio::test]
@@ -479,7 +576,12 @@ async fn the_dlq_consumer_as_deployed_sends_no_refund_dependent_to_the_tasks_que
             refund_queue: InMemoryQueue::new(QueueSettings { name: "refund".into(), ..QueueSettings::default() }),
             id: conversation.id.clone(),
         };
-        let env = [("WORKER_MODE", "dlq"), ("TASKS_QUEUE_URL", TASKS_URL), ("TABLE_NAME", "swarm")];
+        let env = [
+            ("WORKER_MODE", "dlq"),
+            ("TASKS_QUEUE_URL", TASKS_URL),
+            ("REFUND_QUEUE_URL", REFUND_URL),
+            ("TABLE_NAME", "swarm"),
+        ];
         let dlq = deployed(&s, &env, None).closer().expect("a closer alone");
         let outcome = dlq.handle_dead_letter(TaskMessage::run(&s.id, &"w01".into())).await;
         let w02 = store.get_subtask(&s.id, &"w02".into()).await.unwrap().unwrap();

@@ -136,8 +136,13 @@ impl Function {
             GATEWAY[1],
             ("GATEWAY_TOKEN_SECRET_ARN", Secret(LocalSecret::RefundToken)),
         ];
-        const DLQ_CONSUMER: [(&str, Local); 4] =
-            [BASE[0], BASE[1], ("WORKER_MODE", Literal("dlq")), ("TASKS_QUEUE_URL", Queue(QueueRef::Tasks))];
+        const DLQ_CONSUMER: [(&str, Local); 5] = [
+            BASE[0],
+            BASE[1],
+            ("WORKER_MODE", Literal("dlq")),
+            ("TASKS_QUEUE_URL", Queue(QueueRef::Tasks)),
+            ("REFUND_QUEUE_URL", Queue(QueueRef::Refund)),
+        ];
         const SWEEPER: [(&str, Local); 5] = [
             BASE[0],
             BASE[1],
@@ -488,7 +493,8 @@ mod tests {
         assert_eq!(sends("Orchestrator"), json!(["RefundQueue", "TasksQueue"]));
         assert_eq!(sends("Worker"), json!(["TasksQueue"]));
         assert_eq!(sends("RefundWorker"), json!(["RefundQueue", "TasksQueue"]));
-        assert_eq!(sends("DlqConsumer"), json!(["TasksQueue"]));
+        // Dead-lettered confirmations handed back to the side effects' queue.
+        assert_eq!(sends("DlqConsumer"), json!(["RefundQueue", "TasksQueue"]));
         // Approved refunds not run past their token's window, re-enqueued with a fresh token.
         assert_eq!(sends("Sweeper"), json!(["RefundQueue"]));
         assert_eq!(sends("Aggregator"), json!([]));

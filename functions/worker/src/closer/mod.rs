@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use swarm_core::approval::ApprovalKey;
-use swarm_core::domain::{ConversationId, FailureKind, SubtaskId, SubtaskResult, TaskMessage, now_ms};
+use swarm_core::domain::{ConversationId, FailureKind, SubtaskId, SubtaskResult, SubtaskStatus, TaskMessage, now_ms};
+use swarm_core::effects::EffectState;
 use swarm_core::obs;
-use swarm_core::ports::{ConversationStore, QueueError, StoreError};
+use swarm_core::ports::{ConversationStore, QueueError, StoreError, SubtaskStore};
 use swarm_core::roles::TaskQueues;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -23,6 +24,7 @@ use self::deadline::DeadlinePath;
 use self::sweep::Sweep;
 pub use self::sweep::SweepReport;
 use crate::bookkeeping::Bookkeeping;
+use crate::confirmations::{Confirmations, Scheduled};
 use crate::outcome::{MessageHandler, Outcome, subtask_span};
 use crate::settings::WorkerSettings;
 
@@ -32,6 +34,10 @@ pub struct Closer {
     closing: Closing,
     bookkeeping: Bookkeeping,
     sweep: Sweep,
+    /// Reads a dead-lettered confirmation's subtask (its role names the queue to hand it back to).
+    subtasks: Arc<dyn SubtaskStore>,
+    /// Hands a dead-lettered confirmation back to its role's queue while replays remain.
+    confirmations: Confirmations,
     /// The queues it sends to, and makes a failed message visible again on.
     queues: TaskQueues,
     /// Kept back from the Lambda deadline.
@@ -57,6 +63,8 @@ impl Closer {
         ));
         Self {
             sweep: Sweep::new(store.clone(), store.clone(), deadline_path.clone(), settings.sweep),
+            subtasks: store.clone(),
+            confirmations: Confirmations::new(queues.clone(), settings.confirm_delay_secs, settings.confirm_attempts),
             bookkeeping: Bookkeeping::new(store.clone(), store, queues.clone()),
             deadline_path,
             closing,
@@ -92,7 +100,8 @@ impl Closer {
 
     /// Handles a message that reached the DLQ: the subtask is recorded as
     /// failed and counted, so the conversation still completes — or, when its journal
-    /// holds side effects, as what the journal says (never "failed" for something done).
+    /// holds side effects, as what the journal says (never "failed" for something done);
+    /// a confirmation is handed back to its role's queue ([`Self::dead_confirm`]).
     pub async fn handle_dead_letter(&self, message: TaskMessage) -> Outcome {
         match message {
             TaskMessage::Run { conversation_id, subtask_id, .. } => {
@@ -106,10 +115,56 @@ impl Closer {
                 tracing::error!(%approval_id, "an approved side effect reached the dead-letter queue; it did not run");
                 Outcome::Ignored("approved side effect dead-lettered".into())
             }
-            TaskMessage::Confirm { subtask_id, .. } => {
-                tracing::error!(%subtask_id, "a confirmation reached the dead-letter queue; the side effect stays submitted");
+            TaskMessage::Confirm { conversation_id, subtask_id, attempt } => {
+                let span = subtask_span(&conversation_id, &subtask_id);
+                self.dead_confirm(&conversation_id, &subtask_id, attempt)
+                    .instrument(span)
+                    .await
+                    .unwrap_or_else(Outcome::from)
+            }
+        }
+    }
+
+    /// A dead-lettered confirmation (`attempt`: replays so far): its receives were used up by failed
+    /// invocations (crashes, throttles, a restart), which say nothing of the side effect, so it is
+    /// handed back to the subtask's role's queue as the next replay — the dead letter counts as one,
+    /// so the chain ends after the timing table's `money.confirm_attempts`. Used up, or with no
+    /// sender for that queue, the side effect stays submitted (counted: `swarm_effects_unconfirmed`).
+    /// Errors: the store's read (transient: the dead letter comes back).
+    async fn dead_confirm(
+        &self,
+        id: &ConversationId,
+        subtask_id: &SubtaskId,
+        attempt: u32,
+    ) -> Result<Outcome, StoreError> {
+        let Some(record) = self.subtasks.get_subtask(id, subtask_id).await? else {
+            return Ok(Outcome::Poison(format!("unknown subtask {subtask_id}")));
+        };
+        let open = record.status == SubtaskStatus::Submitted || !record.status.is_terminal();
+        if !open && !record.effects.iter().any(|e| e.state == EffectState::Intent) {
+            return Ok(Outcome::Ignored("a dead-lettered confirmation with nothing left to confirm".into()));
+        }
+        match self.confirmations.again(&record.role, id, subtask_id, attempt + 1).await {
+            Ok(Scheduled::Sent) => {
+                tracing::warn!(
+                    attempt,
+                    "a confirmation reached the dead-letter queue: handed back to its role's queue"
+                );
+                Ok(Outcome::Requeued("a dead-lettered confirmation handed back".into()))
+            }
+            Ok(Scheduled::GivenUp) => {
+                tracing::error!(
+                    attempt,
+                    "a confirmation reached the dead-letter queue after every replay; the side effect stays submitted"
+                );
                 obs::metrics::effect_unconfirmed();
-                Outcome::Ignored("confirmation dead-lettered".into())
+                Ok(Outcome::Ignored("confirmation dead-lettered after every replay".into()))
+            }
+            Err(e) if e.is_transient() => Ok(Outcome::Retry(format!("could not hand the confirmation back: {e}"))),
+            Err(e) => {
+                tracing::error!(error = %e, "a confirmation reached the dead-letter queue and cannot be handed back; the side effect stays submitted");
+                obs::metrics::effect_unconfirmed();
+                Ok(Outcome::Ignored("confirmation dead-lettered".into()))
             }
         }
     }
