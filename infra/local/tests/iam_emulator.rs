@@ -48,10 +48,10 @@ async fn send(backend: &EmulatorBackend, function: &str, queue: Queue) -> Result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dlq_consumer_sending_to_the_refund_queue_is_refused_403_as_a_permanent_queue_error() -> Result<()> {
-    let Some(backend) = backend("the_dlq_consumer_sending_to_the_refund_queue").await else { return Ok(()) };
-    let refused = send(&backend, "DlqConsumer", Queue::Refund).await;
-    let allowed = send(&backend, "DlqConsumer", Queue::Tasks).await;
+async fn the_support_worker_sending_to_the_refund_queue_is_refused_403_as_a_permanent_queue_error() -> Result<()> {
+    let Some(backend) = backend("the_support_worker_sending_to_the_refund_queue").await else { return Ok(()) };
+    let refused = send(&backend, "Worker", Queue::Refund).await;
+    let allowed = send(&backend, "Worker", Queue::Tasks).await;
     let admin = backend
         .queue(Queue::Refund)
         .sender
@@ -59,7 +59,7 @@ async fn the_dlq_consumer_sending_to_the_refund_queue_is_refused_403_as_a_perman
         .await;
     backend.teardown().await;
 
-    let e = refused.expect_err("DlqConsumerRole may not send to the refund queue");
+    let e = refused.expect_err("WorkerRole may not send to the refund queue");
     assert!(!e.is_transient(), "a refusal is permanent, never retried: {e}");
     let text = e.to_string();
     assert!(text.contains("403") || text.contains("AccessDenied"), "the emulator's 403: {text}");
@@ -78,6 +78,7 @@ async fn each_function_reaches_only_what_its_role_grants() -> Result<()> {
         ("RefundWorker", Queue::Refund),
         ("RefundWorker", Queue::Tasks),
         ("Orchestrator", Queue::Refund),
+        ("DlqConsumer", Queue::Refund),
     ];
     let mut sends = Vec::new();
     for (function, queue) in queues {
@@ -105,6 +106,8 @@ async fn each_function_reaches_only_what_its_role_grants() -> Result<()> {
             ("RefundWorker", Queue::Refund, true),
             ("RefundWorker", Queue::Tasks, true),
             ("Orchestrator", Queue::Refund, true),
+            // A dead-lettered confirmation handed back as its next replay.
+            ("DlqConsumer", Queue::Refund, true),
         ]
     );
     assert!(matches!(created, Ok(CreateOutcome::Created)), "{created:?}");

@@ -228,6 +228,7 @@ mod tests {
         let arns: HashMap<String, String> = [
             ("Table.Arn".to_owned(), "arn:aws:dynamodb:us-east-1:123456789012:table/t".to_owned()),
             ("TasksQueue.Arn".to_owned(), "arn:aws:sqs:us-east-1:123456789012:t-tasks".to_owned()),
+            ("RefundQueue.Arn".to_owned(), "arn:aws:sqs:us-east-1:123456789012:t-refund".to_owned()),
         ]
         .into();
         let docs = policy_documents("Sweeper", &arns).unwrap();
@@ -244,7 +245,14 @@ mod tests {
             .filter(|st| st["Action"] == "sqs:SendMessage")
             .map(|st| st["Resource"].clone())
             .collect();
-        assert_eq!(sends, [Value::from("arn:aws:sqs:us-east-1:123456789012:t-tasks")]);
+        // Deadlines and dependents to the tasks queue; a dead-lettered confirmation back to the refund queue.
+        assert_eq!(
+            sends,
+            [
+                Value::from("arn:aws:sqs:us-east-1:123456789012:t-tasks"),
+                Value::from("arn:aws:sqs:us-east-1:123456789012:t-refund")
+            ]
+        );
         assert!(policy_documents("NoSuchFunction", &arns).is_err());
         assert!(functions().unwrap().contains(&"RefundWorker".to_owned()));
     }
