@@ -11,7 +11,7 @@
 #     are the one named exception, alone in their statement), no managed policies (they carry "*")
 #   - active tracing (Tracing: Active) on every function, and that X-Ray statement in every function's role
 #   - every alarm's description says where to look first ("Look first")
-#   - least privilege (ROLE_NEEDS): no role can send to a queue, read a secret, invoke a function or write a table
+#   - least privilege (check_roles.py, ROLE_NEEDS): no role can send to a queue, read a secret, invoke a function or write a table
 #     key prefix it does not need - above all the refund queue, the refund token and another function's secrets;
 #     every table write is scoped by dynamodb:LeadingKeys
 #   - nothing public around the gateway: the demo shop's function URL is AWS_IAM with no public permission, and
@@ -26,7 +26,7 @@
 #     most 900 s, and the orchestrator's variables (less the approvals', plus the JWT authorizer's)
 #   - provided.al2023 / arm64 / JSON logs on every function; secrets only by ARN in the environment
 #   - table stream NEW_IMAGE and TTL on `ttl`; redrive policy on the task queues; the outputs
-#   - the timing table (shared/core/timings.toml): every value the template holds equals the table's for the
+#   - the timing table (shared/core/timings.toml, read by timing_table.py): every value the template holds equals the table's for the
 #     parameter defaults, and every rule between timings and capacities holds for each environment
 #   - no conversation hangs: the aggregator's stream mapping has an on-failure destination (an SQS queue) that
 #     an alarm watches; the table has the sweep's sparse index, a function is scheduled to sweep it, and its
@@ -34,7 +34,7 @@
 #   - every gateway role's tool list is an allowlist (no wildcard, no deny list); every pipe reading a stream has an
 #     SQS dead-letter destination an alarm watches and its role may send to (check_allowlists.py)
 #   - each function is given the URL of exactly the queues its role may send to (TASKS_QUEUE_URL, REFUND_QUEUE_URL)
-#   - with --wiring FILE (`swarm-local wiring --json`): the local stack wires every function as the template does -
+#   - with --wiring FILE (`swarm-local wiring --json`; check_roles.check_wiring): the local stack wires every function as the template does -
 #     the same variable names, a sender for exactly the queues its role may send to, the same role token, the same
 #     tool list for each gateway role
 #   - the API's contract: GET /health and GET /openapi.json need no credential, GET /conversations is authorised
@@ -43,7 +43,6 @@
 #   - Bedrock natively (LlmAuth=sigv4): every role that reads the LLM key otherwise may invoke the configured
 #     model instead (bedrock:InvokeModel on it), and none reads the LLM key
 # Usage with the local wiring: ... check_template.py template.yaml samconfig.toml --wiring wiring.json
-import ast
 import json
 import os
 import re
@@ -52,7 +51,9 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from translate import expand  # noqa: E402
-from check_allowlists import check_gateway_roles, check_local_roles, check_pipes  # noqa: E402
+from check_allowlists import check_gateway_roles, check_pipes  # noqa: E402
+from check_roles import ROLE_NEEDS, SECRET_PARAMS, check_least_privilege, check_queue_urls, check_wiring, grants  # noqa: E402
+from timing_table import RuleError, Timings, evaluate  # noqa: E402
 from check_api import PUBLIC_URL_FUNCTIONS, check_api, check_public_urls, check_streaming, check_sweep  # noqa: E402
 
 EXPECTED_FILTER = {
@@ -67,153 +68,8 @@ RATE_UNIT_SECS = {"minute": 60, "hour": 3600, "day": 86400}
 
 # The only actions allowed on Resource "*": X-Ray accepts no other resource for them.
 XRAY_STAR_ACTIONS = {"xray:puttracesegments", "xray:puttelemetryrecords"}
-
-# What each function's role needs, and nothing more (the least-privilege table; docs/security.md).
-#   send     queues it may send to          consume  queues it receives from
-#   secrets  secrets it may read            invoke   functions (or function URLs) it may call
-#   writes   partition-key prefixes of the conversations table it may write (dynamodb:LeadingKeys); another
-#            table as "<Table>:<prefix>" ("<Table>:<any item>" unscoped); reads of the tables are open to all
-#   stream   reads the table's stream
-# Why each: the orchestrator enqueues every subtask at planning time (refund ones on the refund queue, whatever
-# their dependencies) and approved refunds, claims idempotency keys and rate slots, records operators' decisions
-# (APPROVALS) and signs approval tokens; workers release dependents and hand work back on their own queue - support
-# workers never send to the refund queue (refund subtasks wait for their dependencies on it), the DLQ consumer only
-# a dead-lettered confirmation, back as its next replay;
-# only the refund worker holds the refund token and records the approvals its refunds wait for; the DLQ consumer and
-# the sweeper run no model and no tool (the sweeper runs the deadline path: conversation writes and the sweep
-# index; and re-enqueues approved refunds not run past their token's window with a fresh token: the approval key,
-# APPROVALS and the refund queue); the aggregator's stream mapping sends a dropped batch to its
-# on-failure queue with the function's role; the gateway reads the role tokens (and an external shop's token) and
-# the approval key (it verifies tokens) and invokes the demo shop; the shop writes its own ledger table only; the
-# hand-off pipe reads the table's stream (and puts events on the default bus, a record it gives up on its DLQ).
-ROLE_NEEDS = {
-    "OrchestratorRole": dict(send={"TasksQueue", "RefundQueue"},
-                             secrets={"LlmApiKeySecret", "PlannerTokenSecret", "ApprovalKeySecret"},
-                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*", "APPROVALS"}),
-    # The streaming API starts and follows conversations as the orchestrator does and serves the console's reads
-    # (a customer's list: the customer index); it decides no approval.
-    "StreamingApiRole": dict(send={"TasksQueue", "RefundQueue"}, secrets={"LlmApiKeySecret", "PlannerTokenSecret"},
-                             invoke={"ToolGateway"}, writes={"CONV#*", "IDEM#*", "LIMIT#*"}),
-    "WorkerRole": dict(send={"TasksQueue"}, consume={"TasksQueue"}, secrets={"LlmApiKeySecret", "SupportTokenSecret"},
-                       invoke={"ToolGateway"}, writes={"CONV#*"}),
-    "RefundWorkerRole": dict(send={"TasksQueue", "RefundQueue"}, consume={"RefundQueue"},
-                             secrets={"LlmApiKeySecret", "RefundTokenSecret"}, invoke={"ToolGateway"},
-                             writes={"CONV#*", "APPROVALS"}),
-    # The DLQ consumer hands a dead-lettered confirmation back to its role's queue (the side effects' queue) as the
-    # next replay, bounded by the confirmation's attempts: its receives were used up by failed invocations, which
-    # say nothing of the side effect. It holds no gateway token and no approval key, so it can run nothing there.
-    "DlqConsumerRole": dict(send={"TasksQueue", "RefundQueue"},
-                            consume={"TasksDeadLetterQueue", "RefundDeadLetterQueue"}, writes={"CONV#*"}),
-    "SweeperRole": dict(send={"RefundQueue"}, secrets={"ApprovalKeySecret"}, writes={"CONV#*", "APPROVALS"}),
-    # The role SAM makes for the sweeper's EventBridge Scheduler schedule: it invokes the sweeper, nothing else.
-    "SweeperScheduleRole": dict(invoke={"Sweeper"}),
-    "AggregatorRole": dict(send={"AggregatorFailuresQueue"}, secrets={"LlmApiKeySecret"}, writes={"CONV#*"},
-                           stream=True),
-    "ToolGatewayRole": dict(secrets={"SupportTokenSecret", "RefundTokenSecret", "PlannerTokenSecret",
-                                     "ShopToolsTokenSecret", "ApprovalKeySecret"}, invoke={"ShopTools"}),
-    "ShopToolsRole": dict(writes={"ShopLedgerTable:<any item>"}),
-    "HandoffPipeRole": dict(send={"HandoffDeadLetterQueue"}, stream=True),
-}
-# Secrets a parameter can name instead of the stack creating them.
-SECRET_PARAMS = {"LlmApiKeySecretArn": "LlmApiKeySecret", "ShopToolsTokenSecretArn": "ShopToolsTokenSecret"}
-DYNAMODB_WRITES = {"dynamodb:putitem", "dynamodb:updateitem", "dynamodb:deleteitem", "dynamodb:batchwriteitem",
-                   "dynamodb:conditioncheckitem"}
-CONSUME_ACTIONS = {"sqs:receivemessage", "sqs:deletemessage", "sqs:changemessagevisibility"}
-STREAM_ACTIONS = {"dynamodb:getrecords", "dynamodb:getsharditerator", "dynamodb:describestream"}
+# A variable named like a secret holds an ARN, never the secret itself.
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
-
-
-# The variables that name a queue a function sends to, and the queue.
-QUEUE_URL_VARS = {"TASKS_QUEUE_URL": "TasksQueue", "REFUND_QUEUE_URL": "RefundQueue"}
-# The secret holding each gateway role's bearer token.
-TOKEN_SECRETS = {"SupportTokenSecret": "support", "RefundTokenSecret": "refund", "PlannerTokenSecret": "planner"}
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMINGS_PATH = os.path.join(ROOT, "shared", "core", "timings.toml")
-
-
-class Timings:
-    """The timing table: flat values by dotted key, where each stands in the template, and the rules between them."""
-
-    def __init__(self, path=TIMINGS_PATH):
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-        self.path = path
-        self.template = data.pop("template", {})
-        self.rules = data.pop("rule", [])
-        self.values = {}
-        self._flatten(data, "")
-        for key in self.template:
-            if key not in self.values:
-                raise SystemExit(f"{path}: [template] names {key!r}, which the table does not hold")
-
-    def _flatten(self, node, prefix):
-        for k, v in node.items():
-            name = f"{prefix}{k}"
-            if isinstance(v, dict):
-                self._flatten(v, name + ".")
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                self.values[name] = v
-            else:
-                raise SystemExit(f"{self.path}: {name} is {v!r}; the table holds numbers only")
-
-
-class RuleError(Exception):
-    pass
-
-
-def evaluate(expression, values):
-    """Evaluates one rule over dotted names: numbers, + - * /, min(), max(), comparisons, and/or/not."""
-
-    def name_of(node):
-        if isinstance(node, ast.Name):
-            return node.id
-        if isinstance(node, ast.Attribute):
-            return f"{name_of(node.value)}.{node.attr}"
-        raise RuleError(f"unsupported expression {ast.dump(node)}")
-
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            key = name_of(node)
-            if key not in values:
-                raise RuleError(f"unknown name {key!r}")
-            return values[key]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Add):
-                return a + b
-            if isinstance(node.op, ast.Sub):
-                return a - b
-            if isinstance(node.op, ast.Mult):
-                return a * b
-            return a / b
-        if isinstance(node, ast.BoolOp):
-            results = [ev(v) for v in node.values]
-            return all(results) if isinstance(node.op, ast.And) else any(results)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not ev(node.operand)
-        if isinstance(node, ast.Compare):
-            left = ev(node.left)
-            for op, right_node in zip(node.ops, node.comparators):
-                right = ev(right_node)
-                ok = {ast.Lt: left < right, ast.LtE: left <= right, ast.Gt: left > right, ast.GtE: left >= right,
-                      ast.Eq: left == right, ast.NotEq: left != right}.get(type(op))
-                if ok is None:
-                    raise RuleError(f"unsupported comparison {ast.dump(op)}")
-                if not ok:
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
-            args = [ev(a) for a in node.args]
-            return min(args) if node.func.id == "min" else max(args)
-        raise RuleError(f"unsupported expression {ast.dump(node)}")
-
-    return ev(ast.parse(expression, mode="eval"))
 
 
 class Checker:
@@ -359,8 +215,8 @@ class Checker:
         if missing:
             self.fail("Outputs", f"missing {sorted(missing)}")
         self.check_rules()
-        self.check_queue_urls(functions)
-        self.check_least_privilege()
+        check_queue_urls(self, functions)
+        check_least_privilege(self)
         self.check_nothing_public()
         check_gateway_roles(self)
         check_pipes(self)
@@ -399,7 +255,7 @@ class Checker:
             if not self.allows_now(name, "bedrock:InvokeModel", lambda res: isinstance(res, dict)
                                    and str(res.get("Fn::Sub", "")).endswith("${LlmModel}")):
                 self.fail(name, "with LlmAuth=sigv4 it cannot invoke the configured model (bedrock:InvokeModel on ${LlmModel})")
-            if "LlmApiKeySecret" in self.grants(self.resources[name])["secrets"]:
+            if "LlmApiKeySecret" in grants(self, self.resources[name])["secrets"]:
                 self.fail(name, "with LlmAuth=sigv4 it still reads the LLM key")
 
     def allows_now(self, role, action, resource_ok):
@@ -540,128 +396,6 @@ class Checker:
                 out.append(item)
         return out
 
-    def grants(self, role):
-        """What `role` can reach in this environment: {kind: set of names}, table writes as key prefixes."""
-        reach = {"send": set(), "consume": set(), "secrets": set(), "invoke": set(), "writes": set(), "stream": False}
-        for policy in role["Properties"].get("Policies", []):
-            statements = self.chosen(policy["PolicyDocument"]).get("Statement", [])
-            for st in statements if isinstance(statements, list) else [statements]:
-                if st.get("Effect") != "Allow":
-                    continue
-                actions = {a.lower() for a in self.flatten(st.get("Action")) if isinstance(a, str)}
-                targets = self.names(st.get("Resource"))
-                for t in targets:
-                    kind = self.resources.get(t, {}).get("Type")
-                    if "sqs:sendmessage" in actions and kind == "AWS::SQS::Queue":
-                        reach["send"].add(t)
-                    if actions & CONSUME_ACTIONS and kind == "AWS::SQS::Queue":
-                        reach["consume"].add(t)
-                    if "secretsmanager:getsecretvalue" in actions and (kind == "AWS::SecretsManager::Secret" or t in SECRET_PARAMS.values()):
-                        reach["secrets"].add(t)
-                    if actions & {"lambda:invokefunction", "lambda:invokefunctionurl"} and kind == "AWS::Lambda::Function":
-                        reach["invoke"].add(t)
-                tables = [t for t in targets if self.resources.get(t, {}).get("Type") == "AWS::DynamoDB::Table"]
-                if actions & DYNAMODB_WRITES and tables:
-                    keys = ((st.get("Condition") or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys")
-                    for table in tables:
-                        # The conversations table by key prefix alone; any other table by name.
-                        scope = "" if table == "Table" else f"{table}:"
-                        reach["writes"] |= {scope + k for k in keys} if keys else {scope + "<any item>"}
-                if actions & STREAM_ACTIONS:
-                    reach["stream"] = True
-        return reach
-
-    def check_least_privilege(self):
-        """No role reaches a queue, secret, function or key prefix beyond ROLE_NEEDS (in this environment)."""
-        roles = {k: r for k, r in self.resources.items() if r["Type"] == "AWS::IAM::Role"}
-        for name, role in roles.items():
-            if "Condition" in role and not self.condition(role["Condition"]):
-                continue
-            if name not in ROLE_NEEDS:
-                self.fail(name, "not in ROLE_NEEDS: say what this role needs before granting it anything")
-                continue
-            needs, reach = ROLE_NEEDS[name], self.grants(role)
-            words = {"send": "send to", "consume": "receive from", "secrets": "read the secret", "invoke": "invoke",
-                     "writes": "write table items keyed"}
-            for kind in ("send", "consume", "secrets", "invoke", "writes"):
-                for extra in sorted(reach[kind] - needs.get(kind, set())):
-                    self.fail(name, f"can {words[kind]} {extra} without needing it")
-            if reach["stream"] and not needs.get("stream"):
-                self.fail(name, "can read the table's stream without needing it")
-
-    def check_queue_urls(self, functions):
-        """A function is given the URL of exactly the queues its role may send to: a URL without the permission
-        is a sender that can only fail (or, locally, one that works where AWS would refuse), and a permission
-        without the URL is a grant nobody uses."""
-        for name, wired in self.wiring(functions).items():
-            given = {QUEUE_URL_VARS[v] for v in wired["env"] if v in QUEUE_URL_VARS}
-            for queue in sorted(given - set(wired["sends"])):
-                self.fail(name, f"is given the URL of {queue}, which its role may not send to")
-            for queue in sorted(set(wired["sends"]) - given):
-                self.fail(name, f"its role may send to {queue}, whose URL it is not given")
-
-    def wiring(self, functions=None):
-        """Each function as the template wires it (this environment): its variable names, the queues its role may
-        send to, and the gateway role token it holds (the role it acts as and the secret named by its
-        GATEWAY_TOKEN_SECRET_ARN) - the shape `swarm-local wiring --json` prints for the local stack."""
-        if functions is None:
-            functions = {k: r for k, r in self.resources.items() if r["Type"] == "AWS::Lambda::Function"}
-        out = {}
-        for name, fn in functions.items():
-            if "Condition" in fn and not self.condition(fn["Condition"]):
-                continue
-            p = fn["Properties"]
-            variables = self.chosen((p.get("Environment") or {}).get("Variables") or {})
-            role = self.target(p.get("Role"))
-            sends = self.grants(self.resources[role])["send"] if role in self.resources else set()
-            # The stream mapping, not the function's code, sends a dropped batch's record to its on-failure
-            # destination (with the function's role): no sender of the function's own.
-            sends -= self.on_failure_destinations(name)
-            token = None
-            if "GATEWAY_TOKEN_SECRET_ARN" in variables:
-                secret = self.target(variables["GATEWAY_TOKEN_SECRET_ARN"])
-                token = {"role": variables.get("WORKER_ROLE"), "secret": secret, "secret_role": TOKEN_SECRETS.get(secret)}
-            out[name] = {"env": sorted(variables), "sends": sorted(sends), "token": token}
-        return out
-
-    def on_failure_destinations(self, fn_name):
-        """The queues `fn_name`'s event source mappings send a dropped batch's record to."""
-        out = set()
-        for esm in self.resources.values():
-            p = esm.get("Properties", {})
-            if esm["Type"] == "AWS::Lambda::EventSourceMapping" and self.target(p.get("FunctionName")) == fn_name:
-                destination = ((p.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
-                if self.target(destination):
-                    out.add(self.target(destination))
-        return out
-
-    def check_wiring(self, local):
-        """The local stack's wiring (`swarm-local wiring --json`) against the template's: every function of the
-        template is either wired locally or a server the stack configures itself, and each wired one has the same
-        variable names, a sender for exactly the queues its role may send to, and the same role token."""
-        template = self.wiring()
-        servers = set(local.get("servers", []))
-        wired = local.get("functions", {})
-        for name in sorted(set(template) - set(wired) - servers):
-            self.fail(f"wiring {name}", "a function of the template the local stack does not build")
-        for name in sorted(set(wired) - set(template)):
-            self.fail(f"wiring {name}", "the local stack builds a function the template does not have")
-        for name in sorted(set(template) & set(wired)):
-            want, got = template[name], wired[name]
-            for var in sorted(set(want["env"]) - set(got.get("env", []))):
-                self.fail(f"wiring {name}", f"the template gives it {var}; the local stack does not")
-            for var in sorted(set(got.get("env", [])) - set(want["env"])):
-                self.fail(f"wiring {name}", f"the local stack gives it {var}; the template does not")
-            for queue in sorted(set(got.get("sends", [])) - set(want["sends"])):
-                self.fail(f"wiring {name}", f"the local stack gives it a sender for {queue}, which its role may not send to")
-            for queue in sorted(set(want["sends"]) - set(got.get("sends", []))):
-                self.fail(f"wiring {name}", f"its role may send to {queue}; the local stack gives it no sender for it")
-            if want["token"] != got.get("token"):
-                self.fail(f"wiring {name}", f"holds the gateway token {got.get('token')!r} locally, {want['token']!r} in the template")
-            if want["token"] and want["token"]["role"] != want["token"]["secret_role"]:
-                self.fail(name, f"acts as {want['token']['role']!r} with the token of {want['token']['secret_role']!r}")
-        check_local_roles(self, local)
-
     def check_nothing_public(self):
         """The demo shop is reachable only through the gateway: AWS_IAM URL, no public permission, the gateway may invoke it."""
         for name, r in self.resources.items():
@@ -787,7 +521,7 @@ def main():
         with open(wiring_path) as f:
             local = json.load(f)
         checker = Checker(template, {}, "wiring", timings)
-        checker.check_wiring(local)
+        check_wiring(checker, local)
         findings += checker.findings
         print(f"check_template: compared the local wiring of {len(local.get('functions', {}))} functions "
               f"({wiring_path}) with the template")

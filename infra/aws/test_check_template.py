@@ -10,7 +10,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_allowlists import gateway_roles  # noqa: E402
-from check_template import ROLE_NEEDS, ROOT, Checker, Timings, evaluate, overrides  # noqa: E402
+from check_roles import ROLE_NEEDS, check_wiring, wiring  # noqa: E402
+from check_template import Checker, overrides  # noqa: E402
+from timing_table import ROOT, Timings, evaluate  # noqa: E402
 from translate import expand  # noqa: E402
 
 TEMPLATE = os.path.join(ROOT, "template.yaml")
@@ -502,7 +504,7 @@ class Wiring(unittest.TestCase):
             with open(path) as f:
                 cls.local = json.load(f)
         else:
-            wired = Checker(cls.expanded, {}, "wiring", cls.timings).wiring()
+            wired = wiring(Checker(cls.expanded, {}, "wiring", cls.timings))
             servers = ["ToolGateway", "ShopTools", "StreamingApi"]
             roles = gateway_roles(Checker(cls.expanded, {}, "wiring", cls.timings))
             cls.local = {"functions": {k: v for k, v in wired.items() if k not in servers}, "servers": servers,
@@ -510,7 +512,7 @@ class Wiring(unittest.TestCase):
 
     def findings(self, local, template=None):
         checker = Checker(template or self.expanded, {}, "wiring", self.timings)
-        checker.check_wiring(local)
+        check_wiring(checker, local)
         return checker.findings
 
     def test_the_local_wiring_is_the_templates(self):
