@@ -60,15 +60,20 @@ fi
 # summary names each failing binary and says how many ran (cargo prints one "test result:" line per
 # binary that ran, and "error: test failed, to rerun pass `…`" per binary that failed).
 declare -a cargo_details=()
+# The sum of one count ("passed", "failed", "ignored") over every binary's "test result:" line (awk,
+# not bc: bc is not on every machine, and without it the sum would read as 0).
+count_of() {
+    grep '^test result: ' "$2" | sed -E "s/.* ([0-9]+) $1.*/\\1/" | awk '{ n += $1 } END { print n + 0 }'
+}
 cargo_tests() {
     local log rc=0
     log="$(mktemp)"
     cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || rc=$?
     local ran passed failed_tests ignored failing
     ran=$(grep -c '^test result: ' "$log")
-    passed=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) passed.*/\1/' | paste -sd+ - | bc)
-    failed_tests=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) failed.*/\1/' | paste -sd+ - | bc)
-    ignored=$(grep '^test result: ' "$log" | sed -E 's/.* ([0-9]+) ignored.*/\1/' | paste -sd+ - | bc)
+    passed=$(count_of passed "$log")
+    failed_tests=$(count_of failed "$log")
+    ignored=$(count_of ignored "$log")
     failing=$(grep -E '^error: (test failed|[0-9]+ targets? failed)' -A100 "$log" | grep -oE '`-p [^`]+`' | sort -u)
     cargo_details+=("      cargo test: ${ran:-0} test binaries ran, ${passed:-0} tests passed, ${failed_tests:-0} failed, ${ignored:-0} ignored (not run)")
     if [[ -n "$failing" ]]; then
