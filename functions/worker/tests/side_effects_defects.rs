@@ -461,28 +461,8 @@ async fn a_dead_lettered_confirmation_is_handed_back_to_the_refund_queue_and_the
     // outcome from the shop by the entry's key. Past the last replay, or in a DLQ consumer holding no
     // sender for the refund queue, it stays submitted and nothing is sent.
     let s = setup().await;
-    let ledger = Arc::new(Ledger::default());
-    let model = scripted(vec![refund_call(&[("A1033", 10.0)]), text_response("Refunded.")]);
-    let gateway = Arc::new(AnswersLost(ledger.clone(), AtomicBool::new(false)));
-    let refunds = refund_worker(&s, s.store.clone(), model.clone(), gateway.clone());
-    let run = refunds.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
-    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
-    eprintln!(
-        "run: {run:?}; subtask {}; journal {:?}",
-        rec.status,
-        rec.effects.iter().map(|e| e.state).collect::<Vec<_>>()
-    );
-    assert_eq!((rec.status, rec.effects[0].state), (SubtaskStatus::Submitted, EffectState::Intent));
-    assert_eq!(ledger.refunds(), 1, "the shop refunded; its answer was lost");
-    assert_eq!(confirmations_on(&s.refund_queue).await, [0], "the confirmation armed before the intent");
-
-    let dlq_env = [
-        ("WORKER_MODE", "dlq"),
-        ("TASKS_QUEUE_URL", TASKS_URL),
-        ("REFUND_QUEUE_URL", REFUND_URL),
-        ("TABLE_NAME", "swarm"),
-    ];
-    let dlq = deployed(&s, &dlq_env, None).closer().expect("the DLQ consumer is a closer alone");
+    let (ledger, gateway, refunds) = refund_with_its_answer_lost(&s).await;
+    let dlq = dlq_consumer(&s);
     let confirm =
         |attempt: u32| TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt };
     // The last replay's confirmation dead-lettered: given up, nothing sent.
@@ -508,6 +488,66 @@ async fn a_dead_lettered_confirmation_is_handed_back_to_the_refund_queue_and_the
     assert_eq!(ledger.refunds(), 1, "confirmed by its key, refunded once");
     // A confirmation dead-lettered after that finds nothing left to confirm.
     assert!(matches!(dlq.handle_dead_letter(confirm(0)).await, Outcome::Ignored(_)));
+}
+
+/// A refund worker as deployed whose refund of A1033 the shop made and whose answer was lost: w01
+/// left `SUBMITTED` with its intent, the first confirmation (replay 0) on the refund queue.
+async fn refund_with_its_answer_lost(s: &Setup) -> (Arc<Ledger>, Arc<AnswersLost>, Worker) {
+    let ledger = Arc::new(Ledger::default());
+    let model = scripted(vec![refund_call(&[("A1033", 10.0)]), text_response("Refunded.")]);
+    let gateway = Arc::new(AnswersLost(ledger.clone(), AtomicBool::new(false)));
+    let refunds = refund_worker(s, s.store.clone(), model.clone(), gateway.clone());
+    let run = refunds.handle(TaskMessage::run(&s.id, &"w01".into()), after(Duration::from_secs(10))).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    eprintln!(
+        "run: {run:?}; subtask {}; journal {:?}",
+        rec.status,
+        rec.effects.iter().map(|e| e.state).collect::<Vec<_>>()
+    );
+    assert_eq!((rec.status, rec.effects[0].state), (SubtaskStatus::Submitted, EffectState::Intent));
+    assert_eq!(ledger.refunds(), 1, "the shop refunded; its answer was lost");
+    assert_eq!(confirmations_on(&s.refund_queue).await, [0], "the confirmation armed before the intent");
+    (ledger, gateway, refunds)
+}
+
+/// The DLQ consumer with the environment template.yaml gives it.
+fn dlq_consumer(s: &Setup) -> Arc<Closer> {
+    let env = [
+        ("WORKER_MODE", "dlq"),
+        ("TASKS_QUEUE_URL", TASKS_URL),
+        ("REFUND_QUEUE_URL", REFUND_URL),
+        ("TABLE_NAME", "swarm"),
+    ];
+    deployed(s, &env, None).closer().expect("the DLQ consumer is a closer alone")
+}
+
+#[tokio::test]
+async fn a_dlq_consumer_killed_after_handing_a_confirmation_back_hands_it_back_again_and_the_refund_settles_once() {
+    // The crash window of the hand-back: the send applied, the function killed before the dead letter
+    // was deleted, so the dead letter comes back and is handed back a second time — two confirmations
+    // with the same replay count. The first learns the outcome by the entry's key and settles w01;
+    // the second finds no intent left: no call to the shop, no second settle.
+    let s = setup().await;
+    let (ledger, gateway, refunds) = refund_with_its_answer_lost(&s).await;
+    let dlq = dlq_consumer(&s);
+    let dead = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 0 };
+    for _ in 0..2 {
+        let handed = dlq.handle_dead_letter(dead.clone()).await;
+        assert!(matches!(handed, Outcome::Requeued(_)), "{handed:?}");
+    }
+    assert_eq!(confirmations_on(&s.refund_queue).await, [1, 1], "handed back twice, the same replay");
+
+    gateway.1.store(true, Ordering::SeqCst);
+    let replay = TaskMessage::Confirm { conversation_id: s.id.clone(), subtask_id: "w01".into(), attempt: 1 };
+    let first = refunds.handle(replay.clone(), after(Duration::from_secs(10))).await;
+    assert_eq!(first, Outcome::Finished(SubtaskStatus::Succeeded));
+    let calls = ledger.dispatches.lock().unwrap().len();
+    let second = refunds.handle(replay, after(Duration::from_secs(10))).await;
+    let rec = s.store.get_subtask(&s.id, &"w01".into()).await.unwrap().unwrap();
+    assert!(!matches!(second, Outcome::Finished(SubtaskStatus::Failed)), "{second:?}");
+    assert_eq!((rec.status, rec.effects[0].state), (SubtaskStatus::Succeeded, EffectState::Done));
+    assert_eq!(ledger.dispatches.lock().unwrap().len(), calls, "the second confirmation asked the shop nothing");
+    assert_eq!(ledger.refunds(), 1, "refunded once");
 }
 
 #[tokio::test]
